@@ -1,0 +1,803 @@
+"""Cost of one rate-limit check: permits against a Python-to-C floor and the PyPI peers.
+
+    python benchmarks/bench_acquire.py [--quick] [--json FILE]
+
+Every sync case is a ``timeit`` loop over one statement (best of several repeats; the median
+of the repeats is shown too). The floor is ``d.get(k)`` on a small dict: the cheapest useful
+call from Python into C. Async cases time ``await``/``async with`` in a plain ``for`` loop inside
+one running event loop. Peers that are not installed are reported as "not installed".
+Limits are configured huge so that the "ok" cases always succeed, and tiny (already used up)
+for the "fail" cases; each case checks its outcome before and after it is timed.
+See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gc
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+HUGE_CANDIDATES = (10**12, 2**31 - 1, 10**9)
+"""Limits tried in turn for the cases that must always succeed (the first one accepted)."""
+
+TARGET_TIME_BASED = 4.0
+TARGET_CONCURRENCY = 8.0
+TARGET_PEER = 20.0
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Case:
+    name: str
+    group: str
+    """``floor``, ``permits``, ``peer``, ``async-floor``, ``permits-async``, ``peer-async``."""
+    stmt: str = ""
+    namespace: dict[str, Any] = field(default_factory=dict)
+    setup: str = "pass"
+    probe: Callable[[], bool] | None = None
+    """Runs the statement once and says whether the check succeeded."""
+    expect: bool | None = None
+    max_number: int | None = None
+    """Upper bound on loop iterations per repeat (for peers whose cost grows with use)."""
+    note: str = ""
+    async_factory: Callable[[], Callable[[int], Awaitable[float]]] | None = None
+    """Called inside the event loop; returns ``run(n) -> seconds for n iterations``."""
+    key: str = ""
+    """Stable identifier used for the ratios and the JSON output."""
+
+
+@dataclass
+class Result:
+    name: str
+    group: str
+    key: str
+    status: str = "ok"
+    best_ns: float | None = None
+    median_ns: float | None = None
+    number: int = 0
+    repeats: int = 0
+    note: str = ""
+
+
+class NotInstalled(Exception):
+    pass
+
+
+def _huge(factory: Callable[[int], Any]) -> Any:
+    """Build a limiter with the largest limit the engine accepts."""
+    last: Exception | None = None
+    for limit in HUGE_CANDIDATES:
+        try:
+            return factory(limit)
+        except (ValueError, OverflowError) as exc:
+            last = exc
+    raise RuntimeError(f"no huge limit accepted: {last}")
+
+
+def _import_permits() -> Any:
+    try:
+        import permits
+    except ImportError as exc:
+        raise NotInstalled(str(exc)) from exc
+    return permits
+
+
+def floor_cases() -> Iterator[Case]:
+    d = {"a": 1, "b": 2, "c": 3, "d": 4}
+    yield Case(
+        "dict.get on a 4-item dict (floor)",
+        "floor",
+        "d.get(k)",
+        {"d": d, "k": "b"},
+        key="dict_get",
+    )
+    yield Case("empty loop (timeit overhead, not subtracted)", "floor", "pass", key="empty")
+
+
+def permits_cases() -> Iterator[Case]:
+    permits = _import_permits()
+
+    def lease_ok(lim: Any) -> Callable[[], bool]:
+        return lambda: bool(lim.acquire())
+
+    time_based: list[tuple[str, str, Callable[[int], Any], Callable[[], Any]]] = [
+        (
+            "TokenBucketLimiter",
+            "token_bucket",
+            lambda n: permits.TokenBucketLimiter(n, n, 1.0),
+            lambda: permits.TokenBucketLimiter(1, 1, 3600.0),
+        ),
+        (
+            "FixedWindowLimiter",
+            "fixed_window",
+            lambda n: permits.FixedWindowLimiter(n, 1.0),
+            lambda: permits.FixedWindowLimiter(1, 3600.0),
+        ),
+        (
+            "SlidingWindowLimiter",
+            "sliding_window",
+            lambda n: permits.SlidingWindowLimiter(n, 1.0, 10),
+            lambda: permits.SlidingWindowLimiter(1, 3600.0, 10),
+        ),
+        (
+            "SlidingWindowCounterLimiter",
+            "sliding_window_counter",
+            lambda n: permits.SlidingWindowCounterLimiter(n, 1.0),
+            lambda: permits.SlidingWindowCounterLimiter(1, 3600.0),
+        ),
+    ]
+    for cls, key, huge, tiny in time_based:
+        lim = _huge(huge)
+        yield Case(
+            f"permits {cls}.acquire() ok",
+            "permits",
+            "lim.acquire()",
+            {"lim": lim},
+            probe=lease_ok(lim),
+            expect=True,
+            key=f"permits_{key}_ok",
+        )
+        full = tiny()
+        full.acquire()
+        yield Case(
+            f"permits {cls}.acquire() fail",
+            "permits",
+            "lim.acquire()",
+            {"lim": full},
+            probe=lease_ok(full),
+            expect=False,
+            note="failed lease with retry_after",
+            key=f"permits_{key}_fail",
+        )
+
+    bucket = _huge(lambda n: permits.TokenBucketLimiter(n, n, 1.0))
+    yield Case(
+        "permits TokenBucketLimiter: with acquire()",
+        "permits",
+        "with lim.acquire():\n    pass",
+        {"lim": bucket},
+        probe=lease_ok(bucket),
+        expect=True,
+        key="permits_token_bucket_with",
+    )
+
+    conc = permits.ConcurrencyLimiter(1)
+
+    def conc_probe() -> bool:
+        lease = conc.acquire()
+        ok = bool(lease)
+        lease.release()
+        return ok
+
+    yield Case(
+        "permits ConcurrencyLimiter.acquire().release() ok",
+        "permits",
+        "lim.acquire().release()",
+        {"lim": conc},
+        probe=conc_probe,
+        expect=True,
+        key="permits_concurrency_acquire_release",
+    )
+    yield Case(
+        "permits ConcurrencyLimiter: with acquire()",
+        "permits",
+        "with lim.acquire():\n    pass",
+        {"lim": conc},
+        probe=conc_probe,
+        expect=True,
+        key="permits_concurrency_with",
+    )
+    held = permits.ConcurrencyLimiter(1)
+    holder = held.acquire()
+    yield Case(
+        "permits ConcurrencyLimiter.acquire() fail",
+        "permits",
+        "lim.acquire()",
+        {"lim": held, "holder": holder},
+        probe=lease_ok(held),
+        expect=False,
+        key="permits_concurrency_fail",
+    )
+
+
+def _throttled_cases() -> Iterator[Case]:
+    try:
+        from throttled import MemoryStore, RateLimiterType, Throttled, rate_limiter
+    except ImportError as exc:
+        raise NotInstalled(f"throttled-py: {exc}") from exc
+    huge = 10**12
+    for algo in (
+        RateLimiterType.TOKEN_BUCKET,
+        RateLimiterType.FIXED_WINDOW,
+        RateLimiterType.SLIDING_WINDOW,
+        RateLimiterType.GCRA,
+    ):
+        t = Throttled(
+            key="bench",
+            using=algo.value,
+            quota=rate_limiter.per_sec(huge, burst=huge),
+            store=MemoryStore(),
+        )
+        yield Case(
+            f"throttled-py {algo.value} .limit() ok",
+            "peer",
+            "t.limit()",
+            {"t": t},
+            probe=lambda t=t: not t.limit().limited,
+            expect=True,
+            note="MemoryStore",
+            key=f"throttled_{algo.value}_ok",
+        )
+    full = Throttled(
+        key="bench",
+        using=RateLimiterType.TOKEN_BUCKET.value,
+        quota=rate_limiter.per_hour(1),
+        store=MemoryStore(),
+    )
+    full.limit()
+    yield Case(
+        "throttled-py token_bucket .limit() fail",
+        "peer",
+        "t.limit()",
+        {"t": full},
+        probe=lambda: not full.limit().limited,
+        expect=False,
+        note="MemoryStore",
+        key="throttled_token_bucket_fail",
+    )
+
+
+def _limits_cases() -> Iterator[Case]:
+    try:
+        from limits import RateLimitItemPerHour, RateLimitItemPerSecond, storage, strategies
+    except ImportError as exc:
+        raise NotInstalled(f"limits: {exc}") from exc
+    huge = RateLimitItemPerSecond(10**12)
+    kinds: list[tuple[str, Any, int | None, str]] = [
+        ("FixedWindowRateLimiter", strategies.FixedWindowRateLimiter, None, "MemoryStorage"),
+        (
+            "MovingWindowRateLimiter",
+            strategies.MovingWindowRateLimiter,
+            2000,
+            "MemoryStorage; one list entry per hit in the window, prepended (cost grows "
+            "with hits in the window): timed with at most 2,000 entries, reset each repeat",
+        ),
+    ]
+    if hasattr(strategies, "SlidingWindowCounterRateLimiter"):
+        kinds.append(
+            (
+                "SlidingWindowCounterRateLimiter",
+                strategies.SlidingWindowCounterRateLimiter,
+                None,
+                "MemoryStorage",
+            )
+        )
+    for name, cls, max_number, note in kinds:
+        store = storage.MemoryStorage()
+        lim = cls(store)
+        yield Case(
+            f"limits {name}.hit() ok",
+            "peer",
+            "lim.hit(item, 'bench')",
+            {"lim": lim, "item": huge, "store": store},
+            setup="store.reset()",
+            probe=lambda lim=lim: bool(lim.hit(huge, "bench")),
+            expect=True,
+            max_number=max_number,
+            note=note,
+            key=f"limits_{name}_ok",
+        )
+    store = storage.MemoryStorage()
+    lim = strategies.FixedWindowRateLimiter(store)
+    one = RateLimitItemPerHour(1)
+    lim.hit(one, "bench")
+    yield Case(
+        "limits FixedWindowRateLimiter.hit() fail",
+        "peer",
+        "lim.hit(item, 'bench')",
+        {"lim": lim, "item": one},
+        probe=lambda: bool(lim.hit(one, "bench")),
+        expect=False,
+        note="MemoryStorage",
+        key="limits_FixedWindowRateLimiter_fail",
+    )
+
+
+def _pyrate_cases() -> Iterator[Case]:
+    try:
+        from pyrate_limiter import Duration, Limiter, Rate
+    except ImportError as exc:
+        raise NotInstalled(f"pyrate-limiter: {exc}") from exc
+    lim = Limiter(Rate(10**12, Duration.SECOND))
+    yield Case(
+        "pyrate-limiter Limiter.try_acquire() ok",
+        "peer",
+        "lim.try_acquire('bench', blocking=False)",
+        {"lim": lim},
+        probe=lambda: bool(lim.try_acquire("bench", blocking=False)),
+        expect=True,
+        note="InMemoryBucket (log of items, leaked by a background thread)",
+        key="pyrate_inmemory_ok",
+    )
+    try:
+        from pyrate_limiter import limiter_factory
+
+        tb = limiter_factory.create_token_bucket_limiter(10**9, Duration.SECOND)
+    except (ImportError, AttributeError):
+        tb = None
+    if tb is not None:
+        yield Case(
+            "pyrate-limiter token bucket try_acquire() ok",
+            "peer",
+            "lim.try_acquire('bench', blocking=False)",
+            {"lim": tb},
+            probe=lambda: bool(tb.try_acquire("bench", blocking=False)),
+            expect=True,
+            note="StateBucket + TokenBucket (GCRA)",
+            key="pyrate_token_bucket_ok",
+        )
+    full = Limiter(Rate(1, Duration.HOUR))
+    full.try_acquire("bench", blocking=False)
+    yield Case(
+        "pyrate-limiter Limiter.try_acquire() fail",
+        "peer",
+        "lim.try_acquire('bench', blocking=False)",
+        {"lim": full},
+        probe=lambda: bool(full.try_acquire("bench", blocking=False)),
+        expect=False,
+        note="InMemoryBucket",
+        key="pyrate_inmemory_fail",
+    )
+
+
+def async_floor_cases() -> Iterator[Case]:
+    async def noop() -> None:
+        return None
+
+    def floor() -> Callable[[int], Awaitable[float]]:
+        async def run(n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                await noop()
+            return time.perf_counter() - t0
+
+        return run
+
+    yield Case(
+        "await of a trivial coroutine (async floor)",
+        "async-floor",
+        async_factory=floor,
+        key="async_noop",
+    )
+
+
+def _permits_async_cases() -> Iterator[Case]:
+    permits = _import_permits()
+
+    def awaiting(
+        make: Callable[[], Any], attr: str
+    ) -> Callable[[], Callable[[int], Awaitable[float]]]:
+        def factory() -> Callable[[int], Awaitable[float]]:
+            lim = make()
+
+            async def run(n: int) -> float:
+                call = getattr(lim, attr)
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    lease = await call()
+                t1 = time.perf_counter()
+                if n and not lease:
+                    raise RuntimeError(f"{attr}() failed: {lease.reason}")
+                return t1 - t0
+
+            return run
+
+        return factory
+
+    def entering(make: Callable[[], Any]) -> Callable[[], Callable[[int], Awaitable[float]]]:
+        def factory() -> Callable[[int], Awaitable[float]]:
+            lim = make()
+
+            async def run(n: int) -> float:
+                ok = True
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    async with lim.wait_async() as lease:
+                        ok = ok and bool(lease)
+                t1 = time.perf_counter()
+                if not ok:
+                    raise RuntimeError("wait_async() failed")
+                return t1 - t0
+
+            return run
+
+        return factory
+
+    def bucket() -> Any:
+        return _huge(lambda n: permits.TokenBucketLimiter(n, n, 1.0))
+
+    yield Case(
+        "permits TokenBucketLimiter: await wait_async()",
+        "permits-async",
+        async_factory=awaiting(bucket, "wait_async"),
+        key="permits_token_bucket_wait_async",
+    )
+    yield Case(
+        "permits TokenBucketLimiter: async with wait_async()",
+        "permits-async",
+        async_factory=entering(bucket),
+        key="permits_token_bucket_async_with",
+    )
+    yield Case(
+        "permits TokenBucketLimiter: await acquire_async()",
+        "permits-async",
+        async_factory=awaiting(bucket, "acquire_async"),
+        key="permits_token_bucket_acquire_async",
+    )
+    yield Case(
+        "permits ConcurrencyLimiter: async with wait_async()",
+        "permits-async",
+        async_factory=entering(lambda: permits.ConcurrencyLimiter(1)),
+        note="released on exit",
+        key="permits_concurrency_async_with",
+    )
+
+
+def _aiolimiter_cases() -> Iterator[Case]:
+    try:
+        from aiolimiter import AsyncLimiter
+    except ImportError as exc:
+        raise NotInstalled(f"aiolimiter: {exc}") from exc
+
+    def factory() -> Callable[[int], Awaitable[float]]:
+        lim = AsyncLimiter(10**12, 1)
+
+        async def run(n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                async with lim:
+                    pass
+            return time.perf_counter() - t0
+
+        return run
+
+    yield Case(
+        "aiolimiter: async with AsyncLimiter",
+        "peer-async",
+        async_factory=factory,
+        note="leaky bucket",
+        key="aiolimiter_async_with",
+    )
+
+
+# --------------------------------------------------------------------------- timing
+
+
+@dataclass
+class Settings:
+    target: float
+    """Seconds one repeat should take."""
+    repeats: int
+
+
+def _number_for(time_n: Callable[[int], float], target: float, cap: int | None) -> int:
+    """Iterations per repeat so that one repeat takes about ``target`` seconds."""
+    n = 1
+    while True:
+        if cap is not None and n >= cap:
+            return cap
+        elapsed = time_n(n)
+        if elapsed >= target / 5:
+            break
+        n *= 10
+    n = max(1, int(n * target / elapsed))
+    return n if cap is None else min(n, cap)
+
+
+def time_sync(case: Case, s: Settings) -> Result:
+    timer = timeit.Timer(case.stmt, setup=case.setup, globals=case.namespace)
+    number = _number_for(timer.timeit, s.target, case.max_number)
+    runs = timer.repeat(repeat=s.repeats, number=number)
+    per_call = [r / number * 1e9 for r in runs]
+    return Result(
+        case.name,
+        case.group,
+        case.key,
+        best_ns=min(per_call),
+        median_ns=statistics.median(per_call),
+        number=number,
+        repeats=s.repeats,
+        note=case.note,
+    )
+
+
+def time_async(case: Case, s: Settings) -> Result:
+    assert case.async_factory is not None
+    factory = case.async_factory
+
+    async def main() -> tuple[int, list[float]]:
+        run = factory()
+        await run(10)  # warm-up
+
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            n = 1
+            while True:
+                elapsed = await run(n)
+                if elapsed >= s.target / 5:
+                    break
+                n *= 10
+            number = max(1, int(n * s.target / elapsed))
+            return number, [await run(number) for _ in range(s.repeats)]
+        finally:
+            if gc_was:
+                gc.enable()
+
+    number, runs = asyncio.run(main())
+    per_call = [r / number * 1e9 for r in runs]
+    return Result(
+        case.name,
+        case.group,
+        case.key,
+        best_ns=min(per_call),
+        median_ns=statistics.median(per_call),
+        number=number,
+        repeats=s.repeats,
+        note=case.note,
+    )
+
+
+def run_case(case: Case, s: Settings) -> Result:
+    try:
+        if case.probe is not None and case.expect is not None:
+            got = case.probe()
+            if got != case.expect:
+                want = "succeed" if case.expect else "fail"
+                return Result(case.name, case.group, case.key, status=f"error: did not {want}")
+        result = time_async(case, s) if case.async_factory is not None else time_sync(case, s)
+        if case.probe is not None and case.expect is not None and case.probe() != case.expect:
+            result.note = (result.note + "; " if result.note else "") + (
+                "WARNING: outcome changed during the run"
+            )
+        return result
+    except Exception as exc:  # a broken peer must not stop the run
+        return Result(case.name, case.group, case.key, status=f"error: {type(exc).__name__}: {exc}")
+
+
+def collect(
+    sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Settings, verbose: bool
+) -> list[Result]:
+    results: list[Result] = []
+    for label, group, source in sources:
+        try:
+            cases = list(source())
+        except NotInstalled as exc:
+            results.append(Result(label, group, "", status="not installed", note=str(exc)))
+            continue
+        except Exception as exc:
+            results.append(Result(label, group, "", status=f"error: {type(exc).__name__}: {exc}"))
+            continue
+        for case in cases:
+            r = run_case(case, s)
+            if verbose:
+                shown = f"{r.best_ns:8.1f} ns" if r.best_ns is not None else r.status
+                print(f"  {case.name:<60} {shown}", file=sys.stderr, flush=True)
+            results.append(r)
+    return results
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _git_commit() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    commit = out.stdout.strip()
+    if not commit:
+        return "unknown (no commit)"
+    dirty = subprocess.run(
+        ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        timeout=5,
+        check=False,
+    ).stdout.strip()
+    return commit + ("-dirty" if dirty else "")
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def metadata_block(argv: list[str]) -> dict[str, Any]:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _git_commit(),
+        "command": "python benchmarks/bench_acquire.py " + shlex.join(argv),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "versions": {
+            dist: _version(dist)
+            for dist in ("permits", "throttled-py", "limits", "pyrate-limiter", "aiolimiter")
+        },
+    }
+
+
+def _by_key(results: list[Result]) -> dict[str, Result]:
+    return {r.key: r for r in results if r.key and r.best_ns is not None}
+
+
+def ratios(results: list[Result]) -> list[dict[str, Any]]:
+    """The ratios the project tracks, with their targets (best-of-repeats times)."""
+    got = _by_key(results)
+    floor = got.get("dict_get")
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, target: str, ok: bool | None) -> None:
+        out.append({"name": name, "value": value, "target": target, "met": ok})
+
+    for key, label in (
+        ("permits_token_bucket_ok", "TokenBucketLimiter"),
+        ("permits_fixed_window_ok", "FixedWindowLimiter"),
+        ("permits_sliding_window_ok", "SlidingWindowLimiter"),
+        ("permits_sliding_window_counter_ok", "SlidingWindowCounterLimiter"),
+    ):
+        r = got.get(key)
+        value = r.best_ns / floor.best_ns if r and floor and floor.best_ns else None
+        add(
+            f"time-based acquire / dict.get ({label})",
+            value,
+            f"<= {TARGET_TIME_BASED:g}x",
+            None if value is None else value <= TARGET_TIME_BASED,
+        )
+    r = got.get("permits_concurrency_acquire_release")
+    value = r.best_ns / floor.best_ns if r and floor and floor.best_ns else None
+    add(
+        "concurrency acquire+release / dict.get",
+        value,
+        f"<= {TARGET_CONCURRENCY:g}x",
+        None if value is None else value <= TARGET_CONCURRENCY,
+    )
+    peers = [
+        r for r in results if r.group == "peer" and r.key.endswith("_ok") and r.best_ns is not None
+    ]
+    tb = got.get("permits_token_bucket_ok")
+    if peers and tb and tb.best_ns:
+        fastest = min(peers, key=lambda r: r.best_ns or 0.0)
+        assert fastest.best_ns is not None
+        value = fastest.best_ns / tb.best_ns
+        add(
+            f"fastest peer ({fastest.name}) / permits token bucket acquire",
+            value,
+            f">= {TARGET_PEER:g}x",
+            value >= TARGET_PEER,
+        )
+    else:
+        add("fastest peer / permits token bucket acquire", None, f">= {TARGET_PEER:g}x", None)
+    aio = got.get("aiolimiter_async_with")
+    mine = got.get("permits_token_bucket_async_with")
+    if aio and mine and aio.best_ns and mine.best_ns:
+        add(
+            "aiolimiter async with / permits async with wait_async() (info)",
+            aio.best_ns / mine.best_ns,
+            "-",
+            None,
+        )
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _fmt_ns(v: float | None) -> str:
+    return "-" if v is None else (f"{v:,.0f}" if v >= 1000 else f"{v:.1f}")
+
+
+def markdown(results: list[Result], meta: dict[str, Any], rats: list[dict[str, Any]]) -> str:
+    floor = _by_key(results).get("dict_get")
+    lines = [
+        f"permits acquire benchmark, {meta['date']}, commit {meta['commit']}",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- {meta['python']} on {meta['platform']} ({meta['cpus']} CPUs)",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "",
+        "| benchmark | ns/call (best) | ns/call (median) | x dict.get | notes |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in results:
+        if r.best_ns is None:
+            lines.append(f"| {_cell(r.name)} | {_cell(r.status)} | | | {_cell(r.note)} |")
+            continue
+        ratio = f"{r.best_ns / floor.best_ns:.1f}" if floor and floor.best_ns else "-"
+        lines.append(
+            f"| {_cell(r.name)} | {_fmt_ns(r.best_ns)} | {_fmt_ns(r.median_ns)} | {ratio} "
+            f"| {_cell(r.note)} |"
+        )
+    lines += ["", "| ratio (best of repeats) | value | target | met |", "|---|---:|---|---|"]
+    for q in rats:
+        value = "-" if q["value"] is None else f"{q['value']:.1f}x"
+        met = {True: "yes", False: "**no**", None: "-"}[q["met"]]
+        lines.append(f"| {q['name']} | {value} | {q['target']} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        description="Time one rate-limit check: permits vs dict.get and the PyPI peers."
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="short repeats (a few seconds in all; noisier)"
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per case")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    args = parser.parse_args(args_list)
+
+    s = Settings(target=0.05, repeats=5) if args.quick else Settings(target=0.2, repeats=7)
+    if args.repeats is not None:
+        s.repeats = max(1, args.repeats)
+
+    sources: list[tuple[str, str, Callable[[], Iterator[Case]]]] = [
+        ("floor", "floor", floor_cases),
+        ("permits", "permits", permits_cases),
+        ("throttled-py", "peer", _throttled_cases),
+        ("limits", "peer", _limits_cases),
+        ("pyrate-limiter", "peer", _pyrate_cases),
+        ("async floor", "async-floor", async_floor_cases),
+        ("permits (async)", "permits-async", _permits_async_cases),
+        ("aiolimiter", "peer-async", _aiolimiter_cases),
+    ]
+    results = collect(sources, s, verbose=not args.quiet)
+    meta = metadata_block(args_list)
+    rats = ratios(results)
+    print(markdown(results, meta, rats))
+    if args.json:
+        payload = {
+            "meta": meta,
+            "settings": {"target_seconds": s.target, "repeats": s.repeats},
+            "results": [r.__dict__ for r in results],
+            "ratios": rats,
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

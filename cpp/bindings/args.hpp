@@ -1,0 +1,27 @@
+// Argument checks shared by the bindings: clear TypeError/ValueError naming the argument.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+namespace permits::bind {
+
+namespace py = pybind11;
+
+/// An int argument (bool refused), as int64; ValueError when it does not fit.
+inline std::int64_t int_arg(py::handle v, const char* name) {
+    PyObject* o = v.ptr();
+    if (PyBool_Check(o) || !PyLong_Check(o)) {
+        throw py::type_error(std::string(name) + " must be an int, got " + Py_TYPE(o)->tp_name);
+    }
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow != 0) {
+        throw py::value_error(std::string(name) + " is out of range: " + std::string(py::str(v)));
+    }
+    return n;
+}
+
+}  // namespace permits::bind

@@ -1,0 +1,143 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "args.hpp"
+#include "lease_type.hpp"
+#include "permits/concurrency.hpp"
+#include "permits/fixed_window.hpp"
+#include "permits/sliding_window.hpp"
+#include "permits/sliding_window_counter.hpp"
+#include "permits/token_bucket.hpp"
+#include "wait_handle.hpp"
+
+namespace py = pybind11;
+
+namespace permits::bind {
+namespace {
+
+py::object to_lease(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
+    PyObject* lease = py_lease::from_outcome(o, owner);
+    if (lease == nullptr) {
+        throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(lease);
+}
+
+py::object acquire(const std::shared_ptr<Limiter>& self, py::handle n) {
+    return to_lease(self->acquire(int_arg(n, "permit_count")), self);
+}
+
+py::object enqueue(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeout_ns,
+                   std::shared_ptr<Notifier> notifier, std::uint64_t id) {
+    auto q = self->enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
+    if (!q.waiter) {
+        return to_lease(q.outcome, self);
+    }
+    return py::cast(WaitHandle(self, q.waiter));
+}
+
+// Blocks with the GIL released; wakes every 50 ms to let Ctrl-C (and other signals) in.
+py::object wait(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeout_ns) {
+    auto q = self->enqueue(int_arg(n, "permit_count"), timeout_ns);
+    if (!q.waiter) {
+        return to_lease(q.outcome, self);
+    }
+    constexpr Nanos kSlice = 50'000'000;
+    for (;;) {
+        bool done = false;
+        {
+            py::gil_scoped_release nogil;
+            done = q.waiter->wait_for(kSlice);
+        }
+        if (done) {
+            return to_lease(q.waiter->outcome(), self);
+        }
+        if (PyErr_CheckSignals() != 0) {
+            if (!self->cancel(*q.waiter)) {
+                // Granted in the meantime: give the permits back, the caller never sees them.
+                const Outcome& o = q.waiter->outcome();
+                if (o.acquired) {
+                    self->give_back(o.permits, o.tag);
+                }
+            }
+            throw py::error_already_set();
+        }
+    }
+}
+
+QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
+    return {int_arg(queue_limit, "queue_limit"), newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
+}
+
+}  // namespace
+
+void bind_limiters(py::module_& m) {
+    py::class_<Limiter, std::shared_ptr<Limiter>>(m, "Limiter")
+        .def("acquire", &acquire, py::arg("permit_count") = 1,
+             "Takes permits now or returns a failed lease; never blocks or queues.")
+        .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"),
+             py::arg("id"))
+        .def("_wait", &wait, py::arg("permit_count"), py::arg("timeout_ns"))
+        .def("available_permits", &Limiter::available_permits, "An estimate of the permits available now.")
+        .def("_statistics",
+             [](Limiter& l) {
+                 const Statistics s = l.statistics();
+                 return py::make_tuple(s.current_available_permits, s.current_queued_count, s.total_successful_leases,
+                                       s.total_failed_leases);
+             })
+        .def("_idle_duration_ns", &Limiter::idle_duration)
+        .def("try_replenish", &Limiter::try_replenish,
+             "Manual mode: applies the replenishment elapsed time allows and returns True; False in auto mode.")
+        .def("close", &Limiter::close, "Fails queued requests with reason 'closed'; later calls raise.")
+        .def_property_readonly("closed", &Limiter::closed)
+        .def_property_readonly("_max_permits", &Limiter::max_permits);
+
+    py::class_<TokenBucket, Limiter, std::shared_ptr<TokenBucket>>(m, "TokenBucket")
+        .def(py::init([](std::shared_ptr<Clock> clock, py::handle token_limit, py::handle tokens_per_period,
+                         Nanos period, py::handle queue_limit, bool newest_first, bool manual) {
+                 return std::make_shared<TokenBucket>(std::move(clock), int_arg(token_limit, "token_limit"),
+                                                      int_arg(tokens_per_period, "tokens_per_period"), period,
+                                                      queue_options(queue_limit, newest_first), manual);
+             }),
+             py::arg("clock"), py::arg("token_limit"), py::arg("tokens_per_period"), py::arg("period_ns"),
+             py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
+
+    py::class_<FixedWindow, Limiter, std::shared_ptr<FixedWindow>>(m, "FixedWindow")
+        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle queue_limit,
+                         bool newest_first, bool manual) {
+                 return std::make_shared<FixedWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"), window,
+                                                      queue_options(queue_limit, newest_first), manual);
+             }),
+             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
+             py::arg("newest_first"), py::arg("manual"));
+
+    py::class_<SlidingWindow, Limiter, std::shared_ptr<SlidingWindow>>(m, "SlidingWindow")
+        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle segments,
+                         py::handle queue_limit, bool newest_first, bool manual) {
+                 return std::make_shared<SlidingWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"),
+                                                        window, int_arg(segments, "segments_per_window"),
+                                                        queue_options(queue_limit, newest_first), manual);
+             }),
+             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("segments_per_window"),
+             py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
+
+    py::class_<SlidingWindowCounter, Limiter, std::shared_ptr<SlidingWindowCounter>>(m, "SlidingWindowCounter")
+        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle queue_limit,
+                         bool newest_first, bool manual) {
+                 return std::make_shared<SlidingWindowCounter>(std::move(clock), int_arg(permit_limit, "permit_limit"),
+                                                               window, queue_options(queue_limit, newest_first),
+                                                               manual);
+             }),
+             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
+             py::arg("newest_first"), py::arg("manual"));
+
+    py::class_<Concurrency, Limiter, std::shared_ptr<Concurrency>>(m, "Concurrency")
+        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, py::handle queue_limit,
+                         bool newest_first) {
+                 return std::make_shared<Concurrency>(std::move(clock), int_arg(permit_limit, "permit_limit"),
+                                                      queue_options(queue_limit, newest_first));
+             }),
+             py::arg("clock"), py::arg("permit_limit"), py::arg("queue_limit"), py::arg("newest_first"));
+}
+
+}  // namespace permits::bind

@@ -1,0 +1,410 @@
+#include "lease_type.hpp"
+
+#include <cmath>
+#include <new>
+#include <structmember.h>
+
+namespace permits::py_lease {
+namespace {
+
+struct LeaseObject {
+    PyObject_HEAD
+    bool acquired;
+    bool released;
+    bool must_release;  // a concurrency lease: its permits come back only on release
+    std::int64_t permit_count;
+    double retry_after;    // < 0: none
+    PyObject* reason;      // str or nullptr
+    PyObject* extra;       // dict of further metadata or nullptr
+    PyObject* on_release;  // callable or nullptr (leases of custom limiters)
+    std::shared_ptr<Limiter> owner;
+    std::int64_t tag;
+};
+
+PyTypeObject LeaseType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+PyObject* reason_strings[8] = {};
+
+PyObject* reason_string(Reason r) {
+    auto i = static_cast<std::size_t>(r);
+    if (r == Reason::None) {
+        return nullptr;
+    }
+    if (reason_strings[i] == nullptr) {
+        reason_strings[i] = PyUnicode_InternFromString(reason_name(r));
+    }
+    Py_XINCREF(reason_strings[i]);
+    return reason_strings[i];
+}
+
+LeaseObject* alloc_lease() {
+    auto* self = PyObject_GC_New(LeaseObject, &LeaseType);
+    if (self == nullptr) {
+        return nullptr;
+    }
+    self->acquired = false;
+    self->released = false;
+    self->must_release = false;
+    self->permit_count = 0;
+    self->retry_after = -1.0;
+    self->reason = nullptr;
+    self->extra = nullptr;
+    self->on_release = nullptr;
+    new (&self->owner) std::shared_ptr<Limiter>();
+    self->tag = 0;
+    PyObject_GC_Track(self);
+    return self;
+}
+
+// Returns 0 or -1 with an error set (from on_release).
+int do_release(LeaseObject* self, bool refund) {
+    if (self->released) {
+        return 0;
+    }
+    self->released = true;
+    if (!self->acquired) {
+        return 0;
+    }
+    if (self->owner && (refund || self->owner->releases_permits())) {
+        self->owner->give_back(self->permit_count, self->tag);
+    }
+    if (self->on_release != nullptr) {
+        PyObject* cb = self->on_release;
+        self->on_release = nullptr;
+        PyObject* r = PyObject_CallNoArgs(cb);
+        Py_DECREF(cb);
+        if (r == nullptr) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+int lease_traverse(LeaseObject* self, visitproc visit, void* arg) {
+    Py_VISIT(self->extra);
+    Py_VISIT(self->on_release);
+    return 0;
+}
+
+int lease_clear(LeaseObject* self) {
+    Py_CLEAR(self->reason);
+    Py_CLEAR(self->extra);
+    Py_CLEAR(self->on_release);
+    return 0;
+}
+
+void lease_finalize(LeaseObject* self) {
+    if (!self->must_release || !self->acquired || self->released) {
+        return;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    const bool closed = self->owner && self->owner->closed();
+    if (do_release(self, false) != 0) {
+        PyErr_WriteUnraisable(reinterpret_cast<PyObject*>(self));
+    }
+    if (!closed && PyErr_WarnEx(PyExc_ResourceWarning,
+                                "a concurrency lease was garbage-collected without release(); "
+                                "its permits were released",
+                                1) != 0) {
+        PyErr_WriteUnraisable(reinterpret_cast<PyObject*>(self));
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+void lease_dealloc(LeaseObject* self) {
+    if (PyObject_CallFinalizerFromDealloc(reinterpret_cast<PyObject*>(self)) < 0) {
+        return;  // resurrected
+    }
+    PyObject_GC_UnTrack(self);
+    lease_clear(self);
+    self->owner.~shared_ptr<Limiter>();
+    PyObject_GC_Del(self);
+}
+
+PyObject* lease_release(LeaseObject* self, PyObject*) {
+    if (do_release(self, false) != 0) {
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject* lease_give_back(LeaseObject* self, PyObject*) {
+    if (do_release(self, true) != 0) {
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject* lease_enter(PyObject* self, PyObject*) {
+    Py_INCREF(self);
+    return self;
+}
+
+PyObject* lease_exit(LeaseObject* self, PyObject*) {
+    if (do_release(self, false) != 0) {
+        return nullptr;
+    }
+    Py_RETURN_FALSE;
+}
+
+int lease_bool(LeaseObject* self) { return self->acquired ? 1 : 0; }
+
+PyObject* lease_retry_after(LeaseObject* self, void*) {
+    if (self->retry_after < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyFloat_FromDouble(self->retry_after);
+}
+
+PyObject* lease_reason(LeaseObject* self, void*) {
+    if (self->reason == nullptr) {
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(self->reason);
+    return self->reason;
+}
+
+PyObject* lease_acquired(LeaseObject* self, void*) { return PyBool_FromLong(self->acquired); }
+PyObject* lease_permit_count(LeaseObject* self, void*) { return PyLong_FromLongLong(self->permit_count); }
+
+PyObject* lease_metadata(LeaseObject* self, void*) {
+    PyObject* d = self->extra != nullptr ? PyDict_Copy(self->extra) : PyDict_New();
+    if (d == nullptr) {
+        return nullptr;
+    }
+    if (self->retry_after >= 0) {
+        PyObject* v = PyFloat_FromDouble(self->retry_after);
+        if (v == nullptr || PyDict_SetItemString(d, "retry_after", v) != 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return nullptr;
+        }
+        Py_DECREF(v);
+    }
+    if (self->reason != nullptr && PyDict_SetItemString(d, "reason", self->reason) != 0) {
+        Py_DECREF(d);
+        return nullptr;
+    }
+    PyObject* proxy = PyDictProxy_New(d);
+    Py_DECREF(d);
+    return proxy;
+}
+
+PyObject* lease_repr(LeaseObject* self) {
+    if (self->acquired) {
+        return PyUnicode_FromFormat("<Lease acquired permit_count=%lld%s>", static_cast<long long>(self->permit_count),
+                                    self->released ? " released" : "");
+    }
+    PyObject* retry = lease_retry_after(self, nullptr);
+    PyObject* r = PyUnicode_FromFormat("<Lease failed permit_count=%lld reason=%R retry_after=%R>",
+                                       static_cast<long long>(self->permit_count),
+                                       self->reason != nullptr ? self->reason : Py_None, retry);
+    Py_XDECREF(retry);
+    return r;
+}
+
+// Lease.granted(permit_count=1, *, on_release=None, metadata=None)
+PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
+    static const char* kw[] = {"permit_count", "on_release", "metadata", nullptr};
+    PyObject* count = nullptr;
+    PyObject* on_release = Py_None;
+    PyObject* metadata = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OO:granted", const_cast<char**>(kw), &count, &on_release,
+                                     &metadata)) {
+        return nullptr;
+    }
+    long long n = 1;
+    if (count != nullptr) {
+        if (!PyLong_Check(count) || PyBool_Check(count)) {
+            PyErr_Format(PyExc_TypeError, "permit_count must be an int, got %.100s", Py_TYPE(count)->tp_name);
+            return nullptr;
+        }
+        int overflow = 0;
+        n = PyLong_AsLongLongAndOverflow(count, &overflow);
+        if (overflow != 0 || n < 0) {
+            PyErr_SetString(PyExc_ValueError, "permit_count must be a non-negative int within 64 bits");
+            return nullptr;
+        }
+    }
+    if (on_release != Py_None && !PyCallable_Check(on_release)) {
+        PyErr_SetString(PyExc_TypeError, "on_release must be callable or None");
+        return nullptr;
+    }
+    if (metadata != Py_None && !PyDict_Check(metadata) && !PyMapping_Check(metadata)) {
+        PyErr_SetString(PyExc_TypeError, "metadata must be a mapping or None");
+        return nullptr;
+    }
+    LeaseObject* self = alloc_lease();
+    if (self == nullptr) {
+        return nullptr;
+    }
+    self->acquired = true;
+    self->permit_count = n;
+    if (on_release != Py_None) {
+        Py_INCREF(on_release);
+        self->on_release = on_release;
+    }
+    if (metadata != Py_None) {
+        self->extra = PyDict_New();
+        if (self->extra == nullptr || PyDict_Update(self->extra, metadata) != 0) {
+            Py_DECREF(self);
+            return nullptr;
+        }
+    }
+    return reinterpret_cast<PyObject*>(self);
+}
+
+// Lease.denied(reason="limit_reached", *, retry_after=None, metadata=None)
+PyObject* lease_denied(PyObject*, PyObject* args, PyObject* kwargs) {
+    static const char* kw[] = {"reason", "retry_after", "metadata", nullptr};
+    PyObject* reason = nullptr;
+    PyObject* retry = Py_None;
+    PyObject* metadata = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OO:denied", const_cast<char**>(kw), &reason, &retry,
+                                     &metadata)) {
+        return nullptr;
+    }
+    if (reason != nullptr && reason != Py_None && !PyUnicode_Check(reason)) {
+        PyErr_SetString(PyExc_TypeError, "reason must be a str");
+        return nullptr;
+    }
+    double retry_after = -1.0;
+    if (retry != Py_None) {
+        if (PyBool_Check(retry) || !(PyFloat_Check(retry) || PyLong_Check(retry))) {
+            PyErr_SetString(PyExc_TypeError, "retry_after must be a number of seconds or None");
+            return nullptr;
+        }
+        retry_after = PyFloat_AsDouble(retry);
+        if (retry_after == -1.0 && PyErr_Occurred()) {
+            return nullptr;
+        }
+        if (!std::isfinite(retry_after) || retry_after < 0) {
+            PyErr_SetString(PyExc_ValueError, "retry_after must be a finite, non-negative number of seconds");
+            return nullptr;
+        }
+    }
+    if (metadata != Py_None && !PyDict_Check(metadata) && !PyMapping_Check(metadata)) {
+        PyErr_SetString(PyExc_TypeError, "metadata must be a mapping or None");
+        return nullptr;
+    }
+    LeaseObject* self = alloc_lease();
+    if (self == nullptr) {
+        return nullptr;
+    }
+    self->retry_after = retry_after;
+    if (reason == nullptr || reason == Py_None) {
+        self->reason = reason_string(Reason::LimitReached);
+    } else {
+        Py_INCREF(reason);
+        self->reason = reason;
+    }
+    if (metadata != Py_None) {
+        self->extra = PyDict_New();
+        if (self->extra == nullptr || PyDict_Update(self->extra, metadata) != 0) {
+            Py_DECREF(self);
+            return nullptr;
+        }
+    }
+    return reinterpret_cast<PyObject*>(self);
+}
+
+// Used by RateLimiter for custom limiters: a denied lease reports the requested count.
+PyObject* lease_with_permit_count(LeaseObject* self, PyObject* arg) {
+    const long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return nullptr;
+    }
+    if (!self->acquired) {
+        self->permit_count = n;
+    }
+    Py_INCREF(self);
+    return reinterpret_cast<PyObject*>(self);
+}
+
+PyMethodDef lease_methods[] = {
+    {"release", reinterpret_cast<PyCFunction>(lease_release), METH_NOARGS,
+     "Returns the lease's permits (concurrency limiters); idempotent. A no-op on time-based limiters."},
+    {"_give_back", reinterpret_cast<PyCFunction>(lease_give_back), METH_NOARGS,
+     "Returns the permits to the limiter as if never taken (refund); idempotent with release()."},
+    {"_with_permit_count", reinterpret_cast<PyCFunction>(lease_with_permit_count), METH_O, nullptr},
+    {"__enter__", lease_enter, METH_NOARGS, nullptr},
+    {"__exit__", reinterpret_cast<PyCFunction>(lease_exit), METH_VARARGS, nullptr},
+    {"granted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_granted)),
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "granted(permit_count=1, *, on_release=None, metadata=None) -> Lease: a successful lease."},
+    {"denied", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_denied)),
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "denied(reason='limit_reached', *, retry_after=None, metadata=None) -> Lease: a failed lease."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef lease_getset[] = {
+    {"acquired", reinterpret_cast<getter>(lease_acquired), nullptr, "True when the permits were granted.", nullptr},
+    {"permit_count", reinterpret_cast<getter>(lease_permit_count), nullptr, "Permits requested.", nullptr},
+    {"retry_after", reinterpret_cast<getter>(lease_retry_after), nullptr,
+     "Seconds until the request could succeed, when known.", nullptr},
+    {"reason", reinterpret_cast<getter>(lease_reason), nullptr, "Why the lease failed; None on success.", nullptr},
+    {"metadata", reinterpret_cast<getter>(lease_metadata), nullptr,
+     "Read-only mapping: retry_after and reason when set, plus what a custom limiter adds.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyNumberMethods lease_as_number = {};
+
+}  // namespace
+
+bool register_type(PyObject* m) {
+    lease_as_number.nb_bool = reinterpret_cast<inquiry>(lease_bool);
+    LeaseType.tp_name = "permits.Lease";
+    LeaseType.tp_basicsize = sizeof(LeaseObject);
+    LeaseType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+    LeaseType.tp_doc = "The outcome of an acquisition: acquired or failed, with retry_after and reason.";
+    LeaseType.tp_dealloc = reinterpret_cast<destructor>(lease_dealloc);
+    LeaseType.tp_finalize = reinterpret_cast<destructor>(lease_finalize);
+    LeaseType.tp_traverse = reinterpret_cast<traverseproc>(lease_traverse);
+    LeaseType.tp_clear = reinterpret_cast<inquiry>(lease_clear);
+    LeaseType.tp_repr = reinterpret_cast<reprfunc>(lease_repr);
+    LeaseType.tp_as_number = &lease_as_number;
+    LeaseType.tp_methods = lease_methods;
+    LeaseType.tp_getset = lease_getset;
+    if (PyType_Ready(&LeaseType) < 0) {
+        return false;
+    }
+    Py_INCREF(&LeaseType);
+    if (PyModule_AddObject(m, "Lease", reinterpret_cast<PyObject*>(&LeaseType)) < 0) {
+        Py_DECREF(&LeaseType);
+        return false;
+    }
+    return true;
+}
+
+PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
+    LeaseObject* self = alloc_lease();
+    if (self == nullptr) {
+        return nullptr;
+    }
+    self->acquired = o.acquired;
+    self->permit_count = o.permits;
+    self->tag = o.tag;
+    if (o.acquired) {
+        self->owner = owner;
+        self->must_release = owner->releases_permits() && o.permits > 0;
+    } else {
+        self->reason = reason_string(o.reason);
+        if (o.retry_after >= 0) {
+            self->retry_after = static_cast<double>(o.retry_after) / 1e9;
+        }
+    }
+    return reinterpret_cast<PyObject*>(self);
+}
+
+bool check(PyObject* obj) { return PyObject_TypeCheck(obj, &LeaseType) != 0; }
+
+void give_back(PyObject* lease) {
+    if (check(lease)) {
+        if (do_release(reinterpret_cast<LeaseObject*>(lease), true) != 0) {
+            PyErr_WriteUnraisable(lease);
+        }
+    }
+}
+
+}  // namespace permits::py_lease

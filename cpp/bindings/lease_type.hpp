@@ -1,0 +1,21 @@
+// permits.Lease: a CPython type written against the C API, because a lease is built on every
+// acquire and pybind11's instance machinery costs several times the whole acquire.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+
+#include "permits/limiter.hpp"
+
+namespace permits::py_lease {
+
+/// Registers the type as `Lease` in module `m`; returns false with a Python error set on failure.
+bool register_type(PyObject* m);
+/// A new reference to a lease for `o`, holding `owner` so that release() / refunds reach it.
+PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner);
+bool check(PyObject* obj);
+/// Gives the lease's permits back (a concurrency release or a refund); idempotent with release().
+void give_back(PyObject* lease);
+
+}  // namespace permits::py_lease

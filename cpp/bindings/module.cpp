@@ -1,0 +1,24 @@
+// The extension module: the only C++ that knows Python. Conversions and the GIL, nothing else.
+#include <pybind11/pybind11.h>
+
+#include "lease_type.hpp"
+#include "permits/outcome.hpp"
+
+namespace py = pybind11;
+
+namespace permits::bind {
+void bind_clock(py::module_& m);
+void bind_limiters(py::module_& m);
+void bind_notifier(py::module_& m);
+}  // namespace permits::bind
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "permits' engine (private: use the names exported by the permits package).";
+    if (!permits::py_lease::register_type(m.ptr())) {
+        throw py::error_already_set();
+    }
+    py::register_exception<permits::ClosedError>(m, "LimiterClosedError", PyExc_RuntimeError);
+    permits::bind::bind_clock(m);
+    permits::bind::bind_limiters(m);
+    permits::bind::bind_notifier(m);
+}

@@ -1,0 +1,27 @@
+// A queued request as Python sees it: cancel it, or take its lease once completed.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+#include "permits/limiter.hpp"
+
+namespace permits::bind {
+
+class WaitHandle {
+public:
+    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter)
+        : owner_(std::move(owner)), waiter_(std::move(waiter)) {}
+    const std::shared_ptr<Limiter>& owner() const { return owner_; }
+    const std::shared_ptr<Waiter>& waiter() const { return waiter_; }
+    /// Built once, so a lease reaches its caller exactly once whichever path asks first.
+    pybind11::object lease();
+
+private:
+    std::shared_ptr<Limiter> owner_;
+    std::shared_ptr<Waiter> waiter_;
+    pybind11::object lease_;
+};
+
+}  // namespace permits::bind

@@ -1,0 +1,124 @@
+// What every limiter shares: the lock-free acquire, the wait queue, statistics, idleness, close.
+// Each algorithm supplies only its state and arithmetic (take / available / time_until / give_back).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "permits/clock.hpp"
+#include "permits/outcome.hpp"
+#include "permits/waiter.hpp"
+
+namespace permits {
+
+enum class QueueOrder : std::uint8_t { OldestFirst = 0, NewestFirst = 1 };
+
+struct Statistics {
+    std::int64_t current_available_permits = 0;
+    std::int64_t current_queued_count = 0;
+    std::int64_t total_successful_leases = 0;
+    std::int64_t total_failed_leases = 0;
+};
+
+struct QueueOptions {
+    std::int64_t queue_limit = 0;
+    QueueOrder order = QueueOrder::OldestFirst;
+};
+
+class Limiter : public TimerTarget, public std::enable_shared_from_this<Limiter> {
+public:
+    /// `max_permits`: the most one request may ask for. `manual`: state advances only in try_replenish().
+    Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOptions queue, bool manual);
+    ~Limiter() override = default;
+    Limiter(const Limiter&) = delete;
+    Limiter& operator=(const Limiter&) = delete;
+
+    /// Never blocks or queues. Lock-free unless the limit is reached and requests are queued.
+    Outcome acquire(std::int64_t n);
+
+    struct Enqueued {
+        Outcome outcome;                 ///< final unless `waiter` is set
+        std::shared_ptr<Waiter> waiter;  ///< set when the request was queued
+    };
+    /// Acquires now, or queues the request (bounded by the queue limit), or rejects it.
+    /// `timeout` (clock time) < 0: wait forever; 0: do not queue.
+    Enqueued enqueue(std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier = nullptr,
+                     std::uint64_t id = 0);
+    /// Removes a pending request from the queue; false if it had already completed.
+    bool cancel(Waiter& w);
+    /// Returns permits: a concurrency lease's release, or a refund of a time-based grant
+    /// (given back only while its window or segment is current).
+    void give_back(std::int64_t n, std::int64_t tag);
+
+    std::int64_t available_permits();
+    Statistics statistics();
+    /// Nanoseconds since the limiter became fully idle, or nullopt while in use.
+    std::optional<Nanos> idle_duration();
+    /// Manual mode: applies the replenishment that elapsed time allows; false in auto mode.
+    bool try_replenish();
+    void close();
+    bool closed() const noexcept { return closed_.load(); }
+
+    std::int64_t max_permits() const noexcept { return max_permits_; }
+    QueueOptions queue_options() const noexcept { return queue_; }
+    bool manual() const noexcept { return manual_; }
+    const std::shared_ptr<Clock>& clock() const noexcept { return clock_; }
+    /// True for limiters whose permits come back on release (concurrency).
+    virtual bool releases_permits() const noexcept { return false; }
+
+    void on_timer(Nanos now) override;
+
+protected:
+    // ---- the algorithm ----
+    /// Atomically takes n > 0 permits if that many are available at `now`; sets `tag`.
+    virtual bool take(std::int64_t n, Nanos now, std::int64_t& tag) = 0;
+    virtual std::int64_t available_at(Nanos now) const = 0;
+    /// Time from `now` until `needed` permits are available if nothing else happens; kNever
+    /// when time alone never brings them (concurrency).
+    virtual Nanos time_until(std::int64_t needed, Nanos now) const = 0;
+    virtual void put_back(std::int64_t n, std::int64_t tag, Nanos now) = 0;
+    /// When the state last became full (all permits available), or kNever if it is not full at `now`.
+    virtual Nanos full_since(Nanos now) const = 0;
+
+    /// The time state is evaluated at: the clock, or the last try_replenish() in manual mode.
+    Nanos state_now() const noexcept { return manual_ ? manual_now_.load() : clock_->now(); }
+
+private:
+    void validate(std::int64_t n) const;
+    Nanos retry_after(std::int64_t n, Nanos state_time) const;
+    bool queue_blocks_barging() const noexcept {
+        return queue_.order == QueueOrder::OldestFirst && queued_permits_.load() > 0;
+    }
+    // All *_locked members run under mu_.
+    void process_queue_locked(Nanos state_time);
+    void expire_locked(Nanos clock_now);
+    void schedule_locked(Nanos state_time);
+    void pop_stale_locked();
+    void finish_locked(Waiter& w, const Outcome& o);
+
+    std::shared_ptr<Clock> clock_;
+    const std::int64_t max_permits_;
+    const QueueOptions queue_;
+    const bool manual_;
+    std::atomic<Nanos> manual_now_;
+    std::atomic<bool> closed_{false};
+
+    // Read without the lock by the fast path: a request may barge only while nothing is queued.
+    std::atomic<std::int64_t> queued_permits_{0};
+    std::atomic<std::int64_t> queued_entries_{0};
+    std::atomic<std::int64_t> successful_{0};
+    std::atomic<std::int64_t> failed_{0};
+
+    // The lock exists only for the queue: it is taken when a request queues, when queued requests
+    // are served or expire, and on close. An acquire that is not queued never takes it.
+    std::mutex mu_;
+    std::deque<std::shared_ptr<Waiter>> queue_entries_;  // may hold completed entries, removed lazily
+    std::int64_t timed_waiters_ = 0;
+    Nanos scheduled_at_ = kNever;
+};
+
+}  // namespace permits

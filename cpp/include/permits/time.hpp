@@ -1,0 +1,40 @@
+// Integer nanoseconds: the only unit of time inside the engine.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+namespace permits {
+
+using Nanos = std::int64_t;
+
+/// "Never": a deadline or wait time that no clock reaches.
+inline constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
+
+/// The largest permit count, limit or queue limit (as .NET's int permit counts).
+inline constexpr std::int64_t kMaxPermits = 2147483647;
+
+/// a + b, saturating at kNever (times here are never negative).
+inline Nanos sat_add(Nanos a, Nanos b) noexcept {
+    Nanos r = 0;
+    if (__builtin_add_overflow(a, b, &r)) {
+        return kNever;
+    }
+    return r;
+}
+
+/// Saturating conversion of a 128-bit intermediate to Nanos.
+inline Nanos sat_nanos(__int128 v) noexcept {
+    if (v > static_cast<__int128>(kNever)) {
+        return kNever;
+    }
+    if (v < 0) {
+        return 0;
+    }
+    return static_cast<Nanos>(v);
+}
+
+/// Ceiling division of non-negative integers.
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return a / b + (a % b != 0 ? 1 : 0); }
+
+}  // namespace permits

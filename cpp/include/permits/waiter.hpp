@@ -1,0 +1,76 @@
+// A queued request and the ways its completion reaches the caller.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "permits/outcome.hpp"
+
+namespace permits {
+
+class Waiter;
+
+/// Delivers completed asynchronous waiters to one event loop: completions queue here and the
+/// first one of a batch writes one byte to a pipe the loop watches (one wake-up per batch);
+/// the loop drains the whole batch. No Python here: the engine thread never needs the GIL.
+class Notifier {
+public:
+    Notifier();
+    ~Notifier();
+    Notifier(const Notifier&) = delete;
+    Notifier& operator=(const Notifier&) = delete;
+
+    int fd() const noexcept { return read_fd_; }
+    void push(std::shared_ptr<Waiter> w);
+    /// Takes every completed waiter queued so far and empties the pipe.
+    std::vector<std::shared_ptr<Waiter>> drain();
+    std::uint64_t wakeups() const noexcept { return wakeups_.load(); }
+
+private:
+    int read_fd_ = -1;
+    int write_fd_ = -1;
+    std::mutex mu_;  // guards ready_/signalled_: held for a push_back or a swap, never while waiting
+    std::vector<std::shared_ptr<Waiter>> ready_;
+    bool signalled_ = false;
+    std::atomic<std::uint64_t> wakeups_{0};
+};
+
+/// One queued request. Its state leaves Pending exactly once: granted, failed or cancelled.
+class Waiter : public std::enable_shared_from_this<Waiter> {
+public:
+    enum State : int { Pending, Completed, Cancelled };
+
+    Waiter(std::int64_t permits, Nanos deadline, std::shared_ptr<Notifier> notifier, std::uint64_t id)
+        : permits_(permits), deadline_(deadline), id_(id), notifier_(std::move(notifier)) {}
+
+    std::int64_t permits() const noexcept { return permits_; }
+    Nanos deadline() const noexcept { return deadline_; }
+    std::uint64_t id() const noexcept { return id_; }
+    State state() const noexcept { return static_cast<State>(state_.load()); }
+    bool pending() const noexcept { return state() == Pending; }
+    /// Valid once state() == Completed.
+    const Outcome& outcome() const noexcept { return outcome_; }
+
+    /// Pending -> Completed and notify the caller; false if it was no longer pending.
+    bool complete(const Outcome& o);
+    /// Pending -> Cancelled; false if it was no longer pending.
+    bool cancel() noexcept;
+    /// Blocks up to `timeout_ns` of real time for completion; true once completed.
+    bool wait_for(Nanos timeout_ns);
+
+private:
+    std::int64_t permits_;
+    Nanos deadline_;
+    std::uint64_t id_;
+    std::shared_ptr<Notifier> notifier_;
+    Outcome outcome_;
+    std::atomic<int> state_{Pending};
+    std::mutex mu_;  // only for blocking waiters' condition variable
+    std::condition_variable cv_;
+};
+
+}  // namespace permits

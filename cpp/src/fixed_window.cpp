@@ -1,0 +1,78 @@
+#include "permits/fixed_window.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace permits {
+
+FixedWindow::FixedWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, QueueOptions queue,
+                         bool manual)
+    : Limiter(std::move(clock), permit_limit, queue, manual), limit_(permit_limit), window_(window),
+      anchor_(state_now()) {
+    if (permit_limit < 1 || permit_limit > kMaxPermits) {
+        throw std::invalid_argument("permit_limit must be between 1 and 2147483647");
+    }
+    if (window < 1) {
+        throw std::invalid_argument("window must be at least 1 ns");
+    }
+}
+
+Nanos FixedWindow::window_start(std::int64_t w) const noexcept {
+    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(w) * window_);
+}
+
+bool FixedWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
+    Pair s = state_.load();
+    for (;;) {
+        const std::int64_t w = std::max(window_index(now), s.a);
+        const std::int64_t used = w == s.a ? s.b : 0;
+        if (limit_ - used < n) {
+            return false;
+        }
+        if (state_.compare_exchange(s, Pair{w, used + n})) {
+            tag = w;
+            return true;
+        }
+    }
+}
+
+std::int64_t FixedWindow::available_at(Nanos now) const {
+    const Pair s = state_.load();
+    return window_index(now) > s.a ? limit_ : limit_ - s.b;
+}
+
+Nanos FixedWindow::time_until(std::int64_t needed, Nanos now) const {
+    const Pair s = state_.load();
+    const std::int64_t w = std::max(window_index(now), s.a);
+    const std::int64_t available = w == s.a ? limit_ - s.b : limit_;
+    if (available >= needed) {
+        return 0;
+    }
+    // Each later window brings `limit` permits (treated as fungible across windows).
+    const Nanos at = window_start(w + ceil_div(needed - available, limit_));
+    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+}
+
+void FixedWindow::put_back(std::int64_t n, std::int64_t tag, Nanos now) {
+    Pair s = state_.load();
+    for (;;) {
+        // Only the current window's count can be given back; a past window is gone.
+        if (s.a != tag || window_index(now) != tag) {
+            return;
+        }
+        if (state_.compare_exchange(s, Pair{s.a, std::max<std::int64_t>(0, s.b - n)})) {
+            return;
+        }
+    }
+}
+
+Nanos FixedWindow::full_since(Nanos now) const {
+    const Pair s = state_.load();
+    if (s.b == 0) {
+        return window_start(s.a);
+    }
+    const Nanos next = window_start(s.a + 1);
+    return next <= now ? next : kNever;
+}
+
+}  // namespace permits

@@ -1,0 +1,336 @@
+#include "permits/limiter.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace permits {
+
+Limiter::Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOptions queue, bool manual)
+    : clock_(std::move(clock)), max_permits_(max_permits), queue_(queue), manual_(manual),
+      manual_now_(clock_->now()) {
+    if (queue_.queue_limit < 0 || queue_.queue_limit > kMaxPermits) {
+        throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits));
+    }
+}
+
+void Limiter::validate(std::int64_t n) const {
+    if (n < 0) {
+        throw std::invalid_argument("permit_count must not be negative, got " + std::to_string(n));
+    }
+    if (n > max_permits_) {
+        throw std::invalid_argument("permit_count " + std::to_string(n) + " exceeds the limiter's limit of " +
+                                    std::to_string(max_permits_));
+    }
+}
+
+Nanos Limiter::retry_after(std::int64_t n, Nanos state_time) const {
+    const std::int64_t ahead = queue_.order == QueueOrder::OldestFirst ? queued_permits_.load() : 0;
+    const Nanos wait = time_until(std::max<std::int64_t>(n, 1) + ahead, state_time);
+    if (wait == kNever) {
+        return -1;
+    }
+    // In manual mode state time lags the clock: report the wait from the clock's now.
+    const Nanos at = sat_add(state_time, wait);
+    const Nanos now = manual_ ? clock_->now() : state_time;
+    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+}
+
+Outcome Limiter::acquire(std::int64_t n) {
+    validate(n);
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    const Nanos now = state_now();
+    if (n == 0) {
+        // A zero-permit probe succeeds while any permit is available; the queue is ignored.
+        if (available_at(now) > 0) {
+            successful_.fetch_add(1);
+            return Outcome::granted(0, 0);
+        }
+    } else if (!queue_blocks_barging()) {
+        std::int64_t tag = 0;
+        if (take(n, now, tag)) {
+            successful_.fetch_add(1);
+            return Outcome::granted(n, tag);
+        }
+    }
+    failed_.fetch_add(1);
+    return Outcome::failed(n, Reason::LimitReached, retry_after(n, now));
+}
+
+Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier,
+                                   std::uint64_t id) {
+    validate(n);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    const Nanos now = state_now();
+    if (n == 0) {
+        if (available_at(now) > 0) {
+            successful_.fetch_add(1);
+            return {Outcome::granted(0, 0), nullptr};
+        }
+    } else {
+        std::int64_t tag = 0;
+        if (!queue_blocks_barging() && take(n, now, tag)) {
+            successful_.fetch_add(1);
+            return {Outcome::granted(n, tag), nullptr};
+        }
+        // Room is counted in permits (a zero-permit request always fits).
+        if (queue_.queue_limit - queued_permits_.load() < n) {
+            if (queue_.order == QueueOrder::NewestFirst && n <= queue_.queue_limit) {
+                // Make room by failing the oldest requests, as many as needed.
+                while (queue_.queue_limit - queued_permits_.load() < n && !queue_entries_.empty()) {
+                    auto oldest = queue_entries_.front();
+                    queue_entries_.pop_front();
+                    if (oldest->pending()) {
+                        failed_.fetch_add(1);
+                        finish_locked(*oldest, Outcome::failed(oldest->permits(), Reason::Evicted));
+                    }
+                }
+            } else {
+                failed_.fetch_add(1);
+                return {Outcome::failed(n, Reason::QueueFull, retry_after(n, now)), nullptr};
+            }
+        }
+    }
+    if (timeout == 0) {
+        return {Outcome::failed(n, Reason::Timeout), nullptr};
+    }
+    const Nanos clock_now = clock_->now();
+    const Nanos deadline = timeout < 0 ? kNever : sat_add(clock_now, timeout);
+    auto waiter = std::make_shared<Waiter>(n, deadline, std::move(notifier), id);
+    queue_entries_.push_back(waiter);
+    queued_permits_.fetch_add(n);
+    queued_entries_.fetch_add(1);
+    if (deadline != kNever) {
+        ++timed_waiters_;
+    }
+    // A release may have landed between the failed take above and the queueing: serve now
+    // what can be served, so no wake-up is lost.
+    process_queue_locked(state_now());
+    schedule_locked(state_now());
+    return {Outcome{}, waiter};
+}
+
+void Limiter::finish_locked(Waiter& w, const Outcome& o) {
+    queued_permits_.fetch_sub(w.permits());
+    queued_entries_.fetch_sub(1);
+    if (w.deadline() != kNever) {
+        --timed_waiters_;
+    }
+    w.complete(o);
+}
+
+bool Limiter::cancel(Waiter& w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!w.cancel()) {
+        return false;
+    }
+    queued_permits_.fetch_sub(w.permits());
+    queued_entries_.fetch_sub(1);
+    if (w.deadline() != kNever) {
+        --timed_waiters_;
+    }
+    // The entry stays in the deque until a pass meets it; if it blocked the head, serve who is next.
+    pop_stale_locked();
+    if (!closed_.load()) {
+        process_queue_locked(state_now());
+        schedule_locked(state_now());
+    }
+    return true;
+}
+
+void Limiter::pop_stale_locked() {
+    while (!queue_entries_.empty() && !queue_entries_.front()->pending()) {
+        queue_entries_.pop_front();
+    }
+    while (!queue_entries_.empty() && !queue_entries_.back()->pending()) {
+        queue_entries_.pop_back();
+    }
+    // Cancellation storms in the middle: compact once stale entries dominate.
+    const auto live = static_cast<std::size_t>(queued_entries_.load());
+    if (queue_entries_.size() > 2 * live + 64) {
+        std::erase_if(queue_entries_, [](const auto& w) { return !w->pending(); });
+    }
+}
+
+void Limiter::process_queue_locked(Nanos state_time) {
+    while (!queue_entries_.empty()) {
+        const bool oldest = queue_.order == QueueOrder::OldestFirst;
+        auto& next = oldest ? queue_entries_.front() : queue_entries_.back();
+        if (!next->pending()) {
+            oldest ? queue_entries_.pop_front() : queue_entries_.pop_back();
+            continue;
+        }
+        const std::int64_t n = next->permits();
+        std::int64_t tag = 0;
+        const bool ok = n == 0 ? available_at(state_time) > 0 : take(n, state_time, tag);
+        if (!ok) {
+            return;  // head-of-line blocking: nothing skips ahead
+        }
+        auto w = next;
+        oldest ? queue_entries_.pop_front() : queue_entries_.pop_back();
+        successful_.fetch_add(1);
+        finish_locked(*w, Outcome::granted(n, tag));
+    }
+}
+
+void Limiter::expire_locked(Nanos clock_now) {
+    if (timed_waiters_ == 0) {
+        return;
+    }
+    for (auto& w : queue_entries_) {
+        if (w->pending() && w->deadline() <= clock_now) {
+            finish_locked(*w, Outcome::failed(w->permits(), Reason::Timeout));  // not counted, like a cancellation
+        }
+    }
+    pop_stale_locked();
+}
+
+void Limiter::schedule_locked(Nanos state_time) {
+    if (queued_entries_.load() == 0) {
+        return;
+    }
+    Nanos when = kNever;
+    if (!manual_) {
+        // The request served next: oldest or newest live entry.
+        std::shared_ptr<Waiter> next;
+        if (queue_.order == QueueOrder::OldestFirst) {
+            for (const auto& w : queue_entries_) {
+                if (w->pending()) {
+                    next = w;
+                    break;
+                }
+            }
+        } else {
+            for (auto it = queue_entries_.rbegin(); it != queue_entries_.rend(); ++it) {
+                if ((*it)->pending()) {
+                    next = *it;
+                    break;
+                }
+            }
+        }
+        if (next) {
+            const Nanos wait = time_until(std::max<std::int64_t>(next->permits(), 1), state_time);
+            if (wait != kNever) {
+                // At least 1 ns ahead: a request not served at `state_time` needs time to pass.
+                when = sat_add(state_time, std::max<Nanos>(wait, 1));
+            }
+        }
+    }
+    if (timed_waiters_ > 0) {
+        for (const auto& w : queue_entries_) {
+            if (w->pending()) {
+                when = std::min(when, w->deadline());
+            }
+        }
+    }
+    if (when == kNever) {
+        return;
+    }
+    // A timer already set for this time or earlier will reschedule when it fires.
+    const Nanos clock_now = clock_->now();
+    if (scheduled_at_ != kNever && scheduled_at_ <= when && scheduled_at_ >= clock_now) {
+        return;
+    }
+    scheduled_at_ = when;
+    clock_->scheduler().schedule(weak_from_this(), when);
+}
+
+void Limiter::on_timer(Nanos now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    scheduled_at_ = kNever;
+    if (closed_.load()) {
+        return;
+    }
+    if (!manual_) {
+        process_queue_locked(state_now());
+    }
+    if (timed_waiters_ > 0) {
+        expire_locked(now);
+        if (!manual_) {
+            process_queue_locked(state_now());  // an expired head may have unblocked others
+        }
+    }
+    schedule_locked(state_now());
+}
+
+void Limiter::give_back(std::int64_t n, std::int64_t tag) {
+    if (n <= 0 || closed_.load()) {
+        return;
+    }
+    put_back(n, tag, state_now());
+    if (queued_entries_.load() > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!closed_.load()) {
+            process_queue_locked(state_now());
+            schedule_locked(state_now());
+        }
+    }
+}
+
+std::int64_t Limiter::available_permits() {
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    return available_at(state_now());
+}
+
+Statistics Limiter::statistics() {
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    return {available_at(state_now()), queued_permits_.load(), successful_.load(), failed_.load()};
+}
+
+std::optional<Nanos> Limiter::idle_duration() {
+    if (queued_entries_.load() > 0) {
+        return std::nullopt;
+    }
+    const Nanos now = state_now();
+    const Nanos since = full_since(now);
+    if (since == kNever) {
+        return std::nullopt;
+    }
+    // Manual mode: the state is as of the last replenish, idleness runs on the clock.
+    return std::max<Nanos>(0, clock_->now() - since);
+}
+
+bool Limiter::try_replenish() {
+    if (!manual_) {
+        return false;
+    }
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Nanos now = clock_->now();
+    // Never move state time backwards, whatever order concurrent calls land in.
+    Nanos prev = manual_now_.load();
+    while (prev < now && !manual_now_.compare_exchange_weak(prev, now)) {
+    }
+    process_queue_locked(manual_now_.load());
+    schedule_locked(manual_now_.load());
+    return true;
+}
+
+void Limiter::close() {
+    if (closed_.exchange(true)) {
+        return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    // Queued requests complete with failed leases, in the order they would have been served.
+    const bool oldest = queue_.order == QueueOrder::OldestFirst;
+    while (!queue_entries_.empty()) {
+        auto w = oldest ? queue_entries_.front() : queue_entries_.back();
+        oldest ? queue_entries_.pop_front() : queue_entries_.pop_back();
+        if (w->pending()) {
+            finish_locked(*w, Outcome::failed(w->permits(), Reason::Closed));
+        }
+    }
+}
+
+}  // namespace permits

@@ -1,0 +1,154 @@
+#include "permits/sliding_window.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace permits {
+
+namespace {
+constexpr std::int64_t kMaxSegments = 65536;
+}
+
+SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
+                             std::int64_t segments, QueueOptions queue, bool manual)
+    : Limiter(std::move(clock), permit_limit, queue, manual), limit_(permit_limit), window_(window),
+      segments_(segments), segment_(segments > 0 ? window / segments : 0), anchor_(state_now()) {
+    if (permit_limit < 1 || permit_limit > kMaxPermits) {
+        throw std::invalid_argument("permit_limit must be between 1 and 2147483647");
+    }
+    if (segments < 1 || segments > kMaxSegments) {
+        throw std::invalid_argument("segments_per_window must be between 1 and 65536");
+    }
+    if (window < 1 || segment_ < 1) {
+        throw std::invalid_argument("window must be at least segments_per_window nanoseconds");
+    }
+    ring_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(segments));
+    // Slot j holds segment j's count; mark every slot as "a segment long before the anchor".
+    for (std::int64_t j = 0; j < segments; ++j) {
+        Pair empty = ring_[j].load();
+        ring_[j].compare_exchange(empty, Pair{-1 - segments, 0});
+    }
+}
+
+Nanos SlidingWindow::segment_start(std::int64_t s) const noexcept {
+    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(s) * segment_);
+}
+
+std::int64_t SlidingWindow::count_in(Pair h, std::int64_t j) const noexcept {
+    if (j == h.a) {
+        return h.b;
+    }
+    if (j > h.a || j < 0) {
+        return 0;
+    }
+    const Pair r = ring_[j % segments_].load();
+    return r.a == j ? r.b : 0;
+}
+
+std::int64_t SlidingWindow::used_at(Pair h, std::int64_t p) const noexcept {
+    // The window ending with segment p holds segments p-S+1 .. p.
+    std::int64_t used = 0;
+    const std::int64_t first = std::max<std::int64_t>(p - segments_ + 1, 0);
+    if (h.a >= first) {
+        used += h.b;
+    }
+    for (std::int64_t j = std::max(first, h.a - segments_ + 1); j < std::min(h.a, p + 1); ++j) {
+        const Pair r = ring_[j % segments_].load();
+        if (r.a == j) {
+            used += r.b;
+        }
+    }
+    return used;
+}
+
+void SlidingWindow::archive(Pair h) noexcept {
+    if (h.b == 0) {
+        return;  // an empty segment needs no entry: a missing entry reads as 0
+    }
+    AtomicPair& slot = ring_[h.a % segments_];
+    Pair r = slot.load();
+    // Atomic max on (segment, count): an archiver that lost the race to a newer segment
+    // or a larger count of the same segment writes nothing.
+    while (r.a < h.a || (r.a == h.a && r.b < h.b)) {
+        if (slot.compare_exchange(r, h)) {
+            return;
+        }
+    }
+}
+
+bool SlidingWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
+    Pair h = head_.load();
+    for (;;) {
+        const std::int64_t p = std::max(segment_index(now), h.a);
+        if (limit_ - used_at(h, p) < n) {
+            return false;
+        }
+        Pair next{p, n};
+        if (p == h.a) {
+            next.b = h.b + n;
+        } else {
+            archive(h);  // before the head leaves segment h.a, so its count is never lost
+        }
+        if (head_.compare_exchange(h, next)) {
+            tag = p;
+            return true;
+        }
+    }
+}
+
+std::int64_t SlidingWindow::available_at(Nanos now) const {
+    const Pair h = head_.load();
+    return limit_ - used_at(h, std::max(segment_index(now), h.a));
+}
+
+Nanos SlidingWindow::time_until(std::int64_t needed, Nanos now) const {
+    const Pair h = head_.load();
+    const std::int64_t p = std::max(segment_index(now), h.a);
+    std::int64_t available = limit_ - used_at(h, p);
+    if (available >= needed) {
+        return 0;
+    }
+    // Walk forward: at the start of segment p+i, segment p+i-S expires and frees its permits.
+    for (std::int64_t i = 1; i <= segments_; ++i) {
+        available += count_in(h, p + i - segments_);
+        if (available >= needed) {
+            const Nanos at = segment_start(p + i);
+            return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+        }
+    }
+    // More than a window's worth (requests queued ahead): whole windows more.
+    const Nanos at = segment_start(p + segments_ * (1 + ceil_div(needed - limit_, limit_)));
+    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+}
+
+void SlidingWindow::put_back(std::int64_t n, std::int64_t tag, Nanos now) {
+    Pair h = head_.load();
+    for (;;) {
+        if (h.a != tag || segment_index(now) != tag) {
+            return;  // only the current segment's count can be given back
+        }
+        if (head_.compare_exchange(h, Pair{h.a, std::max<std::int64_t>(0, h.b - n)})) {
+            return;
+        }
+    }
+}
+
+Nanos SlidingWindow::full_since(Nanos now) const {
+    const Pair h = head_.load();
+    // The last segment that took permits frees them `segments` segments later.
+    std::int64_t last = -1;
+    if (h.b > 0) {
+        last = h.a;
+    } else {
+        for (std::int64_t j = h.a - 1; j >= std::max<std::int64_t>(0, h.a - segments_ + 1); --j) {
+            if (count_in(h, j) > 0) {
+                last = j;
+                break;
+            }
+        }
+    }
+    const Nanos since = last < 0 ? segment_start(0) : segment_start(last + segments_);
+    return since <= now ? since : kNever;
+}
+
+}  // namespace permits

@@ -1,0 +1,124 @@
+#include "permits/sliding_window_counter.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace permits {
+
+namespace {
+std::int64_t pack_counts(std::int64_t previous, std::int64_t current) {
+    return static_cast<std::int64_t>((static_cast<std::uint64_t>(previous) << 32) | static_cast<std::uint64_t>(current));
+}
+}  // namespace
+
+SlidingWindowCounter::SlidingWindowCounter(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
+                                           QueueOptions queue, bool manual)
+    : Limiter(std::move(clock), permit_limit, queue, manual), limit_(permit_limit), window_(window),
+      anchor_(state_now()) {
+    if (permit_limit < 1 || permit_limit > kMaxPermits) {
+        throw std::invalid_argument("permit_limit must be between 1 and 2147483647");
+    }
+    if (window < 1) {
+        throw std::invalid_argument("window must be at least 1 ns");
+    }
+}
+
+Nanos SlidingWindowCounter::window_start(std::int64_t w) const noexcept {
+    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(w) * window_);
+}
+
+SlidingWindowCounter::Counts SlidingWindowCounter::counts_at(Pair s, std::int64_t w) noexcept {
+    const auto packed = static_cast<std::uint64_t>(s.b);
+    const auto previous = static_cast<std::int64_t>(packed >> 32);
+    const auto current = static_cast<std::int64_t>(packed & 0xffffffffU);
+    if (w <= s.a) {
+        return {s.a, previous, current};
+    }
+    if (w == s.a + 1) {
+        return {w, current, 0};
+    }
+    return {w, 0, 0};  // after a long gap the previous window counts 0
+}
+
+__int128 SlidingWindowCounter::room(const Counts& c, Nanos now) const noexcept {
+    const Nanos elapsed = std::clamp<Nanos>(now - window_start(c.window), 0, window_);
+    return static_cast<__int128>(limit_) * window_ - static_cast<__int128>(c.previous) * (window_ - elapsed) -
+           static_cast<__int128>(c.current) * window_;
+}
+
+bool SlidingWindowCounter::take(std::int64_t n, Nanos now, std::int64_t& tag) {
+    Pair s = state_.load();
+    for (;;) {
+        const Counts c = counts_at(s, std::max(window_index(now), s.a));
+        if (room(c, now) < static_cast<__int128>(n) * window_) {
+            return false;
+        }
+        if (state_.compare_exchange(s, Pair{c.window, pack_counts(c.previous, c.current + n)})) {
+            tag = c.window;
+            return true;
+        }
+    }
+}
+
+std::int64_t SlidingWindowCounter::available_at(Nanos now) const {
+    const Pair s = state_.load();
+    const __int128 r = room(counts_at(s, std::max(window_index(now), s.a)), now);
+    return r <= 0 ? 0 : static_cast<std::int64_t>(r / window_);  // floor of a non-negative value
+}
+
+Nanos SlidingWindowCounter::time_until(std::int64_t needed, Nanos now) const {
+    const Pair s = state_.load();
+    Counts c = counts_at(s, std::max(window_index(now), s.a));
+    // The earliest elapsed time e in window c.window with previous*(W-e) <= (limit-current-needed)*W.
+    auto earliest = [&](const Counts& k) -> Nanos {
+        const std::int64_t spare = limit_ - k.current - needed;
+        if (spare < 0) {
+            return kNever;
+        }
+        if (k.previous == 0) {
+            return window_start(k.window);
+        }
+        const __int128 slack = static_cast<__int128>(spare) * window_ / k.previous;
+        const Nanos e = slack >= window_ ? 0 : window_ - static_cast<Nanos>(slack);
+        return sat_add(window_start(k.window), e);
+    };
+    Nanos at = earliest(c);
+    if (at == kNever) {
+        c = {c.window + 1, c.current, 0};
+        at = earliest(c);
+    }
+    if (at == kNever) {
+        // More than one window's worth is needed (requests queued ahead): count whole windows.
+        const std::int64_t extra = ceil_div(needed - limit_, limit_);
+        c = {c.window + 1 + extra, 0, 0};
+        at = window_start(c.window);
+    }
+    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+}
+
+void SlidingWindowCounter::put_back(std::int64_t n, std::int64_t tag, Nanos now) {
+    Pair s = state_.load();
+    for (;;) {
+        if (s.a != tag || window_index(now) != tag) {
+            return;  // only the current window's count can be given back
+        }
+        const Counts c = counts_at(s, tag);
+        if (state_.compare_exchange(s, Pair{tag, pack_counts(c.previous, std::max<std::int64_t>(0, c.current - n))})) {
+            return;
+        }
+    }
+}
+
+Nanos SlidingWindowCounter::full_since(Nanos now) const {
+    const Pair s = state_.load();
+    const Counts c = counts_at(s, s.a);
+    Nanos since = window_start(s.a);
+    if (c.current > 0) {
+        since = window_start(s.a + 2);  // the current count stops weighing when the next window ends
+    } else if (c.previous > 0) {
+        since = window_start(s.a + 1);
+    }
+    return since <= now ? since : kNever;
+}
+
+}  // namespace permits

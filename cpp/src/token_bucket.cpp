@@ -1,0 +1,88 @@
+#include "permits/token_bucket.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace permits {
+
+TokenBucket::TokenBucket(std::shared_ptr<Clock> clock, std::int64_t token_limit, std::int64_t tokens_per_period,
+                         Nanos period, QueueOptions queue, bool manual)
+    : Limiter(std::move(clock), token_limit, queue, manual), limit_(token_limit), per_period_(tokens_per_period),
+      period_(period), anchor_(state_now()), state_(Pair{0, token_limit}) {
+    if (token_limit < 1 || token_limit > kMaxPermits) {
+        throw std::invalid_argument("token_limit must be between 1 and 2147483647");
+    }
+    if (tokens_per_period < 1 || tokens_per_period > kMaxPermits) {
+        throw std::invalid_argument("tokens_per_period must be between 1 and 2147483647");
+    }
+    if (period < 1) {
+        throw std::invalid_argument("replenishment_period must be at least 1 ns");
+    }
+}
+
+std::int64_t TokenBucket::tokens_at(Pair s, std::int64_t p) const noexcept {
+    if (p <= s.a) {
+        return s.b;
+    }
+    const __int128 t = static_cast<__int128>(s.b) + static_cast<__int128>(p - s.a) * per_period_;
+    return t >= limit_ ? limit_ : static_cast<std::int64_t>(t);
+}
+
+Nanos TokenBucket::period_start(std::int64_t p) const noexcept {
+    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(p) * period_);
+}
+
+bool TokenBucket::take(std::int64_t n, Nanos now, std::int64_t& tag) {
+    Pair s = state_.load();
+    for (;;) {
+        const std::int64_t p = std::max(period_index(now), s.a);  // never step back in time
+        const std::int64_t tokens = tokens_at(s, p);
+        if (tokens < n) {
+            return false;
+        }
+        if (state_.compare_exchange(s, Pair{p, tokens - n})) {
+            tag = p;
+            return true;
+        }
+    }
+}
+
+std::int64_t TokenBucket::available_at(Nanos now) const {
+    const Pair s = state_.load();
+    return tokens_at(s, std::max(period_index(now), s.a));
+}
+
+Nanos TokenBucket::time_until(std::int64_t needed, Nanos now) const {
+    const Pair s = state_.load();
+    const std::int64_t p = std::max(period_index(now), s.a);
+    const std::int64_t tokens = tokens_at(s, p);
+    if (tokens >= needed) {
+        return 0;
+    }
+    // Tokens arrive at period boundaries; queued requests ahead take theirs as they come.
+    const std::int64_t periods = ceil_div(needed - tokens, per_period_);
+    const Nanos at = period_start(p + periods);
+    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+}
+
+void TokenBucket::put_back(std::int64_t n, std::int64_t /*tag*/, Nanos now) {
+    Pair s = state_.load();
+    for (;;) {
+        const std::int64_t p = std::max(period_index(now), s.a);
+        const std::int64_t tokens = std::min(limit_, tokens_at(s, p) + n);
+        if (state_.compare_exchange(s, Pair{p, tokens})) {
+            return;
+        }
+    }
+}
+
+Nanos TokenBucket::full_since(Nanos now) const {
+    const Pair s = state_.load();
+    if (s.b >= limit_) {
+        return period_start(s.a);
+    }
+    const Nanos full_at = period_start(s.a + ceil_div(limit_ - s.b, per_period_));
+    return full_at <= now ? full_at : kNever;
+}
+
+}  // namespace permits

@@ -1,0 +1,95 @@
+#include "permits/waiter.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <fcntl.h>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace permits {
+
+const char* reason_name(Reason r) noexcept {
+    switch (r) {
+    case Reason::None: return "";
+    case Reason::LimitReached: return "limit_reached";
+    case Reason::QueueFull: return "queue_full";
+    case Reason::Evicted: return "evicted";
+    case Reason::Closed: return "closed";
+    case Reason::Timeout: return "timeout";
+    case Reason::PartitionLimit: return "partition_limit";
+    }
+    return "";
+}
+
+Notifier::Notifier() {
+    int fds[2];
+    if (::pipe(fds) != 0) {
+        throw std::runtime_error("permits: cannot create the notifier pipe");
+    }
+    for (int fd : fds) {
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+}
+
+Notifier::~Notifier() {
+    ::close(read_fd_);
+    ::close(write_fd_);
+}
+
+void Notifier::push(std::shared_ptr<Waiter> w) {
+    bool signal = false;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        ready_.push_back(std::move(w));
+        signal = !signalled_;
+        signalled_ = true;
+    }
+    if (signal) {
+        // One byte per batch; a full pipe already means "wake up", so EAGAIN is fine.
+        const char byte = 1;
+        [[maybe_unused]] auto written = ::write(write_fd_, &byte, 1);
+        wakeups_.fetch_add(1);
+    }
+}
+
+std::vector<std::shared_ptr<Waiter>> Notifier::drain() {
+    char buf[64];
+    while (::read(read_fd_, buf, sizeof buf) > 0) {
+    }
+    std::vector<std::shared_ptr<Waiter>> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    out.swap(ready_);
+    signalled_ = false;
+    return out;
+}
+
+bool Waiter::complete(const Outcome& o) {
+    int expected = Pending;
+    outcome_ = o;  // written before the state flips; readers check the state first
+    if (!state_.compare_exchange_strong(expected, Completed)) {
+        return false;
+    }
+    if (notifier_) {
+        notifier_->push(shared_from_this());
+    } else {
+        std::lock_guard<std::mutex> lock(mu_);
+        cv_.notify_all();
+    }
+    return true;
+}
+
+bool Waiter::cancel() noexcept {
+    int expected = Pending;
+    return state_.compare_exchange_strong(expected, Cancelled);
+}
+
+bool Waiter::wait_for(Nanos timeout_ns) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [this] { return state() != Pending; });
+    return state() == Completed;
+}
+
+}  // namespace permits

@@ -1,0 +1,34 @@
+"""permits: rate limiting with a lock-free C++ engine, after .NET's System.Threading.RateLimiting."""
+
+from __future__ import annotations
+
+from ._core import Lease, LimiterClosedError
+from .clock import ManualClock, MonotonicClock
+from .limiter import QueueOrder, RateLimiter, Statistics
+from .limiters import (
+    ConcurrencyLimiter,
+    FixedWindowLimiter,
+    NoLimiter,
+    SlidingWindowCounterLimiter,
+    SlidingWindowLimiter,
+    TokenBucketLimiter,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConcurrencyLimiter",
+    "FixedWindowLimiter",
+    "Lease",
+    "LimiterClosedError",
+    "ManualClock",
+    "MonotonicClock",
+    "NoLimiter",
+    "QueueOrder",
+    "RateLimiter",
+    "SlidingWindowCounterLimiter",
+    "SlidingWindowLimiter",
+    "Statistics",
+    "TokenBucketLimiter",
+    "__version__",
+]

@@ -1,0 +1,49 @@
+"""Clocks: every limiter reads time from one. ManualClock makes time a test's to move."""
+
+from __future__ import annotations
+
+from . import _core
+from ._durations import Duration, duration_ns
+
+
+class MonotonicClock(_core.MonotonicClock):
+    """The default clock: the system's monotonic clock (never jumps with wall-clock changes)."""
+
+    def now(self) -> float:
+        """Seconds since an arbitrary origin."""
+        return self.now_ns() / 1e9
+
+
+class ManualClock(_core.ManualClock):
+    """A clock that moves only when :meth:`advance` is called.
+
+    Time is kept as integer nanoseconds. ``advance`` does at once, in the calling thread, all the
+    engine work that has come due (replenishment, waking waiters, timeouts), so tests need no sleeps.
+    """
+
+    def __init__(self, start: Duration = 0.0) -> None:
+        super().__init__(duration_ns(start, "start", allow_zero=True))
+
+    def now(self) -> float:
+        return self.now_ns() / 1e9
+
+    def advance(self, seconds: Duration) -> None:
+        """Moves time forward by ``seconds`` (rounded to the nearest nanosecond)."""
+        self.advance_ns(duration_ns(seconds, "seconds", allow_zero=True))
+
+    def __repr__(self) -> str:
+        return f"ManualClock(now={self.now()!r})"
+
+
+_default_clock: MonotonicClock | None = None
+
+
+def resolve(clock: object) -> _core.Clock:
+    global _default_clock
+    if clock is None:
+        if _default_clock is None:
+            _default_clock = MonotonicClock()
+        return _default_clock
+    if not isinstance(clock, _core.Clock):
+        raise TypeError(f"clock must be a permits.ManualClock or permits.MonotonicClock, got {type(clock).__name__}")
+    return clock

@@ -1,0 +1,198 @@
+"""RateLimiter: the base of every limiter, and what a custom limiter written in Python subclasses."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Awaitable, Generator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from . import _core
+from ._core import Lease, LimiterClosedError
+
+
+class QueueOrder(enum.Enum):
+    """Which queued request is served first when permits come back."""
+
+    OLDEST_FIRST = 0
+    NEWEST_FIRST = 1
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """A snapshot of a limiter's counters (a new object on every call)."""
+
+    current_available_permits: int
+    current_queued_count: int
+    total_successful_leases: int
+    total_failed_leases: int
+
+
+def _check_permit_count(permit_count: object) -> int:
+    if isinstance(permit_count, bool) or not isinstance(permit_count, int):
+        raise TypeError(f"permit_count must be an int, got {type(permit_count).__name__}")
+    if permit_count < 0:
+        raise ValueError(f"permit_count must not be negative, got {permit_count}")
+    return permit_count
+
+
+class _Ready:
+    """An awaitable that is already complete (acquire_async in process)."""
+
+    __slots__ = ("_lease",)
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        return self._lease
+        yield  # makes this a generator
+
+
+class WaitAsync(Awaitable[Lease]):
+    """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit."""
+
+    __slots__ = ("_lease", "_limiter", "_permit_count")
+
+    def __init__(self, limiter: RateLimiter, permit_count: int) -> None:
+        self._limiter = limiter
+        self._permit_count = permit_count
+        self._lease: Lease | None = None
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        return self._limiter._wait_async(self._permit_count).__await__()
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self._limiter._wait_async(self._permit_count)
+        return self._lease
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lease is not None:
+            self._lease.release()
+
+
+class RateLimiter:
+    """The interface of every limiter.
+
+    A custom limiter subclasses it, calls ``super().__init__()`` and implements
+    ``_acquire(permit_count) -> Lease``; optionally ``_wait_async``, ``_statistics`` and
+    ``idle_duration``. Every public member then works.
+    """
+
+    def __init__(self, *, name: str | None = None) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        self.name = "default" if name is None else name
+        self._rl_closed = False
+        self._rl_successful = 0
+        self._rl_failed = 0
+
+    # ---- hooks for custom limiters ----
+    def _acquire(self, permit_count: int) -> Lease:
+        raise NotImplementedError(f"{type(self).__name__} must implement _acquire(permit_count)")
+
+    async def _wait_async(self, permit_count: int) -> Lease:
+        # Ask, sleep for the lease's retry_after (or a short pause), ask again.
+        while True:
+            lease = self.acquire(permit_count)
+            if lease or lease.reason not in (None, "limit_reached"):
+                return lease
+            await asyncio.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
+
+    def _statistics(self) -> Statistics:
+        return Statistics(0, 0, self._rl_successful, self._rl_failed)
+
+    # ---- the public API ----
+    def _check_open(self) -> None:
+        if self._rl_closed:
+            raise LimiterClosedError("the limiter is closed")
+
+    def acquire(self, permit_count: int = 1) -> Lease:
+        """Takes permits now or returns a failed lease; never blocks, never queues."""
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        lease = self._acquire(n)
+        if not isinstance(lease, Lease):
+            raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
+        if lease:
+            self._rl_successful += 1
+        else:
+            self._rl_failed += 1
+            lease._with_permit_count(n)
+        return lease
+
+    def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
+        """The same attempt as :meth:`acquire`, as an awaitable."""
+        return _Ready(self.acquire(permit_count))
+
+    def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
+        import time
+
+        from ._durations import timeout_ns
+
+        n = _check_permit_count(permit_count)
+        limit = timeout_ns(timeout)
+        deadline = None if limit < 0 else time.monotonic() + limit / 1e9
+        while True:
+            lease = self.acquire(n)
+            if lease or lease.reason not in (None, "limit_reached"):
+                return lease
+            pause = lease.retry_after if lease.retry_after is not None else 0.01
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return Lease.denied("timeout")._with_permit_count(n)
+                pause = min(pause, left)
+            time.sleep(pause)
+
+    def wait_async(self, permit_count: int = 1) -> WaitAsync:
+        """Waits in the queue (asyncio). Also an async context manager releasing the lease on exit."""
+        _check_permit_count(permit_count)
+        self._check_open()
+        return WaitAsync(self, permit_count)
+
+    def available_permits(self) -> int:
+        return self.statistics().current_available_permits
+
+    def statistics(self) -> Statistics:
+        self._check_open()
+        return self._statistics()
+
+    @property
+    def idle_duration(self) -> float | None:
+        """Seconds since the limiter became fully idle; None while in use (custom: never idle)."""
+        return None
+
+    def try_replenish(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._rl_closed = True
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> RateLimiter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RateLimiter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def _unused(x: _core.Limiter) -> None:  # keeps the import used for type checkers
+    del x

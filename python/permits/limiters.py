@@ -1,0 +1,217 @@
+"""The engine's limiters: every decision is made in C++ (``permits._core``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from . import _asyncio, _core
+from ._core import Lease
+from ._durations import Duration, count, duration_ns, timeout_ns
+from .clock import resolve
+from .limiter import QueueOrder, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
+
+
+def _queue_order(value: object) -> bool:
+    if not isinstance(value, QueueOrder):
+        raise TypeError(f"queue_order must be a permits.QueueOrder, got {type(value).__name__}")
+    return value is QueueOrder.NEWEST_FIRST
+
+
+def _flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+class _EngineLimiter(RateLimiter):
+    """Members shared by the engine's limiters; the C++ class before this one in the MRO supplies
+    acquire, available_permits, try_replenish and close directly (no Python frame on those calls)."""
+
+    def _setup(self, name: str | None, queue_limit: object, queue_order: object) -> tuple[int, bool]:
+        RateLimiter.__init__(self, name=name)
+        return count(queue_limit, "queue_limit", minimum=0), _queue_order(queue_order)
+
+    def _core_self(self) -> _core.Limiter:
+        return self  # type: ignore[return-value]
+
+    def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
+        return _Ready(self._core_self().acquire(permit_count))
+
+    def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        return self._core_self()._wait(_check_permit_count(permit_count), timeout_ns(timeout))
+
+    def wait_async(self, permit_count: int = 1) -> WaitAsync:
+        _check_permit_count(permit_count)
+        if self._core_self().closed:
+            raise _core.LimiterClosedError("the limiter is closed")
+        return WaitAsync(self, permit_count)
+
+    async def _wait_async(self, permit_count: int) -> Lease:
+        return await _asyncio.wait_engine(self._core_self(), permit_count)
+
+    def statistics(self) -> Statistics:
+        return Statistics(*self._core_self()._statistics())
+
+    @property
+    def idle_duration(self) -> float | None:
+        ns = self._core_self()._idle_duration_ns()
+        return None if ns is None else ns / 1e9
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r}>"
+
+
+class ConcurrencyLimiter(_core.Concurrency, _EngineLimiter):  # type: ignore[misc]
+    """At most ``permit_limit`` permits held at once; a lease's ``release()`` gives them back."""
+
+    def __init__(
+        self,
+        permit_limit: int,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        ql, newest = self._setup(name, queue_limit, queue_order)
+        _core.Concurrency.__init__(self, resolve(clock), count(permit_limit, "permit_limit"), ql, newest)
+        self.permit_limit = permit_limit
+
+
+class TokenBucketLimiter(_core.TokenBucket, _EngineLimiter):  # type: ignore[misc]
+    """``token_limit`` tokens; ``tokens_per_period`` come back every ``replenishment_period``."""
+
+    def __init__(
+        self,
+        token_limit: int,
+        tokens_per_period: int,
+        replenishment_period: Duration,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        auto_replenishment: bool = True,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        ql, newest = self._setup(name, queue_limit, queue_order)
+        manual = not _flag(auto_replenishment, "auto_replenishment")
+        _core.TokenBucket.__init__(
+            self,
+            resolve(clock),
+            count(token_limit, "token_limit"),
+            count(tokens_per_period, "tokens_per_period"),
+            duration_ns(replenishment_period, "replenishment_period"),
+            ql,
+            newest,
+            manual,
+        )
+        self.token_limit = token_limit
+        self.tokens_per_period = tokens_per_period
+        self.replenishment_period = duration_ns(replenishment_period, "replenishment_period") / 1e9
+        self.auto_replenishment = not manual
+
+
+class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[misc]
+    """At most ``permit_limit`` grants per window; windows follow each other from construction."""
+
+    def __init__(
+        self,
+        permit_limit: int,
+        window: Duration,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        auto_replenishment: bool = True,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        ql, newest = self._setup(name, queue_limit, queue_order)
+        manual = not _flag(auto_replenishment, "auto_replenishment")
+        window_ns = duration_ns(window, "window")
+        _core.FixedWindow.__init__(
+            self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
+        )
+        self.permit_limit = permit_limit
+        self.window = window_ns / 1e9
+        self.replenishment_period = self.window
+        self.auto_replenishment = not manual
+
+
+class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore[misc]
+    """At most ``permit_limit`` grants in any window, which slides by ``window / segments_per_window``."""
+
+    def __init__(
+        self,
+        permit_limit: int,
+        window: Duration,
+        segments_per_window: int,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        auto_replenishment: bool = True,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        ql, newest = self._setup(name, queue_limit, queue_order)
+        manual = not _flag(auto_replenishment, "auto_replenishment")
+        window_ns = duration_ns(window, "window")
+        segments = count(segments_per_window, "segments_per_window")
+        if segments > 65536:
+            raise ValueError(f"segments_per_window must be <= 65536, got {segments}")
+        if window_ns // segments < 1:
+            raise ValueError("window must be at least segments_per_window nanoseconds")
+        _core.SlidingWindow.__init__(
+            self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, segments, ql, newest, manual
+        )
+        self.permit_limit = permit_limit
+        self.window = window_ns / 1e9
+        self.segments_per_window = segments
+        self.replenishment_period = (window_ns // segments) / 1e9
+        self.auto_replenishment = not manual
+
+
+class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  # type: ignore[misc]
+    """Two fixed windows weighted by the elapsed fraction: O(1) state, no boundary burst."""
+
+    def __init__(
+        self,
+        permit_limit: int,
+        window: Duration,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        auto_replenishment: bool = True,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        ql, newest = self._setup(name, queue_limit, queue_order)
+        manual = not _flag(auto_replenishment, "auto_replenishment")
+        window_ns = duration_ns(window, "window")
+        _core.SlidingWindowCounter.__init__(
+            self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
+        )
+        self.permit_limit = permit_limit
+        self.window = window_ns / 1e9
+        self.replenishment_period = self.window
+        self.auto_replenishment = not manual
+
+
+class NoLimiter(RateLimiter):
+    """Grants every request, any count; never queues."""
+
+    def __init__(self, *, name: str | None = None) -> None:
+        super().__init__(name=name)
+
+    def _acquire(self, permit_count: int) -> Lease:
+        return Lease.granted(permit_count)
+
+    async def _wait_async(self, permit_count: int) -> Lease:
+        return self.acquire(permit_count)
+
+    def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        timeout_ns(timeout)
+        return self.acquire(permit_count)
+
+    def _statistics(self) -> Statistics:
+        return Statistics(2**63 - 1, 0, self._rl_successful, 0)
