@@ -89,6 +89,14 @@ def _huge(factory: Callable[[int], Any]) -> Any:
     raise RuntimeError(f"no huge limit accepted: {last}")
 
 
+def _throttled_ok(t: Any) -> Callable[[], bool]:
+    return lambda: not t.limit().limited
+
+
+def _limits_ok(lim: Any, item: Any) -> Callable[[], bool]:
+    return lambda: bool(lim.hit(item, "bench"))
+
+
 def _import_permits() -> Any:
     try:
         import permits
@@ -238,7 +246,7 @@ def _throttled_cases() -> Iterator[Case]:
             "peer",
             "t.limit()",
             {"t": t},
-            probe=lambda t=t: not t.limit().limited,
+            probe=_throttled_ok(t),
             expect=True,
             note="MemoryStore",
             key=f"throttled_{algo.value}_ok",
@@ -296,7 +304,7 @@ def _limits_cases() -> Iterator[Case]:
             "lim.hit(item, 'bench')",
             {"lim": lim, "item": huge, "store": store},
             setup="store.reset()",
-            probe=lambda lim=lim: bool(lim.hit(huge, "bench")),
+            probe=_limits_ok(lim, huge),
             expect=True,
             max_number=max_number,
             note=note,
@@ -668,22 +676,25 @@ def ratios(results: list[Result]) -> list[dict[str, Any]]:
     def add(name: str, value: float | None, target: str, ok: bool | None) -> None:
         out.append({"name": name, "value": value, "target": target, "met": ok})
 
+    def over_floor(r: Result | None) -> float | None:
+        if r is None or r.best_ns is None or floor is None or not floor.best_ns:
+            return None
+        return r.best_ns / floor.best_ns
+
     for key, label in (
         ("permits_token_bucket_ok", "TokenBucketLimiter"),
         ("permits_fixed_window_ok", "FixedWindowLimiter"),
         ("permits_sliding_window_ok", "SlidingWindowLimiter"),
         ("permits_sliding_window_counter_ok", "SlidingWindowCounterLimiter"),
     ):
-        r = got.get(key)
-        value = r.best_ns / floor.best_ns if r and floor and floor.best_ns else None
+        value = over_floor(got.get(key))
         add(
             f"time-based acquire / dict.get ({label})",
             value,
             f"<= {TARGET_TIME_BASED:g}x",
             None if value is None else value <= TARGET_TIME_BASED,
         )
-    r = got.get("permits_concurrency_acquire_release")
-    value = r.best_ns / floor.best_ns if r and floor and floor.best_ns else None
+    value = over_floor(got.get("permits_concurrency_acquire_release"))
     add(
         "concurrency acquire+release / dict.get",
         value,

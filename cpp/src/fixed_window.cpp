@@ -18,7 +18,7 @@ FixedWindow::FixedWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit
 }
 
 Nanos FixedWindow::window_start(std::int64_t w) const noexcept {
-    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(w) * window_);
+    return sat_nanos(static_cast<i128>(anchor_) + static_cast<i128>(w) * window_);
 }
 
 bool FixedWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {

@@ -194,31 +194,53 @@ void Limiter::schedule_locked(Nanos state_time) {
     if (queued_entries_.load() == 0) {
         return;
     }
-    Nanos when = kNever;
-    if (!manual_) {
-        // The request served next: oldest or newest live entry.
-        std::shared_ptr<Waiter> next;
-        if (queue_.order == QueueOrder::OldestFirst) {
-            for (const auto& w : queue_entries_) {
-                if (w->pending()) {
-                    next = w;
-                    break;
-                }
-            }
-        } else {
-            for (auto it = queue_entries_.rbegin(); it != queue_entries_.rend(); ++it) {
-                if ((*it)->pending()) {
-                    next = *it;
-                    break;
-                }
-            }
+    const Nanos when = next_due_locked(state_time);
+    if (when == kNever) {
+        return;
+    }
+    // A timer already set for this time or earlier will reschedule when it fires.
+    if (scheduled_at_ != kNever && scheduled_at_ <= when) {
+        return;
+    }
+    scheduled_at_ = when;
+    clock_->scheduler().schedule(weak_from_this(), when);
+}
+
+void Limiter::on_timer(Nanos now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Catch up from the time this timer was due: a late timer (or one ManualClock.advance over
+    // several periods) serves each waiter at the time it became servable, as a punctual timer
+    // would, so no replenishment is lost to the cap while the timer was late.
+    Nanos t = std::min(scheduled_at_, now);
+    scheduled_at_ = kNever;
+    if (closed_.load()) {
+        return;
+    }
+    if (manual_) {
+        expire_locked(now);
+        schedule_locked(state_now());
+        return;
+    }
+    for (;;) {
+        expire_locked(t);
+        process_queue_locked(t);
+        if (t >= now) {
+            break;
         }
-        if (next) {
-            const Nanos wait = time_until(std::max<std::int64_t>(next->permits(), 1), state_time);
-            if (wait != kNever) {
-                // At least 1 ns ahead: a request not served at `state_time` needs time to pass.
-                when = sat_add(state_time, std::max<Nanos>(wait, 1));
-            }
+        const Nanos next = next_due_locked(t);
+        t = next > now ? now : next;
+    }
+    schedule_locked(now);
+}
+
+Nanos Limiter::next_due_locked(Nanos state_time) const {
+    Nanos when = kNever;
+    std::shared_ptr<Waiter> next = next_waiter_locked();
+    if (next && !manual_) {
+        const Nanos wait = time_until(std::max<std::int64_t>(next->permits(), 1), state_time);
+        if (wait != kNever) {
+            // At least 1 ns ahead: a request not served at `state_time` needs time to pass.
+            when = sat_add(state_time, std::max<Nanos>(wait, 1));
         }
     }
     if (timed_waiters_ > 0) {
@@ -228,34 +250,24 @@ void Limiter::schedule_locked(Nanos state_time) {
             }
         }
     }
-    if (when == kNever) {
-        return;
-    }
-    // A timer already set for this time or earlier will reschedule when it fires.
-    const Nanos clock_now = clock_->now();
-    if (scheduled_at_ != kNever && scheduled_at_ <= when && scheduled_at_ >= clock_now) {
-        return;
-    }
-    scheduled_at_ = when;
-    clock_->scheduler().schedule(weak_from_this(), when);
+    return when;
 }
 
-void Limiter::on_timer(Nanos now) {
-    std::lock_guard<std::mutex> lock(mu_);
-    scheduled_at_ = kNever;
-    if (closed_.load()) {
-        return;
-    }
-    if (!manual_) {
-        process_queue_locked(state_now());
-    }
-    if (timed_waiters_ > 0) {
-        expire_locked(now);
-        if (!manual_) {
-            process_queue_locked(state_now());  // an expired head may have unblocked others
+std::shared_ptr<Waiter> Limiter::next_waiter_locked() const {
+    if (queue_.order == QueueOrder::OldestFirst) {
+        for (const auto& w : queue_entries_) {
+            if (w->pending()) {
+                return w;
+            }
+        }
+    } else {
+        for (auto it = queue_entries_.rbegin(); it != queue_entries_.rend(); ++it) {
+            if ((*it)->pending()) {
+                return *it;
+            }
         }
     }
-    schedule_locked(state_now());
+    return nullptr;
 }
 
 void Limiter::give_back(std::int64_t n, std::int64_t tag) {

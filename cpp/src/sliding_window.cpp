@@ -31,7 +31,7 @@ SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_l
 }
 
 Nanos SlidingWindow::segment_start(std::int64_t s) const noexcept {
-    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(s) * segment_);
+    return sat_nanos(static_cast<i128>(anchor_) + static_cast<i128>(s) * segment_);
 }
 
 std::int64_t SlidingWindow::count_in(Pair h, std::int64_t j) const noexcept {

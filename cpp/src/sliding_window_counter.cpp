@@ -24,7 +24,7 @@ SlidingWindowCounter::SlidingWindowCounter(std::shared_ptr<Clock> clock, std::in
 }
 
 Nanos SlidingWindowCounter::window_start(std::int64_t w) const noexcept {
-    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(w) * window_);
+    return sat_nanos(static_cast<i128>(anchor_) + static_cast<i128>(w) * window_);
 }
 
 SlidingWindowCounter::Counts SlidingWindowCounter::counts_at(Pair s, std::int64_t w) noexcept {
@@ -40,17 +40,17 @@ SlidingWindowCounter::Counts SlidingWindowCounter::counts_at(Pair s, std::int64_
     return {w, 0, 0};  // after a long gap the previous window counts 0
 }
 
-__int128 SlidingWindowCounter::room(const Counts& c, Nanos now) const noexcept {
+i128 SlidingWindowCounter::room(const Counts& c, Nanos now) const noexcept {
     const Nanos elapsed = std::clamp<Nanos>(now - window_start(c.window), 0, window_);
-    return static_cast<__int128>(limit_) * window_ - static_cast<__int128>(c.previous) * (window_ - elapsed) -
-           static_cast<__int128>(c.current) * window_;
+    return static_cast<i128>(limit_) * window_ - static_cast<i128>(c.previous) * (window_ - elapsed) -
+           static_cast<i128>(c.current) * window_;
 }
 
 bool SlidingWindowCounter::take(std::int64_t n, Nanos now, std::int64_t& tag) {
     Pair s = state_.load();
     for (;;) {
         const Counts c = counts_at(s, std::max(window_index(now), s.a));
-        if (room(c, now) < static_cast<__int128>(n) * window_) {
+        if (room(c, now) < static_cast<i128>(n) * window_) {
             return false;
         }
         if (state_.compare_exchange(s, Pair{c.window, pack_counts(c.previous, c.current + n)})) {
@@ -62,7 +62,7 @@ bool SlidingWindowCounter::take(std::int64_t n, Nanos now, std::int64_t& tag) {
 
 std::int64_t SlidingWindowCounter::available_at(Nanos now) const {
     const Pair s = state_.load();
-    const __int128 r = room(counts_at(s, std::max(window_index(now), s.a)), now);
+    const i128 r = room(counts_at(s, std::max(window_index(now), s.a)), now);
     return r <= 0 ? 0 : static_cast<std::int64_t>(r / window_);  // floor of a non-negative value
 }
 
@@ -78,7 +78,7 @@ Nanos SlidingWindowCounter::time_until(std::int64_t needed, Nanos now) const {
         if (k.previous == 0) {
             return window_start(k.window);
         }
-        const __int128 slack = static_cast<__int128>(spare) * window_ / k.previous;
+        const i128 slack = static_cast<i128>(spare) * window_ / k.previous;
         const Nanos e = slack >= window_ ? 0 : window_ - static_cast<Nanos>(slack);
         return sat_add(window_start(k.window), e);
     };

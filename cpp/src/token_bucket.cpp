@@ -24,12 +24,12 @@ std::int64_t TokenBucket::tokens_at(Pair s, std::int64_t p) const noexcept {
     if (p <= s.a) {
         return s.b;
     }
-    const __int128 t = static_cast<__int128>(s.b) + static_cast<__int128>(p - s.a) * per_period_;
+    const i128 t = static_cast<i128>(s.b) + static_cast<i128>(p - s.a) * per_period_;
     return t >= limit_ ? limit_ : static_cast<std::int64_t>(t);
 }
 
 Nanos TokenBucket::period_start(std::int64_t p) const noexcept {
-    return sat_nanos(static_cast<__int128>(anchor_) + static_cast<__int128>(p) * period_);
+    return sat_nanos(static_cast<i128>(anchor_) + static_cast<i128>(p) * period_);
 }
 
 bool TokenBucket::take(std::int64_t n, Nanos now, std::int64_t& tag) {

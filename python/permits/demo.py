@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import permits
 
-__all__ = ["DemoResult", "RowResult", "run_demo", "simulate", "traffic"]
+__all__ = ["DemoResult", "RowResult", "run_demo", "simulate", "traffic", "write_plot"]
 
 RATE = 10
 """Every limiter of the demo admits about this many requests per second."""
@@ -49,25 +49,43 @@ SPARK_CELLS = 50
 # --------------------------------------------------------------------------- traffic
 
 
+def _plan(seconds: float) -> tuple[float, list[float]]:
+    """The end of the steady stream and the times of the last burst's requests."""
+    boundary = math.floor(0.8 * seconds / WINDOW) * WINDOW
+    if boundary >= WINDOW and boundary + 0.05 < seconds:
+        # half the burst just before a window boundary, half just after it: the fixed
+        # window's weak spot (twice its limit in 0.1 s); the quiet window before it lets
+        # every limiter start that burst full
+        half = BURST // 2
+        last = [boundary - 0.05] * half + [boundary + 0.05] * (BURST - half)
+        return min(0.6 * seconds, boundary - WINDOW), last
+    return 0.6 * seconds, [0.8 * seconds] * BURST
+
+
 def traffic(seconds: float) -> list[float]:
     """The arrival times (seconds from the start) of the demo's requests, sorted.
 
     A burst of ``BURST`` requests at 0 s; a steady stream of ``STEADY_RATE`` per second from
-    0.1 s to 60 % of the run; quiet until 80 % of the run; another burst of ``BURST``.
+    0.1 s to about 60 % of the run; quiet; then another burst of ``BURST``, split across the
+    window boundary nearest to 80 % of the run (windows are anchored at the start).
     """
+    steady_end, last = _plan(seconds)
     arrivals = [0.0] * BURST
-    steady_end = 0.6 * seconds
     n = max(0, math.ceil((steady_end - 0.1) * STEADY_RATE))
     arrivals += [0.1 + i / STEADY_RATE for i in range(n)]
-    arrivals += [0.8 * seconds] * BURST
+    arrivals += last
     return sorted(arrivals)
 
 
 def _describe_traffic(seconds: float) -> str:
-    return (
-        f"burst of {BURST} at 0 s, {STEADY_RATE}/s until {0.6 * seconds:.1f} s, "
-        f"quiet, burst of {BURST} at {0.8 * seconds:.1f} s"
-    )
+    steady_end, last = _plan(seconds)
+    steady = f"{STEADY_RATE}/s until {steady_end:.1f} s, quiet, " if steady_end > 0.1 else ""
+    if last[0] != last[-1]:
+        boundary = (last[0] + last[-1]) / 2
+        tail = f"{len(last)} around the window boundary at {boundary:g} s"
+    else:
+        tail = f"burst of {len(last)} at {last[0]:.1f} s"
+    return f"burst of {BURST} at 0 s, {steady}{tail}"
 
 
 # --------------------------------------------------------------------------- results
@@ -270,7 +288,7 @@ class _Driver:
     async def run(self) -> DemoResult:
         arrivals = self.arrivals
         i = 0
-        next_draw = 0.0
+        next_draw = self.display.first if self.display is not None else 0.0
         try:
             while True:
                 t = self.now()
@@ -329,6 +347,9 @@ def _counts(times: Sequence[float], seconds: float, cells: int) -> list[int]:
 
 class _Display:
     every = REDRAW
+    """Seconds between updates."""
+    first = 0.0
+    """When the first update is due."""
 
     def update(self, result: DemoResult, t: float) -> None:
         raise NotImplementedError
@@ -485,6 +506,7 @@ class _PlainDisplay(_Display):
     """When the output is not a terminal: one plain line per second."""
 
     every = PLAIN_EVERY
+    first = PLAIN_EVERY
 
     def __init__(self, stream: TextIO, seconds: float, rows: Sequence[RowResult]) -> None:
         self.stream = stream
@@ -497,8 +519,6 @@ class _PlainDisplay(_Display):
         stream.flush()
 
     def update(self, result: DemoResult, t: float) -> None:
-        if t < 1e-9:
-            return
         parts = [f"t={t:4.1f}s offered={len(result.offered_at):<4}"]
         for r in result.rows:
             key = r.label.replace(" + ", "+").replace(" ", "_")
@@ -532,7 +552,7 @@ def _summary(result: DemoResult) -> str:
 # --------------------------------------------------------------------------- plot
 
 
-class MatplotlibMissingError(RuntimeError):
+class _MatplotlibMissing(RuntimeError):
     pass
 
 
@@ -540,7 +560,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as exc:
-        raise MatplotlibMissingError(
+        raise _MatplotlibMissing(
             "permits demo: --plot needs matplotlib, which is not installed: pip install matplotlib"
         ) from exc
     matplotlib.use("Agg")
@@ -696,7 +716,7 @@ def run_demo(
     if plot is not None:
         try:
             _pyplot()  # fail before the demo, not after it
-        except MatplotlibMissingError as exc:
+        except _MatplotlibMissing as exc:
             print(exc, file=sys.stderr)
             return 1
 
@@ -709,12 +729,12 @@ def run_demo(
         display = _PlainDisplay(out, seconds, [r.result for r in rows])
     try:
         result = asyncio.run(_run(seconds, rows, clock, display))
+        display.update(result, seconds)
     except KeyboardInterrupt:
-        display.finish()
         print("\npermits demo: interrupted", file=sys.stderr)
         return 130
-    display.update(result, seconds)
-    display.finish()
+    finally:
+        display.finish()  # the live display shows the cursor again, whatever happened
     out.write(_summary(result))
     if plot is not None:
         write_plot(result, plot)

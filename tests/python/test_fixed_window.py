@@ -223,3 +223,13 @@ def test_idle_from_the_boundary(clock):
     assert lim.idle_duration is None
     clock.advance(9.0)  # t=13: reset happened at t=10
     assert lim.idle_duration == pytest.approx(3.0)
+
+
+def test_replenishing_rate_limiter_properties_have_correct_values(clock):
+    auto = window(clock, 1, 7.0)
+    manual = window(clock, 1, 7.0, auto_replenishment=False)
+    assert auto.try_replenish() is False
+    assert manual.try_replenish() is True
+    for lim in (auto, manual):
+        assert lim.acquire().acquired
+        assert lim.acquire().retry_after == pytest.approx(7.0)

@@ -153,6 +153,7 @@ async def test_drops_multiple_oldest_when_queuing_more_than_limit_newest_first(k
         lost = await result(w)
         assert not lost.acquired
         assert lost.reason == "evicted"
+        assert lost.permit_count == 1
     assert not w3.done()
     assert stats(lim)[1:] == (2, 1, 2)
     kit.give_back(lease)
@@ -261,12 +262,14 @@ def test_acquire_zero_with_availability(kit):
     assert lease.acquired
     assert lease.permit_count == 0
     assert lim.available_permits() == 1
-    assert lim.acquire(1).acquired
+    held = lim.acquire(1)
+    assert held.acquired
 
 
 def test_acquire_zero_without_availability(kit):
     lim = kit.make(1)
-    assert lim.acquire(1).acquired
+    held = lim.acquire(1)
+    assert held.acquired
     lease = lim.acquire(0)
     assert not lease.acquired
     assert lease.permit_count == 0
@@ -434,7 +437,7 @@ async def test_can_fill_queue_with_oldest_first_after_canceling_first_queued_req
 
 async def test_can_dispose_after_canceling_queued_request(kit):
     lim = kit.make(1, queue_limit=2)
-    lim.acquire()
+    held = lim.acquire()  # kept: a dropped concurrency lease is released
     cancelled = await enqueue(lim)
     await cancel_and_wait(cancelled)
     other = await enqueue(lim)
@@ -461,7 +464,7 @@ def test_no_metadata_on_acquired_lease(kit):
 
 def test_metadata_holds_reason_and_retry_after_of_a_failed_lease(kit):
     lim = kit.make(1)
-    lim.acquire()
+    held = lim.acquire()  # kept: a dropped concurrency lease is released
     failed = lim.acquire()
     assert isinstance(failed.metadata, Mapping)
     assert failed.metadata["reason"] == "limit_reached"
@@ -490,6 +493,7 @@ async def test_dispose_releases_queued_acquires(kit):
         assert not got.acquired
         assert got.reason == "closed"
         assert got.retry_after is None
+        assert got.permit_count == 1
     with pytest.raises(permits.LimiterClosedError):
         lim.acquire()
     with pytest.raises(permits.LimiterClosedError):
@@ -498,6 +502,8 @@ async def test_dispose_releases_queued_acquires(kit):
         await lim.wait_async()
     with pytest.raises(permits.LimiterClosedError):
         await lim.acquire_async()
+    with pytest.raises(permits.LimiterClosedError):
+        lim.available_permits()
     # Releasing after close is a silent no-op; close is idempotent.
     lease.release()
     lim.close()
@@ -505,7 +511,7 @@ async def test_dispose_releases_queued_acquires(kit):
 
 async def test_dispose_async_releases_queued_acquires(kit):
     lim = kit.make(1, queue_limit=3)
-    lim.acquire()
+    held = lim.acquire()  # kept: a dropped concurrency lease is released
     waiters = [await enqueue(lim) for _ in range(3)]
     await lim.aclose()
     for w in waiters:
@@ -519,7 +525,7 @@ async def test_dispose_async_releases_queued_acquires(kit):
 
 async def test_close_completes_newest_first_waiters_too(kit):
     lim = kit.make(1, queue_limit=2, queue_order=NEWEST)
-    lim.acquire()
+    held = lim.acquire()  # kept: a dropped concurrency lease is released
     waiters = [await enqueue(lim) for _ in range(2)]
     lim.close()
     for w in waiters:
@@ -540,7 +546,7 @@ def test_with_statement_closes(kit):
 
 def test_null_idle_duration_when_active(kit):
     lim = kit.make(1)
-    lim.acquire()
+    held = lim.acquire()  # kept: a dropped concurrency lease is released
     assert lim.idle_duration is None
 
 
@@ -594,7 +600,8 @@ async def test_idle_duration_is_none_while_a_request_is_queued(kit, clock):
 def test_get_statistics_returns_new_instances(kit):
     lim = kit.make(1)
     s1 = lim.statistics()
-    assert lim.acquire().acquired
+    held = lim.acquire()
+    assert held.acquired
     s2 = lim.statistics()
     assert s1 is not s2
     assert s1.current_available_permits == 1
@@ -626,7 +633,8 @@ async def test_get_statistics_with_zero_permit_count(kit):
     assert stats(lim)[2:] == (1, 0)
     assert (await result(lim.wait_async(0))).acquired
     assert stats(lim)[2:] == (2, 0)
-    assert lim.acquire(1).acquired
+    held = lim.acquire(1)
+    assert held.acquired
     assert stats(lim)[2:] == (3, 0)
     assert not lim.acquire(0).acquired
     assert stats(lim) == (0, 0, 3, 1)
@@ -651,7 +659,111 @@ def test_statistics_do_not_count_argument_errors(kit):
 def test_available_permits_tracks_acquisitions(kit):
     lim = kit.make(5)
     assert lim.available_permits() == 5
-    lim.acquire(2)
+    held = lim.acquire(2)  # kept: a dropped concurrency lease is released
     assert lim.available_permits() == 3
-    lim.acquire(3)
+    held2 = lim.acquire(3)  # kept: a dropped concurrency lease is released
     assert lim.available_permits() == 0
+
+
+# --------------------------------------------------------------------------- time-based only
+
+
+def test_try_replenish_with_auto_replenish_returns_false(timed_kit, clock):
+    lim = timed_kit.make(1)
+    assert lim.acquire().acquired
+    assert lim.try_replenish() is False
+    assert lim.available_permits() == 0
+    clock.advance(timed_kit.recovery)
+    assert lim.try_replenish() is False
+    assert lim.available_permits() == 1
+
+
+def test_manual_mode_advances_only_in_try_replenish(timed_kit, clock):
+    lim = timed_kit.make(2, auto_replenishment=False)
+    assert lim.acquire(2).acquired
+    clock.advance(timed_kit.recovery * 3)
+    assert lim.available_permits() == 0
+    assert not lim.acquire().acquired
+    assert lim.try_replenish() is True
+    assert lim.available_permits() == 2
+    assert lim.acquire(2).acquired
+
+
+async def test_manual_mode_serves_the_queue_only_in_try_replenish(timed_kit, clock):
+    lim = timed_kit.make(1, queue_limit=1, auto_replenishment=False)
+    assert lim.acquire().acquired
+    waiting = await enqueue(lim)
+    clock.advance(timed_kit.recovery * 2)
+    await settle()
+    assert not waiting.done()
+    assert lim.try_replenish() is True
+    assert (await result(waiting)).acquired
+
+
+def test_failed_acquire_always_carries_a_non_negative_retry_after(timed_kit, clock):
+    lim = timed_kit.make(3)
+    assert lim.acquire(3).acquired
+    for _ in range(7):
+        for n in (0, 1, 2, 3):
+            lease = lim.acquire(n)
+            if not lease.acquired:
+                assert lease.retry_after is not None
+                assert lease.retry_after >= 0.0
+                assert lease.reason == "limit_reached"
+        clock.advance(PERIOD / 4)
+
+
+def test_zero_permit_failure_retry_after_equals_one_permit(timed_kit, clock):
+    lim = timed_kit.make(2)
+    assert lim.acquire(2).acquired
+    clock.advance(PERIOD / 4)
+    zero = lim.acquire(0)
+    one = lim.acquire(1)
+    assert not zero.acquired and not one.acquired
+    assert zero.retry_after == pytest.approx(one.retry_after)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_retry_after_is_the_exact_time_until_granted(timed_kit, clock, seed):
+    # semantics.md item 6: a failed request is granted exactly retry_after later (nothing
+    # else arriving) and not a microsecond before.
+    import random
+
+    rng = random.Random(seed)
+    limit = 5
+    lim = timed_kit.make(limit)
+    checked = 0
+    for _ in range(40):
+        clock.advance(rng.choice([0.0, 0.25, 0.5, 1.0, 2.5]) * PERIOD / 10)
+        n = rng.randint(1, limit)
+        lease = lim.acquire(n)
+        if lease.acquired:
+            continue
+        wait = lease.retry_after
+        assert wait is not None and wait > 0
+        # Probe the same request just before and at the promised time. A failed probe changes
+        # no state, so the probes do not disturb the limiter.
+        delta = 1e-6
+        clock.advance(wait - delta)
+        assert not lim.acquire(n).acquired, (seed, n, wait)
+        clock.advance(delta + 2e-9)
+        assert lim.acquire(n).acquired, (seed, n, wait)
+        checked += 1
+    assert checked >= 3
+
+
+async def test_a_single_large_advance_serves_every_waiter_that_came_due(timed_kit, clock):
+    # semantics.md item 1: a late or missed timer never loses replenishment. One advance over
+    # two recovery times must serve the waiter due after the first and the one due after the
+    # second, exactly as two separate advances (or a punctual engine thread) would.
+    lim = timed_kit.make(1, queue_limit=3)
+    assert lim.acquire().acquired
+    waiters = [await enqueue(lim) for _ in range(3)]
+    clock.advance(2 * timed_kit.recovery)
+    assert (await result(waiters[0])).acquired
+    assert (await result(waiters[1])).acquired
+    await settle()
+    assert not waiters[2].done()
+    assert lim.statistics().current_queued_count == 1
+    clock.advance(timed_kit.recovery)
+    assert (await result(waiters[2])).acquired

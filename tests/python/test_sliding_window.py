@@ -321,3 +321,22 @@ def test_idle_from_the_moment_the_last_segment_expires(clock):
     assert lim.idle_duration is None
     clock.advance(3.0)  # t=8
     assert lim.idle_duration == pytest.approx(2.0)
+
+
+def test_replenishing_rate_limiter_properties_have_correct_values(clock):
+    # The replenishment period of a sliding window is window / segments_per_window.
+    auto = sliding(clock, 2, 9.0, 3)
+    manual = sliding(clock, 2, 9.0, 3, auto_replenishment=False)
+    assert auto.try_replenish() is False
+    assert manual.try_replenish() is True
+    for lim in (auto, manual):
+        assert lim.acquire().acquired  # segment [0, 3)
+    clock.advance(3.0)
+    manual.try_replenish()
+    for lim in (auto, manual):
+        assert lim.acquire().acquired  # segment [3, 6)
+        assert lim.acquire().retry_after == pytest.approx(6.0)  # back at 9
+    clock.advance(6.0)
+    manual.try_replenish()
+    for lim in (auto, manual):
+        assert lim.available_permits() == 1

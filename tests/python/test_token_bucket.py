@@ -326,3 +326,15 @@ def test_idle_when_bucket_refills(clock):
     assert lim.idle_duration == pytest.approx(0.0)
     clock.advance(2.5)
     assert lim.idle_duration == pytest.approx(2.5)
+
+
+def test_replenishing_rate_limiter_properties_have_correct_values(clock):
+    # No IsAutoReplenishing/ReplenishmentPeriod properties in the contract: the same facts,
+    # observed through behaviour.
+    auto = bucket(clock, 1, 1, 7.0)
+    manual = bucket(clock, 1, 1, 7.0, auto_replenishment=False)
+    assert auto.try_replenish() is False
+    assert manual.try_replenish() is True
+    for lim in (auto, manual):
+        assert lim.acquire().acquired
+        assert lim.acquire().retry_after == pytest.approx(7.0)

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "permits/time.hpp"
+
 namespace permits {
 
 struct Pair {
@@ -23,14 +25,14 @@ public:
     /// An atomic snapshot (a compare-and-swap that changes nothing: a torn read could
     /// otherwise let a rejection be decided on a state that never existed).
     Pair load() const noexcept {
-        auto* p = const_cast<unsigned __int128*>(&v_);
+        auto* p = const_cast<u128*>(&v_);
         return unpack(__sync_val_compare_and_swap(p, 0, 0));
     }
 
     /// On failure `expected` is updated to the current value.
     bool compare_exchange(Pair& expected, Pair desired) noexcept {
-        const unsigned __int128 want = pack(expected);
-        const unsigned __int128 seen = __sync_val_compare_and_swap(&v_, want, pack(desired));
+        const u128 want = pack(expected);
+        const u128 seen = __sync_val_compare_and_swap(&v_, want, pack(desired));
         if (seen == want) {
             return true;
         }
@@ -39,15 +41,15 @@ public:
     }
 
 private:
-    static unsigned __int128 pack(Pair p) noexcept {
-        return (static_cast<unsigned __int128>(static_cast<std::uint64_t>(p.a)) << 64) |
+    static u128 pack(Pair p) noexcept {
+        return (static_cast<u128>(static_cast<std::uint64_t>(p.a)) << 64) |
                static_cast<std::uint64_t>(p.b);
     }
-    static Pair unpack(unsigned __int128 v) noexcept {
+    static Pair unpack(u128 v) noexcept {
         return {static_cast<std::int64_t>(static_cast<std::uint64_t>(v >> 64)),
                 static_cast<std::int64_t>(static_cast<std::uint64_t>(v))};
     }
-    alignas(16) unsigned __int128 v_ = 0;
+    alignas(16) u128 v_ = 0;
 };
 
 }  // namespace permits

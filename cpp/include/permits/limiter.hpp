@@ -97,6 +97,8 @@ private:
     void process_queue_locked(Nanos state_time);
     void expire_locked(Nanos clock_now);
     void schedule_locked(Nanos state_time);
+    Nanos next_due_locked(Nanos state_time) const;
+    std::shared_ptr<Waiter> next_waiter_locked() const;
     void pop_stale_locked();
     void finish_locked(Waiter& w, const Outcome& o);
 

@@ -33,7 +33,7 @@ private:
     /// The counts as seen from window w (>= the stored window).
     static Counts counts_at(Pair s, std::int64_t w) noexcept;
     /// limit*W - previous*(W - elapsed) - current*W: the room left, in permit-nanoseconds.
-    __int128 room(const Counts& c, Nanos now) const noexcept;
+    i128 room(const Counts& c, Nanos now) const noexcept;
 
     const std::int64_t limit_;
     const Nanos window_;

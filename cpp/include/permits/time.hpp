@@ -8,6 +8,10 @@ namespace permits {
 
 using Nanos = std::int64_t;
 
+// 128-bit intermediates keep products like periods * tokens exact (GCC/Clang extension).
+__extension__ typedef __int128 i128;
+__extension__ typedef unsigned __int128 u128;
+
 /// "Never": a deadline or wait time that no clock reaches.
 inline constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
 
@@ -24,8 +28,8 @@ inline Nanos sat_add(Nanos a, Nanos b) noexcept {
 }
 
 /// Saturating conversion of a 128-bit intermediate to Nanos.
-inline Nanos sat_nanos(__int128 v) noexcept {
-    if (v > static_cast<__int128>(kNever)) {
+inline Nanos sat_nanos(i128 v) noexcept {
+    if (v > static_cast<i128>(kNever)) {
         return kNever;
     }
     if (v < 0) {

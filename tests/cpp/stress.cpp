@@ -1,0 +1,201 @@
+// Multi-threaded stress of the engine, checked by invariants; built also under ThreadSanitizer
+// and AddressSanitizer+UBSan by scripts/test. Exits non-zero on the first broken invariant.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "permits/concurrency.hpp"
+#include "permits/fixed_window.hpp"
+#include "permits/sliding_window.hpp"
+#include "permits/sliding_window_counter.hpp"
+#include "permits/token_bucket.hpp"
+
+using namespace permits;
+
+namespace {
+
+constexpr int kThreads = 4;
+
+void check(bool ok, const char* what) {
+    if (!ok) {
+        std::fprintf(stderr, "stress: invariant broken: %s\n", what);
+        std::exit(1);
+    }
+}
+
+template <class F>
+void run_threads(int n, F&& body) {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < n; ++i) {
+        ts.emplace_back([&body, i] { body(i); });
+    }
+    for (auto& t : ts) {
+        t.join();
+    }
+}
+
+// Never more holders than the limit; every permit comes back; waiters, cancels and timeouts race.
+void concurrency_holders() {
+    auto clock = MonotonicClock::instance();
+    auto lim = std::make_shared<Concurrency>(clock, 3, QueueOptions{64, QueueOrder::OldestFirst});
+    std::atomic<int> holders{0};
+    std::atomic<long> granted{0}, failed{0}, attempts{0};
+    run_threads(kThreads, [&](int seed) {
+        std::mt19937 rng(static_cast<unsigned>(seed));
+        for (int i = 0; i < 4000; ++i) {
+            attempts.fetch_add(1);
+            Outcome o;
+            const int mode = static_cast<int>(rng() % 3);
+            if (mode == 0) {
+                o = lim->acquire(1);
+            } else {
+                auto q = lim->enqueue(1, mode == 1 ? -1 : 200'000);
+                if (q.waiter) {
+                    if (rng() % 8 == 0 && lim->cancel(*q.waiter)) {
+                        failed.fetch_add(1);
+                        continue;
+                    }
+                    while (!q.waiter->wait_for(1'000'000'000)) {
+                    }
+                    o = q.waiter->outcome();
+                } else {
+                    o = q.outcome;
+                }
+            }
+            if (!o.acquired) {
+                failed.fetch_add(1);
+                continue;
+            }
+            granted.fetch_add(1);
+            check(holders.fetch_add(1) + 1 <= 3, "concurrency: more holders than permit_limit");
+            holders.fetch_sub(1);
+            lim->give_back(1, o.tag);
+        }
+    });
+    check(granted + failed == attempts, "concurrency: every attempt ends granted or failed");
+    check(lim->available_permits() == 3, "concurrency: all permits back");
+    check(lim->statistics().current_queued_count == 0, "concurrency: queue empty");
+    std::printf("concurrency: %ld granted, %ld failed\n", granted.load(), failed.load());
+}
+
+// Time frozen: exactly the bucket's tokens are granted, however many threads ask.
+void token_bucket_exact() {
+    auto clock = std::make_shared<ManualClock>(0);
+    auto lim = std::make_shared<TokenBucket>(clock, 5000, 10, 1'000'000, QueueOptions{}, false);
+    std::atomic<long> granted{0};
+    run_threads(kThreads, [&](int) {
+        for (int i = 0; i < 3000; ++i) {
+            granted += lim->acquire(1 + i % 2).acquired ? 1 + i % 2 : 0;
+        }
+    });
+    check(granted == 5000, "token bucket: grants equal the tokens");
+    std::printf("token bucket: %ld tokens granted\n", granted.load());
+}
+
+// Windows under a moving clock: no window ever grants more than the limit.
+template <class L, class Make>
+void windows_never_exceed(const char* name, Make make, std::int64_t limit, std::int64_t span_tags) {
+    auto clock = std::make_shared<ManualClock>(0);
+    std::shared_ptr<L> lim = make(clock);
+    std::mutex mu;
+    std::map<std::int64_t, std::int64_t> per_tag;
+    std::atomic<bool> stop{false};
+    std::atomic<int> started{0};
+    std::atomic<long> attempts{0};
+    std::thread ticker([&] {
+        while (started.load() < kThreads) {
+            std::this_thread::yield();
+        }
+        for (int i = 0; i < 2000; ++i) {
+            clock->advance(37'000);
+            // Let the acquirers make some attempts within each step, however they are scheduled.
+            const long target = attempts.load() + 64;
+            while (attempts.load() < target) {
+                std::this_thread::yield();
+            }
+        }
+        stop = true;
+    });
+    run_threads(kThreads, [&](int) {
+        std::map<std::int64_t, std::int64_t> mine;
+        started.fetch_add(1);
+        while (!stop.load()) {
+            const Outcome o = lim->acquire(1);
+            attempts.fetch_add(1);
+            if (o.acquired) {
+                ++mine[o.tag];
+            }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        for (auto [t, c] : mine) {
+            per_tag[t] += c;
+        }
+    });
+    ticker.join();
+    // Any `span_tags` consecutive tags (segments of one window) hold at most `limit` grants.
+    for (auto it = per_tag.begin(); it != per_tag.end(); ++it) {
+        std::int64_t sum = 0;
+        for (auto jt = it; jt != per_tag.end() && jt->first < it->first + span_tags; ++jt) {
+            sum += jt->second;
+        }
+        check(sum <= limit, name);
+    }
+    std::printf("%s: %zu windows checked\n", name, per_tag.size());
+}
+
+// Queued waiters served by the timer while threads also cancel and the limiter finally closes.
+void waiters_and_close() {
+    auto clock = std::make_shared<ManualClock>(0);
+    auto lim = std::make_shared<TokenBucket>(clock, 2, 1, 1000, QueueOptions{1000, QueueOrder::OldestFirst}, false);
+    std::atomic<long> done{0};
+    std::atomic<bool> stop{false};
+    std::thread ticker([&] {
+        while (!stop.load()) {
+            clock->advance(500);
+        }
+    });
+    run_threads(kThreads, [&](int seed) {
+        std::mt19937 rng(static_cast<unsigned>(seed));
+        for (int i = 0; i < 500; ++i) {
+            auto q = lim->enqueue(1, -1);
+            if (q.waiter) {
+                if (rng() % 4 == 0) {
+                    lim->cancel(*q.waiter);
+                } else {
+                    while (!q.waiter->wait_for(1'000'000'000)) {
+                    }
+                }
+            }
+            done.fetch_add(1);
+        }
+    });
+    stop = true;
+    ticker.join();
+    lim->close();
+    check(done == kThreads * 500, "waiters: every request ended");
+    std::printf("waiters: %ld requests ended\n", done.load());
+}
+
+}  // namespace
+
+int main() {
+    concurrency_holders();
+    token_bucket_exact();
+    windows_never_exceed<FixedWindow>(
+        "fixed window never exceeds the limit",
+        [](auto c) { return std::make_shared<FixedWindow>(c, 50, 1'000'000, QueueOptions{}, false); }, 50, 1);
+    windows_never_exceed<SlidingWindow>(
+        "sliding window never exceeds the limit",
+        [](auto c) { return std::make_shared<SlidingWindow>(c, 50, 1'000'000, 4, QueueOptions{}, false); }, 50, 4);
+    windows_never_exceed<SlidingWindowCounter>(
+        "sliding window counter: a window's own count never exceeds the limit",
+        [](auto c) { return std::make_shared<SlidingWindowCounter>(c, 50, 1'000'000, QueueOptions{}, false); }, 50, 1);
+    waiters_and_close();
+    std::puts("stress: all invariants held");
+    return 0;
+}

@@ -1,0 +1,218 @@
+"""permits.Lease: the contract of api.md "Leases" and semantics.md items 6, 7, 9."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import warnings
+from collections.abc import Mapping
+
+import pytest
+
+import permits
+
+
+def test_successful_lease_fields(clock):
+    lim = permits.TokenBucketLimiter(3, 1, 1.0, clock=clock)
+    lease = lim.acquire(2)
+    assert isinstance(lease, permits.Lease)
+    assert lease.acquired is True
+    assert bool(lease) is True
+    assert lease.permit_count == 2
+    assert lease.retry_after is None
+    assert lease.reason is None
+    assert isinstance(lease.metadata, Mapping)
+    assert "retry_after" not in lease.metadata
+    assert "reason" not in lease.metadata
+
+
+def test_failed_lease_fields(clock):
+    lim = permits.TokenBucketLimiter(3, 1, 1.0, clock=clock)
+    lim.acquire(3)
+    lease = lim.acquire(2)
+    assert lease.acquired is False
+    assert bool(lease) is False
+    assert lease.permit_count == 2
+    assert lease.reason == "limit_reached"
+    assert isinstance(lease.retry_after, float)
+    assert lease.retry_after == pytest.approx(2.0)
+    assert lease.metadata["retry_after"] == lease.retry_after
+    assert lease.metadata["reason"] == "limit_reached"
+
+
+def test_metadata_is_read_only(clock):
+    lim = permits.FixedWindowLimiter(1, 1.0, clock=clock)
+    lim.acquire()
+    lease = lim.acquire()
+    with pytest.raises(TypeError):
+        lease.metadata["reason"] = "other"  # type: ignore[index]
+    with pytest.raises((TypeError, AttributeError)):
+        del lease.metadata["reason"]  # type: ignore[attr-defined]
+    assert lease.metadata["reason"] == "limit_reached"
+
+
+def test_if_lease_pattern():
+    lim = permits.ConcurrencyLimiter(1)
+    taken = []
+    for _ in range(3):
+        if lease := lim.acquire():
+            taken.append(lease)
+    assert len(taken) == 1
+
+
+def test_release_is_idempotent_and_returns_concurrency_permits():
+    lim = permits.ConcurrencyLimiter(4)
+    lease = lim.acquire(3)
+    for _ in range(3):
+        lease.release()
+    assert lim.available_permits() == 4
+    other = lim.acquire(4)
+    assert other.acquired
+
+
+def test_with_lease_releases_on_exception():
+    lim = permits.ConcurrencyLimiter(1)
+    with pytest.raises(KeyError), lim.acquire():
+        raise KeyError("boom")
+    assert lim.available_permits() == 1
+
+
+def test_with_statement_returns_the_lease():
+    lim = permits.ConcurrencyLimiter(1)
+    lease = lim.acquire()
+    with lease as entered:
+        assert entered is lease
+
+
+def test_time_based_release_is_a_no_op(clock):
+    # semantics.md item 9: releasing gives nothing back on the time-based limiters.
+    limiters = [
+        permits.TokenBucketLimiter(1, 1, 10.0, clock=clock),
+        permits.FixedWindowLimiter(1, 10.0, clock=clock),
+        permits.SlidingWindowLimiter(1, 10.0, 2, clock=clock),
+        permits.SlidingWindowCounterLimiter(1, 10.0, clock=clock),
+    ]
+    for lim in limiters:
+        lease = lim.acquire()
+        lease.release()
+        lease.release()
+        assert lim.available_permits() == 0, type(lim).__name__
+        assert not lim.acquire().acquired
+
+
+def test_unreleased_concurrency_lease_is_released_on_gc_with_resource_warning():
+    lim = permits.ConcurrencyLimiter(1)
+    lease = lim.acquire()
+    assert lim.available_permits() == 0
+    with pytest.warns(ResourceWarning):
+        del lease
+        gc.collect()
+    assert lim.available_permits() == 1
+    assert lim.acquire().acquired
+
+
+def test_dropped_acquire_result_is_released_with_resource_warning():
+    lim = permits.ConcurrencyLimiter(2)
+    with pytest.warns(ResourceWarning):
+        lim.acquire(2)  # result dropped at once
+        gc.collect()
+    assert lim.available_permits() == 2
+
+
+def test_unreleased_lease_from_wait_is_released_on_gc_with_resource_warning():
+    lim = permits.ConcurrencyLimiter(2)
+    lease = lim.wait(2)
+    assert lim.available_permits() == 0
+    with pytest.warns(ResourceWarning):
+        del lease
+        gc.collect()
+    assert lim.available_permits() == 2
+
+
+async def test_unreleased_lease_from_wait_async_is_released_on_gc_with_resource_warning():
+    lim = permits.ConcurrencyLimiter(1, queue_limit=1)
+    held = lim.acquire()
+    task = asyncio.ensure_future(lim.wait_async())
+    for _ in range(10):
+        await asyncio.sleep(0)
+    held.release()
+    lease = await asyncio.wait_for(task, 5)
+    assert lease.acquired
+    assert lim.available_permits() == 0
+    with pytest.warns(ResourceWarning):
+        del lease, task
+        gc.collect()
+    assert lim.available_permits() == 1
+
+
+def test_released_concurrency_lease_does_not_warn_on_gc():
+    lim = permits.ConcurrencyLimiter(1)
+    lease = lim.acquire()
+    lease.release()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del lease
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert lim.available_permits() == 1
+
+
+def test_failed_concurrency_lease_does_not_warn_on_gc():
+    lim = permits.ConcurrencyLimiter(1)
+    held = lim.acquire()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        failed = lim.acquire()
+        assert not failed.acquired
+        del failed
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    held.release()
+
+
+def test_lease_released_by_context_manager_does_not_warn():
+    lim = permits.ConcurrencyLimiter(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with lim.acquire():
+            pass
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_lease_granted_and_denied_constructors():
+    calls = []
+    granted = permits.Lease.granted(3, on_release=lambda: calls.append(1), metadata={"k": "v"})
+    assert granted.acquired
+    assert granted.permit_count == 3
+    assert granted.reason is None
+    assert granted.retry_after is None
+    assert granted.metadata["k"] == "v"
+    granted.release()
+    granted.release()
+    assert calls == [1]
+
+    denied = permits.Lease.denied("cpu_high", retry_after=1.5, metadata={"cpu": 97})
+    assert not denied.acquired
+    assert denied.reason == "cpu_high"
+    assert denied.retry_after == pytest.approx(1.5)
+    assert denied.metadata["cpu"] == 97
+    assert denied.metadata["reason"] == "cpu_high"
+    assert denied.metadata["retry_after"] == pytest.approx(1.5)
+    denied.release()  # a failed lease holds nothing
+
+
+def test_lease_denied_defaults():
+    denied = permits.Lease.denied()
+    assert not denied.acquired
+    assert denied.reason == "limit_reached"
+    assert denied.retry_after is None
+    assert "retry_after" not in denied.metadata
+
+
+def test_lease_granted_defaults():
+    granted = permits.Lease.granted()
+    assert granted.acquired
+    assert granted.permit_count == 1
+    with granted:
+        pass
