@@ -737,7 +737,12 @@ def run_demo(
         display.finish()  # the live display shows the cursor again, whatever happened
     out.write(_summary(result))
     if plot is not None:
-        write_plot(result, plot)
+        try:
+            write_plot(result, plot)
+        except OSError as exc:
+            out.flush()
+            print(f"permits demo: cannot write the plot to {plot}: {exc}", file=sys.stderr)
+            return 1
         out.write(f"plot written to {plot}\n")
     out.flush()
     return 0

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <random>
 #include <stdexcept>
 
 #include "permits/clock.hpp"
@@ -383,4 +384,46 @@ TEST(FixedWindow, CloseFailsWaitersAndLaterCallsThrow) {
     EXPECT_THROW(fw->available_permits(), ClosedError);
     EXPECT_NO_THROW(fw->give_back(1, held.tag));
     clock->advance(40 * kSec);
+}
+
+TEST(FixedWindow, RetryAfterIsExactForSingleRequests) {
+    std::mt19937_64 rng(4242);
+    for (int trial = 0; trial < 200; ++trial) {
+        auto clock = make_clock();
+        const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 20);
+        const Nanos window = 1 + static_cast<Nanos>(rng() % kSec);
+        auto fw = make_window(clock, limit, window);
+        for (int step = 0; step < 30; ++step) {
+            clock->advance(static_cast<Nanos>(rng() % static_cast<std::uint64_t>(window)));
+            const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(limit));
+            const Outcome o = fw->acquire(n);
+            if (o.acquired) {
+                continue;
+            }
+            ASSERT_GT(o.retry_after, 0);
+            clock->advance(o.retry_after - 1);
+            ASSERT_FALSE(fw->acquire(n).acquired) << "trial " << trial;
+            clock->advance(1);
+            ASSERT_TRUE(fw->acquire(n).acquired) << "trial " << trial;
+        }
+    }
+}
+
+TEST(FixedWindow, RetryAfterIsExactWhenQueuedRequestsDoNotPackIntoWindows) {
+    // Limit 3, two requests of 2 queued ahead: one is served per window (1 permit of each
+    // window is left over, head-of-line blocking), so a request for 2 is granted in window 3.
+    auto clock = make_clock();
+    auto fw = make_window(clock, 3, 20 * kSec, 4);
+    ASSERT_TRUE(fw->acquire(3).acquired);
+    auto a = fw->enqueue(2, -1);
+    auto b = fw->enqueue(2, -1);
+    ASSERT_TRUE(a.waiter && b.waiter);
+    EXPECT_EQ(fw->acquire(2).retry_after, 60 * kSec);
+    // What actually happens, nothing else arriving:
+    clock->advance(20 * kSec);
+    EXPECT_EQ(a.waiter->state(), Waiter::Completed);
+    EXPECT_EQ(b.waiter->state(), Waiter::Pending);
+    clock->advance(20 * kSec);
+    EXPECT_EQ(b.waiter->state(), Waiter::Completed);
+    EXPECT_EQ(fw->available_permits(), 1);
 }

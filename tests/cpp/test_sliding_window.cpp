@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <random>
 #include <stdexcept>
 
 #include "permits/clock.hpp"
@@ -435,4 +436,28 @@ TEST(SlidingWindow, CloseFailsWaitersAndLaterCallsThrow) {
     EXPECT_THROW(sw->available_permits(), ClosedError);
     EXPECT_NO_THROW(sw->give_back(1, held.tag));
     clock->advance(20 * kSec);
+}
+
+TEST(SlidingWindow, RetryAfterIsExactForSingleRequests) {
+    std::mt19937_64 rng(99);
+    for (int trial = 0; trial < 200; ++trial) {
+        auto clock = make_clock();
+        const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 20);
+        const std::int64_t segments = 1 + static_cast<std::int64_t>(rng() % 8);
+        const Nanos window = segments + static_cast<Nanos>(rng() % kSec);
+        auto sw = make_window(clock, limit, window, segments);
+        for (int step = 0; step < 30; ++step) {
+            clock->advance(static_cast<Nanos>(rng() % static_cast<std::uint64_t>(sw->segment_length() * 2)));
+            const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(limit));
+            const Outcome o = sw->acquire(n);
+            if (o.acquired) {
+                continue;
+            }
+            ASSERT_GT(o.retry_after, 0);
+            clock->advance(o.retry_after - 1);
+            ASSERT_FALSE(sw->acquire(n).acquired) << "trial " << trial;
+            clock->advance(1);
+            ASSERT_TRUE(sw->acquire(n).acquired) << "trial " << trial;
+        }
+    }
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <random>
 #include <stdexcept>
 
 #include "permits/clock.hpp"
@@ -567,4 +568,83 @@ TEST(TokenBucket, LargeValuesDoNotOverflow) {
     EXPECT_GE(far.retry_after, std::numeric_limits<Nanos>::max() / 2);
     const auto q2 = tb->enqueue(1, -1);
     EXPECT_EQ(q2.outcome.reason, Reason::QueueFull);
+}
+
+TEST(TokenBucket, RetryAfterIsExactForSingleRequests) {
+    // Property: with nothing queued, a failed request is refused 1 ns before its retry_after
+    // and granted at it.
+    std::mt19937_64 rng(777);
+    for (int trial = 0; trial < 200; ++trial) {
+        auto clock = make_clock();
+        const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 20);
+        const std::int64_t per_period = 1 + static_cast<std::int64_t>(rng() % 5);
+        const Nanos period = 1 + static_cast<Nanos>(rng() % kSec);
+        auto tb = make_bucket(clock, limit, per_period, period);
+        for (int step = 0; step < 30; ++step) {
+            clock->advance(static_cast<Nanos>(rng() % static_cast<std::uint64_t>(2 * period)));
+            const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(limit));
+            const Outcome o = tb->acquire(n);
+            if (o.acquired) {
+                continue;
+            }
+            ASSERT_GT(o.retry_after, 0);
+            clock->advance(o.retry_after - 1);
+            ASSERT_FALSE(tb->acquire(n).acquired) << "trial " << trial;
+            clock->advance(1);
+            ASSERT_TRUE(tb->acquire(n).acquired) << "trial " << trial;
+        }
+    }
+}
+
+TEST(TokenBucket, NoTimerWhileNothingWaits) {
+    auto clock = make_clock();
+    auto tb = make_bucket(clock, 1, 1, 20 * kSec, 2);
+    ASSERT_TRUE(tb->acquire(1).acquired);
+    for (int i = 0; i < 5; ++i) {
+        EXPECT_FALSE(tb->acquire(1).acquired);
+    }
+    EXPECT_EQ(clock->pending(), 0u);  // time is computed: failures need no timer
+    auto q = tb->enqueue(1, -1);
+    ASSERT_TRUE(q.waiter);
+    EXPECT_EQ(clock->pending(), 1u);  // one timer, for the waiter's token
+    auto r = tb->enqueue(1, -1);
+    ASSERT_TRUE(r.waiter);
+    EXPECT_EQ(clock->pending(), 1u);  // the timer already set covers the next request too
+}
+
+TEST(TokenBucket, LateTimerCatchesUpWithoutLosingTokensToTheCap) {
+    // One advance over three periods: each waiter is served when its token came, as a
+    // punctual timer would have, although the bucket holds one token at most.
+    auto clock = make_clock();
+    auto tb = make_bucket(clock, 1, 1, 20 * kSec, 3);
+    ASSERT_TRUE(tb->acquire(1).acquired);
+    auto a = tb->enqueue(1, -1);
+    auto b = tb->enqueue(1, -1);
+    auto c = tb->enqueue(1, -1);
+    clock->advance(60 * kSec);
+    for (const auto* w : {&a, &b, &c}) {
+        ASSERT_EQ(w->waiter->state(), Waiter::Completed);
+        EXPECT_TRUE(w->waiter->outcome().acquired);
+    }
+    EXPECT_EQ(a.waiter->outcome().tag, 1);
+    EXPECT_EQ(b.waiter->outcome().tag, 2);
+    EXPECT_EQ(c.waiter->outcome().tag, 3);
+    EXPECT_EQ(tb->available_permits(), 0);
+    EXPECT_EQ(tb->acquire(1).retry_after, 20 * kSec);
+}
+
+TEST(TokenBucket, LateTimerHonoursDeadlinesInBetween) {
+    auto clock = make_clock();
+    auto tb = make_bucket(clock, 2, 1, 20 * kSec, 3);
+    ASSERT_TRUE(tb->acquire(2).acquired);
+    auto a = tb->enqueue(1, -1);         // its token comes at 20 s
+    auto b = tb->enqueue(1, 30 * kSec);  // its token would come at 40 s: too late
+    clock->advance(60 * kSec);
+    ASSERT_EQ(a.waiter->state(), Waiter::Completed);
+    EXPECT_TRUE(a.waiter->outcome().acquired);
+    EXPECT_EQ(a.waiter->outcome().tag, 1);
+    ASSERT_EQ(b.waiter->state(), Waiter::Completed);
+    EXPECT_FALSE(b.waiter->outcome().acquired);
+    EXPECT_EQ(b.waiter->outcome().reason, Reason::Timeout);
+    EXPECT_EQ(tb->available_permits(), 2);
 }

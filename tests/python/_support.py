@@ -177,7 +177,7 @@ class Waiter(threading.Thread):
     def run(self) -> None:
         try:
             self.lease = self.limiter.wait(self.permit_count, **self.kwargs)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
+        except BaseException as exc:
             self.error = exc
         finally:
             self.done.set()
@@ -191,17 +191,13 @@ class Waiter(threading.Thread):
         return self.lease
 
 
-def start_waiter(limiter: Any, permit_count: int = 1, *, queued_after: int | None = None,
-                 **kwargs: Any) -> Waiter:
+def start_waiter(limiter: Any, permit_count: int = 1, *, queued_after: int | None = None, **kwargs: Any) -> Waiter:
     """Starts a blocking waiter; when ``queued_after`` is given, waits until the limiter reports
     that many queued permits (so the waiter is known to be in the queue)."""
     waiter = Waiter(limiter, permit_count, **kwargs)
     waiter.start()
     if queued_after is not None:
-        wait_until(
-            lambda: waiter.done.is_set()
-            or limiter.statistics().current_queued_count == queued_after
-        )
+        wait_until(lambda: waiter.done.is_set() or limiter.statistics().current_queued_count == queued_after)
         assert not waiter.done.is_set(), f"waiter finished early: {waiter.lease!r} {waiter.error!r}"
     return waiter
 

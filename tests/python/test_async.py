@@ -9,8 +9,6 @@ import asyncio
 import threading
 
 import pytest
-
-import permits
 from _support import (
     NEWEST,
     OLDEST,
@@ -23,6 +21,8 @@ from _support import (
     stats,
     until,
 )
+
+import permits
 
 
 async def test_acquire_async_completes_at_once(clock):
@@ -175,9 +175,9 @@ async def test_fifo_order_with_many_waiters(clock):
     order = []
     for i, t in enumerate(tasks):
         t.add_done_callback(lambda _t, i=i: order.append(i))
-    for _ in range(10):
+    for served in range(1, 11):
         clock.advance(1.0)
-        await until(lambda n=len(order): len(order) == n + 1)
+        await until(lambda served=served: len(order) == served)
     assert order == list(range(10))
 
 
@@ -188,9 +188,9 @@ async def test_lifo_order_with_many_waiters(clock):
     order = []
     for i, t in enumerate(tasks):
         t.add_done_callback(lambda _t, i=i: order.append(i))
-    for _ in range(10):
+    for served in range(1, 11):
         clock.advance(1.0)
-        await until(lambda n=len(order): len(order) == n + 1)
+        await until(lambda served=served: len(order) == served)
     assert order == list(reversed(range(10)))
 
 

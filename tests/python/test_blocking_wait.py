@@ -10,9 +10,9 @@ import threading
 from datetime import timedelta
 
 import pytest
+from _support import NEWEST, OLDEST, start_waiter, stats
 
 import permits
-from _support import NEWEST, OLDEST, start_waiter, stats
 
 
 def test_wait_returns_at_once_when_permits_are_available(clock):
@@ -195,7 +195,7 @@ def test_waiters_are_served_in_fifo_order(clock):
     for i, w in enumerate(waiters):
         clock.advance(1.0)
         assert w.outcome().acquired
-        for later in waiters[i + 1:]:
+        for later in waiters[i + 1 :]:
             assert not later.done.is_set()
 
 
@@ -254,3 +254,16 @@ def test_one_advance_serves_waiters_of_several_limiters(clock):
     clock.advance(3.0)
     assert wa.outcome().acquired
     assert wb.outcome().acquired
+
+
+def test_timeout_expires_in_manual_mode_without_try_replenish(clock):
+    # Manual mode freezes the limiter's state, not the timeout, which runs on the clock.
+    lim = permits.TokenBucketLimiter(1, 1, 1.0, clock=clock, queue_limit=1, auto_replenishment=False)
+    assert lim.acquire().acquired
+    waiter = start_waiter(lim, timeout=2.0, queued_after=1)
+    clock.advance(2.5)
+    lease = waiter.outcome()
+    assert lease.reason == "timeout"
+    assert lim.available_permits() == 0
+    assert lim.try_replenish() is True
+    assert lim.available_permits() == 1

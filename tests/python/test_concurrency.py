@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 import permits
-from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 
 def test_acquire_and_release_return_exactly_the_lease_permits():
@@ -50,7 +50,7 @@ def test_failed_and_zero_permit_leases_hold_nothing():
 
 def test_failed_acquire_has_reason_but_no_retry_after():
     lim = permits.ConcurrencyLimiter(1)
-    held = lim.acquire()
+    _held = lim.acquire()
     failed = lim.acquire()
     assert failed.reason == "limit_reached"
     assert failed.retry_after is None
@@ -59,8 +59,8 @@ def test_failed_acquire_has_reason_but_no_retry_after():
 
 async def test_reason_metadata_on_failed_wait_async():
     lim = permits.ConcurrencyLimiter(1, queue_limit=1)
-    held = lim.acquire()
-    waiting = await enqueue(lim)
+    _held = lim.acquire()
+    _waiting = await enqueue(lim)
     failed = await result(lim.wait_async())
     assert not failed.acquired
     assert failed.reason == "queue_full"

@@ -11,17 +11,15 @@ import asyncio
 import threading
 
 import pytest
+from _support import SAFETY, Waiter, result
 
 import permits
-from _support import SAFETY, Waiter, result
 
 
 class Switch(permits.RateLimiter):
     """Grants while ``open``; records every call to _acquire."""
 
-    def __init__(
-        self, *, open_: bool = True, retry_after: float | None = None, reason: str = "switched_off"
-    ) -> None:
+    def __init__(self, *, open_: bool = True, retry_after: float | None = None, reason: str = "switched_off") -> None:
         super().__init__()
         self.open = open_
         self.reason = reason
@@ -32,12 +30,8 @@ class Switch(permits.RateLimiter):
     def _acquire(self, permit_count: int) -> permits.Lease:
         self.calls.append(permit_count)
         if self.open:
-            return permits.Lease.granted(
-                permit_count, on_release=lambda: self.released.append(permit_count)
-            )
-        return permits.Lease.denied(
-            self.reason, retry_after=self.retry_after, metadata={"who": "switch"}
-        )
+            return permits.Lease.granted(permit_count, on_release=lambda: self.released.append(permit_count))
+        return permits.Lease.denied(self.reason, retry_after=self.retry_after, metadata={"who": "switch"})
 
 
 class DenyTimes(permits.RateLimiter):

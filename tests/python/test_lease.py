@@ -216,3 +216,24 @@ def test_lease_granted_defaults():
     assert granted.permit_count == 1
     with granted:
         pass
+
+
+def test_lease_outliving_its_limiter_can_still_be_released():
+    lim = permits.ConcurrencyLimiter(1)
+    lease = lim.acquire()
+    del lim
+    gc.collect()
+    lease.release()
+    lease.release()
+
+
+def test_unreleased_lease_of_a_closed_limiter_is_collected_quietly():
+    lim = permits.ConcurrencyLimiter(1)
+    lease = lim.acquire()
+    lim.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        del lease
+        gc.collect()
+    with pytest.raises(permits.LimiterClosedError):
+        lim.acquire()

@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 import permits
-from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 
 def sliding(clock, permit_limit, length, segments, **kw):
@@ -340,3 +340,24 @@ def test_replenishing_rate_limiter_properties_have_correct_values(clock):
     manual.try_replenish()
     for lim in (auto, manual):
         assert lim.available_permits() == 1
+
+
+async def test_retry_after_when_the_queue_ahead_needs_more_than_the_window_frees(clock):
+    # Everything held comes back at t=10 and serves the 3 queued permits (held again until
+    # t=20), leaving 1: this request for 2 is granted at t=20.
+    lim = sliding(clock, 4, 10.0, 2, queue_limit=8, queue_order=OLDEST)
+    assert lim.acquire(2).acquired
+    clock.advance(2.5)
+    assert lim.acquire(2).acquired  # both in segment [0, 5): back at 10
+    clock.advance(5.0)  # t=7.5
+    q1 = await enqueue(lim, 1)
+    q2 = await enqueue(lim, 2)
+    failed = lim.acquire(2)
+    assert failed.retry_after == pytest.approx(12.5)
+    clock.advance(2.5)  # t=10
+    assert (await result(q1)).acquired
+    assert (await result(q2)).acquired
+    clock.advance(9.999)
+    assert not lim.acquire(2).acquired
+    clock.advance(0.001)  # t=20
+    assert lim.acquire(2).acquired

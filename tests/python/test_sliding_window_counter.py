@@ -11,9 +11,9 @@ import math
 from datetime import timedelta
 
 import pytest
+from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 import permits
-from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 NS = 1e-9
 
@@ -248,3 +248,34 @@ def test_estimate_matches_the_formula_over_time(clock):
             counts[w] = counts.get(w, 0) + k
         clock.advance(step)
         now += step
+
+
+async def test_retry_after_when_queued_ahead_exceeds_the_limit(clock):
+    # Limit 1: the permit taken at t=0 weighs until t=20, where the queued request is served;
+    # that one weighs until t=40, when this request can be granted.
+    lim = counter(clock, 1, 10.0, queue_limit=1, queue_order=OLDEST)
+    assert lim.acquire().acquired
+    queued = await enqueue(lim, 1)
+    failed = await result(lim.wait_async(1))
+    assert failed.reason == "queue_full"
+    assert failed.retry_after == pytest.approx(40.0)
+    clock.advance(20.0)
+    assert (await result(queued)).acquired
+    clock.advance(19.999)
+    assert not lim.acquire().acquired
+    clock.advance(0.001)
+    assert lim.acquire().acquired
+
+
+async def test_queued_request_is_counted_in_the_window_it_was_served(clock):
+    # One advance over several windows serves the waiter at its due time (t = 13.33, in
+    # window [10, 20)), so its permit stops weighing at t=30, not at t=40.
+    lim = counter(clock, 3, 10.0, queue_limit=1)
+    assert lim.acquire(3).acquired
+    waiting = await enqueue(lim, 1)
+    clock.advance(25.0)
+    assert (await result(waiting)).acquired
+    assert lim.available_permits() == 2  # 1 * (1 - 0.5) held
+    clock.advance(5.0)  # t=30
+    assert lim.available_permits() == 3
+    assert lim.idle_duration == pytest.approx(0.0)

@@ -6,9 +6,9 @@ import threading
 import time
 
 import pytest
+from _support import SAFETY, TIMED_KINDS, LimiterKit, stats, wait_until
 
 import permits
-from _support import SAFETY, TIMED_KINDS, LimiterKit, stats, wait_until
 
 THREADS = 8
 
@@ -21,7 +21,7 @@ def run_threads(target, n=THREADS):
         try:
             start.wait(SAFETY)
             target(i)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
@@ -233,3 +233,101 @@ def test_concurrent_close_completes_all_waiters():
     assert len(results) == 20
     assert all(r.reason == "closed" for r in results)
     held.release()
+
+
+def test_close_racing_with_acquire_and_release():
+    # Closing while threads acquire and release: no crash, no hang; every call either
+    # completes normally or raises LimiterClosedError.
+    lim = permits.ConcurrencyLimiter(4, queue_limit=50)
+    barrier = threading.Barrier(THREADS + 1)
+    unexpected: list[BaseException] = []
+
+    def work(i):
+        barrier.wait(SAFETY)
+        for j in range(2000):
+            try:
+                lease = lim.wait(timeout=0) if j % 3 == 0 else lim.acquire()
+            except permits.LimiterClosedError:
+                return
+            except BaseException as exc:
+                unexpected.append(exc)
+                return
+            lease.release()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    barrier.wait(SAFETY)
+    time.sleep(0.005)  # let the workers get going (wall clock, not limiter time)
+    lim.close()
+    for t in threads:
+        t.join(SAFETY)
+        assert not t.is_alive()
+    assert not unexpected
+    with pytest.raises(permits.LimiterClosedError):
+        lim.acquire()
+
+
+def test_async_waiters_cancelled_while_threads_release():
+    import asyncio
+
+    lim = permits.ConcurrencyLimiter(2, queue_limit=1000)
+
+    async def scenario():
+        holders = [lim.acquire() for _ in range(2)]
+        tasks = [asyncio.ensure_future(lim.wait_async()) for _ in range(200)]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        releaser = loop.run_in_executor(None, lambda: [h.release() for h in holders])
+        for k, t in enumerate(tasks):
+            if k % 2:
+                t.cancel()
+        granted = 0
+        for t in tasks:
+            try:
+                lease = await asyncio.wait_for(t, 10)
+            except asyncio.CancelledError:
+                continue
+            assert lease.acquired
+            granted += 1
+            lease.release()
+        await releaser
+        # Every waiter was either served or cancelled; nothing leaked.
+        deadline = time.monotonic() + SAFETY
+        while lim.available_permits() != 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        assert lim.available_permits() == 2
+        assert lim.statistics().current_queued_count == 0
+        assert granted >= 100
+
+    asyncio.run(scenario())
+
+
+def test_blocking_waiters_with_timeouts_and_a_ticking_clock():
+    clock = permits.ManualClock()
+    lim = permits.FixedWindowLimiter(3, 1.0, clock=clock, queue_limit=100)
+    outcomes: list[str] = []
+    guard = threading.Lock()
+    per_thread = 40
+
+    def work(i):
+        for j in range(per_thread):
+            lease = lim.wait(timeout=0.5 + (i + j) % 3)
+            with guard:
+                outcomes.append("ok" if lease.acquired else lease.reason)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while any(t.is_alive() for t in threads):
+        assert time.monotonic() < deadline, "waiters hung"
+        clock.advance(0.25)
+        time.sleep(0.0002)
+    assert len(outcomes) == THREADS * per_thread
+    assert set(outcomes) <= {"ok", "timeout"}
+    s = lim.statistics()
+    assert s.total_successful_leases == outcomes.count("ok")
+    assert s.total_failed_leases == 0  # timeouts are not failures
+    assert s.current_queued_count == 0

@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from _support import NEWEST, OLDEST, enqueue, result, stats
 
 import permits
-from _support import NEWEST, OLDEST, enqueue, result, stats
 
 
 def bucket(clock, token_limit, tokens_per_period, period, **kw):
@@ -338,3 +338,25 @@ def test_replenishing_rate_limiter_properties_have_correct_values(clock):
     for lim in (auto, manual):
         assert lim.acquire().acquired
         assert lim.acquire().retry_after == pytest.approx(7.0)
+
+
+def test_idle_duration_in_manual_mode_is_computed_from_state(clock):
+    lim = bucket(clock, 1, 1, 1.0, auto_replenishment=False)
+    assert lim.acquire().acquired
+    clock.advance(5.0)
+    assert lim.idle_duration is None  # state not replenished yet
+    lim.try_replenish()
+    # The bucket was full again at t=1: idle for 4 s.
+    assert lim.idle_duration == pytest.approx(4.0)
+
+
+def test_retry_after_beyond_the_int64_nanosecond_range_is_still_reported(clock):
+    # 2**31 - 1 tokens at one per 5 s take about 340 years (over 2**63 ns): a failed lease of
+    # a time-based limiter still carries retry_after (semantics.md item 6: never None).
+    limit = 2**31 - 1
+    lim = bucket(clock, limit, 1, 5.0)
+    assert lim.acquire(limit).acquired
+    failed = lim.acquire(limit)
+    assert not failed.acquired
+    assert failed.retry_after is not None
+    assert failed.retry_after == pytest.approx(limit * 5.0, rel=1e-6)

@@ -11,9 +11,9 @@ import math
 from datetime import timedelta
 
 import pytest
+from _support import KINDS, MAX_INT32, start_waiter
 
 import permits
-from _support import KINDS, MAX_INT32, start_waiter
 
 # Each factory takes keyword overrides of the constructor's arguments.
 VALID = {
@@ -133,8 +133,7 @@ def test_queue_limit_may_be_zero_but_not_negative(kind):
 @pytest.mark.parametrize("kind, arg", DURATION_ARGS)
 @pytest.mark.parametrize(
     "value",
-    [0, 0.0, -0.0, -1.0, -1e-9, math.nan, math.inf, -math.inf,
-     timedelta(0), timedelta(seconds=-1), timedelta.min],
+    [0, 0.0, -0.0, -1.0, -1e-9, math.nan, math.inf, -math.inf, timedelta(0), timedelta(seconds=-1), timedelta.min],
 )
 def test_invalid_durations_raise_value_error_naming_the_argument(kind, arg, value):
     with pytest.raises(ValueError, match=arg):
