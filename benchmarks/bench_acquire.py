@@ -397,9 +397,7 @@ def async_floor_cases() -> Iterator[Case]:
 def _permits_async_cases() -> Iterator[Case]:
     permits = _import_permits()
 
-    def awaiting(
-        make: Callable[[], Any], attr: str
-    ) -> Callable[[], Callable[[int], Awaitable[float]]]:
+    def awaiting(make: Callable[[], Any], attr: str) -> Callable[[], Callable[[int], Awaitable[float]]]:
         def factory() -> Callable[[int], Awaitable[float]]:
             lim = make()
 
@@ -580,17 +578,13 @@ def run_case(case: Case, s: Settings) -> Result:
                 return Result(case.name, case.group, case.key, status=f"error: did not {want}")
         result = time_async(case, s) if case.async_factory is not None else time_sync(case, s)
         if case.probe is not None and case.expect is not None and case.probe() != case.expect:
-            result.note = (result.note + "; " if result.note else "") + (
-                "WARNING: outcome changed during the run"
-            )
+            result.note = (result.note + "; " if result.note else "") + ("WARNING: outcome changed during the run")
         return result
     except Exception as exc:  # a broken peer must not stop the run
         return Result(case.name, case.group, case.key, status=f"error: {type(exc).__name__}: {exc}")
 
 
-def collect(
-    sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Settings, verbose: bool
-) -> list[Result]:
+def collect(sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Settings, verbose: bool) -> list[Result]:
     results: list[Result] = []
     for label, group, source in sources:
         try:
@@ -657,8 +651,7 @@ def metadata_block(argv: list[str]) -> dict[str, Any]:
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "versions": {
-            dist: _version(dist)
-            for dist in ("permits", "throttled-py", "limits", "pyrate-limiter", "aiolimiter")
+            dist: _version(dist) for dist in ("permits", "throttled-py", "limits", "pyrate-limiter", "aiolimiter")
         },
     }
 
@@ -701,9 +694,7 @@ def ratios(results: list[Result]) -> list[dict[str, Any]]:
         f"<= {TARGET_CONCURRENCY:g}x",
         None if value is None else value <= TARGET_CONCURRENCY,
     )
-    peers = [
-        r for r in results if r.group == "peer" and r.key.endswith("_ok") and r.best_ns is not None
-    ]
+    peers = [r for r in results if r.group == "peer" and r.key.endswith("_ok") and r.best_ns is not None]
     tb = got.get("permits_token_bucket_ok")
     if peers and tb and tb.best_ns:
         fastest = min(peers, key=lambda r: r.best_ns or 0.0)
@@ -754,10 +745,7 @@ def markdown(results: list[Result], meta: dict[str, Any], rats: list[dict[str, A
             lines.append(f"| {_cell(r.name)} | {_cell(r.status)} | | | {_cell(r.note)} |")
             continue
         ratio = f"{r.best_ns / floor.best_ns:.1f}" if floor and floor.best_ns else "-"
-        lines.append(
-            f"| {_cell(r.name)} | {_fmt_ns(r.best_ns)} | {_fmt_ns(r.median_ns)} | {ratio} "
-            f"| {_cell(r.note)} |"
-        )
+        lines.append(f"| {_cell(r.name)} | {_fmt_ns(r.best_ns)} | {_fmt_ns(r.median_ns)} | {ratio} | {_cell(r.note)} |")
     lines += ["", "| ratio (best of repeats) | value | target | met |", "|---|---:|---|---|"]
     for q in rats:
         value = "-" if q["value"] is None else f"{q['value']:.1f}x"
@@ -768,12 +756,8 @@ def markdown(results: list[Result], meta: dict[str, Any], rats: list[dict[str, A
 
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
-        description="Time one rate-limit check: permits vs dict.get and the PyPI peers."
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="short repeats (a few seconds in all; noisier)"
-    )
+    parser = argparse.ArgumentParser(description="Time one rate-limit check: permits vs dict.get and the PyPI peers.")
+    parser.add_argument("--quick", action="store_true", help="short repeats (a few seconds in all; noisier)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per case")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")

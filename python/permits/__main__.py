@@ -47,8 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot",
         metavar="FILE",
         default=None,
-        help="also write the granted rate over time of each limiter to FILE (PNG, needs "
-        "matplotlib)",
+        help="also write the granted rate over time of each limiter to FILE (PNG, needs matplotlib)",
     )
     demo.add_argument(
         "--concurrency",

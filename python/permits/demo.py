@@ -162,9 +162,7 @@ def _make_rows(concurrency: bool, clock: permits.ManualClock | None) -> list[_Ro
             "sliding window counter",
             f"{RATE} per {WINDOW:g} s, weighted",
             "acquire",
-            permits.SlidingWindowCounterLimiter(
-                RATE, WINDOW, clock=clock, name="sliding_window_counter"
-            ),
+            permits.SlidingWindowCounterLimiter(RATE, WINDOW, clock=clock, name="sliding_window_counter"),
         ),
         row(
             "token bucket + queue",
@@ -469,9 +467,7 @@ class _LiveDisplay(_Display):
                     ]
                 )
             )
-            lines.append(
-                self._fit([*self._bar(res, offered), ("", "  "), *self._spark(res.granted_at, t)])
-            )
+            lines.append(self._fit([*self._bar(res, offered), ("", "  "), *self._spark(res.granted_at, t)]))
         full, mid, empty = ("█", "▒", "░") if self.unicode else ("#", "~", "x")
         lines.append("")
         lines.append(
@@ -531,8 +527,7 @@ def _summary(result: DemoResult) -> str:
     offered = len(result.offered_at)
     lines = [
         "",
-        f"After {result.seconds:g} s: {offered} requests offered to each limiter "
-        f"(each admits ~{RATE}/s).",
+        f"After {result.seconds:g} s: {offered} requests offered to each limiter (each admits ~{RATE}/s).",
         "",
         f"{'algorithm':<24}{'granted':>8}{'rejected':>10}{'still queued':>14}  notes",
     ]
@@ -543,9 +538,7 @@ def _summary(result: DemoResult) -> str:
             notes.append(f"peak queue {r.queued_peak}, mean wait {mean:.2f} s")
         if r.reasons:
             notes.append(", ".join(f"{k}: {v}" for k, v in sorted(r.reasons.items())))
-        lines.append(
-            f"{r.label:<24}{r.granted:>8}{r.rejected:>10}{r.unfinished:>14}  {'; '.join(notes)}"
-        )
+        lines.append(f"{r.label:<24}{r.granted:>8}{r.rejected:>10}{r.unfinished:>14}  {'; '.join(notes)}")
     return "\n".join(lines) + "\n"
 
 
@@ -597,9 +590,7 @@ def write_plot(result: DemoResult, path: str) -> None:
         sharex=True,
         gridspec_kw={"height_ratios": [1.0] * len(rows) + [2.0]},
     )
-    fig.suptitle(
-        f"permits demo: the same bursty traffic offered to each limiter (each admits ~{RATE}/s)"
-    )
+    fig.suptitle(f"permits demo: the same bursty traffic offered to each limiter (each admits ~{RATE}/s)")
     for k, (r, ys) in enumerate(zip(rows, granted)):
         ax = axes[k]
         ax.bar(
@@ -664,9 +655,7 @@ def write_plot(result: DemoResult, path: str) -> None:
         label=f"{RATE} at once + {RATE}/s",
     )
     ax_cum.set_ylabel("granted, cumulative")
-    ax_cum.set_xlabel(
-        f"time (s); bars: requests per second in {bucket:g} s buckets, dashed line: {RATE}/s"
-    )
+    ax_cum.set_xlabel(f"time (s); bars: requests per second in {bucket:g} s buckets, dashed line: {RATE}/s")
     ax_cum.legend(loc="upper left", fontsize="small")
     ax_cum.grid(True, alpha=0.3)
     ax_cum.set_xlim(0, seconds)
