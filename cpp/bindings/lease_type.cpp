@@ -391,7 +391,7 @@ PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner) 
     } else {
         self->reason = reason_string(o.reason);
         if (o.retry_after >= 0) {
-            self->retry_after = static_cast<double>(o.retry_after) / 1e9;
+            self->retry_after = o.retry_seconds;  // exact even past 2**63 ns
         }
     }
     return reinterpret_cast<PyObject*>(self);

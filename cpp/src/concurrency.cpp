@@ -39,4 +39,6 @@ Nanos Concurrency::full_since(Nanos /*now*/) const {
     return available_.load() >= limit_ ? idle_since_.load() : kNever;
 }
 
+std::unique_ptr<Projection> Concurrency::project() const { return nullptr; }  // only releases bring permits
+
 }  // namespace permits

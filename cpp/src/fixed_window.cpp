@@ -75,4 +75,31 @@ Nanos FixedWindow::full_since(Nanos now) const {
     return next <= now ? next : kNever;
 }
 
+struct FixedWindow::Proj final : Projection {
+    const FixedWindow& fw;
+    i128 w;     // window index
+    i128 used;  // permits taken in window w
+    Proj(const FixedWindow& f, Pair s) : fw(f), w(s.a), used(s.b) {}
+
+    i128 grant(std::int64_t n, i128 not_before, bool apply) override {
+        const std::int64_t need = std::max<std::int64_t>(n, 1);
+        const i128 now_w = not_before <= fw.anchor_ ? 0 : (not_before - fw.anchor_) / fw.window_;
+        i128 v = std::max(now_w, w);
+        i128 u = v == w ? used : 0;
+        i128 at = not_before;
+        if (fw.limit_ - u < need) {
+            ++v;  // head-of-line: what this window has left is not enough, the next one is
+            u = 0;
+            at = static_cast<i128>(fw.anchor_) + v * fw.window_;
+        }
+        if (apply) {
+            w = v;
+            used = u + n;
+        }
+        return at;
+    }
+};
+
+std::unique_ptr<Projection> FixedWindow::project() const { return std::make_unique<Proj>(*this, state_.load()); }
+
 }  // namespace permits

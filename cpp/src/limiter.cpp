@@ -24,16 +24,53 @@ void Limiter::validate(std::int64_t n) const {
     }
 }
 
-Nanos Limiter::retry_after(std::int64_t n, Nanos state_time) const {
-    const std::int64_t ahead = queue_.order == QueueOrder::OldestFirst ? queued_permits_.load() : 0;
-    const Nanos wait = time_until(std::max<std::int64_t>(n, 1) + ahead, state_time);
-    if (wait == kNever) {
+i128 Limiter::retry_after(std::int64_t n, Nanos state_time) {
+    if (queue_.order == QueueOrder::OldestFirst && queued_entries_.load() > 0) {
+        std::lock_guard<std::mutex> lock(mu_);  // the requests queued ahead count: read them under the lock
+        return retry_after_locked(n, state_time);
+    }
+    return retry_after_alone(n, state_time);
+}
+
+i128 Limiter::retry_after_locked(std::int64_t n, Nanos state_time) {
+    if (queue_.order == QueueOrder::NewestFirst || queued_entries_.load() == 0) {
+        return retry_after_alone(n, state_time);
+    }
+    if (!tail_) {
+        tail_ = project();
+        if (!tail_) {
+            return -1;
+        }
+        tail_time_ = state_time;
+        for (const auto& w : queue_entries_) {
+            if (w->pending()) {
+                tail_time_ = tail_->grant(w->permits(), std::max<i128>(tail_time_, state_time), true);
+            }
+        }
+    }
+    const i128 at = tail_->grant(n, std::max<i128>(tail_time_, state_time), false);
+    return std::max<i128>(0, at - (manual_ ? clock_->now() : state_time));
+}
+
+i128 Limiter::retry_after_alone(std::int64_t n, Nanos state_time) const {
+    // In manual mode state time lags the clock: the wait is reported from the clock's now.
+    const i128 now = manual_ ? clock_->now() : state_time;
+    const Nanos wait = time_until(std::max<std::int64_t>(n, 1), state_time);
+    if (wait != kNever) {
+        return std::max<i128>(0, static_cast<i128>(state_time) + wait - now);
+    }
+    // Never by time (concurrency), or beyond the int64 range: ask a projection, exact in 128 bits.
+    auto projection = project();
+    if (!projection) {
         return -1;
     }
-    // In manual mode state time lags the clock: report the wait from the clock's now.
-    const Nanos at = sat_add(state_time, wait);
-    const Nanos now = manual_ ? clock_->now() : state_time;
-    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+    return std::max<i128>(0, projection->grant(n, state_time, false) - now);
+}
+
+void Limiter::project_push_locked(const Waiter& w, Nanos state_time) {
+    if (tail_) {
+        tail_time_ = tail_->grant(w.permits(), std::max<i128>(tail_time_, state_time), true);
+    }
 }
 
 Outcome Limiter::acquire(std::int64_t n) {
@@ -79,20 +116,23 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
             return {Outcome::granted(n, tag), nullptr};
         }
         // Room is counted in permits (a zero-permit request always fits).
-        if (queue_.queue_limit - queued_permits_.load() < n) {
-            if (queue_.order == QueueOrder::NewestFirst && n <= queue_.queue_limit) {
-                // Make room by failing the oldest requests, as many as needed.
-                while (queue_.queue_limit - queued_permits_.load() < n && !queue_entries_.empty()) {
-                    auto oldest = queue_entries_.front();
-                    queue_entries_.pop_front();
-                    if (oldest->pending()) {
-                        failed_.fetch_add(1);
-                        finish_locked(*oldest, Outcome::failed(oldest->permits(), Reason::Evicted));
-                    }
-                }
-            } else {
+        const bool room = queue_.queue_limit - queued_permits_.load() >= n;
+        const bool can_evict = queue_.order == QueueOrder::NewestFirst && n <= queue_.queue_limit;
+        if (!room && !can_evict) {
+            failed_.fetch_add(1);
+            return {Outcome::failed(n, Reason::QueueFull, retry_after_locked(n, now)), nullptr};
+        }
+        if (timeout == 0) {
+            return {Outcome::failed(n, Reason::Timeout), nullptr};  // would wait: nobody is evicted for it
+        }
+        // Make room by failing the oldest requests, as many as needed.
+        while (queue_.queue_limit - queued_permits_.load() < n && !queue_entries_.empty()) {
+            auto oldest = queue_entries_.front();
+            queue_entries_.pop_front();
+            if (oldest->pending()) {
                 failed_.fetch_add(1);
-                return {Outcome::failed(n, Reason::QueueFull, retry_after(n, now)), nullptr};
+                finish_locked(*oldest, Outcome::failed(oldest->permits(), Reason::Evicted));
+                invalidate_projection_locked();
             }
         }
     }
@@ -102,6 +142,11 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
     const Nanos clock_now = clock_->now();
     const Nanos deadline = timeout < 0 ? kNever : sat_add(clock_now, timeout);
     auto waiter = std::make_shared<Waiter>(n, deadline, std::move(notifier), id);
+    if (queued_entries_.load() == 0) {
+        invalidate_projection_locked();  // a new queue starts from the state as it is now
+    } else {
+        project_push_locked(*waiter, now);
+    }
     queue_entries_.push_back(waiter);
     queued_permits_.fetch_add(n);
     queued_entries_.fetch_add(1);
@@ -134,6 +179,7 @@ bool Limiter::cancel(Waiter& w) {
     if (w.deadline() != kNever) {
         --timed_waiters_;
     }
+    invalidate_projection_locked();
     // The entry stays in the deque until a pass meets it; if it blocked the head, serve who is next.
     pop_stale_locked();
     if (!closed_.load()) {
@@ -185,6 +231,7 @@ void Limiter::expire_locked(Nanos clock_now) {
     for (auto& w : queue_entries_) {
         if (w->pending() && w->deadline() <= clock_now) {
             finish_locked(*w, Outcome::failed(w->permits(), Reason::Timeout));  // not counted, like a cancellation
+            invalidate_projection_locked();
         }
     }
     pop_stale_locked();
@@ -277,6 +324,7 @@ void Limiter::give_back(std::int64_t n, std::int64_t tag) {
     put_back(n, tag, state_now());
     if (queued_entries_.load() > 0) {
         std::lock_guard<std::mutex> lock(mu_);
+        invalidate_projection_locked();
         if (!closed_.load()) {
             process_queue_locked(state_now());
             schedule_locked(state_now());
@@ -324,6 +372,7 @@ bool Limiter::try_replenish() {
     Nanos prev = manual_now_.load();
     while (prev < now && !manual_now_.compare_exchange_weak(prev, now)) {
     }
+    invalidate_projection_locked();
     process_queue_locked(manual_now_.load());
     schedule_locked(manual_now_.load());
     return true;

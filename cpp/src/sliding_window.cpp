@@ -1,6 +1,7 @@
 #include "permits/sliding_window.hpp"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 namespace permits {
@@ -150,5 +151,49 @@ Nanos SlidingWindow::full_since(Nanos now) const {
     const Nanos since = last < 0 ? segment_start(0) : segment_start(last + segments_);
     return since <= now ? since : kNever;
 }
+
+struct SlidingWindow::Proj final : Projection {
+    const SlidingWindow& sw;
+    i128 head;                              // latest segment with a grant in the projection
+    std::map<i128, std::int64_t> counts;  // permits per segment, for the segments still in a window
+
+    explicit Proj(const SlidingWindow& s) : sw(s) {
+        const Pair h = s.head_.load();
+        head = h.a;
+        for (std::int64_t j = std::max<std::int64_t>(0, h.a - s.segments_ + 1); j <= h.a; ++j) {
+            if (const std::int64_t c = s.count_in(h, j); c > 0) {
+                counts[j] = c;
+            }
+        }
+    }
+    i128 used(i128 p) const {
+        i128 sum = 0;
+        for (auto it = counts.upper_bound(p - sw.segments_); it != counts.end() && it->first <= p; ++it) {
+            sum += it->second;
+        }
+        return sum;
+    }
+    i128 grant(std::int64_t n, i128 not_before, bool apply) override {
+        const std::int64_t need = std::max<std::int64_t>(n, 1);
+        const i128 now_p = not_before <= sw.anchor_ ? 0 : (not_before - sw.anchor_) / sw.segment_;
+        i128 p = std::max(now_p, head);
+        i128 at = not_before;
+        if (sw.limit_ - used(p) < need) {
+            // Walk forward: each segment start frees the segment leaving the window.
+            do {
+                ++p;
+            } while (sw.limit_ - used(p) < need);
+            at = static_cast<i128>(sw.anchor_) + p * sw.segment_;
+        }
+        if (apply && n > 0) {
+            counts[p] += n;
+            head = p;
+            counts.erase(counts.begin(), counts.upper_bound(p - sw.segments_));
+        }
+        return at;
+    }
+};
+
+std::unique_ptr<Projection> SlidingWindow::project() const { return std::make_unique<Proj>(*this); }
 
 }  // namespace permits

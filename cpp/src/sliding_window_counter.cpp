@@ -121,4 +121,55 @@ Nanos SlidingWindowCounter::full_since(Nanos now) const {
     return since <= now ? since : kNever;
 }
 
+struct SlidingWindowCounter::Proj final : Projection {
+    const SlidingWindowCounter& sw;
+    i128 w, previous, current;
+    Proj(const SlidingWindowCounter& c, Pair s) : sw(c) {
+        const Counts k = counts_at(s, s.a);
+        w = k.window;
+        previous = k.previous;
+        current = k.current;
+    }
+
+    i128 start(i128 v) const { return static_cast<i128>(sw.anchor_) + v * sw.window_; }
+    // Earliest time >= t in window v with prev*(W - e) + (cur + need)*W <= limit*W, or -1.
+    i128 earliest(i128 v, i128 prev, i128 cur, std::int64_t need, i128 t) const {
+        const i128 spare = sw.limit_ - cur - need;
+        if (spare < 0) {
+            return -1;
+        }
+        i128 e = 0;
+        if (prev > 0) {
+            const i128 slack = spare * sw.window_ / prev;
+            e = slack >= sw.window_ ? 0 : sw.window_ - slack;
+        }
+        const i128 at = std::max(t, start(v) + e);
+        return at >= start(v + 1) ? -1 : at;  // at the boundary the counts are the next window's
+    }
+    i128 grant(std::int64_t n, i128 not_before, bool apply) override {
+        const std::int64_t need = std::max<std::int64_t>(n, 1);
+        const i128 now_w = not_before <= sw.anchor_ ? 0 : (not_before - sw.anchor_) / sw.window_;
+        i128 v = std::max(now_w, w);
+        i128 prev = v == w ? previous : (v == w + 1 ? current : 0);
+        i128 cur = v == w ? current : 0;
+        i128 at = earliest(v, prev, cur, need, not_before);
+        while (at < 0) {  // not in this window: the next one, where this window's count weighs less
+            prev = cur;
+            cur = 0;
+            ++v;
+            at = earliest(v, prev, cur, need, not_before);
+        }
+        if (apply) {
+            w = v;
+            previous = prev;
+            current = cur + n;
+        }
+        return at;
+    }
+};
+
+std::unique_ptr<Projection> SlidingWindowCounter::project() const {
+    return std::make_unique<Proj>(*this, state_.load());
+}
+
 }  // namespace permits

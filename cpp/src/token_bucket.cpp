@@ -85,4 +85,33 @@ Nanos TokenBucket::full_since(Nanos now) const {
     return full_at <= now ? full_at : kNever;
 }
 
+struct TokenBucket::Proj final : Projection {
+    const TokenBucket& tb;
+    i128 p;       // period index
+    i128 tokens;  // tokens at period p
+    Proj(const TokenBucket& b, Pair s) : tb(b), p(s.a), tokens(s.b) {}
+
+    i128 index_at(i128 t) const { return t <= tb.anchor_ ? 0 : (t - tb.anchor_) / tb.period_; }
+    i128 tokens_at(i128 q) const {
+        const i128 t = tokens + (q - p) * tb.per_period_;
+        return t >= tb.limit_ ? tb.limit_ : t;
+    }
+    i128 grant(std::int64_t n, i128 not_before, bool apply) override {
+        const std::int64_t need = std::max<std::int64_t>(n, 1);
+        i128 q = std::max(index_at(not_before), p);
+        i128 at = not_before;
+        if (tokens_at(q) < need) {
+            q += (need - tokens_at(q) + tb.per_period_ - 1) / tb.per_period_;
+            at = static_cast<i128>(tb.anchor_) + q * tb.period_;
+        }
+        if (apply) {
+            tokens = tokens_at(q) - n;
+            p = q;
+        }
+        return at;
+    }
+};
+
+std::unique_ptr<Projection> TokenBucket::project() const { return std::make_unique<Proj>(*this, state_.load()); }
+
 }  // namespace permits

@@ -68,10 +68,13 @@ std::vector<std::shared_ptr<Waiter>> Notifier::drain() {
 
 bool Waiter::complete(const Outcome& o) {
     int expected = Pending;
-    outcome_ = o;  // written before the state flips; readers check the state first
-    if (!state_.compare_exchange_strong(expected, Completed)) {
+    // Claim, write, publish: a late second completion changes nothing, and a reader that sees
+    // Completed sees the outcome.
+    if (!state_.compare_exchange_strong(expected, Completing)) {
         return false;
     }
+    outcome_ = o;
+    state_.store(Completed);
     if (notifier_) {
         notifier_->push(shared_from_this());
     } else {
@@ -88,7 +91,7 @@ bool Waiter::cancel() noexcept {
 
 bool Waiter::wait_for(Nanos timeout_ns) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [this] { return state() != Pending; });
+    cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [this] { return state() == Completed || state() == Cancelled; });
     return state() == Completed;
 }
 

@@ -12,6 +12,9 @@ from typing import Any
 from . import _core
 from ._core import Lease, LimiterClosedError
 
+#: Reasons for which waiting longer cannot help: wait() and wait_async() return the failed lease.
+_FINAL_REASONS = frozenset({"queue_full", "evicted", "closed", "timeout", "partition_limit"})
+
 
 class QueueOrder(enum.Enum):
     """Which queued request is served first when permits come back."""
@@ -96,10 +99,11 @@ class RateLimiter:
         raise NotImplementedError(f"{type(self).__name__} must implement _acquire(permit_count)")
 
     async def _wait_async(self, permit_count: int) -> Lease:
-        # Ask, sleep for the lease's retry_after (or a short pause), ask again.
+        # Ask, sleep for the lease's retry_after (or a short pause), ask again; a denial that
+        # waiting cannot cure (a full queue, a closed limiter...) ends the wait.
         while True:
             lease = self.acquire(permit_count)
-            if lease or lease.reason not in (None, "limit_reached"):
+            if lease or lease.reason in _FINAL_REASONS:
                 return lease
             await asyncio.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
 
@@ -140,7 +144,7 @@ class RateLimiter:
         deadline = None if limit < 0 else time.monotonic() + limit / 1e9
         while True:
             lease = self.acquire(n)
-            if lease or lease.reason not in (None, "limit_reached"):
+            if lease or lease.reason in _FINAL_REASONS:
                 return lease
             pause = lease.retry_after if lease.retry_after is not None else 0.01
             if deadline is not None:

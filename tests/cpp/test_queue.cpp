@@ -332,9 +332,10 @@ TEST(Queue, ZeroPermitRequestWaitsForAvailabilityEvenWithQueueLimitZero) {
     EXPECT_EQ(s.total_failed_leases, 1);
 }
 
-TEST(Queue, ZeroPermitWaiterCompletesWhenTheQueueReachesIt) {
-    // dotnet-reference.md 1.4: a queued zero-permit request completes the next time the queue
-    // is processed and reaches it ("available >= 0 is always true for it").
+TEST(Queue, ZeroPermitWaiterCompletesWhenPermitsAreAvailable) {
+    // A deliberate difference from dotnet-reference.md 1.4 (where a zero-permit waiter completes
+    // as soon as the queue reaches it, even with nothing available): wait_async(0) means "wait
+    // until permits are available" (api.md), so it completes only when one is.
     auto clock = make_clock();
     auto l = make_limiter(clock, 2, 2);
     ASSERT_TRUE(l->acquire(2).acquired);
@@ -343,9 +344,12 @@ TEST(Queue, ZeroPermitWaiterCompletesWhenTheQueueReachesIt) {
     l->give_back(1, 0);
     EXPECT_TRUE(pending(a));
     EXPECT_TRUE(pending(z));  // blocked behind a
-    l->give_back(1, 0);       // a is served, then z is reached
+    l->give_back(1, 0);       // a is served; nothing is left, so z still waits
     EXPECT_TRUE(granted(a));
+    EXPECT_TRUE(pending(z));
+    l->give_back(2, 0);  // a's permits come back: z completes, taking nothing
     EXPECT_TRUE(granted(z));
+    EXPECT_EQ(l->available_permits(), 2);
 }
 
 // ---------------------------------------------------------------- cancellation

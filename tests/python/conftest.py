@@ -5,9 +5,10 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from _support import KINDS, TIMED_KINDS, LimiterKit
 
 import permits
+
+from _support import KINDS, TIMED_KINDS, LimiterKit
 
 
 @pytest.fixture

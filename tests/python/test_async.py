@@ -9,6 +9,9 @@ import asyncio
 import threading
 
 import pytest
+
+import permits
+
 from _support import (
     NEWEST,
     OLDEST,
@@ -21,8 +24,6 @@ from _support import (
     stats,
     until,
 )
-
-import permits
 
 
 async def test_acquire_async_completes_at_once(clock):

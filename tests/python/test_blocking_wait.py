@@ -10,9 +10,10 @@ import threading
 from datetime import timedelta
 
 import pytest
-from _support import NEWEST, OLDEST, start_waiter, stats
 
 import permits
+
+from _support import NEWEST, OLDEST, start_waiter, stats
 
 
 def test_wait_returns_at_once_when_permits_are_available(clock):

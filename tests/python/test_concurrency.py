@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 import permits
+
+from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 
 def test_acquire_and_release_return_exactly_the_lease_permits():

@@ -11,9 +11,10 @@ import asyncio
 import threading
 
 import pytest
-from _support import SAFETY, Waiter, result
 
 import permits
+
+from _support import SAFETY, Waiter, result
 
 
 class Switch(permits.RateLimiter):

@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from _support import NEWEST, OLDEST, enqueue, result, stats
 
 import permits
+
+from _support import NEWEST, OLDEST, enqueue, result, stats
 
 
 def window(clock, permit_limit, length, **kw):

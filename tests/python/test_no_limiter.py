@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from _support import MAX_INT32, result
 
 import permits
+
+from _support import MAX_INT32, result
 
 
 def test_no_limiter_grants_everything():

@@ -11,6 +11,9 @@ import asyncio
 from collections.abc import Mapping
 
 import pytest
+
+import permits
+
 from _support import (
     MAX_INT32,
     NEWEST,
@@ -25,8 +28,6 @@ from _support import (
     spawn,
     stats,
 )
-
-import permits
 
 # --------------------------------------------------------------------------- acquire basics
 
@@ -771,14 +772,12 @@ async def test_a_single_large_advance_serves_every_waiter_that_came_due(timed_ki
     assert (await result(waiters[2])).acquired
 
 
-@pytest.mark.parametrize("kind", ["sliding_window", "sliding_window_counter"])
+@pytest.mark.parametrize("kind", ["token_bucket", "fixed_window", "sliding_window", "sliding_window_counter"])
 @pytest.mark.parametrize("seed", range(8))
 async def test_retry_after_is_exact_with_requests_queued_ahead(kind, clock, seed):
     # semantics.md item 6 with a queue: under OLDEST_FIRST the permits queued ahead are
-    # served first, and the failed request is granted exactly retry_after later.
-    # (Token bucket and fixed window are left out: their retry_after counts tokens as they
-    # accrue and permits as fungible across windows, which is exact only while the queue
-    # ahead fits in what one period brings; their queued cases are tested one by one.)
+    # served first (head-of-line, one after the other), and the failed request is granted
+    # exactly retry_after later.
     import random
 
     rng = random.Random(1000 + seed)

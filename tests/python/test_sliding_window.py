@@ -10,9 +10,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 import permits
+
+from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 
 def sliding(clock, permit_limit, length, segments, **kw):

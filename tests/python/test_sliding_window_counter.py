@@ -11,9 +11,10 @@ import math
 from datetime import timedelta
 
 import pytest
-from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 import permits
+
+from _support import NEWEST, OLDEST, enqueue, result, settle, stats
 
 NS = 1e-9
 

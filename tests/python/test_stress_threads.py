@@ -6,9 +6,10 @@ import threading
 import time
 
 import pytest
-from _support import SAFETY, TIMED_KINDS, LimiterKit, stats, wait_until
 
 import permits
+
+from _support import SAFETY, TIMED_KINDS, LimiterKit, stats, wait_until
 
 THREADS = 8
 

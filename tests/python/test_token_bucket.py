@@ -10,9 +10,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from _support import NEWEST, OLDEST, enqueue, result, stats
 
 import permits
+
+from _support import NEWEST, OLDEST, enqueue, result, stats
 
 
 def bucket(clock, token_limit, tokens_per_period, period, **kw):

@@ -11,9 +11,10 @@ import math
 from datetime import timedelta
 
 import pytest
-from _support import KINDS, MAX_INT32, start_waiter
 
 import permits
+
+from _support import KINDS, MAX_INT32, start_waiter
 
 # Each factory takes keyword overrides of the constructor's arguments.
 VALID = {

@@ -17,6 +17,7 @@ protected:
     Nanos time_until(std::int64_t needed, Nanos now) const override;
     void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
     Nanos full_since(Nanos now) const override;
+    std::unique_ptr<Projection> project() const override;
 
 private:
     const std::int64_t limit_;

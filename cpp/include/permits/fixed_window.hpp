@@ -20,8 +20,10 @@ protected:
     Nanos time_until(std::int64_t needed, Nanos now) const override;
     void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
     Nanos full_since(Nanos now) const override;
+    std::unique_ptr<Projection> project() const override;
 
 private:
+    struct Proj;
     std::int64_t window_index(Nanos now) const noexcept { return now <= anchor_ ? 0 : (now - anchor_) / window_; }
     Nanos window_start(std::int64_t w) const noexcept;
 

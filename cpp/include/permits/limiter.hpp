@@ -29,6 +29,16 @@ struct QueueOptions {
     QueueOrder order = QueueOrder::OldestFirst;
 };
 
+/// A copy of a limiter's state onto which future grants are applied in order, without touching
+/// the real state: it answers "when could these requests be served, one after the other?"
+class Projection {
+public:
+    virtual ~Projection() = default;
+    /// The earliest time >= `not_before` at which `n` permits (n == 0: any permit available)
+    /// could be taken; with `apply`, takes them in the projection. Times are exact (128-bit).
+    virtual i128 grant(std::int64_t n, i128 not_before, bool apply) = 0;
+};
+
 class Limiter : public TimerTarget, public std::enable_shared_from_this<Limiter> {
 public:
     /// `max_permits`: the most one request may ask for. `manual`: state advances only in try_replenish().
@@ -83,13 +93,21 @@ protected:
     virtual void put_back(std::int64_t n, std::int64_t tag, Nanos now) = 0;
     /// When the state last became full (all permits available), or kNever if it is not full at `now`.
     virtual Nanos full_since(Nanos now) const = 0;
+    /// A projection of the current state; nullptr for limiters whose permits time does not bring back.
+    virtual std::unique_ptr<Projection> project() const = 0;
 
     /// The time state is evaluated at: the clock, or the last try_replenish() in manual mode.
     Nanos state_now() const noexcept { return manual_ ? manual_now_.load() : clock_->now(); }
 
 private:
     void validate(std::int64_t n) const;
-    Nanos retry_after(std::int64_t n, Nanos state_time) const;
+    /// Exact wait (ns) until a new request for n could be granted if nothing else arrived,
+    /// counting the requests queued ahead (OLDEST_FIRST); -1 when time alone never grants it.
+    i128 retry_after(std::int64_t n, Nanos state_time);
+    i128 retry_after_locked(std::int64_t n, Nanos state_time);
+    i128 retry_after_alone(std::int64_t n, Nanos state_time) const;
+    void invalidate_projection_locked() noexcept { tail_.reset(); }
+    void project_push_locked(const Waiter& w, Nanos state_time);
     bool queue_blocks_barging() const noexcept {
         return queue_.order == QueueOrder::OldestFirst && queued_permits_.load() > 0;
     }
@@ -121,6 +139,10 @@ private:
     std::deque<std::shared_ptr<Waiter>> queue_entries_;  // may hold completed entries, removed lazily
     std::int64_t timed_waiters_ = 0;
     Nanos scheduled_at_ = kNever;
+    // The state once every queued request is served, and when the last one would be: makes an
+    // exact retry_after O(1) per rejection. Rebuilt lazily after a cancel, eviction or refund.
+    std::unique_ptr<Projection> tail_;
+    i128 tail_time_ = 0;
 };
 
 }  // namespace permits

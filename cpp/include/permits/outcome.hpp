@@ -16,12 +16,22 @@ const char* reason_name(Reason r) noexcept;
 struct Outcome {
     bool acquired = false;
     Reason reason = Reason::None;
-    Nanos retry_after = -1;   ///< -1: none
-    std::int64_t permits = 0; ///< permits requested (held, when acquired)
-    std::int64_t tag = 0;     ///< where the permits were taken (window/segment index), for refunds
+    Nanos retry_after = -1;     ///< -1: none; saturates at kNever (292 years)
+    std::int64_t permits = 0;   ///< permits requested (held, when acquired)
+    std::int64_t tag = 0;       ///< where the permits were taken (window/segment index), for refunds
+    double retry_seconds = -1;  ///< retry_after in seconds, exact even past kNever
 
-    static Outcome granted(std::int64_t n, std::int64_t tag) { return {true, Reason::None, -1, n, tag}; }
-    static Outcome failed(std::int64_t n, Reason r, Nanos retry_after = -1) { return {false, r, retry_after, n, 0}; }
+    static Outcome granted(std::int64_t n, std::int64_t tag) { return {true, Reason::None, -1, n, tag, -1}; }
+    static Outcome failed(std::int64_t n, Reason r) { return {false, r, -1, n, 0, -1}; }
+    /// A failed outcome that can be retried after `wait` nanoseconds (wait < 0: not by time).
+    static Outcome failed(std::int64_t n, Reason r, i128 wait) {
+        Outcome o = failed(n, r);
+        if (wait >= 0) {
+            o.retry_after = sat_nanos(wait);
+            o.retry_seconds = static_cast<double>(wait) / 1e9;
+        }
+        return o;
+    }
 };
 
 /// Thrown by every call on a closed limiter.

@@ -28,8 +28,10 @@ protected:
     Nanos time_until(std::int64_t needed, Nanos now) const override;
     void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
     Nanos full_since(Nanos now) const override;
+    std::unique_ptr<Projection> project() const override;
 
 private:
+    struct Proj;
     std::int64_t segment_index(Nanos now) const noexcept { return now <= anchor_ ? 0 : (now - anchor_) / segment_; }
     Nanos segment_start(std::int64_t s) const noexcept;
     /// Permits taken in segment j, as seen with head h.

@@ -21,8 +21,10 @@ protected:
     Nanos time_until(std::int64_t needed, Nanos now) const override;
     void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
     Nanos full_since(Nanos now) const override;
+    std::unique_ptr<Projection> project() const override;
 
 private:
+    struct Proj;
     struct Counts {
         std::int64_t window;
         std::int64_t previous;

@@ -21,8 +21,10 @@ protected:
     Nanos time_until(std::int64_t needed, Nanos now) const override;
     void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
     Nanos full_since(Nanos now) const override;
+    std::unique_ptr<Projection> project() const override;
 
 private:
+    struct Proj;
     std::int64_t period_index(Nanos now) const noexcept { return now <= anchor_ ? 0 : (now - anchor_) / period_; }
     /// Tokens at period p of a state {a: period of last change, b: tokens then}.
     std::int64_t tokens_at(Pair s, std::int64_t p) const noexcept;

@@ -42,7 +42,7 @@ private:
 /// One queued request. Its state leaves Pending exactly once: granted, failed or cancelled.
 class Waiter : public std::enable_shared_from_this<Waiter> {
 public:
-    enum State : int { Pending, Completed, Cancelled };
+    enum State : int { Pending, Completing, Completed, Cancelled };
 
     Waiter(std::int64_t permits, Nanos deadline, std::shared_ptr<Notifier> notifier, std::uint64_t id)
         : permits_(permits), deadline_(deadline), id_(id), notifier_(std::move(notifier)) {}
