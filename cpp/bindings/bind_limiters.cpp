@@ -65,6 +65,74 @@ py::object wait(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeou
     }
 }
 
+// permits.LimiterClosedError, as registered by the module (a strong reference kept for good).
+PyObject* closed_error_type() {
+    static PyObject* type = py::object(py::module_::import("permits._core").attr("LimiterClosedError")).release().ptr();
+    return type;
+}
+
+// ---- acquire(): the hot path, as a METH_FASTCALL method on each limiter type ----
+// pybind11's generic dispatch costs more than the whole engine call; this entry point reads the
+// C++ object straight from the pybind11 instance (its value and shared_ptr holder).
+template <class T>
+PyObject* fast_acquire(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* count = nullptr;
+    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1) {
+        PyErr_SetString(PyExc_TypeError, "acquire() takes at most one argument (permit_count)");
+        return nullptr;
+    }
+    if (nargs == 1) {
+        count = args[0];
+    } else if (nkw == 1) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "permit_count") != 0) {
+            PyErr_Format(PyExc_TypeError, "acquire() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, 0));
+            return nullptr;
+        }
+        count = args[0];
+    }
+    try {
+        std::int64_t n = 1;
+        if (count != nullptr) {
+            n = int_arg(count, "permit_count");
+        }
+        auto vh = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();
+        if (!vh.holder_constructed()) {
+            PyErr_SetString(PyExc_TypeError, "the limiter's __init__ was not called");
+            return nullptr;
+        }
+        const auto& holder = vh.template holder<std::shared_ptr<T>>();
+        const Outcome o = holder->acquire(n);
+        return py_lease::from_outcome(o, holder);
+    } catch (const std::invalid_argument& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const ClosedError& e) {
+        PyErr_SetString(closed_error_type(), e.what());
+    } catch (const py::builtin_exception& e) {
+        e.set_error();  // the TypeError / ValueError of an argument check
+    } catch (py::error_already_set& e) {
+        e.restore();
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+}
+
+template <class T>
+void install_fast_acquire(py::handle cls) {
+    static PyMethodDef def = {"acquire", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_acquire<T>)),
+                              METH_FASTCALL | METH_KEYWORDS,
+                              "acquire(permit_count=1) -> Lease: takes permits now or returns a failed lease; "
+                              "never blocks or queues."};
+    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def);
+    if (descr == nullptr || PyObject_SetAttrString(cls.ptr(), "acquire", descr) != 0) {
+        Py_XDECREF(descr);
+        throw py::error_already_set();
+    }
+    Py_DECREF(descr);
+}
+
 QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
     return {int_arg(queue_limit, "queue_limit"), newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
 }
@@ -92,7 +160,8 @@ void bind_limiters(py::module_& m) {
         .def_property_readonly("closed", &Limiter::closed)
         .def_property_readonly("_max_permits", &Limiter::max_permits);
 
-    py::class_<TokenBucket, Limiter, std::shared_ptr<TokenBucket>>(m, "TokenBucket")
+    auto tokenbucket = py::class_<TokenBucket, Limiter, std::shared_ptr<TokenBucket>>(m, "TokenBucket");
+    tokenbucket
         .def(py::init([](std::shared_ptr<Clock> clock, py::handle token_limit, py::handle tokens_per_period,
                          Nanos period, py::handle queue_limit, bool newest_first, bool manual) {
                  return std::make_shared<TokenBucket>(std::move(clock), int_arg(token_limit, "token_limit"),
@@ -102,7 +171,8 @@ void bind_limiters(py::module_& m) {
              py::arg("clock"), py::arg("token_limit"), py::arg("tokens_per_period"), py::arg("period_ns"),
              py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
 
-    py::class_<FixedWindow, Limiter, std::shared_ptr<FixedWindow>>(m, "FixedWindow")
+    auto fixedwindow = py::class_<FixedWindow, Limiter, std::shared_ptr<FixedWindow>>(m, "FixedWindow");
+    fixedwindow
         .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle queue_limit,
                          bool newest_first, bool manual) {
                  return std::make_shared<FixedWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"), window,
@@ -111,7 +181,8 @@ void bind_limiters(py::module_& m) {
              py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
              py::arg("newest_first"), py::arg("manual"));
 
-    py::class_<SlidingWindow, Limiter, std::shared_ptr<SlidingWindow>>(m, "SlidingWindow")
+    auto slidingwindow = py::class_<SlidingWindow, Limiter, std::shared_ptr<SlidingWindow>>(m, "SlidingWindow");
+    slidingwindow
         .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle segments,
                          py::handle queue_limit, bool newest_first, bool manual) {
                  return std::make_shared<SlidingWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"),
@@ -121,7 +192,8 @@ void bind_limiters(py::module_& m) {
              py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("segments_per_window"),
              py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
 
-    py::class_<SlidingWindowCounter, Limiter, std::shared_ptr<SlidingWindowCounter>>(m, "SlidingWindowCounter")
+    auto slidingwindowcounter = py::class_<SlidingWindowCounter, Limiter, std::shared_ptr<SlidingWindowCounter>>(m, "SlidingWindowCounter");
+    slidingwindowcounter
         .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle queue_limit,
                          bool newest_first, bool manual) {
                  return std::make_shared<SlidingWindowCounter>(std::move(clock), int_arg(permit_limit, "permit_limit"),
@@ -131,13 +203,20 @@ void bind_limiters(py::module_& m) {
              py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
              py::arg("newest_first"), py::arg("manual"));
 
-    py::class_<Concurrency, Limiter, std::shared_ptr<Concurrency>>(m, "Concurrency")
+    auto concurrency = py::class_<Concurrency, Limiter, std::shared_ptr<Concurrency>>(m, "Concurrency");
+    concurrency
         .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, py::handle queue_limit,
                          bool newest_first) {
                  return std::make_shared<Concurrency>(std::move(clock), int_arg(permit_limit, "permit_limit"),
                                                       queue_options(queue_limit, newest_first));
              }),
              py::arg("clock"), py::arg("permit_limit"), py::arg("queue_limit"), py::arg("newest_first"));
+
+    install_fast_acquire<TokenBucket>(tokenbucket);
+    install_fast_acquire<FixedWindow>(fixedwindow);
+    install_fast_acquire<SlidingWindow>(slidingwindow);
+    install_fast_acquire<SlidingWindowCounter>(slidingwindowcounter);
+    install_fast_acquire<Concurrency>(concurrency);
 }
 
 }  // namespace permits::bind

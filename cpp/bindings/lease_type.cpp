@@ -36,10 +36,24 @@ PyObject* reason_string(Reason r) {
     return reason_strings[i];
 }
 
+// A small freelist: a lease is made on nearly every acquire, and reusing the memory of one that
+// died saves the allocator and the GC header set-up on the hot path.
+constexpr int kFreelistSize = 128;
+LeaseObject* freelist[kFreelistSize];
+int freelist_len = 0;
+
+// Leases start untracked by the garbage collector: most hold no Python references (only the
+// engine's limiter); track() is called when one gets on_release or metadata.
 LeaseObject* alloc_lease() {
-    auto* self = PyObject_GC_New(LeaseObject, &LeaseType);
-    if (self == nullptr) {
-        return nullptr;
+    LeaseObject* self = nullptr;
+    if (freelist_len > 0) {
+        self = freelist[--freelist_len];
+        PyObject_Init(reinterpret_cast<PyObject*>(self), &LeaseType);
+    } else {
+        self = PyObject_GC_New(LeaseObject, &LeaseType);
+        if (self == nullptr) {
+            return nullptr;
+        }
     }
     self->acquired = false;
     self->released = false;
@@ -51,8 +65,13 @@ LeaseObject* alloc_lease() {
     self->on_release = nullptr;
     new (&self->owner) std::shared_ptr<Limiter>();
     self->tag = 0;
-    PyObject_GC_Track(self);
     return self;
+}
+
+void track(LeaseObject* self) {
+    if (!PyObject_GC_IsTracked(reinterpret_cast<PyObject*>(self))) {
+        PyObject_GC_Track(self);
+    }
 }
 
 // Returns 0 or -1 with an error set (from on_release).
@@ -93,33 +112,36 @@ int lease_clear(LeaseObject* self) {
     return 0;
 }
 
-void lease_finalize(LeaseObject* self) {
+// An unreleased concurrency lease gives its permits back when it dies, with a ResourceWarning.
+// Done in dealloc (no resurrection): the warning machinery never sees the lease itself.
+void release_forgotten(LeaseObject* self) {
     if (!self->must_release || !self->acquired || self->released) {
         return;
     }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     const bool closed = self->owner && self->owner->closed();
-    if (do_release(self, false) != 0) {
-        PyErr_WriteUnraisable(reinterpret_cast<PyObject*>(self));
-    }
+    self->released = true;
+    self->owner->give_back(self->permit_count, self->tag);
     if (!closed && PyErr_WarnEx(PyExc_ResourceWarning,
                                 "a concurrency lease was garbage-collected without release(); "
                                 "its permits were released",
                                 1) != 0) {
-        PyErr_WriteUnraisable(reinterpret_cast<PyObject*>(self));
+        PyErr_WriteUnraisable(nullptr);
     }
     PyErr_Restore(type, value, tb);
 }
 
 void lease_dealloc(LeaseObject* self) {
-    if (PyObject_CallFinalizerFromDealloc(reinterpret_cast<PyObject*>(self)) < 0) {
-        return;  // resurrected
-    }
     PyObject_GC_UnTrack(self);
+    release_forgotten(self);
     lease_clear(self);
     self->owner.~shared_ptr<Limiter>();
-    PyObject_GC_Del(self);
+    if (freelist_len < kFreelistSize) {
+        freelist[freelist_len++] = self;
+    } else {
+        PyObject_GC_Del(self);
+    }
 }
 
 PyObject* lease_release(LeaseObject* self, PyObject*) {
@@ -244,6 +266,7 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
     if (on_release != Py_None) {
         Py_INCREF(on_release);
         self->on_release = on_release;
+        track(self);
     }
     if (metadata != Py_None) {
         self->extra = PyDict_New();
@@ -251,6 +274,7 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
             Py_DECREF(self);
             return nullptr;
         }
+        track(self);
     }
     return reinterpret_cast<PyObject*>(self);
 }
@@ -305,6 +329,7 @@ PyObject* lease_denied(PyObject*, PyObject* args, PyObject* kwargs) {
             Py_DECREF(self);
             return nullptr;
         }
+        track(self);
     }
     return reinterpret_cast<PyObject*>(self);
 }
@@ -359,7 +384,6 @@ bool register_type(PyObject* m) {
     LeaseType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
     LeaseType.tp_doc = "The outcome of an acquisition: acquired or failed, with retry_after and reason.";
     LeaseType.tp_dealloc = reinterpret_cast<destructor>(lease_dealloc);
-    LeaseType.tp_finalize = reinterpret_cast<destructor>(lease_finalize);
     LeaseType.tp_traverse = reinterpret_cast<traverseproc>(lease_traverse);
     LeaseType.tp_clear = reinterpret_cast<inquiry>(lease_clear);
     LeaseType.tp_repr = reinterpret_cast<reprfunc>(lease_repr);
