@@ -24,4 +24,4 @@ inline std::int64_t int_arg(py::handle v, const char* name) {
     return n;
 }
 
-}  // namespace permits::bind
+} // namespace permits::bind

@@ -8,8 +8,9 @@ namespace permits::bind {
 
 void bind_clock(py::module_& m) {
     py::class_<Clock, std::shared_ptr<Clock>>(m, "Clock").def("now_ns", &Clock::now);
-    py::class_<MonotonicClock, Clock, std::shared_ptr<MonotonicClock>>(m, "MonotonicClock")
-        .def(py::init([] { return MonotonicClock::instance(); }));
+    py::class_<MonotonicClock, Clock, std::shared_ptr<MonotonicClock>>(m, "MonotonicClock").def(py::init([] {
+        return MonotonicClock::instance();
+    }));
     py::class_<ManualClock, Clock, std::shared_ptr<ManualClock>>(m, "ManualClock")
         .def(py::init<Nanos>(), py::arg("start_ns") = 0)
         .def("advance_ns", &ManualClock::advance, py::arg("delta_ns"),
@@ -17,4 +18,4 @@ void bind_clock(py::module_& m) {
         .def("pending_timers", &ManualClock::pending);
 }
 
-}  // namespace permits::bind
+} // namespace permits::bind

@@ -74,20 +74,21 @@ PyObject* closed_error_type() {
 // ---- acquire(): the hot path, as a METH_FASTCALL method on each limiter type ----
 // pybind11's generic dispatch costs more than the whole engine call; this entry point reads the
 // C++ object straight from the pybind11 instance (its value and shared_ptr holder).
-template <class T>
-PyObject* fast_acquire(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+enum class FastCall { Acquire, TryNow };
+
+template <class T, FastCall kind>
+PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     PyObject* count = nullptr;
     const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs + nkw > 1) {
-        PyErr_SetString(PyExc_TypeError, "acquire() takes at most one argument (permit_count)");
+        PyErr_SetString(PyExc_TypeError, "takes at most one argument (permit_count)");
         return nullptr;
     }
     if (nargs == 1) {
         count = args[0];
     } else if (nkw == 1) {
         if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "permit_count") != 0) {
-            PyErr_Format(PyExc_TypeError, "acquire() got an unexpected keyword argument '%U'",
-                         PyTuple_GET_ITEM(kwnames, 0));
+            PyErr_Format(PyExc_TypeError, "got an unexpected keyword argument '%U'", PyTuple_GET_ITEM(kwnames, 0));
             return nullptr;
         }
         count = args[0];
@@ -103,14 +104,18 @@ PyObject* fast_acquire(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
             return nullptr;
         }
         const auto& holder = vh.template holder<std::shared_ptr<T>>();
-        const Outcome o = holder->acquire(n);
-        return py_lease::from_outcome(o, holder);
+        if constexpr (kind == FastCall::Acquire) {
+            return py_lease::from_outcome(holder->acquire(n), holder);
+        } else {
+            const auto o = holder->try_now(n);
+            return o ? py_lease::from_outcome(*o, holder) : Py_NewRef(Py_None);
+        }
     } catch (const std::invalid_argument& e) {
         PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const ClosedError& e) {
         PyErr_SetString(closed_error_type(), e.what());
     } catch (const py::builtin_exception& e) {
-        e.set_error();  // the TypeError / ValueError of an argument check
+        e.set_error(); // the TypeError / ValueError of an argument check
     } catch (py::error_already_set& e) {
         e.restore();
     } catch (const std::exception& e) {
@@ -119,32 +124,36 @@ PyObject* fast_acquire(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
     return nullptr;
 }
 
-template <class T>
-void install_fast_acquire(py::handle cls) {
-    static PyMethodDef def = {"acquire", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_acquire<T>)),
-                              METH_FASTCALL | METH_KEYWORDS,
-                              "acquire(permit_count=1) -> Lease: takes permits now or returns a failed lease; "
-                              "never blocks or queues."};
+template <class T, FastCall kind> void install_fast(py::handle cls, const char* name, const char* doc) {
+    static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call<T, kind>)),
+                              METH_FASTCALL | METH_KEYWORDS, doc};
     PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def);
-    if (descr == nullptr || PyObject_SetAttrString(cls.ptr(), "acquire", descr) != 0) {
+    if (descr == nullptr || PyObject_SetAttrString(cls.ptr(), name, descr) != 0) {
         Py_XDECREF(descr);
         throw py::error_already_set();
     }
     Py_DECREF(descr);
 }
 
+template <class T> void install_fast_acquire(py::handle cls) {
+    install_fast<T, FastCall::Acquire>(cls, "acquire",
+                                       "acquire(permit_count=1) -> Lease: takes permits now or returns a failed "
+                                       "lease; never blocks or queues.");
+    install_fast<T, FastCall::TryNow>(cls, "_try_now",
+                                      "_try_now(permit_count=1) -> Lease | None: a wait's immediate grant, or None.");
+}
+
 QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
     return {int_arg(queue_limit, "queue_limit"), newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
 }
 
-}  // namespace
+} // namespace
 
 void bind_limiters(py::module_& m) {
     py::class_<Limiter, std::shared_ptr<Limiter>>(m, "Limiter")
         .def("acquire", &acquire, py::arg("permit_count") = 1,
              "Takes permits now or returns a failed lease; never blocks or queues.")
-        .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"),
-             py::arg("id"))
+        .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
         .def("_wait", &wait, py::arg("permit_count"), py::arg("timeout_ns"))
         .def("available_permits", &Limiter::available_permits, "An estimate of the permits available now.")
         .def("_statistics",
@@ -161,56 +170,53 @@ void bind_limiters(py::module_& m) {
         .def_property_readonly("_max_permits", &Limiter::max_permits);
 
     auto tokenbucket = py::class_<TokenBucket, Limiter, std::shared_ptr<TokenBucket>>(m, "TokenBucket");
-    tokenbucket
-        .def(py::init([](std::shared_ptr<Clock> clock, py::handle token_limit, py::handle tokens_per_period,
-                         Nanos period, py::handle queue_limit, bool newest_first, bool manual) {
-                 return std::make_shared<TokenBucket>(std::move(clock), int_arg(token_limit, "token_limit"),
-                                                      int_arg(tokens_per_period, "tokens_per_period"), period,
-                                                      queue_options(queue_limit, newest_first), manual);
-             }),
-             py::arg("clock"), py::arg("token_limit"), py::arg("tokens_per_period"), py::arg("period_ns"),
-             py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
+    tokenbucket.def(py::init([](std::shared_ptr<Clock> clock, py::handle token_limit, py::handle tokens_per_period,
+                                Nanos period, py::handle queue_limit, bool newest_first, bool manual) {
+                        return std::make_shared<TokenBucket>(std::move(clock), int_arg(token_limit, "token_limit"),
+                                                             int_arg(tokens_per_period, "tokens_per_period"), period,
+                                                             queue_options(queue_limit, newest_first), manual);
+                    }),
+                    py::arg("clock"), py::arg("token_limit"), py::arg("tokens_per_period"), py::arg("period_ns"),
+                    py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
 
     auto fixedwindow = py::class_<FixedWindow, Limiter, std::shared_ptr<FixedWindow>>(m, "FixedWindow");
-    fixedwindow
-        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle queue_limit,
-                         bool newest_first, bool manual) {
-                 return std::make_shared<FixedWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"), window,
-                                                      queue_options(queue_limit, newest_first), manual);
-             }),
-             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
-             py::arg("newest_first"), py::arg("manual"));
+    fixedwindow.def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window,
+                                py::handle queue_limit, bool newest_first, bool manual) {
+                        return std::make_shared<FixedWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"),
+                                                             window, queue_options(queue_limit, newest_first), manual);
+                    }),
+                    py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
+                    py::arg("newest_first"), py::arg("manual"));
 
     auto slidingwindow = py::class_<SlidingWindow, Limiter, std::shared_ptr<SlidingWindow>>(m, "SlidingWindow");
-    slidingwindow
-        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle segments,
-                         py::handle queue_limit, bool newest_first, bool manual) {
-                 return std::make_shared<SlidingWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"),
-                                                        window, int_arg(segments, "segments_per_window"),
-                                                        queue_options(queue_limit, newest_first), manual);
-             }),
-             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("segments_per_window"),
-             py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
+    slidingwindow.def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window,
+                                  py::handle segments, py::handle queue_limit, bool newest_first, bool manual) {
+                          return std::make_shared<SlidingWindow>(std::move(clock),
+                                                                 int_arg(permit_limit, "permit_limit"), window,
+                                                                 int_arg(segments, "segments_per_window"),
+                                                                 queue_options(queue_limit, newest_first), manual);
+                      }),
+                      py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("segments_per_window"),
+                      py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
 
-    auto slidingwindowcounter = py::class_<SlidingWindowCounter, Limiter, std::shared_ptr<SlidingWindowCounter>>(m, "SlidingWindowCounter");
-    slidingwindowcounter
-        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window, py::handle queue_limit,
-                         bool newest_first, bool manual) {
-                 return std::make_shared<SlidingWindowCounter>(std::move(clock), int_arg(permit_limit, "permit_limit"),
-                                                               window, queue_options(queue_limit, newest_first),
-                                                               manual);
-             }),
-             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
-             py::arg("newest_first"), py::arg("manual"));
+    auto slidingwindowcounter =
+        py::class_<SlidingWindowCounter, Limiter, std::shared_ptr<SlidingWindowCounter>>(m, "SlidingWindowCounter");
+    slidingwindowcounter.def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window,
+                                         py::handle queue_limit, bool newest_first, bool manual) {
+                                 return std::make_shared<SlidingWindowCounter>(
+                                     std::move(clock), int_arg(permit_limit, "permit_limit"), window,
+                                     queue_options(queue_limit, newest_first), manual);
+                             }),
+                             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
+                             py::arg("newest_first"), py::arg("manual"));
 
     auto concurrency = py::class_<Concurrency, Limiter, std::shared_ptr<Concurrency>>(m, "Concurrency");
-    concurrency
-        .def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, py::handle queue_limit,
-                         bool newest_first) {
-                 return std::make_shared<Concurrency>(std::move(clock), int_arg(permit_limit, "permit_limit"),
-                                                      queue_options(queue_limit, newest_first));
-             }),
-             py::arg("clock"), py::arg("permit_limit"), py::arg("queue_limit"), py::arg("newest_first"));
+    concurrency.def(
+        py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, py::handle queue_limit, bool newest_first) {
+            return std::make_shared<Concurrency>(std::move(clock), int_arg(permit_limit, "permit_limit"),
+                                                 queue_options(queue_limit, newest_first));
+        }),
+        py::arg("clock"), py::arg("permit_limit"), py::arg("queue_limit"), py::arg("newest_first"));
 
     install_fast_acquire<TokenBucket>(tokenbucket);
     install_fast_acquire<FixedWindow>(fixedwindow);
@@ -219,4 +225,4 @@ void bind_limiters(py::module_& m) {
     install_fast_acquire<Concurrency>(concurrency);
 }
 
-}  // namespace permits::bind
+} // namespace permits::bind

@@ -41,9 +41,10 @@ void bind_notifier(py::module_& m) {
     py::class_<WaitHandle>(m, "WaitHandle")
         .def_property_readonly("id", [](const WaitHandle& h) { return h.waiter()->id(); })
         .def("done", [](const WaitHandle& h) { return !h.waiter()->pending(); })
-        .def("cancel", [](WaitHandle& h) { return h.owner()->cancel(*h.waiter()); },
-             "Leaves the queue; False if the request had already completed.")
+        .def(
+            "cancel", [](WaitHandle& h) { return h.owner()->cancel(*h.waiter()); },
+            "Leaves the queue; False if the request had already completed.")
         .def("lease", &WaitHandle::lease, "The completed request's lease (the same object each time).");
 }
 
-}  // namespace permits::bind
+} // namespace permits::bind

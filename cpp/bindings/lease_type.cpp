@@ -8,15 +8,14 @@ namespace permits::py_lease {
 namespace {
 
 struct LeaseObject {
-    PyObject_HEAD
-    bool acquired;
+    PyObject_HEAD bool acquired;
     bool released;
-    bool must_release;  // a concurrency lease: its permits come back only on release
+    bool must_release; // a concurrency lease: its permits come back only on release
     std::int64_t permit_count;
-    double retry_after;    // < 0: none
-    PyObject* reason;      // str or nullptr
-    PyObject* extra;       // dict of further metadata or nullptr
-    PyObject* on_release;  // callable or nullptr (leases of custom limiters)
+    double retry_after;   // < 0: none
+    PyObject* reason;     // str or nullptr
+    PyObject* extra;      // dict of further metadata or nullptr
+    PyObject* on_release; // callable or nullptr (leases of custom limiters)
     std::shared_ptr<Limiter> owner;
     std::int64_t tag;
 };
@@ -170,7 +169,9 @@ PyObject* lease_exit(LeaseObject* self, PyObject*) {
     Py_RETURN_FALSE;
 }
 
-int lease_bool(LeaseObject* self) { return self->acquired ? 1 : 0; }
+int lease_bool(LeaseObject* self) {
+    return self->acquired ? 1 : 0;
+}
 
 PyObject* lease_retry_after(LeaseObject* self, void*) {
     if (self->retry_after < 0) {
@@ -187,8 +188,12 @@ PyObject* lease_reason(LeaseObject* self, void*) {
     return self->reason;
 }
 
-PyObject* lease_acquired(LeaseObject* self, void*) { return PyBool_FromLong(self->acquired); }
-PyObject* lease_permit_count(LeaseObject* self, void*) { return PyLong_FromLongLong(self->permit_count); }
+PyObject* lease_acquired(LeaseObject* self, void*) {
+    return PyBool_FromLong(self->acquired);
+}
+PyObject* lease_permit_count(LeaseObject* self, void*) {
+    return PyLong_FromLongLong(self->permit_count);
+}
 
 PyObject* lease_metadata(LeaseObject* self, void*) {
     PyObject* d = self->extra != nullptr ? PyDict_Copy(self->extra) : PyDict_New();
@@ -375,7 +380,7 @@ PyGetSetDef lease_getset[] = {
 
 PyNumberMethods lease_as_number = {};
 
-}  // namespace
+} // namespace
 
 bool register_type(PyObject* m) {
     lease_as_number.nb_bool = reinterpret_cast<inquiry>(lease_bool);
@@ -415,13 +420,15 @@ PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner) 
     } else {
         self->reason = reason_string(o.reason);
         if (o.retry_after >= 0) {
-            self->retry_after = o.retry_seconds;  // exact even past 2**63 ns
+            self->retry_after = o.retry_seconds; // exact even past 2**63 ns
         }
     }
     return reinterpret_cast<PyObject*>(self);
 }
 
-bool check(PyObject* obj) { return PyObject_TypeCheck(obj, &LeaseType) != 0; }
+bool check(PyObject* obj) {
+    return PyObject_TypeCheck(obj, &LeaseType) != 0;
+}
 
 void give_back(PyObject* lease) {
     if (check(lease)) {
@@ -431,4 +438,4 @@ void give_back(PyObject* lease) {
     }
 }
 
-}  // namespace permits::py_lease
+} // namespace permits::py_lease

@@ -18,4 +18,4 @@ bool check(PyObject* obj);
 /// Gives the lease's permits back (a concurrency release or a refund); idempotent with release().
 void give_back(PyObject* lease);
 
-}  // namespace permits::py_lease
+} // namespace permits::py_lease

@@ -10,7 +10,7 @@ namespace permits::bind {
 void bind_clock(py::module_& m);
 void bind_limiters(py::module_& m);
 void bind_notifier(py::module_& m);
-}  // namespace permits::bind
+} // namespace permits::bind
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "permits' engine (private: use the names exported by the permits package).";

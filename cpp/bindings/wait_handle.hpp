@@ -24,4 +24,4 @@ private:
     pybind11::object lease_;
 };
 
-}  // namespace permits::bind
+} // namespace permits::bind

@@ -37,11 +37,13 @@ void ManualClock::advance(Nanos delta) {
     }
 }
 
-void ManualClock::run_due() { advance(0); }
+void ManualClock::run_due() {
+    advance(0);
+}
 
 std::size_t ManualClock::pending() const {
     std::lock_guard<std::mutex> lock(mu_);
     return heap_.size();
 }
 
-}  // namespace permits
+} // namespace permits

@@ -23,10 +23,12 @@ bool Concurrency::take(std::int64_t n, Nanos /*now*/, std::int64_t& tag) {
     return false;
 }
 
-std::int64_t Concurrency::available_at(Nanos /*now*/) const { return available_.load(); }
+std::int64_t Concurrency::available_at(Nanos /*now*/) const {
+    return available_.load();
+}
 
 Nanos Concurrency::time_until(std::int64_t needed, Nanos /*now*/) const {
-    return available_.load() >= needed ? 0 : kNever;  // only a release brings permits back
+    return available_.load() >= needed ? 0 : kNever; // only a release brings permits back
 }
 
 void Concurrency::put_back(std::int64_t n, std::int64_t /*tag*/, Nanos now) {
@@ -39,6 +41,8 @@ Nanos Concurrency::full_since(Nanos /*now*/) const {
     return available_.load() >= limit_ ? idle_since_.load() : kNever;
 }
 
-std::unique_ptr<Projection> Concurrency::project() const { return nullptr; }  // only releases bring permits
+std::unique_ptr<Projection> Concurrency::project() const {
+    return nullptr;
+} // only releases bring permits
 
-}  // namespace permits
+} // namespace permits

@@ -77,8 +77,8 @@ Nanos FixedWindow::full_since(Nanos now) const {
 
 struct FixedWindow::Proj final : Projection {
     const FixedWindow& fw;
-    i128 w;     // window index
-    i128 used;  // permits taken in window w
+    i128 w;    // window index
+    i128 used; // permits taken in window w
     Proj(const FixedWindow& f, Pair s) : fw(f), w(s.a), used(s.b) {}
 
     i128 grant(std::int64_t n, i128 not_before, bool apply) override {
@@ -88,7 +88,7 @@ struct FixedWindow::Proj final : Projection {
         i128 u = v == w ? used : 0;
         i128 at = not_before;
         if (fw.limit_ - u < need) {
-            ++v;  // head-of-line: what this window has left is not enough, the next one is
+            ++v; // head-of-line: what this window has left is not enough, the next one is
             u = 0;
             at = static_cast<i128>(fw.anchor_) + v * fw.window_;
         }
@@ -100,6 +100,8 @@ struct FixedWindow::Proj final : Projection {
     }
 };
 
-std::unique_ptr<Projection> FixedWindow::project() const { return std::make_unique<Proj>(*this, state_.load()); }
+std::unique_ptr<Projection> FixedWindow::project() const {
+    return std::make_unique<Proj>(*this, state_.load());
+}
 
-}  // namespace permits
+} // namespace permits

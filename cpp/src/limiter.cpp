@@ -7,8 +7,7 @@
 namespace permits {
 
 Limiter::Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOptions queue, bool manual)
-    : clock_(std::move(clock)), max_permits_(max_permits), queue_(queue), manual_(manual),
-      manual_now_(clock_->now()) {
+    : clock_(std::move(clock)), max_permits_(max_permits), queue_(queue), manual_(manual), manual_now_(clock_->now()) {
     if (queue_.queue_limit < 0 || queue_.queue_limit > kMaxPermits) {
         throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits));
     }
@@ -26,7 +25,7 @@ void Limiter::validate(std::int64_t n) const {
 
 i128 Limiter::retry_after(std::int64_t n, Nanos state_time) {
     if (queue_.order == QueueOrder::OldestFirst && queued_entries_.load() > 0) {
-        std::lock_guard<std::mutex> lock(mu_);  // the requests queued ahead count: read them under the lock
+        std::lock_guard<std::mutex> lock(mu_); // the requests queued ahead count: read them under the lock
         return retry_after_locked(n, state_time);
     }
     return retry_after_alone(n, state_time);
@@ -96,6 +95,21 @@ Outcome Limiter::acquire(std::int64_t n) {
     return Outcome::failed(n, Reason::LimitReached, retry_after(n, now));
 }
 
+std::optional<Outcome> Limiter::try_now(std::int64_t n) {
+    validate(n);
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    const Nanos now = state_now();
+    std::int64_t tag = 0;
+    const bool ok = n == 0 ? available_at(now) > 0 : !queue_blocks_barging() && take(n, now, tag);
+    if (!ok) {
+        return std::nullopt;
+    }
+    successful_.fetch_add(1);
+    return Outcome::granted(n, tag);
+}
+
 Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier,
                                    std::uint64_t id) {
     validate(n);
@@ -123,7 +137,7 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
             return {Outcome::failed(n, Reason::QueueFull, retry_after_locked(n, now)), nullptr};
         }
         if (timeout == 0) {
-            return {Outcome::failed(n, Reason::Timeout), nullptr};  // would wait: nobody is evicted for it
+            return {Outcome::failed(n, Reason::Timeout), nullptr}; // would wait: nobody is evicted for it
         }
         // Make room by failing the oldest requests, as many as needed.
         while (queue_.queue_limit - queued_permits_.load() < n && !queue_entries_.empty()) {
@@ -143,7 +157,7 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
     const Nanos deadline = timeout < 0 ? kNever : sat_add(clock_now, timeout);
     auto waiter = std::make_shared<Waiter>(n, deadline, std::move(notifier), id);
     if (queued_entries_.load() == 0) {
-        invalidate_projection_locked();  // a new queue starts from the state as it is now
+        invalidate_projection_locked(); // a new queue starts from the state as it is now
     } else {
         project_push_locked(*waiter, now);
     }
@@ -215,7 +229,7 @@ void Limiter::process_queue_locked(Nanos state_time) {
         std::int64_t tag = 0;
         const bool ok = n == 0 ? available_at(state_time) > 0 : take(n, state_time, tag);
         if (!ok) {
-            return;  // head-of-line blocking: nothing skips ahead
+            return; // head-of-line blocking: nothing skips ahead
         }
         auto w = next;
         oldest ? queue_entries_.pop_front() : queue_entries_.pop_back();
@@ -230,7 +244,7 @@ void Limiter::expire_locked(Nanos clock_now) {
     }
     for (auto& w : queue_entries_) {
         if (w->pending() && w->deadline() <= clock_now) {
-            finish_locked(*w, Outcome::failed(w->permits(), Reason::Timeout));  // not counted, like a cancellation
+            finish_locked(*w, Outcome::failed(w->permits(), Reason::Timeout)); // not counted, like a cancellation
             invalidate_projection_locked();
         }
     }
@@ -394,4 +408,4 @@ void Limiter::close() {
     }
 }
 
-}  // namespace permits
+} // namespace permits

@@ -1,10 +1,14 @@
 #include <chrono>
+#include <new>
+#include <pthread.h>
 
 #include "permits/clock.hpp"
 
 namespace permits {
 
-void TimerHeap::push(Nanos when, std::weak_ptr<TimerTarget> target) { heap_.push({when, seq_++, std::move(target)}); }
+void TimerHeap::push(Nanos when, std::weak_ptr<TimerTarget> target) {
+    heap_.push({when, seq_++, std::move(target)});
+}
 
 bool TimerHeap::pop_due(Nanos now, std::weak_ptr<TimerTarget>& out) {
     if (heap_.empty() || heap_.top().when > now) {
@@ -15,24 +19,26 @@ bool TimerHeap::pop_due(Nanos now, std::weak_ptr<TimerTarget>& out) {
     return true;
 }
 
-Nanos TimerHeap::next() const { return heap_.empty() ? kNever : heap_.top().when; }
+Nanos TimerHeap::next() const {
+    return heap_.empty() ? kNever : heap_.top().when;
+}
 
 EngineThread& EngineThread::instance() {
     // Leaked on purpose: the thread must outlive every limiter, including those destroyed
     // during interpreter shutdown, and is never joined from a static destructor.
-    static EngineThread* engine = new EngineThread();
+    static EngineThread* engine = [] {
+        auto* e = new EngineThread();
+        // A forked child has no engine thread and may have inherited a locked mutex: start afresh
+        // (the thread is started again by the next timer).
+        ::pthread_atfork(nullptr, nullptr, [] {
+            EngineThread& self = instance();
+            new (&self.mu_) std::mutex();
+            new (&self.cv_) std::condition_variable();
+            self.started_ = false;
+        });
+        return e;
+    }();
     return *engine;
-}
-
-EngineThread::~EngineThread() {
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) {
-        thread_.join();
-    }
 }
 
 std::size_t EngineThread::pending() const {
@@ -44,9 +50,11 @@ void EngineThread::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
     bool wake = false;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        if (!thread_.joinable()) {
-            thread_ = std::thread([this] { run(); });
-            thread_.detach();
+        if (!started_) {
+            // Started on first use and detached: it lives as long as the process.
+            std::thread([this] { run(); }).detach();
+            started_ = true;
+            threads_started_.fetch_add(1);
         }
         wake = when < heap_.next();
         heap_.push(when, std::move(target));
@@ -59,10 +67,10 @@ void EngineThread::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
 void EngineThread::run() {
     auto& clock = *MonotonicClock::instance();
     std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
+    for (;;) {
         const Nanos next = heap_.next();
         if (next == kNever) {
-            cv_.wait(lock);  // nothing waits: sleep until a timer is scheduled
+            cv_.wait(lock); // nothing waits: sleep until a timer is scheduled
             continue;
         }
         const Nanos now = clock.now();
@@ -72,7 +80,7 @@ void EngineThread::run() {
         }
         std::weak_ptr<TimerTarget> due;
         heap_.pop_due(now, due);
-        lock.unlock();  // a timer takes its limiter's lock and may schedule again
+        lock.unlock(); // a timer takes its limiter's lock and may schedule again
         if (auto target = due.lock()) {
             target->on_timer(clock.now());
         }
@@ -80,4 +88,4 @@ void EngineThread::run() {
     }
 }
 
-}  // namespace permits
+} // namespace permits

@@ -64,7 +64,7 @@ std::int64_t SlidingWindow::used_at(Pair h, std::int64_t p) const noexcept {
 
 void SlidingWindow::archive(Pair h) noexcept {
     if (h.b == 0) {
-        return;  // an empty segment needs no entry: a missing entry reads as 0
+        return; // an empty segment needs no entry: a missing entry reads as 0
     }
     AtomicPair& slot = ring_[h.a % segments_];
     Pair r = slot.load();
@@ -88,7 +88,7 @@ bool SlidingWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
         if (p == h.a) {
             next.b = h.b + n;
         } else {
-            archive(h);  // before the head leaves segment h.a, so its count is never lost
+            archive(h); // before the head leaves segment h.a, so its count is never lost
         }
         if (head_.compare_exchange(h, next)) {
             tag = p;
@@ -126,7 +126,7 @@ void SlidingWindow::put_back(std::int64_t n, std::int64_t tag, Nanos now) {
     Pair h = head_.load();
     for (;;) {
         if (h.a != tag || segment_index(now) != tag) {
-            return;  // only the current segment's count can be given back
+            return; // only the current segment's count can be given back
         }
         if (head_.compare_exchange(h, Pair{h.a, std::max<std::int64_t>(0, h.b - n)})) {
             return;
@@ -154,8 +154,8 @@ Nanos SlidingWindow::full_since(Nanos now) const {
 
 struct SlidingWindow::Proj final : Projection {
     const SlidingWindow& sw;
-    i128 head;                              // latest segment with a grant in the projection
-    std::map<i128, std::int64_t> counts;  // permits per segment, for the segments still in a window
+    i128 head;                           // latest segment with a grant in the projection
+    std::map<i128, std::int64_t> counts; // permits per segment, for the segments still in a window
 
     explicit Proj(const SlidingWindow& s) : sw(s) {
         const Pair h = s.head_.load();
@@ -194,6 +194,8 @@ struct SlidingWindow::Proj final : Projection {
     }
 };
 
-std::unique_ptr<Projection> SlidingWindow::project() const { return std::make_unique<Proj>(*this); }
+std::unique_ptr<Projection> SlidingWindow::project() const {
+    return std::make_unique<Proj>(*this);
+}
 
-}  // namespace permits
+} // namespace permits

@@ -7,9 +7,10 @@ namespace permits {
 
 namespace {
 std::int64_t pack_counts(std::int64_t previous, std::int64_t current) {
-    return static_cast<std::int64_t>((static_cast<std::uint64_t>(previous) << 32) | static_cast<std::uint64_t>(current));
+    return static_cast<std::int64_t>((static_cast<std::uint64_t>(previous) << 32) |
+                                     static_cast<std::uint64_t>(current));
 }
-}  // namespace
+} // namespace
 
 SlidingWindowCounter::SlidingWindowCounter(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
                                            QueueOptions queue, bool manual)
@@ -37,7 +38,7 @@ SlidingWindowCounter::Counts SlidingWindowCounter::counts_at(Pair s, std::int64_
     if (w == s.a + 1) {
         return {w, current, 0};
     }
-    return {w, 0, 0};  // after a long gap the previous window counts 0
+    return {w, 0, 0}; // after a long gap the previous window counts 0
 }
 
 i128 SlidingWindowCounter::room(const Counts& c, Nanos now) const noexcept {
@@ -63,7 +64,7 @@ bool SlidingWindowCounter::take(std::int64_t n, Nanos now, std::int64_t& tag) {
 std::int64_t SlidingWindowCounter::available_at(Nanos now) const {
     const Pair s = state_.load();
     const i128 r = room(counts_at(s, std::max(window_index(now), s.a)), now);
-    return r <= 0 ? 0 : static_cast<std::int64_t>(r / window_);  // floor of a non-negative value
+    return r <= 0 ? 0 : static_cast<std::int64_t>(r / window_); // floor of a non-negative value
 }
 
 Nanos SlidingWindowCounter::time_until(std::int64_t needed, Nanos now) const {
@@ -100,7 +101,7 @@ void SlidingWindowCounter::put_back(std::int64_t n, std::int64_t tag, Nanos now)
     Pair s = state_.load();
     for (;;) {
         if (s.a != tag || window_index(now) != tag) {
-            return;  // only the current window's count can be given back
+            return; // only the current window's count can be given back
         }
         const Counts c = counts_at(s, tag);
         if (state_.compare_exchange(s, Pair{tag, pack_counts(c.previous, std::max<std::int64_t>(0, c.current - n))})) {
@@ -114,7 +115,7 @@ Nanos SlidingWindowCounter::full_since(Nanos now) const {
     const Counts c = counts_at(s, s.a);
     Nanos since = window_start(s.a);
     if (c.current > 0) {
-        since = window_start(s.a + 2);  // the current count stops weighing when the next window ends
+        since = window_start(s.a + 2); // the current count stops weighing when the next window ends
     } else if (c.previous > 0) {
         since = window_start(s.a + 1);
     }
@@ -144,7 +145,7 @@ struct SlidingWindowCounter::Proj final : Projection {
             e = slack >= sw.window_ ? 0 : sw.window_ - slack;
         }
         const i128 at = std::max(t, start(v) + e);
-        return at >= start(v + 1) ? -1 : at;  // at the boundary the counts are the next window's
+        return at >= start(v + 1) ? -1 : at; // at the boundary the counts are the next window's
     }
     i128 grant(std::int64_t n, i128 not_before, bool apply) override {
         const std::int64_t need = std::max<std::int64_t>(n, 1);
@@ -153,7 +154,7 @@ struct SlidingWindowCounter::Proj final : Projection {
         i128 prev = v == w ? previous : (v == w + 1 ? current : 0);
         i128 cur = v == w ? current : 0;
         i128 at = earliest(v, prev, cur, need, not_before);
-        while (at < 0) {  // not in this window: the next one, where this window's count weighs less
+        while (at < 0) { // not in this window: the next one, where this window's count weighs less
             prev = cur;
             cur = 0;
             ++v;
@@ -172,4 +173,4 @@ std::unique_ptr<Projection> SlidingWindowCounter::project() const {
     return std::make_unique<Proj>(*this, state_.load());
 }
 
-}  // namespace permits
+} // namespace permits

@@ -35,7 +35,7 @@ Nanos TokenBucket::period_start(std::int64_t p) const noexcept {
 bool TokenBucket::take(std::int64_t n, Nanos now, std::int64_t& tag) {
     Pair s = state_.load();
     for (;;) {
-        const std::int64_t p = std::max(period_index(now), s.a);  // never step back in time
+        const std::int64_t p = std::max(period_index(now), s.a); // never step back in time
         const std::int64_t tokens = tokens_at(s, p);
         if (tokens < n) {
             return false;
@@ -87,8 +87,8 @@ Nanos TokenBucket::full_since(Nanos now) const {
 
 struct TokenBucket::Proj final : Projection {
     const TokenBucket& tb;
-    i128 p;       // period index
-    i128 tokens;  // tokens at period p
+    i128 p;      // period index
+    i128 tokens; // tokens at period p
     Proj(const TokenBucket& b, Pair s) : tb(b), p(s.a), tokens(s.b) {}
 
     i128 index_at(i128 t) const { return t <= tb.anchor_ ? 0 : (t - tb.anchor_) / tb.period_; }
@@ -112,6 +112,8 @@ struct TokenBucket::Proj final : Projection {
     }
 };
 
-std::unique_ptr<Projection> TokenBucket::project() const { return std::make_unique<Proj>(*this, state_.load()); }
+std::unique_ptr<Projection> TokenBucket::project() const {
+    return std::make_unique<Proj>(*this, state_.load());
+}
 
-}  // namespace permits
+} // namespace permits

@@ -91,8 +91,9 @@ bool Waiter::cancel() noexcept {
 
 bool Waiter::wait_for(Nanos timeout_ns) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [this] { return state() == Completed || state() == Cancelled; });
+    cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns),
+                 [this] { return state() == Completed || state() == Cancelled; });
     return state() == Completed;
 }
 
-}  // namespace permits
+} // namespace permits

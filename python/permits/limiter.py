@@ -65,10 +65,14 @@ class WaitAsync(Awaitable[Lease]):
         self._lease: Lease | None = None
 
     def __await__(self) -> Generator[Any, None, Lease]:
-        return self._limiter._wait_async(self._permit_count).__await__()
+        # Granted at once: no coroutine, no event loop round trip.
+        lease = self._limiter._try_now(self._permit_count)
+        if lease is not None:
+            return lease
+        return (yield from self._limiter._wait_async(self._permit_count).__await__())
 
     async def __aenter__(self) -> Lease:
-        self._lease = await self._limiter._wait_async(self._permit_count)
+        self._lease = await self
         return self._lease
 
     async def __aexit__(
@@ -95,6 +99,10 @@ class RateLimiter:
         self._rl_failed = 0
 
     # ---- hooks for custom limiters ----
+    def _try_now(self, permit_count: int) -> Lease | None:
+        """A wait's immediate grant; None sends the wait to ``_wait_async``."""
+        return None
+
     def _acquire(self, permit_count: int) -> Lease:
         raise NotImplementedError(f"{type(self).__name__} must implement _acquire(permit_count)")
 

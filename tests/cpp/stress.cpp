@@ -28,8 +28,7 @@ void check(bool ok, const char* what) {
     }
 }
 
-template <class F>
-void run_threads(int n, F&& body) {
+template <class F> void run_threads(int n, F&& body) {
     std::vector<std::thread> ts;
     for (int i = 0; i < n; ++i) {
         ts.emplace_back([&body, i] { body(i); });
@@ -181,7 +180,7 @@ void waiters_and_close() {
     std::printf("waiters: %ld requests ended\n", done.load());
 }
 
-}  // namespace
+} // namespace
 
 int main() {
     concurrency_holders();

@@ -13,7 +13,7 @@ using namespace permits;
 namespace {
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-}  // namespace
+} // namespace
 
 TEST(AtomicPair, DefaultIsZero) {
     AtomicPair p;
@@ -42,18 +42,18 @@ TEST(AtomicPair, CompareExchangeSucceedsOnMatch) {
     AtomicPair p(Pair{1, 2});
     Pair expected{1, 2};
     EXPECT_TRUE(p.compare_exchange(expected, Pair{5, 6}));
-    EXPECT_EQ(expected, (Pair{1, 2}));  // untouched on success
+    EXPECT_EQ(expected, (Pair{1, 2})); // untouched on success
     EXPECT_EQ(p.load(), (Pair{5, 6}));
 }
 
 TEST(AtomicPair, CompareExchangeFailsAndReportsTheCurrentValue) {
     AtomicPair p(Pair{1, 2});
-    Pair expected{1, 3};  // only the second word differs
+    Pair expected{1, 3}; // only the second word differs
     EXPECT_FALSE(p.compare_exchange(expected, Pair{9, 9}));
     EXPECT_EQ(expected, (Pair{1, 2}));
     EXPECT_EQ(p.load(), (Pair{1, 2}));
 
-    expected = Pair{2, 2};  // only the first word differs
+    expected = Pair{2, 2}; // only the first word differs
     EXPECT_FALSE(p.compare_exchange(expected, Pair{9, 9}));
     EXPECT_EQ(expected, (Pair{1, 2}));
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "permits/clock.hpp"
+#include "permits/concurrency.hpp"
 #include "permits/time.hpp"
 
 using namespace permits;
@@ -46,7 +47,7 @@ private:
     int reschedules_ = 0;
 };
 
-}  // namespace
+} // namespace
 
 TEST(ManualClock, StartsWhereToldAndAdvances) {
     auto clock = std::make_shared<ManualClock>(0);
@@ -74,12 +75,12 @@ TEST(ManualClock, RunsDueTimersInTimeOrder) {
 
     clock->advance(9);
     EXPECT_TRUE(log.empty());
-    clock->advance(6);  // t = 15
+    clock->advance(6); // t = 15
     ASSERT_EQ(log.size(), 1u);
     EXPECT_EQ(log[0], (Fired{"a", 15}));
     EXPECT_EQ(clock->pending(), 2u);
 
-    clock->advance(100);  // t = 115: b then c, each told the current time
+    clock->advance(100); // t = 115: b then c, each told the current time
     ASSERT_EQ(log.size(), 3u);
     EXPECT_EQ(log[1], (Fired{"b", 115}));
     EXPECT_EQ(log[2], (Fired{"c", 115}));
@@ -95,7 +96,7 @@ TEST(ManualClock, TimerDueExactlyNowRuns) {
     ASSERT_EQ(log.size(), 1u);
     EXPECT_EQ(log[0].now, 10);
 
-    clock->schedule(a, 10);  // already due: runs on the next run_due
+    clock->schedule(a, 10); // already due: runs on the next run_due
     EXPECT_EQ(log.size(), 1u);
     clock->run_due();
     EXPECT_EQ(log.size(), 2u);
@@ -121,7 +122,7 @@ TEST(ManualClock, TimersScheduledByTimersRunWhenAlreadyDue) {
     auto clock = std::make_shared<ManualClock>(0);
     std::vector<Fired> log;
     auto a = std::make_shared<Recorder>("a", log);
-    a->reschedule(clock, a, 0, 2);  // reschedules itself for "now" twice
+    a->reschedule(clock, a, 0, 2); // reschedules itself for "now" twice
     clock->schedule(a, 1);
     clock->advance(1);
     EXPECT_EQ(log.size(), 3u);
@@ -271,4 +272,28 @@ TEST(Time, SaturatingHelpers) {
     EXPECT_EQ(ceil_div(3, 3), 1);
     EXPECT_EQ(ceil_div(4, 3), 2);
     EXPECT_EQ(kMaxPermits, 2147483647);
+}
+
+TEST(EngineThread, OneThreadServesEveryTimerOfTheProcess) {
+    // Real time: three limiters with waiters that time out 1-3 ms from now share one thread.
+    auto clock = permits::MonotonicClock::instance();
+    std::vector<std::shared_ptr<permits::Concurrency>> limiters;
+    std::vector<std::shared_ptr<permits::Waiter>> waiters;
+    for (int i = 0; i < 3; ++i) {
+        auto l = std::make_shared<permits::Concurrency>(clock, 1,
+                                                        permits::QueueOptions{4, permits::QueueOrder::OldestFirst});
+        ASSERT_TRUE(l->acquire(1).acquired);
+        for (int j = 0; j < 3; ++j) {
+            auto q = l->enqueue(1, 1'000'000 * (j + 1));
+            ASSERT_TRUE(q.waiter);
+            waiters.push_back(q.waiter);
+        }
+        limiters.push_back(l);
+    }
+    for (auto& w : waiters) {
+        while (!w->wait_for(1'000'000'000)) {
+        }
+        EXPECT_EQ(w->outcome().reason, permits::Reason::Timeout);
+    }
+    EXPECT_EQ(permits::EngineThread::threads_started(), 1u);
 }

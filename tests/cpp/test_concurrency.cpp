@@ -14,7 +14,9 @@ namespace {
 
 constexpr Nanos kSec = 1'000'000'000;
 
-std::shared_ptr<ManualClock> make_clock() { return std::make_shared<ManualClock>(0); }
+std::shared_ptr<ManualClock> make_clock() {
+    return std::make_shared<ManualClock>(0);
+}
 
 std::shared_ptr<Concurrency> make_limiter(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
                                           std::int64_t queue_limit = 0, QueueOrder order = QueueOrder::OldestFirst) {
@@ -30,7 +32,7 @@ void expect_stats(Limiter& l, std::int64_t available, std::int64_t queued, std::
     EXPECT_EQ(s.total_successful_leases, successful);
 }
 
-}  // namespace
+} // namespace
 
 TEST(Concurrency, InvalidConstructionArgumentsThrow) {
     auto clock = make_clock();
@@ -76,9 +78,9 @@ TEST(Concurrency, PermitsComeBackOnlyOnRelease) {
     const Outcome f = c->acquire(1);
     EXPECT_FALSE(f.acquired);
     EXPECT_EQ(f.reason, Reason::LimitReached);
-    EXPECT_EQ(f.retry_after, -1);  // concurrency failures carry no retry-after
+    EXPECT_EQ(f.retry_after, -1); // concurrency failures carry no retry-after
 
-    clock->advance(1000 * kSec);  // time brings nothing back
+    clock->advance(1000 * kSec); // time brings nothing back
     EXPECT_EQ(c->available_permits(), 0);
     EXPECT_FALSE(c->acquire(1).acquired);
 
@@ -168,7 +170,7 @@ TEST(Concurrency, QueuedRequestIsGrantedOnRelease) {
     ASSERT_TRUE(q.waiter);
     EXPECT_EQ(q.waiter->permits(), 1);
     EXPECT_EQ(q.waiter->deadline(), kNever);
-    EXPECT_EQ(clock->pending(), 0u);  // nothing in time can serve it: no timer
+    EXPECT_EQ(clock->pending(), 0u); // nothing in time can serve it: no timer
     clock->advance(100 * kSec);
     EXPECT_EQ(q.waiter->state(), Waiter::Pending);
     c->give_back(1, o.tag);
@@ -201,7 +203,7 @@ TEST(Concurrency, EnqueueGrantsAtOnceWhenPermitsAreFree) {
     EXPECT_FALSE(r.waiter);
     EXPECT_TRUE(r.outcome.acquired);
     EXPECT_EQ(r.outcome.permits, 2);
-    const auto full = c->enqueue(1, -1);  // queue limit 0: rejected
+    const auto full = c->enqueue(1, -1); // queue limit 0: rejected
     EXPECT_FALSE(full.waiter);
     EXPECT_EQ(full.outcome.reason, Reason::QueueFull);
     EXPECT_EQ(full.outcome.retry_after, -1);
@@ -211,7 +213,7 @@ TEST(Concurrency, IdleDuration) {
     auto clock = make_clock();
     clock->advance(4 * kSec);
     auto c = make_limiter(clock, 2, 1);
-    EXPECT_EQ(c->idle_duration(), std::optional<Nanos>(0));  // idle since construction
+    EXPECT_EQ(c->idle_duration(), std::optional<Nanos>(0)); // idle since construction
     clock->advance(3 * kSec);
     EXPECT_EQ(c->idle_duration(), std::optional<Nanos>(3 * kSec));
     EXPECT_TRUE(c->acquire(0).acquired);
@@ -221,7 +223,7 @@ TEST(Concurrency, IdleDuration) {
     EXPECT_EQ(c->idle_duration(), std::nullopt);
     clock->advance(5 * kSec);
     c->give_back(1, 0);
-    EXPECT_EQ(c->idle_duration(), std::nullopt);  // not all released
+    EXPECT_EQ(c->idle_duration(), std::nullopt); // not all released
     clock->advance(1 * kSec);
     c->give_back(1, 0);
     EXPECT_EQ(c->idle_duration(), std::optional<Nanos>(0));
@@ -235,7 +237,7 @@ TEST(Concurrency, IdleDurationIsNullWhileRequestsWait) {
     ASSERT_TRUE(c->acquire(1).acquired);
     auto q = c->enqueue(1, -1);
     ASSERT_TRUE(q.waiter);
-    c->give_back(1, 0);  // straight to the waiter
+    c->give_back(1, 0); // straight to the waiter
     EXPECT_EQ(c->idle_duration(), std::nullopt);
     clock->advance(kSec);
     c->give_back(1, 0);
@@ -282,7 +284,7 @@ TEST(Concurrency, CloseFailsWaitersAndLaterCallsThrow) {
     EXPECT_THROW(c->available_permits(), ClosedError);
     EXPECT_THROW(c->acquire(2), std::invalid_argument);
     EXPECT_THROW(c->enqueue(-1, -1), std::invalid_argument);
-    EXPECT_NO_THROW(c->give_back(1, held.tag));  // releasing after close is a silent no-op
+    EXPECT_NO_THROW(c->give_back(1, held.tag)); // releasing after close is a silent no-op
     EXPECT_FALSE(c->cancel(*q.waiter));
     EXPECT_NO_THROW(c->close());
 }

@@ -17,7 +17,9 @@ namespace {
 constexpr Nanos kMs = 1'000'000;
 constexpr Nanos kSec = 1'000'000'000;
 
-std::shared_ptr<ManualClock> make_clock() { return std::make_shared<ManualClock>(0); }
+std::shared_ptr<ManualClock> make_clock() {
+    return std::make_shared<ManualClock>(0);
+}
 
 std::shared_ptr<FixedWindow> make_window(const std::shared_ptr<ManualClock>& clock, std::int64_t limit, Nanos window,
                                          std::int64_t queue_limit = 0, QueueOrder order = QueueOrder::OldestFirst,
@@ -25,7 +27,7 @@ std::shared_ptr<FixedWindow> make_window(const std::shared_ptr<ManualClock>& clo
     return std::make_shared<FixedWindow>(clock, limit, window, QueueOptions{queue_limit, order}, manual);
 }
 
-}  // namespace
+} // namespace
 
 TEST(FixedWindow, InvalidConstructionArgumentsThrow) {
     auto clock = make_clock();
@@ -94,7 +96,7 @@ TEST(FixedWindow, ResetsHoweverLateTheNextRequestComes) {
     auto clock = make_clock();
     auto fw = make_window(clock, 2, 20 * kSec);
     ASSERT_TRUE(fw->acquire(2).acquired);
-    clock->advance(65 * kSec);  // window 3 (60..80 s)
+    clock->advance(65 * kSec); // window 3 (60..80 s)
     EXPECT_EQ(fw->available_permits(), 2);
     const Outcome o = fw->acquire(2);
     ASSERT_TRUE(o.acquired);
@@ -109,7 +111,7 @@ TEST(FixedWindow, WindowsAreAnchoredAtConstruction) {
     auto fw = make_window(clock, 1, 10 * kSec);
     ASSERT_TRUE(fw->acquire(1).acquired);
     EXPECT_EQ(fw->acquire(1).retry_after, 10 * kSec);
-    clock->advance(10 * kSec - 1);  // t = 13 s - 1 ns
+    clock->advance(10 * kSec - 1); // t = 13 s - 1 ns
     EXPECT_EQ(fw->available_permits(), 0);
     clock->advance(1);
     EXPECT_EQ(fw->available_permits(), 1);
@@ -123,7 +125,7 @@ TEST(FixedWindow, RetryAfterIsTimeToTheBoundary) {
     EXPECT_EQ(fw->acquire(1).retry_after, 20 * kSec);
     clock->advance(5 * kSec);
     EXPECT_EQ(fw->acquire(2).retry_after, 15 * kSec);
-    EXPECT_EQ(fw->acquire(0).retry_after, 15 * kSec);  // a zero-permit failure counts as one permit
+    EXPECT_EQ(fw->acquire(0).retry_after, 15 * kSec); // a zero-permit failure counts as one permit
 }
 
 TEST(FixedWindow, RetryAfterCountsAvailablePermits) {
@@ -183,24 +185,24 @@ TEST(FixedWindow, GiveBackRefundsOnlyTheCurrentWindow) {
     clock->advance(5 * kSec);
     fw->give_back(1, first.tag);
     EXPECT_EQ(fw->available_permits(), 1);
-    fw->give_back(5, first.tag);  // never below zero used
+    fw->give_back(5, first.tag); // never below zero used
     EXPECT_EQ(fw->available_permits(), 2);
 
     ASSERT_TRUE(fw->acquire(2).acquired);
-    clock->advance(20 * kSec);  // t = 25 s, window 1
+    clock->advance(20 * kSec); // t = 25 s, window 1
     const Outcome second = fw->acquire(2);
     ASSERT_TRUE(second.acquired);
     EXPECT_EQ(second.tag, 1);
-    fw->give_back(1, first.tag);  // window 0 is gone
+    fw->give_back(1, first.tag); // window 0 is gone
     EXPECT_EQ(fw->available_permits(), 0);
     fw->give_back(1, second.tag);
     EXPECT_EQ(fw->available_permits(), 1);
 
     ASSERT_TRUE(fw->acquire(1).acquired);
-    clock->advance(20 * kSec);  // t = 45 s, window 2
+    clock->advance(20 * kSec); // t = 45 s, window 2
     const Outcome third = fw->acquire(2);
     ASSERT_TRUE(third.acquired);
-    fw->give_back(2, second.tag);  // window 1 is gone
+    fw->give_back(2, second.tag); // window 1 is gone
     EXPECT_EQ(fw->available_permits(), 0);
 }
 
@@ -287,7 +289,7 @@ TEST(FixedWindow, IdleDuration) {
     EXPECT_EQ(fw->idle_duration(), std::nullopt);
     clock->advance(15 * kSec - 1);
     EXPECT_EQ(fw->idle_duration(), std::nullopt);
-    clock->advance(1);  // t = 20 s: the window that held the permit is over
+    clock->advance(1); // t = 20 s: the window that held the permit is over
     EXPECT_EQ(fw->idle_duration(), std::optional<Nanos>(0));
     clock->advance(7 * kSec);
     EXPECT_EQ(fw->idle_duration(), std::optional<Nanos>(7 * kSec));
@@ -306,7 +308,7 @@ TEST(FixedWindow, ManualModeStaysAnchoredAtConstruction) {
     auto fw = make_window(clock, 1, 10 * kSec, 0, QueueOrder::OldestFirst, true);
     ASSERT_TRUE(fw->acquire(1).acquired);
     clock->advance(15 * kSec);
-    EXPECT_EQ(fw->available_permits(), 0);  // nothing until try_replenish
+    EXPECT_EQ(fw->available_permits(), 0); // nothing until try_replenish
     EXPECT_FALSE(fw->acquire(1).acquired);
     EXPECT_TRUE(fw->try_replenish());
     EXPECT_EQ(fw->available_permits(), 1);
@@ -326,7 +328,7 @@ TEST(FixedWindow, ManualModeRetryAfterIsMeasuredFromTheClock) {
     ASSERT_TRUE(fw->acquire(1).acquired);
     clock->advance(4 * kSec);
     EXPECT_EQ(fw->acquire(1).retry_after, 6 * kSec);
-    clock->advance(10 * kSec);  // state still as of t = 0: due already
+    clock->advance(10 * kSec); // state still as of t = 0: due already
     EXPECT_EQ(fw->acquire(1).retry_after, 0);
 }
 
@@ -356,8 +358,8 @@ TEST(FixedWindow, StatisticsCountLikeDotnet) {
     EXPECT_EQ(s.current_queued_count, 2);
     EXPECT_EQ(s.total_successful_leases, 1);
     EXPECT_EQ(s.total_failed_leases, 1);
-    EXPECT_FALSE(fw->enqueue(1, -1).waiter);  // queue full
-    EXPECT_FALSE(fw->acquire(1).acquired);    // no barging past the queue
+    EXPECT_FALSE(fw->enqueue(1, -1).waiter); // queue full
+    EXPECT_FALSE(fw->acquire(1).acquired);   // no barging past the queue
     s = fw->statistics();
     EXPECT_EQ(s.total_failed_leases, 3);
     clock->advance(20 * kSec);

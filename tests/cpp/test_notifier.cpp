@@ -24,7 +24,7 @@ bool readable(int fd) {
     return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
 }
 
-}  // namespace
+} // namespace
 
 TEST(Notifier, OneWakeUpPerBatch) {
     auto n = std::make_shared<Notifier>();
@@ -43,9 +43,9 @@ TEST(Notifier, OneWakeUpPerBatch) {
     const auto batch = n->drain();
     ASSERT_EQ(batch.size(), 3u);
     for (std::size_t i = 0; i < 3; ++i) {
-        EXPECT_EQ(batch[i], ws[i]);  // in completion order
+        EXPECT_EQ(batch[i], ws[i]); // in completion order
     }
-    EXPECT_FALSE(readable(n->fd()));  // the pipe is emptied
+    EXPECT_FALSE(readable(n->fd())); // the pipe is emptied
 
     n->push(make_waiter(n, 4));
     EXPECT_EQ(n->wakeups(), 2u);
@@ -72,7 +72,7 @@ TEST(Notifier, PipeIsNonBlockingAndCloseOnExec) {
     const int fd_flags = ::fcntl(n.fd(), F_GETFD);
     EXPECT_NE(fd_flags & FD_CLOEXEC, 0);
     char c = 0;
-    EXPECT_EQ(::read(n.fd(), &c, 1), -1);  // nothing to read: no blocking
+    EXPECT_EQ(::read(n.fd(), &c, 1), -1); // nothing to read: no blocking
 }
 
 TEST(Notifier, ManyCompletionsBeforeADrainStillOneWakeUp) {
@@ -138,9 +138,9 @@ TEST(Notifier, CancelledWaiterCannotComplete) {
 
 TEST(Waiter, BlockingWaitReturnsOnceCompleted) {
     auto w = std::make_shared<Waiter>(1, kNever, nullptr, 0);
-    EXPECT_FALSE(w->wait_for(0));  // still pending
+    EXPECT_FALSE(w->wait_for(0)); // still pending
     std::thread completer([w] { w->complete(Outcome::granted(1, 0)); });
-    EXPECT_TRUE(w->wait_for(60'000'000'000));  // returns as soon as completed, never the full minute
+    EXPECT_TRUE(w->wait_for(60'000'000'000)); // returns as soon as completed, never the full minute
     completer.join();
     EXPECT_TRUE(w->wait_for(0));
 }

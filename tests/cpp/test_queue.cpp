@@ -18,7 +18,9 @@ namespace {
 
 constexpr Nanos kSec = 1'000'000'000;
 
-std::shared_ptr<ManualClock> make_clock() { return std::make_shared<ManualClock>(0); }
+std::shared_ptr<ManualClock> make_clock() {
+    return std::make_shared<ManualClock>(0);
+}
 
 std::shared_ptr<Concurrency> make_limiter(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
                                           std::int64_t queue_limit, QueueOrder order = QueueOrder::OldestFirst) {
@@ -36,7 +38,9 @@ bool granted(const Limiter::Enqueued& e) {
     return e.waiter && e.waiter->state() == Waiter::Completed && e.waiter->outcome().acquired;
 }
 
-bool pending(const Limiter::Enqueued& e) { return e.waiter && e.waiter->state() == Waiter::Pending; }
+bool pending(const Limiter::Enqueued& e) {
+    return e.waiter && e.waiter->state() == Waiter::Pending;
+}
 
 Reason failure(const Limiter::Enqueued& e) {
     if (!e.waiter || e.waiter->state() != Waiter::Completed || e.waiter->outcome().acquired) {
@@ -45,7 +49,7 @@ Reason failure(const Limiter::Enqueued& e) {
     return e.waiter->outcome().reason;
 }
 
-}  // namespace
+} // namespace
 
 // ---------------------------------------------------------------- order
 
@@ -95,10 +99,10 @@ TEST(Queue, OldestFirstForbidsBargingPastQueuedRequests) {
     l->give_back(1, 0);
     EXPECT_EQ(l->available_permits(), 1);
 
-    const Outcome o = l->acquire(1);  // one permit is free, but a request is queued ahead
+    const Outcome o = l->acquire(1); // one permit is free, but a request is queued ahead
     EXPECT_FALSE(o.acquired);
     EXPECT_EQ(o.reason, Reason::LimitReached);
-    auto b = l->enqueue(1, -1);  // joins the queue instead of taking it
+    auto b = l->enqueue(1, -1); // joins the queue instead of taking it
     EXPECT_TRUE(pending(b));
     EXPECT_EQ(l->statistics().current_queued_count, 3);
     EXPECT_EQ(l->statistics().total_failed_leases, 1);
@@ -118,7 +122,7 @@ TEST(Queue, NewestFirstAllowsBarging) {
     ASSERT_TRUE(pending(a));
     l->give_back(1, 0);
     EXPECT_TRUE(pending(a));
-    EXPECT_TRUE(l->acquire(1).acquired);  // takes the free permit although a waits
+    EXPECT_TRUE(l->acquire(1).acquired); // takes the free permit although a waits
     l->give_back(1, 0);
     const auto b = l->enqueue(1, -1);
     EXPECT_FALSE(b.waiter);
@@ -134,7 +138,7 @@ TEST(Queue, HeadOfLineBlockingOldestFirst) {
     auto small = l->enqueue(1, -1);
     l->give_back(1, 0);
     EXPECT_TRUE(pending(big));
-    EXPECT_TRUE(pending(small));  // fits, but nothing skips ahead of the head
+    EXPECT_TRUE(pending(small)); // fits, but nothing skips ahead of the head
     l->give_back(2, 0);
     EXPECT_TRUE(granted(big));
     EXPECT_TRUE(pending(small));
@@ -150,7 +154,7 @@ TEST(Queue, HeadOfLineBlockingNewestFirst) {
     auto big = l->enqueue(3, -1);
     l->give_back(1, 0);
     EXPECT_TRUE(pending(big));
-    EXPECT_TRUE(pending(small));  // the newest request blocks the older ones
+    EXPECT_TRUE(pending(small)); // the newest request blocks the older ones
     l->give_back(2, 0);
     EXPECT_TRUE(granted(big));
     EXPECT_TRUE(pending(small));
@@ -200,7 +204,7 @@ TEST(Queue, NewestFirstEvictsTheOldestRequest) {
     EXPECT_TRUE(pending(b));
     const Statistics s = l->statistics();
     EXPECT_EQ(s.current_queued_count, 1);
-    EXPECT_EQ(s.total_failed_leases, 1);  // an eviction counts as a failed lease
+    EXPECT_EQ(s.total_failed_leases, 1); // an eviction counts as a failed lease
 }
 
 TEST(Queue, NewestFirstEvictsAsManyAsNeeded) {
@@ -262,11 +266,11 @@ TEST(Queue, EvictionSkipsCancelledEntries) {
     auto a = l->enqueue(1, -1);
     auto b = l->enqueue(1, -1);
     ASSERT_TRUE(l->cancel(*a.waiter));
-    auto c = l->enqueue(1, -1);  // room freed by the cancellation: nothing evicted
+    auto c = l->enqueue(1, -1); // room freed by the cancellation: nothing evicted
     EXPECT_TRUE(pending(b));
     EXPECT_TRUE(pending(c));
     EXPECT_EQ(l->statistics().total_failed_leases, 0);
-    auto d = l->enqueue(1, -1);  // evicts b; the cancelled a is skipped, not counted
+    auto d = l->enqueue(1, -1); // evicts b; the cancelled a is skipped, not counted
     EXPECT_EQ(a.waiter->state(), Waiter::Cancelled);
     EXPECT_EQ(failure(b), Reason::Evicted);
     EXPECT_TRUE(pending(c));
@@ -305,7 +309,7 @@ TEST(Queue, ZeroPermitProbeIgnoresTheQueue) {
     auto a = l->enqueue(2, -1);
     l->give_back(1, 0);
     ASSERT_TRUE(pending(a));
-    EXPECT_TRUE(l->acquire(0).acquired);  // a permit is available: the probe succeeds
+    EXPECT_TRUE(l->acquire(0).acquired); // a permit is available: the probe succeeds
     EXPECT_TRUE(l->enqueue(0, -1).outcome.acquired);
 }
 
@@ -320,13 +324,13 @@ TEST(Queue, ZeroPermitRequestWaitsForAvailabilityEvenWithQueueLimitZero) {
     auto z = l->enqueue(0, -1);
     ASSERT_TRUE(pending(z));
     EXPECT_EQ(z.waiter->permits(), 0);
-    EXPECT_EQ(l->statistics().current_queued_count, 0);  // zero permits take no queue room
+    EXPECT_EQ(l->statistics().current_queued_count, 0); // zero permits take no queue room
     EXPECT_EQ(l->idle_duration(), std::nullopt);
 
     l->give_back(1, 0);
     ASSERT_TRUE(granted(z));
     EXPECT_EQ(z.waiter->outcome().permits, 0);
-    EXPECT_EQ(l->available_permits(), 1);  // nothing consumed
+    EXPECT_EQ(l->available_permits(), 1); // nothing consumed
     const Statistics s = l->statistics();
     EXPECT_EQ(s.total_successful_leases, 2);
     EXPECT_EQ(s.total_failed_leases, 1);
@@ -343,11 +347,11 @@ TEST(Queue, ZeroPermitWaiterCompletesWhenPermitsAreAvailable) {
     auto z = l->enqueue(0, -1);
     l->give_back(1, 0);
     EXPECT_TRUE(pending(a));
-    EXPECT_TRUE(pending(z));  // blocked behind a
-    l->give_back(1, 0);       // a is served; nothing is left, so z still waits
+    EXPECT_TRUE(pending(z)); // blocked behind a
+    l->give_back(1, 0);      // a is served; nothing is left, so z still waits
     EXPECT_TRUE(granted(a));
     EXPECT_TRUE(pending(z));
-    l->give_back(2, 0);  // a's permits come back: z completes, taking nothing
+    l->give_back(2, 0); // a's permits come back: z completes, taking nothing
     EXPECT_TRUE(granted(z));
     EXPECT_EQ(l->available_permits(), 2);
 }
@@ -367,15 +371,15 @@ TEST(Queue, CancelRestoresQueueAccounting) {
     EXPECT_EQ(a.waiter->state(), Waiter::Cancelled);
     Statistics s = l->statistics();
     EXPECT_EQ(s.current_queued_count, 0);
-    EXPECT_EQ(s.total_failed_leases, 1);  // a cancellation is not a failed lease
+    EXPECT_EQ(s.total_failed_leases, 1); // a cancellation is not a failed lease
     EXPECT_EQ(s.current_available_permits, 0);
-    EXPECT_FALSE(l->cancel(*a.waiter));  // only once
+    EXPECT_FALSE(l->cancel(*a.waiter)); // only once
 
-    auto b = l->enqueue(2, -1);  // the room is back
+    auto b = l->enqueue(2, -1); // the room is back
     ASSERT_TRUE(pending(b));
     l->give_back(2, 0);
     EXPECT_TRUE(granted(b));
-    EXPECT_FALSE(l->cancel(*b.waiter));  // already completed
+    EXPECT_FALSE(l->cancel(*b.waiter)); // already completed
     EXPECT_EQ(b.waiter->state(), Waiter::Completed);
     s = l->statistics();
     EXPECT_EQ(s.current_queued_count, 0);
@@ -537,7 +541,7 @@ TEST(Queue, TimeoutFailsTheWaiterAtItsDeadline) {
     EXPECT_EQ(o.permits, 1);
     const Statistics s = l->statistics();
     EXPECT_EQ(s.current_queued_count, 0);
-    EXPECT_EQ(s.total_failed_leases, 0);  // a timeout is not counted, like a cancellation
+    EXPECT_EQ(s.total_failed_leases, 0); // a timeout is not counted, like a cancellation
     EXPECT_FALSE(l->cancel(*a.waiter));
 }
 
@@ -613,7 +617,7 @@ TEST(Queue, TimedWaiterIsGrantedByReplenishmentBeforeItsDeadline) {
     auto clock = make_clock();
     auto tb = make_bucket(clock, 2);
     ASSERT_TRUE(tb->acquire(1).acquired);
-    auto a = tb->enqueue(1, 5 * kSec);  // the token comes at 20 s: too late
+    auto a = tb->enqueue(1, 5 * kSec); // the token comes at 20 s: too late
     clock->advance(5 * kSec);
     EXPECT_EQ(failure(a), Reason::Timeout);
     auto b = tb->enqueue(1, 30 * kSec);
@@ -628,7 +632,7 @@ TEST(Queue, EarlierDeadlineIsHonouredWhenALaterTimerIsSet) {
     auto clock = make_clock();
     auto tb = make_bucket(clock, 2);
     ASSERT_TRUE(tb->acquire(1).acquired);
-    auto a = tb->enqueue(1, -1);  // timer for the token at 20 s
+    auto a = tb->enqueue(1, -1); // timer for the token at 20 s
     auto b = tb->enqueue(1, 5 * kSec);
     clock->advance(5 * kSec);
     EXPECT_EQ(failure(b), Reason::Timeout);
@@ -646,7 +650,7 @@ TEST(Queue, TimeoutsRunInManualMode) {
     clock->advance(5 * kSec);
     EXPECT_EQ(failure(a), Reason::Timeout);
     clock->advance(20 * kSec);
-    EXPECT_TRUE(pending(b));  // manual: served only by try_replenish
+    EXPECT_TRUE(pending(b)); // manual: served only by try_replenish
     EXPECT_TRUE(tb->try_replenish());
     EXPECT_TRUE(granted(b));
 }
@@ -693,7 +697,7 @@ TEST(Queue, CompletionsReachTheNotifierWithTheirIds) {
     auto b = l->enqueue(1, -1, notifier, 42);
     EXPECT_EQ(a.waiter->id(), 41u);
     EXPECT_TRUE(notifier->drain().empty());
-    l->give_back(2, 0);  // one pass completes both: one wake-up
+    l->give_back(2, 0); // one pass completes both: one wake-up
     EXPECT_EQ(notifier->wakeups(), 1u);
     const auto done = notifier->drain();
     ASSERT_EQ(done.size(), 2u);
@@ -737,7 +741,7 @@ TEST(Queue, CancelledEntriesDoNotBlockBarging) {
     ASSERT_TRUE(l->cancel(*a.waiter));
     l->give_back(1, 0);
     EXPECT_EQ(a.waiter->state(), Waiter::Cancelled);
-    EXPECT_TRUE(l->acquire(1).acquired);  // the queue count is 0: nothing is ahead
+    EXPECT_TRUE(l->acquire(1).acquired); // the queue count is 0: nothing is ahead
 }
 
 TEST(Queue, NewestFirstTimerFollowsTheNewestRequest) {
@@ -745,9 +749,9 @@ TEST(Queue, NewestFirstTimerFollowsTheNewestRequest) {
     auto tb = std::make_shared<TokenBucket>(clock, 2, 1, 20 * kSec, QueueOptions{3, QueueOrder::NewestFirst}, false);
     ASSERT_TRUE(tb->acquire(2).acquired);
     auto a = tb->enqueue(1, -1);
-    auto b = tb->enqueue(2, -1);  // newest: served first, needs two tokens (40 s)
+    auto b = tb->enqueue(2, -1); // newest: served first, needs two tokens (40 s)
     clock->advance(20 * kSec);
-    EXPECT_TRUE(pending(a));  // one token, but the newest request blocks the older one
+    EXPECT_TRUE(pending(a)); // one token, but the newest request blocks the older one
     EXPECT_TRUE(pending(b));
     clock->advance(20 * kSec);
     EXPECT_TRUE(granted(b));
@@ -785,5 +789,5 @@ TEST(Queue, LimiterDestroyedWithATimerPendingIsHarmless) {
     }
     clock->advance(60 * kSec);
     EXPECT_EQ(clock->pending(), 0u);
-    EXPECT_EQ(w->state(), Waiter::Pending);  // nobody left to complete it
+    EXPECT_EQ(w->state(), Waiter::Pending); // nobody left to complete it
 }

@@ -16,7 +16,9 @@ namespace {
 
 constexpr Nanos kSec = 1'000'000'000;
 
-std::shared_ptr<ManualClock> make_clock() { return std::make_shared<ManualClock>(0); }
+std::shared_ptr<ManualClock> make_clock() {
+    return std::make_shared<ManualClock>(0);
+}
 
 std::shared_ptr<SlidingWindow> make_window(const std::shared_ptr<ManualClock>& clock, std::int64_t limit, Nanos window,
                                            std::int64_t segments, std::int64_t queue_limit = 0,
@@ -24,7 +26,7 @@ std::shared_ptr<SlidingWindow> make_window(const std::shared_ptr<ManualClock>& c
     return std::make_shared<SlidingWindow>(clock, limit, window, segments, QueueOptions{queue_limit, order}, manual);
 }
 
-}  // namespace
+} // namespace
 
 TEST(SlidingWindow, InvalidConstructionArgumentsThrow) {
     auto clock = make_clock();
@@ -39,7 +41,7 @@ TEST(SlidingWindow, InvalidConstructionArgumentsThrow) {
     EXPECT_THROW(std::make_shared<SlidingWindow>(clock, 1, -kSec, 2, q, false), std::invalid_argument);
     EXPECT_THROW(std::make_shared<SlidingWindow>(clock, 1, std::numeric_limits<Nanos>::min(), 2, q, false),
                  std::invalid_argument);
-    EXPECT_THROW(std::make_shared<SlidingWindow>(clock, 1, 3, 4, q, false), std::invalid_argument);  // < 1 ns segments
+    EXPECT_THROW(std::make_shared<SlidingWindow>(clock, 1, 3, 4, q, false), std::invalid_argument); // < 1 ns segments
     EXPECT_THROW(std::make_shared<SlidingWindow>(clock, 1, kSec, 2, QueueOptions{-1, QueueOrder::OldestFirst}, false),
                  std::invalid_argument);
     EXPECT_NO_THROW(std::make_shared<SlidingWindow>(clock, kMaxPermits, 65536, 65536,
@@ -72,14 +74,14 @@ TEST(SlidingWindow, BadPermitCountsThrow) {
 
 TEST(SlidingWindow, PermitsComeBackWhenTheirSegmentLeavesTheWindow) {
     auto clock = make_clock();
-    auto sw = make_window(clock, 4, 8 * kSec, 4);  // 2 s segments
+    auto sw = make_window(clock, 4, 8 * kSec, 4); // 2 s segments
     clock->advance(1 * kSec);
-    Outcome o = sw->acquire(4);  // segment 0
+    Outcome o = sw->acquire(4); // segment 0
     ASSERT_TRUE(o.acquired);
     EXPECT_EQ(o.tag, 0);
-    clock->advance(7 * kSec - 1);  // t = 8 s - 1 ns: still segment 3
+    clock->advance(7 * kSec - 1); // t = 8 s - 1 ns: still segment 3
     EXPECT_EQ(sw->available_permits(), 0);
-    clock->advance(1);  // segment 4 begins: segment 0 leaves the window
+    clock->advance(1); // segment 4 begins: segment 0 leaves the window
     EXPECT_EQ(sw->available_permits(), 4);
     o = sw->acquire(1);
     ASSERT_TRUE(o.acquired);
@@ -117,7 +119,7 @@ TEST(SlidingWindow, LongGapFreesEverySegmentAtOnce) {
 
 TEST(SlidingWindow, SteadyTrafficAcrossManyWindowsWrapsTheRing) {
     auto clock = make_clock();
-    auto sw = make_window(clock, 3, 3 * kSec, 3);  // 1 s segments
+    auto sw = make_window(clock, 3, 3 * kSec, 3); // 1 s segments
     for (int t = 0; t < 50; ++t) {
         // Segments t-2 and t-1 hold one permit each (from t >= 2).
         const std::int64_t expected = t == 0 ? 3 : (t == 1 ? 2 : 1);
@@ -136,7 +138,7 @@ TEST(SlidingWindow, SteadyTrafficAcrossManyWindowsWrapsTheRing) {
 
 TEST(SlidingWindow, RetryAfterWithEverythingInTheCurrentSegmentIsTheWindow) {
     auto clock = make_clock();
-    auto sw = make_window(clock, 4, 20 * kSec, 4);  // 5 s segments
+    auto sw = make_window(clock, 4, 20 * kSec, 4); // 5 s segments
     ASSERT_TRUE(sw->acquire(4).acquired);
     Outcome o = sw->acquire(1);
     EXPECT_FALSE(o.acquired);
@@ -145,18 +147,18 @@ TEST(SlidingWindow, RetryAfterWithEverythingInTheCurrentSegmentIsTheWindow) {
     EXPECT_EQ(sw->acquire(4).retry_after, 20 * kSec);
     clock->advance(2 * kSec);
     EXPECT_EQ(sw->acquire(1).retry_after, 18 * kSec);
-    EXPECT_EQ(sw->acquire(0).retry_after, 18 * kSec);  // zero-permit failure: as one permit
+    EXPECT_EQ(sw->acquire(0).retry_after, 18 * kSec); // zero-permit failure: as one permit
 }
 
 TEST(SlidingWindow, RetryAfterWalksSegmentsUntilTheDeficitIsCovered) {
     auto clock = make_clock();
-    auto sw = make_window(clock, 4, 8 * kSec, 4);  // 2 s segments
-    ASSERT_TRUE(sw->acquire(3).acquired);          // segment 0
+    auto sw = make_window(clock, 4, 8 * kSec, 4); // 2 s segments
+    ASSERT_TRUE(sw->acquire(3).acquired);         // segment 0
     clock->advance(2 * kSec);
-    ASSERT_TRUE(sw->acquire(1).acquired);  // segment 1
-    EXPECT_EQ(sw->acquire(2).retry_after, 6 * kSec);  // segment 0's 3 come back at 8 s
+    ASSERT_TRUE(sw->acquire(1).acquired);            // segment 1
+    EXPECT_EQ(sw->acquire(2).retry_after, 6 * kSec); // segment 0's 3 come back at 8 s
     EXPECT_EQ(sw->acquire(1).retry_after, 6 * kSec);
-    EXPECT_EQ(sw->acquire(4).retry_after, 8 * kSec);  // needs segment 1's permit too
+    EXPECT_EQ(sw->acquire(4).retry_after, 8 * kSec); // needs segment 1's permit too
     clock->advance(1 * kSec);
     EXPECT_EQ(sw->acquire(2).retry_after, 5 * kSec);
 }
@@ -164,9 +166,9 @@ TEST(SlidingWindow, RetryAfterWalksSegmentsUntilTheDeficitIsCovered) {
 TEST(SlidingWindow, RetryAfterStopsAtTheFirstSegmentThatCoversTheDeficit) {
     auto clock = make_clock();
     auto sw = make_window(clock, 4, 8 * kSec, 4);
-    ASSERT_TRUE(sw->acquire(1).acquired);  // segment 0: 1
+    ASSERT_TRUE(sw->acquire(1).acquired); // segment 0: 1
     clock->advance(2 * kSec);
-    ASSERT_TRUE(sw->acquire(3).acquired);  // segment 1: 3
+    ASSERT_TRUE(sw->acquire(3).acquired); // segment 1: 3
     EXPECT_EQ(sw->acquire(1).retry_after, 6 * kSec);
     EXPECT_EQ(sw->acquire(2).retry_after, 8 * kSec);
 }
@@ -174,11 +176,11 @@ TEST(SlidingWindow, RetryAfterStopsAtTheFirstSegmentThatCoversTheDeficit) {
 TEST(SlidingWindow, RetryAfterCountsPermitsQueuedAheadUnderOldestFirst) {
     auto clock = make_clock();
     auto sw = make_window(clock, 4, 8 * kSec, 4, 4);
-    ASSERT_TRUE(sw->acquire(2).acquired);  // segment 0
+    ASSERT_TRUE(sw->acquire(2).acquired); // segment 0
     clock->advance(2 * kSec);
-    ASSERT_TRUE(sw->acquire(2).acquired);  // segment 1
+    ASSERT_TRUE(sw->acquire(2).acquired); // segment 1
     ASSERT_TRUE(sw->enqueue(2, -1).waiter);
-    EXPECT_EQ(sw->acquire(2).retry_after, 8 * kSec);  // the queued 2 take segment 0's
+    EXPECT_EQ(sw->acquire(2).retry_after, 8 * kSec); // the queued 2 take segment 0's
     // 2 queued + 1: segment 0's 2 go to the queued request, segment 1's at 10 s are next.
     EXPECT_EQ(sw->acquire(0).retry_after, 8 * kSec);
 }
@@ -197,8 +199,8 @@ TEST(SlidingWindow, RetryAfterWithMoreThanAWindowQueuedAhead) {
     auto clock = make_clock();
     auto sw = make_window(clock, 2, 8 * kSec, 4, 4);
     ASSERT_TRUE(sw->acquire(2).acquired);
-    ASSERT_TRUE(sw->enqueue(2, -1).waiter);  // granted at 8 s
-    ASSERT_TRUE(sw->enqueue(2, -1).waiter);  // granted at 16 s
+    ASSERT_TRUE(sw->enqueue(2, -1).waiter); // granted at 8 s
+    ASSERT_TRUE(sw->enqueue(2, -1).waiter); // granted at 16 s
     EXPECT_EQ(sw->acquire(2).retry_after, 24 * kSec);
 }
 
@@ -218,11 +220,11 @@ TEST(SlidingWindow, RetryAfterIsExactWhenMoreThanAWindowIsQueuedAheadAcrossSegme
     ASSERT_TRUE(ahead.waiter);
     EXPECT_EQ(sw->acquire(2).retry_after, 7 * kSec);
     // What actually happens, nothing else arriving:
-    clock->advance(3 * kSec);  // t = 6 s
+    clock->advance(3 * kSec); // t = 6 s
     ASSERT_EQ(ahead.waiter->state(), Waiter::Completed);
     clock->advance(4 * kSec - 1);
     EXPECT_EQ(sw->available_permits(), 1);
-    clock->advance(1);  // t = 10 s
+    clock->advance(1); // t = 10 s
     EXPECT_EQ(sw->available_permits(), 4);
 }
 
@@ -231,10 +233,10 @@ TEST(SlidingWindow, GiveBackRefundsOnlyTheCurrentSegment) {
     auto sw = make_window(clock, 4, 8 * kSec, 4);
     const Outcome o = sw->acquire(4);
     ASSERT_TRUE(o.acquired);
-    clock->advance(1 * kSec);  // still segment 0
+    clock->advance(1 * kSec); // still segment 0
     sw->give_back(1, o.tag);
     EXPECT_EQ(sw->available_permits(), 1);
-    clock->advance(1 * kSec);  // segment 1: segment 0 is no longer current
+    clock->advance(1 * kSec); // segment 1: segment 0 is no longer current
     sw->give_back(2, o.tag);
     EXPECT_EQ(sw->available_permits(), 1);
     const Outcome o2 = sw->acquire(1);
@@ -242,7 +244,7 @@ TEST(SlidingWindow, GiveBackRefundsOnlyTheCurrentSegment) {
     EXPECT_EQ(o2.tag, 1);
     sw->give_back(1, o.tag);
     EXPECT_EQ(sw->available_permits(), 0);
-    sw->give_back(5, o2.tag);  // never below zero in the segment
+    sw->give_back(5, o2.tag); // never below zero in the segment
     EXPECT_EQ(sw->available_permits(), 1);
     // Segment 0's 3 still come back at 8 s.
     clock->advance(6 * kSec);
@@ -265,16 +267,16 @@ TEST(SlidingWindow, GiveBackServesQueuedRequests) {
 TEST(SlidingWindow, QueuedRequestIsGrantedWhenASegmentFreesEnough) {
     auto clock = make_clock();
     auto sw = make_window(clock, 2, 8 * kSec, 4, 2);
-    ASSERT_TRUE(sw->acquire(1).acquired);  // segment 0
+    ASSERT_TRUE(sw->acquire(1).acquired); // segment 0
     clock->advance(2 * kSec);
-    ASSERT_TRUE(sw->acquire(1).acquired);  // segment 1
+    ASSERT_TRUE(sw->acquire(1).acquired); // segment 1
     auto q = sw->enqueue(2, -1);
     ASSERT_TRUE(q.waiter);
-    clock->advance(6 * kSec);  // t = 8 s: 1 free, not enough
+    clock->advance(6 * kSec); // t = 8 s: 1 free, not enough
     EXPECT_EQ(q.waiter->state(), Waiter::Pending);
     clock->advance(2 * kSec - 1);
     EXPECT_EQ(q.waiter->state(), Waiter::Pending);
-    clock->advance(1);  // t = 10 s
+    clock->advance(1); // t = 10 s
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(q.waiter->outcome().acquired);
     EXPECT_EQ(q.waiter->outcome().tag, 5);
@@ -290,23 +292,23 @@ TEST(SlidingWindow, CanAcquireMultipleRequestsAsyncWorkedExample) {
 
     auto three = sw->enqueue(3, -1);
     ASSERT_TRUE(three.waiter);
-    clock->advance(10 * kSec);  // slide: segment 1 frees nothing
+    clock->advance(10 * kSec); // slide: segment 1 frees nothing
     EXPECT_EQ(three.waiter->state(), Waiter::Pending);
 
-    auto barge = sw->enqueue(2, -1);  // NewestFirst: takes the 2 available
+    auto barge = sw->enqueue(2, -1); // NewestFirst: takes the 2 available
     EXPECT_FALSE(barge.waiter);
     EXPECT_TRUE(barge.outcome.acquired);
     EXPECT_EQ(sw->available_permits(), 0);
 
-    clock->advance(10 * kSec);  // slide: segment 2 frees nothing
-    auto two = sw->enqueue(2, -1);  // no room (4 - 3 < 2): evicts the queued 3
+    clock->advance(10 * kSec);     // slide: segment 2 frees nothing
+    auto two = sw->enqueue(2, -1); // no room (4 - 3 < 2): evicts the queued 3
     ASSERT_TRUE(two.waiter);
     ASSERT_EQ(three.waiter->state(), Waiter::Completed);
     EXPECT_FALSE(three.waiter->outcome().acquired);
     EXPECT_EQ(three.waiter->outcome().reason, Reason::Evicted);
     EXPECT_EQ(three.waiter->outcome().retry_after, -1);
 
-    clock->advance(10 * kSec);  // slide: segment 0 frees 2, granted to the queued 2
+    clock->advance(10 * kSec); // slide: segment 0 frees 2, granted to the queued 2
     ASSERT_EQ(two.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(two.waiter->outcome().acquired);
     EXPECT_EQ(two.waiter->outcome().tag, 3);
@@ -330,7 +332,7 @@ TEST(SlidingWindow, OneSegmentBehavesLikeAFixedWindow) {
 
 TEST(SlidingWindow, RoundedDownSegmentsFreePermitsEarlier) {
     auto clock = make_clock();
-    auto sw = make_window(clock, 1, 10, 3);  // 3 ns segments: permits come back after 9 ns
+    auto sw = make_window(clock, 1, 10, 3); // 3 ns segments: permits come back after 9 ns
     ASSERT_TRUE(sw->acquire(1).acquired);
     EXPECT_EQ(sw->acquire(1).retry_after, 9);
     clock->advance(8);
@@ -359,14 +361,14 @@ TEST(SlidingWindow, IdleDuration) {
     EXPECT_EQ(sw->idle_duration(), std::optional<Nanos>(0));
     clock->advance(1 * kSec);
     EXPECT_EQ(sw->idle_duration(), std::optional<Nanos>(1 * kSec));
-    ASSERT_TRUE(sw->acquire(1).acquired);  // segment 0
+    ASSERT_TRUE(sw->acquire(1).acquired); // segment 0
     EXPECT_EQ(sw->idle_duration(), std::nullopt);
     clock->advance(2 * kSec);
-    ASSERT_TRUE(sw->acquire(1).acquired);  // segment 1: held until 10 s
-    clock->advance(5 * kSec);              // t = 8 s: segment 0 freed, segment 1 not yet
+    ASSERT_TRUE(sw->acquire(1).acquired); // segment 1: held until 10 s
+    clock->advance(5 * kSec);             // t = 8 s: segment 0 freed, segment 1 not yet
     EXPECT_EQ(sw->available_permits(), 3);
     EXPECT_EQ(sw->idle_duration(), std::nullopt);
-    clock->advance(2 * kSec);  // t = 10 s
+    clock->advance(2 * kSec); // t = 10 s
     EXPECT_EQ(sw->idle_duration(), std::optional<Nanos>(0));
     clock->advance(3 * kSec);
     EXPECT_EQ(sw->idle_duration(), std::optional<Nanos>(3 * kSec));
@@ -389,7 +391,7 @@ TEST(SlidingWindow, ManualModeCatchesUpEverySegmentInOneReplenish) {
         clock->advance(2 * kSec);
     }
     clock->advance(100 * kSec);
-    EXPECT_EQ(sw->available_permits(), 0);  // state as of the last replenish (t = 6 s)
+    EXPECT_EQ(sw->available_permits(), 0); // state as of the last replenish (t = 6 s)
     EXPECT_TRUE(sw->try_replenish());
     EXPECT_EQ(sw->available_permits(), 4);
 }
@@ -414,7 +416,7 @@ TEST(SlidingWindow, ManualModeRetryAfterClampsToZero) {
     ASSERT_TRUE(sw->acquire(4).acquired);
     clock->advance(2 * kSec);
     EXPECT_EQ(sw->acquire(1).retry_after, 18 * kSec);
-    clock->advance(23 * kSec);  // the window has passed but nothing replenished yet
+    clock->advance(23 * kSec); // the window has passed but nothing replenished yet
     const Outcome o = sw->acquire(1);
     EXPECT_FALSE(o.acquired);
     EXPECT_EQ(o.retry_after, 0);

@@ -17,7 +17,9 @@ namespace {
 constexpr Nanos kMs = 1'000'000;
 constexpr Nanos kSec = 1'000'000'000;
 
-std::shared_ptr<ManualClock> make_clock() { return std::make_shared<ManualClock>(0); }
+std::shared_ptr<ManualClock> make_clock() {
+    return std::make_shared<ManualClock>(0);
+}
 
 std::shared_ptr<SlidingWindowCounter> make_counter(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
                                                    Nanos window, std::int64_t queue_limit = 0,
@@ -25,15 +27,14 @@ std::shared_ptr<SlidingWindowCounter> make_counter(const std::shared_ptr<ManualC
     return std::make_shared<SlidingWindowCounter>(clock, limit, window, QueueOptions{queue_limit, order}, manual);
 }
 
-}  // namespace
+} // namespace
 
 TEST(SlidingWindowCounter, InvalidConstructionArgumentsThrow) {
     auto clock = make_clock();
     const QueueOptions q{};
     EXPECT_THROW(std::make_shared<SlidingWindowCounter>(clock, 0, kSec, q, false), std::invalid_argument);
     EXPECT_THROW(std::make_shared<SlidingWindowCounter>(clock, -1, kSec, q, false), std::invalid_argument);
-    EXPECT_THROW(std::make_shared<SlidingWindowCounter>(clock, kMaxPermits + 1, kSec, q, false),
-                 std::invalid_argument);
+    EXPECT_THROW(std::make_shared<SlidingWindowCounter>(clock, kMaxPermits + 1, kSec, q, false), std::invalid_argument);
     EXPECT_THROW(std::make_shared<SlidingWindowCounter>(clock, 1, 0, q, false), std::invalid_argument);
     EXPECT_THROW(std::make_shared<SlidingWindowCounter>(clock, 1, -kSec, q, false), std::invalid_argument);
     EXPECT_THROW(std::make_shared<SlidingWindowCounter>(clock, 1, std::numeric_limits<Nanos>::min(), q, false),
@@ -72,11 +73,11 @@ TEST(SlidingWindowCounter, PreviousWindowWeighsByTheUnelapsedFraction) {
     ASSERT_TRUE(o.acquired);
     EXPECT_EQ(o.tag, 0);
     EXPECT_EQ(swc->available_permits(), 0);
-    clock->advance(10 * kSec);  // window 1 starts: previous 10 weighs fully
+    clock->advance(10 * kSec); // window 1 starts: previous 10 weighs fully
     EXPECT_EQ(swc->available_permits(), 0);
     clock->advance(5 * kSec);
     EXPECT_EQ(swc->available_permits(), 5);
-    clock->advance(2500 * kMs);  // 10 - 10 * 0.25 = 7.5
+    clock->advance(2500 * kMs); // 10 - 10 * 0.25 = 7.5
     EXPECT_EQ(swc->available_permits(), 7);
     clock->advance(2500 * kMs);
     EXPECT_EQ(swc->available_permits(), 10);
@@ -93,7 +94,7 @@ TEST(SlidingWindowCounter, GrantsExactlyWhenTheEstimateFits) {
     Outcome o = swc->acquire(1);
     EXPECT_FALSE(o.acquired);
     EXPECT_EQ(o.reason, Reason::LimitReached);
-    EXPECT_EQ(o.retry_after, 1 * kSec);  // 10 * 0.4 + 5 + 1 = 10 at 16 s
+    EXPECT_EQ(o.retry_after, 1 * kSec); // 10 * 0.4 + 5 + 1 = 10 at 16 s
     clock->advance(kSec - 1);
     EXPECT_FALSE(swc->acquire(1).acquired);
     clock->advance(1);
@@ -105,7 +106,7 @@ TEST(SlidingWindowCounter, NoBurstAcrossTheBoundary) {
     auto swc = make_counter(clock, 10, 10 * kSec);
     clock->advance(10 * kSec - kMs);
     ASSERT_TRUE(swc->acquire(10).acquired);
-    clock->advance(kMs);  // window 1 begins
+    clock->advance(kMs); // window 1 begins
     const Outcome o = swc->acquire(1);
     EXPECT_FALSE(o.acquired);
     EXPECT_EQ(o.retry_after, 1 * kSec);
@@ -116,7 +117,7 @@ TEST(SlidingWindowCounter, AvailablePermitsIsTheFloorOfTheEstimate) {
     auto swc = make_counter(clock, 10, 10 * kSec);
     ASSERT_TRUE(swc->acquire(3).acquired);
     EXPECT_EQ(swc->available_permits(), 7);
-    clock->advance(12500 * kMs);  // previous 3 * 0.75 = 2.25
+    clock->advance(12500 * kMs); // previous 3 * 0.75 = 2.25
     EXPECT_EQ(swc->available_permits(), 7);
     ASSERT_TRUE(swc->acquire(7).acquired);
     EXPECT_FALSE(swc->acquire(1).acquired);
@@ -132,7 +133,7 @@ TEST(SlidingWindowCounter, PreviousCountsZeroAfterALongGap) {
     ASSERT_TRUE(o.acquired);
     EXPECT_EQ(o.tag, 2);
     // Still anchored at construction: window 3 starts at 30 s.
-    EXPECT_EQ(swc->acquire(1).retry_after, 6 * kSec);  // 31 s: 10 * 0.9 + 1 = 10
+    EXPECT_EQ(swc->acquire(1).retry_after, 6 * kSec); // 31 s: 10 * 0.9 + 1 = 10
 }
 
 TEST(SlidingWindowCounter, WindowsAreAnchoredAtConstruction) {
@@ -140,9 +141,9 @@ TEST(SlidingWindowCounter, WindowsAreAnchoredAtConstruction) {
     clock->advance(3 * kSec);
     auto swc = make_counter(clock, 10, 10 * kSec);
     ASSERT_TRUE(swc->acquire(10).acquired);
-    clock->advance(10 * kSec);  // 13 s
+    clock->advance(10 * kSec); // 13 s
     EXPECT_EQ(swc->available_permits(), 0);
-    clock->advance(5 * kSec);  // 18 s
+    clock->advance(5 * kSec); // 18 s
     EXPECT_EQ(swc->available_permits(), 5);
     EXPECT_EQ(swc->acquire(6).retry_after, 1 * kSec);
 }
@@ -204,11 +205,11 @@ TEST(SlidingWindowCounter, RetryAfterIsExactWithAFullLimitRequestQueuedAhead) {
     clock->advance(1);
     ASSERT_EQ(ahead.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(ahead.waiter->outcome().acquired);
-    clock->advance(10 * kSec);  // 30 s
+    clock->advance(10 * kSec); // 30 s
     EXPECT_EQ(swc->available_permits(), 0);
     clock->advance(10 * kSec - 1);
     EXPECT_FALSE(swc->acquire(2).acquired);
-    clock->advance(1);  // 40 s
+    clock->advance(1); // 40 s
     EXPECT_TRUE(swc->acquire(2).acquired);
 }
 
@@ -278,18 +279,18 @@ TEST(SlidingWindowCounter, GiveBackRefundsOnlyTheCurrentWindow) {
     clock->advance(5 * kSec);
     swc->give_back(1, first.tag);
     EXPECT_EQ(swc->available_permits(), 8);
-    clock->advance(7 * kSec);  // 12 s: previous 2 * 0.8 = 1.6
-    swc->give_back(1, first.tag);  // window 0 is no longer current
+    clock->advance(7 * kSec);     // 12 s: previous 2 * 0.8 = 1.6
+    swc->give_back(1, first.tag); // window 0 is no longer current
     EXPECT_EQ(swc->available_permits(), 8);
     const Outcome second = swc->acquire(2);
     ASSERT_TRUE(second.acquired);
     EXPECT_EQ(second.tag, 1);
-    EXPECT_EQ(swc->available_permits(), 6);  // 10 - 1.6 - 2 = 6.4
+    EXPECT_EQ(swc->available_permits(), 6); // 10 - 1.6 - 2 = 6.4
     swc->give_back(2, first.tag);
     EXPECT_EQ(swc->available_permits(), 6);
     swc->give_back(1, second.tag);
     EXPECT_EQ(swc->available_permits(), 7);
-    swc->give_back(5, second.tag);  // never below zero
+    swc->give_back(5, second.tag); // never below zero
     EXPECT_EQ(swc->available_permits(), 8);
 }
 
@@ -312,7 +313,7 @@ TEST(SlidingWindowCounter, ZeroPermitProbe) {
     EXPECT_TRUE(swc->acquire(0).acquired);
     ASSERT_TRUE(swc->acquire(2).acquired);
     EXPECT_FALSE(swc->acquire(0).acquired);
-    clock->advance(15 * kSec);  // 2 * 0.5 = 1 left
+    clock->advance(15 * kSec); // 2 * 0.5 = 1 left
     EXPECT_TRUE(swc->acquire(0).acquired);
     EXPECT_EQ(swc->available_permits(), 1);
 }
@@ -325,12 +326,12 @@ TEST(SlidingWindowCounter, IdleDuration) {
     EXPECT_EQ(swc->idle_duration(), std::optional<Nanos>(2 * kSec));
     EXPECT_TRUE(swc->acquire(0).acquired);
     EXPECT_EQ(swc->idle_duration(), std::optional<Nanos>(2 * kSec));
-    ASSERT_TRUE(swc->acquire(1).acquired);  // weighs until window 1 ends (20 s)
+    ASSERT_TRUE(swc->acquire(1).acquired); // weighs until window 1 ends (20 s)
     EXPECT_EQ(swc->idle_duration(), std::nullopt);
-    clock->advance(13 * kSec);  // 15 s
+    clock->advance(13 * kSec); // 15 s
     EXPECT_EQ(swc->available_permits(), 9);
     EXPECT_EQ(swc->idle_duration(), std::nullopt);
-    clock->advance(5 * kSec);  // 20 s
+    clock->advance(5 * kSec); // 20 s
     EXPECT_EQ(swc->available_permits(), 10);
     EXPECT_EQ(swc->idle_duration(), std::optional<Nanos>(0));
     clock->advance(3 * kSec);
@@ -344,7 +345,7 @@ TEST(SlidingWindowCounter, IdleDurationAfterTheCurrentCountIsRefunded) {
     clock->advance(12 * kSec);
     const Outcome o = swc->acquire(1);
     ASSERT_TRUE(o.acquired);
-    swc->give_back(1, o.tag);  // only the previous window's 1 still weighs, until 20 s
+    swc->give_back(1, o.tag); // only the previous window's 1 still weighs, until 20 s
     EXPECT_EQ(swc->idle_duration(), std::nullopt);
     clock->advance(8 * kSec);
     EXPECT_EQ(swc->idle_duration(), std::optional<Nanos>(0));
@@ -381,7 +382,7 @@ TEST(SlidingWindowCounter, LargeLimitsUseExactArithmetic) {
     auto clock = make_clock();
     auto swc = make_counter(clock, kMaxPermits, 2 * kSec);
     ASSERT_TRUE(swc->acquire(kMaxPermits).acquired);
-    clock->advance(3 * kSec);  // half of window 1 elapsed
+    clock->advance(3 * kSec); // half of window 1 elapsed
     EXPECT_EQ(swc->available_permits(), kMaxPermits / 2);
     ASSERT_TRUE(swc->acquire(kMaxPermits / 2).acquired);
     const Outcome o = swc->acquire(1);

@@ -17,7 +17,9 @@ namespace {
 constexpr Nanos kMs = 1'000'000;
 constexpr Nanos kSec = 1'000'000'000;
 
-std::shared_ptr<ManualClock> make_clock() { return std::make_shared<ManualClock>(0); }
+std::shared_ptr<ManualClock> make_clock() {
+    return std::make_shared<ManualClock>(0);
+}
 
 std::shared_ptr<TokenBucket> make_bucket(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
                                          std::int64_t per_period, Nanos period, std::int64_t queue_limit = 0,
@@ -25,7 +27,7 @@ std::shared_ptr<TokenBucket> make_bucket(const std::shared_ptr<ManualClock>& clo
     return std::make_shared<TokenBucket>(clock, limit, per_period, period, QueueOptions{queue_limit, order}, manual);
 }
 
-}  // namespace
+} // namespace
 
 TEST(TokenBucket, InvalidConstructionArgumentsThrow) {
     auto clock = make_clock();
@@ -104,7 +106,7 @@ TEST(TokenBucket, StartsFullAndReplenishesOneTokenPerPeriod) {
     EXPECT_EQ(tb->available_permits(), 1);
     const Outcome again = tb->acquire(1);
     EXPECT_TRUE(again.acquired);
-    EXPECT_EQ(again.tag, 1);  // the period index it was taken in
+    EXPECT_EQ(again.tag, 1); // the period index it was taken in
 }
 
 TEST(TokenBucket, RetryAfterIsExactAndCountsElapsedTime) {
@@ -122,7 +124,7 @@ TEST(TokenBucket, RetryAfterIsExactAndCountsElapsedTime) {
     EXPECT_EQ(tb->acquire(2).retry_after, 35 * kSec);
     EXPECT_EQ(tb->acquire(1).retry_after, 15 * kSec);
 
-    clock->advance(15 * kSec);  // t = 20 s: one token
+    clock->advance(15 * kSec); // t = 20 s: one token
     o = tb->acquire(2);
     EXPECT_FALSE(o.acquired);
     EXPECT_EQ(o.retry_after, 20 * kSec);
@@ -194,13 +196,13 @@ TEST(TokenBucket, ZeroPermitProbe) {
     Outcome o = tb->acquire(0);
     EXPECT_TRUE(o.acquired);
     EXPECT_EQ(o.permits, 0);
-    EXPECT_EQ(tb->available_permits(), 1);  // nothing consumed
+    EXPECT_EQ(tb->available_permits(), 1); // nothing consumed
 
     ASSERT_TRUE(tb->acquire(1).acquired);
     o = tb->acquire(0);
     EXPECT_FALSE(o.acquired);
     EXPECT_EQ(o.reason, Reason::LimitReached);
-    EXPECT_EQ(o.retry_after, 20 * kSec);  // a zero-permit failure counts as one permit
+    EXPECT_EQ(o.retry_after, 20 * kSec); // a zero-permit failure counts as one permit
     clock->advance(5 * kSec);
     EXPECT_EQ(tb->acquire(0).retry_after, 15 * kSec);
 
@@ -219,7 +221,7 @@ TEST(TokenBucket, QueueFullRejectionCarriesRetryAfter) {
     EXPECT_FALSE(second.waiter);
     EXPECT_FALSE(second.outcome.acquired);
     EXPECT_EQ(second.outcome.reason, Reason::QueueFull);
-    EXPECT_EQ(second.outcome.retry_after, 40 * kSec);  // its token comes after the queued one's
+    EXPECT_EQ(second.outcome.retry_after, 40 * kSec); // its token comes after the queued one's
     EXPECT_EQ(tb->statistics().total_failed_leases, 1);
 }
 
@@ -236,7 +238,7 @@ TEST(TokenBucket, ReplenishHonorsTokensPerPeriodAndCapsAtLimit) {
     EXPECT_EQ(tb->available_permits(), 9);
     clock->advance(kSec);
     EXPECT_EQ(tb->available_permits(), 10);
-    clock->advance(1'000'000 * kSec);  // a long gap: capped, nothing lost or duplicated
+    clock->advance(1'000'000 * kSec); // a long gap: capped, nothing lost or duplicated
     EXPECT_EQ(tb->available_permits(), 10);
 }
 
@@ -246,7 +248,7 @@ TEST(TokenBucket, PeriodsAreAnchoredAtConstruction) {
     auto tb = make_bucket(clock, 1, 1, 20 * kSec);
     ASSERT_TRUE(tb->acquire(1).acquired);
     EXPECT_EQ(tb->acquire(1).retry_after, 20 * kSec);
-    clock->advance(20 * kSec - 1);  // t = 27 s - 1 ns
+    clock->advance(20 * kSec - 1); // t = 27 s - 1 ns
     EXPECT_EQ(tb->available_permits(), 0);
     EXPECT_EQ(tb->acquire(1).retry_after, 1);
     clock->advance(1);
@@ -289,7 +291,7 @@ TEST(TokenBucket, GiveBackReturnsTokensCappedAtLimit) {
     tb->give_back(1, o.tag);
     EXPECT_EQ(tb->available_permits(), 1);
     tb->give_back(5, o.tag);
-    EXPECT_EQ(tb->available_permits(), 2);  // never above the limit
+    EXPECT_EQ(tb->available_permits(), 2); // never above the limit
     tb->give_back(0, o.tag);
     tb->give_back(-3, o.tag);
     EXPECT_EQ(tb->available_permits(), 2);
@@ -300,9 +302,9 @@ TEST(TokenBucket, GiveBackAfterLaterPeriodsStillReturnsTokens) {
     auto tb = make_bucket(clock, 3, 1, 20 * kSec);
     const Outcome o = tb->acquire(3);
     ASSERT_TRUE(o.acquired);
-    clock->advance(25 * kSec);  // one token replenished
+    clock->advance(25 * kSec); // one token replenished
     EXPECT_EQ(tb->available_permits(), 1);
-    tb->give_back(1, o.tag);  // tokens go back whatever period they were taken in
+    tb->give_back(1, o.tag); // tokens go back whatever period they were taken in
     EXPECT_EQ(tb->available_permits(), 2);
     // The replenishment schedule is unchanged: next token at 40 s.
     EXPECT_EQ(tb->acquire(3).retry_after, 15 * kSec);
@@ -331,7 +333,7 @@ TEST(TokenBucket, QueuedRequestIsGrantedWhenItsTokenArrives) {
     auto q = tb->enqueue(1, -1);
     ASSERT_TRUE(q.waiter);
     EXPECT_EQ(tb->statistics().current_queued_count, 1);
-    EXPECT_GE(clock->pending(), 1u);  // a timer asks for the next period
+    EXPECT_GE(clock->pending(), 1u); // a timer asks for the next period
 
     clock->advance(20 * kSec - 1);
     EXPECT_EQ(q.waiter->state(), Waiter::Pending);
@@ -393,7 +395,7 @@ TEST(TokenBucket, StatisticsCountLikeDotnet) {
     EXPECT_EQ(s.total_successful_leases, 2);
     EXPECT_EQ(s.total_failed_leases, 1);
 
-    auto q = tb->enqueue(1, -1);  // granted at once
+    auto q = tb->enqueue(1, -1); // granted at once
     EXPECT_FALSE(q.waiter);
     EXPECT_TRUE(q.outcome.acquired);
     s = tb->statistics();
@@ -404,17 +406,17 @@ TEST(TokenBucket, StatisticsCountLikeDotnet) {
 TEST(TokenBucket, IdleDuration) {
     auto clock = make_clock();
     auto tb = make_bucket(clock, 2, 1, 20 * kSec, 2);
-    EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(0));  // idle at construction
+    EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(0)); // idle at construction
     clock->advance(3 * kSec);
     EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(3 * kSec));
-    EXPECT_TRUE(tb->acquire(0).acquired);  // a zero-permit acquisition does not change idleness
+    EXPECT_TRUE(tb->acquire(0).acquired); // a zero-permit acquisition does not change idleness
     EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(3 * kSec));
 
     ASSERT_TRUE(tb->acquire(1).acquired);
     EXPECT_EQ(tb->idle_duration(), std::nullopt);
     clock->advance(17 * kSec - 1);
     EXPECT_EQ(tb->idle_duration(), std::nullopt);
-    clock->advance(1);  // t = 20 s: full again
+    clock->advance(1); // t = 20 s: full again
     EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(0));
     clock->advance(5 * kSec);
     EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(5 * kSec));
@@ -426,7 +428,7 @@ TEST(TokenBucket, IdleDurationIsNullWhileRequestsWait) {
     ASSERT_TRUE(tb->acquire(1).acquired);
     auto q = tb->enqueue(1, -1);
     ASSERT_TRUE(q.waiter);
-    clock->advance(20 * kSec);  // the waiter takes the new token
+    clock->advance(20 * kSec); // the waiter takes the new token
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_EQ(tb->idle_duration(), std::nullopt);
     clock->advance(20 * kSec);
@@ -462,7 +464,7 @@ TEST(TokenBucket, ManualModeKeepsPartialPeriods) {
     clock->advance(20 * kSec - kMs);
     EXPECT_TRUE(tb->try_replenish());
     EXPECT_EQ(tb->available_permits(), 0);
-    clock->advance(20 * kSec + kMs);  // t = 40 s
+    clock->advance(20 * kSec + kMs); // t = 40 s
     EXPECT_TRUE(tb->try_replenish());
     EXPECT_EQ(tb->available_permits(), 2);
 }
@@ -488,7 +490,7 @@ TEST(TokenBucket, ManualModeRetryAfterIsMeasuredFromTheClock) {
     clock->advance(5 * kSec);
     EXPECT_EQ(tb->acquire(1).retry_after, 15 * kSec);
     EXPECT_EQ(tb->acquire(2).retry_after, 35 * kSec);
-    clock->advance(30 * kSec);  // t = 35 s; state still as of t = 0
+    clock->advance(30 * kSec); // t = 35 s; state still as of t = 0
     EXPECT_EQ(tb->acquire(2).retry_after, 5 * kSec);
     EXPECT_EQ(tb->acquire(1).retry_after, 0);
 }
@@ -513,9 +515,9 @@ TEST(TokenBucket, ManualModeIdleDuration) {
     auto tb = make_bucket(clock, 1, 1, 20 * kSec, 0, QueueOrder::OldestFirst, true);
     ASSERT_TRUE(tb->acquire(1).acquired);
     clock->advance(30 * kSec);
-    EXPECT_EQ(tb->idle_duration(), std::nullopt);  // the state has not been replenished yet
+    EXPECT_EQ(tb->idle_duration(), std::nullopt); // the state has not been replenished yet
     EXPECT_TRUE(tb->try_replenish());
-    EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(10 * kSec));  // full since t = 20 s
+    EXPECT_EQ(tb->idle_duration(), std::optional<Nanos>(10 * kSec)); // full since t = 20 s
 }
 
 TEST(TokenBucket, CloseFailsWaitersAndLaterCallsThrow) {
@@ -537,12 +539,12 @@ TEST(TokenBucket, CloseFailsWaitersAndLaterCallsThrow) {
     EXPECT_THROW(tb->enqueue(1, -1), ClosedError);
     EXPECT_THROW(tb->statistics(), ClosedError);
     EXPECT_THROW(tb->available_permits(), ClosedError);
-    EXPECT_THROW(tb->acquire(2), std::invalid_argument);  // a bad count wins over closed
+    EXPECT_THROW(tb->acquire(2), std::invalid_argument); // a bad count wins over closed
     EXPECT_THROW(tb->acquire(-1), std::invalid_argument);
-    EXPECT_FALSE(tb->try_replenish());  // auto mode
+    EXPECT_FALSE(tb->try_replenish()); // auto mode
     EXPECT_NO_THROW(tb->give_back(1, held.tag));
-    EXPECT_NO_THROW(tb->close());  // idempotent
-    clock->advance(100 * kSec);    // stale timers are harmless
+    EXPECT_NO_THROW(tb->close()); // idempotent
+    clock->advance(100 * kSec);   // stale timers are harmless
 }
 
 TEST(TokenBucket, ManualModeTryReplenishAfterCloseThrows) {
@@ -603,13 +605,13 @@ TEST(TokenBucket, NoTimerWhileNothingWaits) {
     for (int i = 0; i < 5; ++i) {
         EXPECT_FALSE(tb->acquire(1).acquired);
     }
-    EXPECT_EQ(clock->pending(), 0u);  // time is computed: failures need no timer
+    EXPECT_EQ(clock->pending(), 0u); // time is computed: failures need no timer
     auto q = tb->enqueue(1, -1);
     ASSERT_TRUE(q.waiter);
-    EXPECT_EQ(clock->pending(), 1u);  // one timer, for the waiter's token
+    EXPECT_EQ(clock->pending(), 1u); // one timer, for the waiter's token
     auto r = tb->enqueue(1, -1);
     ASSERT_TRUE(r.waiter);
-    EXPECT_EQ(clock->pending(), 1u);  // the timer already set covers the next request too
+    EXPECT_EQ(clock->pending(), 1u); // the timer already set covers the next request too
 }
 
 TEST(TokenBucket, LateTimerCatchesUpWithoutLosingTokensToTheCap) {
@@ -637,8 +639,8 @@ TEST(TokenBucket, LateTimerHonoursDeadlinesInBetween) {
     auto clock = make_clock();
     auto tb = make_bucket(clock, 2, 1, 20 * kSec, 3);
     ASSERT_TRUE(tb->acquire(2).acquired);
-    auto a = tb->enqueue(1, -1);         // its token comes at 20 s
-    auto b = tb->enqueue(1, 30 * kSec);  // its token would come at 40 s: too late
+    auto a = tb->enqueue(1, -1);        // its token comes at 20 s
+    auto b = tb->enqueue(1, 30 * kSec); // its token would come at 40 s: too late
     clock->advance(60 * kSec);
     ASSERT_EQ(a.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(a.waiter->outcome().acquired);

@@ -42,8 +42,7 @@ public:
 
 private:
     static u128 pack(Pair p) noexcept {
-        return (static_cast<u128>(static_cast<std::uint64_t>(p.a)) << 64) |
-               static_cast<std::uint64_t>(p.b);
+        return (static_cast<u128>(static_cast<std::uint64_t>(p.a)) << 64) | static_cast<std::uint64_t>(p.b);
     }
     static Pair unpack(u128 v) noexcept {
         return {static_cast<std::int64_t>(static_cast<std::uint64_t>(v >> 64)),
@@ -52,4 +51,4 @@ private:
     alignas(16) u128 v_ = 0;
 };
 
-}  // namespace permits
+} // namespace permits

@@ -27,7 +27,7 @@ public:
     void push(Nanos when, std::weak_ptr<TimerTarget> target);
     /// Pops one entry due at `now` or earlier; false when none is due.
     bool pop_due(Nanos now, std::weak_ptr<TimerTarget>& out);
-    Nanos next() const;  // kNever when empty
+    Nanos next() const; // kNever when empty
     std::size_t size() const { return heap_.size(); }
 
 private:
@@ -66,18 +66,19 @@ class EngineThread final : public Scheduler {
 public:
     static EngineThread& instance();
     void schedule(std::weak_ptr<TimerTarget> target, Nanos when) override;
-    ~EngineThread() override;
     /// Timers waiting, for tests and statistics.
     std::size_t pending() const;
+    /// How many times the thread was started (once per process, again after a fork).
+    static std::uint64_t threads_started() noexcept { return threads_started_.load(); }
 
 private:
     EngineThread() = default;
-    void run();
+    [[noreturn]] void run();
     mutable std::mutex mu_;
     std::condition_variable cv_;
     TimerHeap heap_;
-    std::thread thread_;
-    bool stop_ = false;
+    bool started_ = false;
+    static inline std::atomic<std::uint64_t> threads_started_{0};
 };
 
 /// std::chrono::steady_clock in nanoseconds.
@@ -104,9 +105,9 @@ public:
 
 private:
     std::atomic<Nanos> now_;
-    mutable std::mutex mu_;  // guards heap_ only; never held while a timer runs
+    mutable std::mutex mu_; // guards heap_ only; never held while a timer runs
     TimerHeap heap_;
-    std::mutex advance_mu_;  // one advance at a time, so timers run in time order
+    std::mutex advance_mu_; // one advance at a time, so timers run in time order
 };
 
-}  // namespace permits
+} // namespace permits

@@ -22,7 +22,7 @@ protected:
 private:
     const std::int64_t limit_;
     std::atomic<std::int64_t> available_;
-    std::atomic<Nanos> idle_since_;  // when available last returned to the limit
+    std::atomic<Nanos> idle_since_; // when available last returned to the limit
 };
 
-}  // namespace permits
+} // namespace permits

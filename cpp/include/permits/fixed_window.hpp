@@ -9,8 +9,7 @@ namespace permits {
 
 class FixedWindow final : public Limiter {
 public:
-    FixedWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, QueueOptions queue,
-                bool manual);
+    FixedWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, QueueOptions queue, bool manual);
     std::int64_t permit_limit() const noexcept { return limit_; }
     Nanos window() const noexcept { return window_; }
 
@@ -30,7 +29,7 @@ private:
     const std::int64_t limit_;
     const Nanos window_;
     const Nanos anchor_;
-    AtomicPair state_;  // {window index, permits used in it}
+    AtomicPair state_; // {window index, permits used in it}
 };
 
-}  // namespace permits
+} // namespace permits

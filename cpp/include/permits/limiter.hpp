@@ -50,14 +50,17 @@ public:
     /// Never blocks or queues. Lock-free unless the limit is reached and requests are queued.
     Outcome acquire(std::int64_t n);
 
+    /// The immediate part of a wait: granted now if enqueue() would grant at once, else nullopt
+    /// (and nothing is counted: the caller goes on to enqueue()).
+    std::optional<Outcome> try_now(std::int64_t n);
+
     struct Enqueued {
-        Outcome outcome;                 ///< final unless `waiter` is set
-        std::shared_ptr<Waiter> waiter;  ///< set when the request was queued
+        Outcome outcome;                ///< final unless `waiter` is set
+        std::shared_ptr<Waiter> waiter; ///< set when the request was queued
     };
     /// Acquires now, or queues the request (bounded by the queue limit), or rejects it.
     /// `timeout` (clock time) < 0: wait forever; 0: do not queue.
-    Enqueued enqueue(std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier = nullptr,
-                     std::uint64_t id = 0);
+    Enqueued enqueue(std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier = nullptr, std::uint64_t id = 0);
     /// Removes a pending request from the queue; false if it had already completed.
     bool cancel(Waiter& w);
     /// Returns permits: a concurrency lease's release, or a refund of a time-based grant
@@ -136,7 +139,7 @@ private:
     // The lock exists only for the queue: it is taken when a request queues, when queued requests
     // are served or expire, and on close. An acquire that is not queued never takes it.
     std::mutex mu_;
-    std::deque<std::shared_ptr<Waiter>> queue_entries_;  // may hold completed entries, removed lazily
+    std::deque<std::shared_ptr<Waiter>> queue_entries_; // may hold completed entries, removed lazily
     std::int64_t timed_waiters_ = 0;
     Nanos scheduled_at_ = kNever;
     // The state once every queued request is served, and when the last one would be: makes an
@@ -145,4 +148,4 @@ private:
     i128 tail_time_ = 0;
 };
 
-}  // namespace permits
+} // namespace permits

@@ -16,10 +16,10 @@ const char* reason_name(Reason r) noexcept;
 struct Outcome {
     bool acquired = false;
     Reason reason = Reason::None;
-    Nanos retry_after = -1;     ///< -1: none; saturates at kNever (292 years)
-    std::int64_t permits = 0;   ///< permits requested (held, when acquired)
-    std::int64_t tag = 0;       ///< where the permits were taken (window/segment index), for refunds
-    double retry_seconds = -1;  ///< retry_after in seconds, exact even past kNever
+    Nanos retry_after = -1;    ///< -1: none; saturates at kNever (292 years)
+    std::int64_t permits = 0;  ///< permits requested (held, when acquired)
+    std::int64_t tag = 0;      ///< where the permits were taken (window/segment index), for refunds
+    double retry_seconds = -1; ///< retry_after in seconds, exact even past kNever
 
     static Outcome granted(std::int64_t n, std::int64_t tag) { return {true, Reason::None, -1, n, tag, -1}; }
     static Outcome failed(std::int64_t n, Reason r) { return {false, r, -1, n, 0, -1}; }
@@ -40,4 +40,4 @@ public:
     ClosedError() : std::runtime_error("the limiter is closed") {}
 };
 
-}  // namespace permits
+} // namespace permits

@@ -45,8 +45,8 @@ private:
     const std::int64_t segments_;
     const Nanos segment_;
     const Nanos anchor_;
-    AtomicPair head_;                     // {segment index, permits taken in it}
-    std::unique_ptr<AtomicPair[]> ring_;  // slot j % segments: {j, permits taken in segment j}
+    AtomicPair head_;                    // {segment index, permits taken in it}
+    std::unique_ptr<AtomicPair[]> ring_; // slot j % segments: {j, permits taken in segment j}
 };
 
-}  // namespace permits
+} // namespace permits

@@ -10,8 +10,8 @@ namespace permits {
 
 class SlidingWindowCounter final : public Limiter {
 public:
-    SlidingWindowCounter(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
-                         QueueOptions queue, bool manual);
+    SlidingWindowCounter(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, QueueOptions queue,
+                         bool manual);
     std::int64_t permit_limit() const noexcept { return limit_; }
     Nanos window() const noexcept { return window_; }
 
@@ -40,7 +40,7 @@ private:
     const std::int64_t limit_;
     const Nanos window_;
     const Nanos anchor_;
-    AtomicPair state_;  // {window index, previous << 32 | current}
+    AtomicPair state_; // {window index, previous << 32 | current}
 };
 
-}  // namespace permits
+} // namespace permits

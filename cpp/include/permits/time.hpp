@@ -39,6 +39,8 @@ inline Nanos sat_nanos(i128 v) noexcept {
 }
 
 /// Ceiling division of non-negative integers.
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return a / b + (a % b != 0 ? 1 : 0); }
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
+    return a / b + (a % b != 0 ? 1 : 0);
+}
 
-}  // namespace permits
+} // namespace permits

@@ -9,8 +9,8 @@ namespace permits {
 
 class TokenBucket final : public Limiter {
 public:
-    TokenBucket(std::shared_ptr<Clock> clock, std::int64_t token_limit, std::int64_t tokens_per_period,
-                Nanos period, QueueOptions queue, bool manual);
+    TokenBucket(std::shared_ptr<Clock> clock, std::int64_t token_limit, std::int64_t tokens_per_period, Nanos period,
+                QueueOptions queue, bool manual);
     std::int64_t token_limit() const noexcept { return limit_; }
     std::int64_t tokens_per_period() const noexcept { return per_period_; }
     Nanos period() const noexcept { return period_; }
@@ -34,7 +34,7 @@ private:
     const std::int64_t per_period_;
     const Nanos period_;
     const Nanos anchor_;
-    AtomicPair state_;  // {period index of the last change, tokens at that period}
+    AtomicPair state_; // {period index of the last change, tokens at that period}
 };
 
-}  // namespace permits
+} // namespace permits

@@ -33,7 +33,7 @@ public:
 private:
     int read_fd_ = -1;
     int write_fd_ = -1;
-    std::mutex mu_;  // guards ready_/signalled_: held for a push_back or a swap, never while waiting
+    std::mutex mu_; // guards ready_/signalled_: held for a push_back or a swap, never while waiting
     std::vector<std::shared_ptr<Waiter>> ready_;
     bool signalled_ = false;
     std::atomic<std::uint64_t> wakeups_{0};
@@ -69,8 +69,8 @@ private:
     std::shared_ptr<Notifier> notifier_;
     Outcome outcome_;
     std::atomic<int> state_{Pending};
-    std::mutex mu_;  // only for blocking waiters' condition variable
+    std::mutex mu_; // only for blocking waiters' condition variable
     std::condition_variable cv_;
 };
 
-}  // namespace permits
+} // namespace permits
