@@ -20,10 +20,11 @@ _ids = itertools.count(1)
 
 
 class _LoopBridge:
-    __slots__ = ("__weakref__", "futures", "loop", "notifier")
+    # No reference to the loop: the bridges are a WeakKeyDictionary keyed by loop, and a value
+    # holding its key would keep every loop alive forever.
+    __slots__ = ("__weakref__", "futures", "notifier")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
         self.notifier = _core.Notifier()
         self.futures: dict[int, tuple[asyncio.Future[Lease], _core.WaitHandle]] = {}
         loop.add_reader(self.notifier.fd, self._drain)

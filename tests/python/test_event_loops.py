@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import permits
@@ -58,3 +59,19 @@ async def test_a_thousand_waiters_released_together_cost_one_wake_up() -> None:
     leases = await asyncio.wait_for(asyncio.gather(*tasks), 10)
     assert all(leases)
     assert notifier.wakeups - before == 1
+
+
+def test_a_finished_event_loop_leaves_no_bridge_behind() -> None:
+    limiter = permits.ConcurrencyLimiter(1, queue_limit=1)
+
+    async def main() -> None:
+        held = limiter.acquire()
+        waiter = asyncio.ensure_future(limiter.wait_async())
+        await asyncio.sleep(0)
+        held.release()
+        (await waiter).release()
+
+    before = len(_asyncio._bridges)
+    asyncio.run(main())
+    gc.collect()
+    assert len(_asyncio._bridges) == before
