@@ -8,7 +8,19 @@ namespace permits {
 
 namespace {
 constexpr std::int64_t kMaxSegments = 65536;
+
+// The head's second word: permits taken in the head segment (low 32 bits) and in the older
+// segments of its window (high 32 bits), so that a grant within a segment reads no ring slot.
+std::int64_t current_of(Pair h) {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(h.b) & 0xffffffffU);
 }
+std::int64_t older_of(Pair h) {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(h.b) >> 32);
+}
+std::int64_t pack(std::int64_t current, std::int64_t older) {
+    return static_cast<std::int64_t>((static_cast<std::uint64_t>(older) << 32) | static_cast<std::uint64_t>(current));
+}
+} // namespace
 
 SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
                              std::int64_t segments, QueueOptions queue, bool manual)
@@ -37,7 +49,7 @@ Nanos SlidingWindow::segment_start(std::int64_t s) const noexcept {
 
 std::int64_t SlidingWindow::count_in(Pair h, std::int64_t j) const noexcept {
     if (j == h.a) {
-        return h.b;
+        return current_of(h);
     }
     if (j > h.a || j < 0) {
         return 0;
@@ -47,11 +59,14 @@ std::int64_t SlidingWindow::count_in(Pair h, std::int64_t j) const noexcept {
 }
 
 std::int64_t SlidingWindow::used_at(Pair h, std::int64_t p) const noexcept {
+    if (p == h.a) {
+        return older_of(h) + current_of(h);
+    }
     // The window ending with segment p holds segments p-S+1 .. p.
     std::int64_t used = 0;
     const std::int64_t first = std::max<std::int64_t>(p - segments_ + 1, 0);
     if (h.a >= first) {
-        used += h.b;
+        used += current_of(h);
     }
     for (std::int64_t j = std::max(first, h.a - segments_ + 1); j < std::min(h.a, p + 1); ++j) {
         const Pair r = ring_[j % segments_].load();
@@ -63,15 +78,16 @@ std::int64_t SlidingWindow::used_at(Pair h, std::int64_t p) const noexcept {
 }
 
 void SlidingWindow::archive(Pair h) noexcept {
-    if (h.b == 0) {
+    const Pair entry{h.a, current_of(h)};
+    if (entry.b == 0) {
         return; // an empty segment needs no entry: a missing entry reads as 0
     }
     AtomicPair& slot = ring_[h.a % segments_];
     Pair r = slot.load();
     // Atomic max on (segment, count): an archiver that lost the race to a newer segment
     // or a larger count of the same segment writes nothing.
-    while (r.a < h.a || (r.a == h.a && r.b < h.b)) {
-        if (slot.compare_exchange(r, h)) {
+    while (r.a < entry.a || (r.a == entry.a && r.b < entry.b)) {
+        if (slot.compare_exchange(r, entry)) {
             return;
         }
     }
@@ -81,14 +97,14 @@ bool SlidingWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
     Pair h = head_.load();
     for (;;) {
         const std::int64_t p = std::max(segment_index(now), h.a);
-        if (limit_ - used_at(h, p) < n) {
+        const std::int64_t used = used_at(h, p); // O(1) within the head segment
+        if (limit_ - used < n) {
             return false;
         }
-        Pair next{p, n};
-        if (p == h.a) {
-            next.b = h.b + n;
-        } else {
+        Pair next{p, pack(current_of(h) + n, older_of(h))};
+        if (p != h.a) {
             archive(h); // before the head leaves segment h.a, so its count is never lost
+            next.b = pack(n, used);
         }
         if (head_.compare_exchange(h, next)) {
             tag = p;
@@ -128,7 +144,7 @@ void SlidingWindow::put_back(std::int64_t n, std::int64_t tag, Nanos now) {
         if (h.a != tag || segment_index(now) != tag) {
             return; // only the current segment's count can be given back
         }
-        if (head_.compare_exchange(h, Pair{h.a, std::max<std::int64_t>(0, h.b - n)})) {
+        if (head_.compare_exchange(h, Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))})) {
             return;
         }
     }
@@ -138,7 +154,7 @@ Nanos SlidingWindow::full_since(Nanos now) const {
     const Pair h = head_.load();
     // The last segment that took permits frees them `segments` segments later.
     std::int64_t last = -1;
-    if (h.b > 0) {
+    if (current_of(h) > 0) {
         last = h.a;
     } else {
         for (std::int64_t j = h.a - 1; j >= std::max<std::int64_t>(0, h.a - segments_ + 1); --j) {
