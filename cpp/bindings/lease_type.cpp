@@ -162,7 +162,8 @@ PyObject* lease_enter(PyObject* self, PyObject*) {
     return self;
 }
 
-PyObject* lease_exit(LeaseObject* self, PyObject*) {
+// METH_FASTCALL: `with lease:` calls this on every exit; no argument tuple is built.
+PyObject* lease_exit(LeaseObject* self, PyObject* const*, Py_ssize_t) {
     if (do_release(self, false) != 0) {
         return nullptr;
     }
@@ -359,7 +360,7 @@ PyMethodDef lease_methods[] = {
      "Returns the permits to the limiter as if never taken (refund); idempotent with release()."},
     {"_with_permit_count", reinterpret_cast<PyCFunction>(lease_with_permit_count), METH_O, nullptr},
     {"__enter__", lease_enter, METH_NOARGS, nullptr},
-    {"__exit__", reinterpret_cast<PyCFunction>(lease_exit), METH_VARARGS, nullptr},
+    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_exit)), METH_FASTCALL, nullptr},
     {"granted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_granted)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "granted(permit_count=1, *, on_release=None, metadata=None) -> Lease: a successful lease."},
