@@ -22,11 +22,14 @@ Nanos FixedWindow::window_start(std::int64_t w) const noexcept {
 }
 
 bool FixedWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
-    Pair s = state_.load();
+    Pair s = state_.hint();
     for (;;) {
         const std::int64_t w = std::max(window_index(now), s.a);
         const std::int64_t used = w == s.a ? s.b : 0;
         if (limit_ - used < n) {
+            if (!state_.confirm(s)) {
+                continue; // decided on a stale guess: decide again
+            }
             return false;
         }
         if (state_.compare_exchange(s, Pair{w, used + n})) {

@@ -94,11 +94,14 @@ void SlidingWindow::archive(Pair h) noexcept {
 }
 
 bool SlidingWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
-    Pair h = head_.load();
+    Pair h = head_.hint();
     for (;;) {
         const std::int64_t p = std::max(segment_index(now), h.a);
         const std::int64_t used = used_at(h, p); // O(1) within the head segment
         if (limit_ - used < n) {
+            if (!head_.confirm(h)) {
+                continue; // decided on a stale guess: decide again
+            }
             return false;
         }
         Pair next{p, pack(current_of(h) + n, older_of(h))};

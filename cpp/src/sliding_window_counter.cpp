@@ -48,10 +48,13 @@ i128 SlidingWindowCounter::room(const Counts& c, Nanos now) const noexcept {
 }
 
 bool SlidingWindowCounter::take(std::int64_t n, Nanos now, std::int64_t& tag) {
-    Pair s = state_.load();
+    Pair s = state_.hint();
     for (;;) {
         const Counts c = counts_at(s, std::max(window_index(now), s.a));
         if (room(c, now) < static_cast<i128>(n) * window_) {
+            if (!state_.confirm(s)) {
+                continue; // decided on a stale guess: decide again
+            }
             return false;
         }
         if (state_.compare_exchange(s, Pair{c.window, pack_counts(c.previous, c.current + n)})) {

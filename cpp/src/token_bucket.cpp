@@ -33,11 +33,14 @@ Nanos TokenBucket::period_start(std::int64_t p) const noexcept {
 }
 
 bool TokenBucket::take(std::int64_t n, Nanos now, std::int64_t& tag) {
-    Pair s = state_.load();
+    Pair s = state_.hint();
     for (;;) {
         const std::int64_t p = std::max(period_index(now), s.a); // never step back in time
         const std::int64_t tokens = tokens_at(s, p);
         if (tokens < n) {
+            if (!state_.confirm(s)) {
+                continue; // decided on a stale guess: decide again
+            }
             return false;
         }
         if (state_.compare_exchange(s, Pair{p, tokens - n})) {
