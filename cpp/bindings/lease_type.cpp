@@ -73,6 +73,27 @@ void track(LeaseObject* self) {
     }
 }
 
+bool check_metadata(PyObject* metadata) {
+    if (metadata != Py_None && !PyDict_Check(metadata) && !PyMapping_Check(metadata)) {
+        PyErr_SetString(PyExc_TypeError, "metadata must be a mapping or None");
+        return false;
+    }
+    return true;
+}
+
+// Copies a custom limiter's metadata into the lease; false with an error set.
+bool attach_metadata(LeaseObject* self, PyObject* metadata) {
+    if (metadata == Py_None) {
+        return true;
+    }
+    self->extra = PyDict_New();
+    if (self->extra == nullptr || PyDict_Update(self->extra, metadata) != 0) {
+        return false;
+    }
+    track(self);
+    return true;
+}
+
 // Returns 0 or -1 with an error set (from on_release).
 int do_release(LeaseObject* self, bool refund) {
     if (self->released) {
@@ -259,8 +280,7 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
         PyErr_SetString(PyExc_TypeError, "on_release must be callable or None");
         return nullptr;
     }
-    if (metadata != Py_None && !PyDict_Check(metadata) && !PyMapping_Check(metadata)) {
-        PyErr_SetString(PyExc_TypeError, "metadata must be a mapping or None");
+    if (!check_metadata(metadata)) {
         return nullptr;
     }
     LeaseObject* self = alloc_lease();
@@ -274,13 +294,9 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
         self->on_release = on_release;
         track(self);
     }
-    if (metadata != Py_None) {
-        self->extra = PyDict_New();
-        if (self->extra == nullptr || PyDict_Update(self->extra, metadata) != 0) {
-            Py_DECREF(self);
-            return nullptr;
-        }
-        track(self);
+    if (!attach_metadata(self, metadata)) {
+        Py_DECREF(self);
+        return nullptr;
     }
     return reinterpret_cast<PyObject*>(self);
 }
@@ -314,8 +330,7 @@ PyObject* lease_denied(PyObject*, PyObject* args, PyObject* kwargs) {
             return nullptr;
         }
     }
-    if (metadata != Py_None && !PyDict_Check(metadata) && !PyMapping_Check(metadata)) {
-        PyErr_SetString(PyExc_TypeError, "metadata must be a mapping or None");
+    if (!check_metadata(metadata)) {
         return nullptr;
     }
     LeaseObject* self = alloc_lease();
@@ -329,13 +344,9 @@ PyObject* lease_denied(PyObject*, PyObject* args, PyObject* kwargs) {
         Py_INCREF(reason);
         self->reason = reason;
     }
-    if (metadata != Py_None) {
-        self->extra = PyDict_New();
-        if (self->extra == nullptr || PyDict_Update(self->extra, metadata) != 0) {
-            Py_DECREF(self);
-            return nullptr;
-        }
-        track(self);
+    if (!attach_metadata(self, metadata)) {
+        Py_DECREF(self);
+        return nullptr;
     }
     return reinterpret_cast<PyObject*>(self);
 }

@@ -28,9 +28,16 @@ class _EngineLimiter(RateLimiter):
     """Members shared by the engine's limiters; the C++ class before this one in the MRO supplies
     acquire, available_permits, try_replenish and close directly (no Python frame on those calls)."""
 
-    def _setup(self, name: str | None, queue_limit: object, queue_order: object) -> tuple[int, bool]:
+    def _setup(
+        self, name: str | None, queue_limit: object, queue_order: object, auto_replenishment: object = None
+    ) -> tuple[int, bool, bool]:
+        """Checks the options the engine limiters share: (queue_limit, newest_first, manual)."""
         RateLimiter.__init__(self, name=name)
-        return count(queue_limit, "queue_limit", minimum=0), _queue_order(queue_order)
+        manual = False
+        if auto_replenishment is not None:  # the replenishing limiters
+            self.auto_replenishment = _flag(auto_replenishment, "auto_replenishment")
+            manual = not self.auto_replenishment
+        return count(queue_limit, "queue_limit", minimum=0), _queue_order(queue_order), manual
 
     def _core_self(self) -> _core.Limiter:
         return self  # type: ignore[return-value]
@@ -77,7 +84,7 @@ class ConcurrencyLimiter(_core.Concurrency, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest = self._setup(name, queue_limit, queue_order)
+        ql, newest, _ = self._setup(name, queue_limit, queue_order)
         _core.Concurrency.__init__(self, resolve(clock), count(permit_limit, "permit_limit"), ql, newest)
         self.permit_limit = permit_limit
 
@@ -97,22 +104,21 @@ class TokenBucketLimiter(_core.TokenBucket, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest = self._setup(name, queue_limit, queue_order)
-        manual = not _flag(auto_replenishment, "auto_replenishment")
+        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
+        period_ns = duration_ns(replenishment_period, "replenishment_period")
         _core.TokenBucket.__init__(
             self,
             resolve(clock),
             count(token_limit, "token_limit"),
             count(tokens_per_period, "tokens_per_period"),
-            duration_ns(replenishment_period, "replenishment_period"),
+            period_ns,
             ql,
             newest,
             manual,
         )
         self.token_limit = token_limit
         self.tokens_per_period = tokens_per_period
-        self.replenishment_period = duration_ns(replenishment_period, "replenishment_period") / 1e9
-        self.auto_replenishment = not manual
+        self.replenishment_period = period_ns / 1e9
 
 
 class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[misc]
@@ -129,8 +135,7 @@ class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest = self._setup(name, queue_limit, queue_order)
-        manual = not _flag(auto_replenishment, "auto_replenishment")
+        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
         _core.FixedWindow.__init__(
             self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
@@ -138,7 +143,6 @@ class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[mis
         self.permit_limit = permit_limit
         self.window = window_ns / 1e9
         self.replenishment_period = self.window
-        self.auto_replenishment = not manual
 
 
 class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore[misc]
@@ -156,8 +160,7 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest = self._setup(name, queue_limit, queue_order)
-        manual = not _flag(auto_replenishment, "auto_replenishment")
+        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
         segments = count(segments_per_window, "segments_per_window")
         if segments > 65536:
@@ -171,7 +174,6 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
         self.window = window_ns / 1e9
         self.segments_per_window = segments
         self.replenishment_period = (window_ns // segments) / 1e9
-        self.auto_replenishment = not manual
 
 
 class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  # type: ignore[misc]
@@ -188,8 +190,7 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest = self._setup(name, queue_limit, queue_order)
-        manual = not _flag(auto_replenishment, "auto_replenishment")
+        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
         _core.SlidingWindowCounter.__init__(
             self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
@@ -197,7 +198,6 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
         self.permit_limit = permit_limit
         self.window = window_ns / 1e9
         self.replenishment_period = self.window
-        self.auto_replenishment = not manual
 
 
 class NoLimiter(RateLimiter):

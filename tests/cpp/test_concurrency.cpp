@@ -7,16 +7,12 @@
 
 #include "permits/clock.hpp"
 #include "permits/concurrency.hpp"
+#include "support.hpp"
 
 using namespace permits;
+using namespace permits::testing;
 
 namespace {
-
-constexpr Nanos kSec = 1'000'000'000;
-
-std::shared_ptr<ManualClock> make_clock() {
-    return std::make_shared<ManualClock>(0);
-}
 
 std::shared_ptr<Concurrency> make_limiter(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
                                           std::int64_t queue_limit = 0, QueueOrder order = QueueOrder::OldestFirst) {

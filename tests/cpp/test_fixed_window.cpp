@@ -9,17 +9,12 @@
 
 #include "permits/clock.hpp"
 #include "permits/fixed_window.hpp"
+#include "support.hpp"
 
 using namespace permits;
+using namespace permits::testing;
 
 namespace {
-
-constexpr Nanos kMs = 1'000'000;
-constexpr Nanos kSec = 1'000'000'000;
-
-std::shared_ptr<ManualClock> make_clock() {
-    return std::make_shared<ManualClock>(0);
-}
 
 std::shared_ptr<FixedWindow> make_window(const std::shared_ptr<ManualClock>& clock, std::int64_t limit, Nanos window,
                                          std::int64_t queue_limit = 0, QueueOrder order = QueueOrder::OldestFirst,

@@ -11,16 +11,12 @@
 #include "permits/concurrency.hpp"
 #include "permits/token_bucket.hpp"
 #include "permits/waiter.hpp"
+#include "support.hpp"
 
 using namespace permits;
+using namespace permits::testing;
 
 namespace {
-
-constexpr Nanos kSec = 1'000'000'000;
-
-std::shared_ptr<ManualClock> make_clock() {
-    return std::make_shared<ManualClock>(0);
-}
 
 std::shared_ptr<Concurrency> make_limiter(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
                                           std::int64_t queue_limit, QueueOrder order = QueueOrder::OldestFirst) {

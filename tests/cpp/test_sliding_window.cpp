@@ -9,16 +9,12 @@
 
 #include "permits/clock.hpp"
 #include "permits/sliding_window.hpp"
+#include "support.hpp"
 
 using namespace permits;
+using namespace permits::testing;
 
 namespace {
-
-constexpr Nanos kSec = 1'000'000'000;
-
-std::shared_ptr<ManualClock> make_clock() {
-    return std::make_shared<ManualClock>(0);
-}
 
 std::shared_ptr<SlidingWindow> make_window(const std::shared_ptr<ManualClock>& clock, std::int64_t limit, Nanos window,
                                            std::int64_t segments, std::int64_t queue_limit = 0,

@@ -9,17 +9,12 @@
 
 #include "permits/clock.hpp"
 #include "permits/token_bucket.hpp"
+#include "support.hpp"
 
 using namespace permits;
+using namespace permits::testing;
 
 namespace {
-
-constexpr Nanos kMs = 1'000'000;
-constexpr Nanos kSec = 1'000'000'000;
-
-std::shared_ptr<ManualClock> make_clock() {
-    return std::make_shared<ManualClock>(0);
-}
 
 std::shared_ptr<TokenBucket> make_bucket(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
                                          std::int64_t per_period, Nanos period, std::int64_t queue_limit = 0,
