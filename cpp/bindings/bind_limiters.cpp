@@ -153,6 +153,13 @@ void bind_limiters(py::module_& m) {
     py::class_<Limiter, std::shared_ptr<Limiter>>(m, "Limiter")
         .def("acquire", &acquire, py::arg("permit_count") = 1,
              "Takes permits now or returns a failed lease; never blocks or queues.")
+        .def(
+            "_try_now",
+            [](const std::shared_ptr<Limiter>& self, py::handle n) -> py::object {
+                const auto o = self->try_now(int_arg(n, "permit_count"));
+                return o ? to_lease(*o, self) : py::none();
+            },
+            py::arg("permit_count") = 1)
         .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
         .def("_wait", &wait, py::arg("permit_count"), py::arg("timeout_ns"))
         .def("available_permits", &Limiter::available_permits, "An estimate of the permits available now.")

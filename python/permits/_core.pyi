@@ -2,7 +2,9 @@
 
 from collections.abc import Callable, Mapping
 from types import TracebackType
+from typing import final
 
+@final
 class Lease:
     """The outcome of an acquisition: acquired or failed, with retry_after and reason."""
 
