@@ -74,7 +74,7 @@ public:
 private:
     EngineThread() = default;
     [[noreturn]] void run();
-    mutable std::mutex mu_;
+    mutable std::mutex mu_; // guards heap_ and started_; released while a timer runs
     std::condition_variable cv_;
     TimerHeap heap_;
     bool started_ = false;
