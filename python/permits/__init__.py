@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._core import Lease, LimiterClosedError
+from .chain import ChainedLimiter, chain
 from .clock import ManualClock, MonotonicClock
 from .limiter import QueueOrder, RateLimiter, Statistics
 from .limiters import (
@@ -17,6 +18,7 @@ from .limiters import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChainedLimiter",
     "ConcurrencyLimiter",
     "FixedWindowLimiter",
     "Lease",
@@ -31,4 +33,5 @@ __all__ = [
     "Statistics",
     "TokenBucketLimiter",
     "__version__",
+    "chain",
 ]

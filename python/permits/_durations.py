@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Union
 
-Duration = Union[float, int, timedelta]
+Duration = float | int | timedelta
 
 _MAX_NS = 2**62  # far beyond any sensible period, far below int64 overflow in the engine
 

@@ -591,7 +591,7 @@ def write_plot(result: DemoResult, path: str) -> None:
         gridspec_kw={"height_ratios": [1.0] * len(rows) + [2.0]},
     )
     fig.suptitle(f"permits demo: the same bursty traffic offered to each limiter (each admits ~{RATE}/s)")
-    for k, (r, ys) in enumerate(zip(rows, granted)):
+    for k, (r, ys) in enumerate(zip(rows, granted, strict=True)):
         ax = axes[k]
         ax.bar(
             lefts,
@@ -601,7 +601,7 @@ def write_plot(result: DemoResult, path: str) -> None:
             color="0.88",
             label="offered",
         )
-        for x, v in zip(lefts, offered):
+        for x, v in zip(lefts, offered, strict=True):
             if v > top:
                 ax.text(
                     x + bucket / 2,
