@@ -643,7 +643,7 @@ def _version(dist: str) -> str:
 
 def metadata_block(argv: list[str]) -> dict[str, Any]:
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _git_commit(),
         "command": "python benchmarks/bench_acquire.py " + shlex.join(argv),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
