@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._core import Lease, LimiterClosedError
-from .chain import ChainedLimiter, chain
+from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
 from .limiter import QueueOrder, RateLimiter, Statistics
 from .limiters import (
@@ -14,11 +14,13 @@ from .limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
+from .partitioned import Partition, PartitionedLimiter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ChainedLimiter",
+    "ChainedPartitionedLimiter",
     "ConcurrencyLimiter",
     "FixedWindowLimiter",
     "Lease",
@@ -26,6 +28,8 @@ __all__ = [
     "ManualClock",
     "MonotonicClock",
     "NoLimiter",
+    "Partition",
+    "PartitionedLimiter",
     "QueueOrder",
     "RateLimiter",
     "SlidingWindowCounterLimiter",

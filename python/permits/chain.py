@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
 from .limiter import RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
+from .partitioned import PartitionedLimiter
 
 
 def _give_back_all(leases: Sequence[Lease]) -> list[BaseException]:
@@ -57,6 +59,55 @@ def _combine(leases: Sequence[Lease], permit_count: int) -> Lease:
     return Lease.granted(permit_count, on_release=release_all, metadata=metadata or None)
 
 
+def _acquire_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Lease]) -> Lease:
+    """Asks each limiter in order; the first failure gives back what the earlier ones granted."""
+    taken: list[Lease] = []
+    for limiter in limiters:
+        try:
+            lease = step(limiter)
+        except BaseException as exc:
+            _raise_with(_give_back_all(taken), exc)
+            raise
+        if not lease:
+            _raise_with(_give_back_all(taken), None)
+            return lease
+        taken.append(lease)
+    return _combine(taken, n)
+
+
+async def _wait_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Awaitable[Lease]]) -> Lease:
+    """The same, waiting: each limiter is asked only once the previous one granted (a queued wait
+    in the first does not touch the second); cancellation gives back what was taken."""
+    taken: list[Lease] = []
+    for limiter in limiters:
+        try:
+            lease = await step(limiter)
+        except BaseException as exc:
+            _raise_with(_give_back_all(taken), exc)
+            raise
+        if not lease:
+            _raise_with(_give_back_all(taken), None)
+            return lease
+        taken.append(lease)
+    return _combine(taken, n)
+
+
+def _combined_statistics(stats: Sequence[Statistics]) -> Statistics:
+    return Statistics(
+        current_available_permits=min(s.current_available_permits for s in stats),
+        current_queued_count=sum(s.current_queued_count for s in stats),
+        total_successful_leases=stats[-1].total_successful_leases,  # the inner-most limiter's, as .NET
+        total_failed_leases=sum(s.total_failed_leases for s in stats),
+    )
+
+
+def _deadline_wait(timeout: float | None) -> Callable[[], float | None]:
+    """For a chain of blocking waits: the time each next wait may still take."""
+    limit = timeout_ns(timeout)
+    deadline = None if limit < 0 else time.monotonic() + limit / 1e9
+    return lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 class ChainedLimiter(RateLimiter):
     """What :func:`chain` returns for plain limiters."""
 
@@ -68,42 +119,19 @@ class ChainedLimiter(RateLimiter):
     def limiters(self) -> tuple[RateLimiter, ...]:
         return self._limiters
 
-    def _unwind(self, taken: list[Lease], original: BaseException | None) -> None:
-        _raise_with(_give_back_all(taken), original)
-
     def acquire(self, permit_count: int = 1) -> Lease:
         n = _check_permit_count(permit_count)
         self._check_open()
-        return self._each(n, lambda limiter: limiter.acquire(n))
+        return _acquire_each(self._limiters, n, lambda limiter: limiter.acquire(n))
 
     def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
         return _Ready(self.acquire(permit_count))
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
-        limit = timeout_ns(timeout)
+        left = _deadline_wait(timeout)
         self._check_open()
-        deadline = None if limit < 0 else time.monotonic() + limit / 1e9
-
-        def step(limiter: RateLimiter) -> Lease:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            return limiter.wait(n, left)
-
-        return self._each(n, step)
-
-    def _each(self, n: int, step: Callable[[RateLimiter], Lease]) -> Lease:
-        taken: list[Lease] = []
-        for limiter in self._limiters:
-            try:
-                lease = step(limiter)
-            except BaseException as exc:
-                self._unwind(taken, exc)
-                raise
-            if not lease:
-                self._unwind(taken, None)
-                return lease
-            taken.append(lease)
-        return _combine(taken, n)
+        return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, left()))
 
     def wait_async(self, permit_count: int = 1) -> WaitAsync:
         _check_permit_count(permit_count)
@@ -111,33 +139,14 @@ class ChainedLimiter(RateLimiter):
         return WaitAsync(self, permit_count)
 
     async def _wait_async(self, permit_count: int) -> Lease:
-        # Each limiter is asked only once the previous one granted (a queued wait in the first
-        # does not touch the second); cancellation gives back what was taken.
-        taken: list[Lease] = []
-        for limiter in self._limiters:
-            try:
-                lease = await limiter.wait_async(permit_count)
-            except BaseException as exc:
-                self._unwind(taken, exc)
-                raise
-            if not lease:
-                self._unwind(taken, None)
-                return lease
-            taken.append(lease)
-        return _combine(taken, permit_count)
+        return await _wait_each(self._limiters, permit_count, lambda limiter: limiter.wait_async(permit_count))
 
     def available_permits(self) -> int:
         return self.statistics().current_available_permits
 
     def statistics(self) -> Statistics:
         self._check_open()
-        stats = [limiter.statistics() for limiter in self._limiters]
-        return Statistics(
-            current_available_permits=min(s.current_available_permits for s in stats),
-            current_queued_count=sum(s.current_queued_count for s in stats),
-            total_successful_leases=stats[-1].total_successful_leases,  # the inner-most limiter's, as .NET
-            total_failed_leases=sum(s.total_failed_leases for s in stats),
-        )
+        return _combined_statistics([limiter.statistics() for limiter in self._limiters])
 
     @property
     def idle_duration(self) -> float | None:
@@ -163,15 +172,92 @@ class ChainedLimiter(RateLimiter):
         return f"<ChainedLimiter of {len(self._limiters)} limiters>"
 
 
-def chain(*limiters: RateLimiter) -> ChainedLimiter:
+class ChainedPartitionedLimiter:
+    """What :func:`chain` returns when any of its limiters is partitioned: every member takes the
+    resource first; partitioned limiters get it, plain ones ignore it."""
+
+    def __init__(self, limiters: Sequence[RateLimiter | PartitionedLimiter], *, name: str | None = None) -> None:
+        self.name = "default" if name is None else name
+        self._limiters = tuple(limiters)
+        self._closed = False
+
+    @property
+    def limiters(self) -> tuple[RateLimiter | PartitionedLimiter, ...]:
+        return self._limiters
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError("the limiter is closed")
+
+    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        return _acquire_each(
+            self._limiters,
+            n,
+            lambda lim: lim.acquire(resource, n) if isinstance(lim, PartitionedLimiter) else lim.acquire(n),
+        )
+
+    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
+        return _Ready(self.acquire(resource, permit_count))
+
+    def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        n = _check_permit_count(permit_count)
+        left = _deadline_wait(timeout)
+        self._check_open()
+        return _acquire_each(
+            self._limiters,
+            n,
+            lambda lim: lim.wait(resource, n, left()) if isinstance(lim, PartitionedLimiter) else lim.wait(n, left()),
+        )
+
+    async def wait_async(self, resource: object, permit_count: int = 1) -> Lease:
+        n = _check_permit_count(permit_count)
+        self._check_open()
+
+        def step(lim: RateLimiter | PartitionedLimiter) -> Awaitable[Lease]:
+            return lim.wait_async(resource, n) if isinstance(lim, PartitionedLimiter) else lim.wait_async(n)
+
+        return await _wait_each(self._limiters, n, step)
+
+    def available_permits(self, resource: object) -> int:
+        return self.statistics(resource).current_available_permits
+
+    def statistics(self, resource: object = None) -> Statistics:
+        self._check_open()
+        return _combined_statistics(
+            [
+                lim.statistics(resource) if isinstance(lim, PartitionedLimiter) else lim.statistics()
+                for lim in self._limiters
+            ]
+        )
+
+    def close(self) -> None:
+        """Closes the chain only: the limiters in it stay open (they may be shared)."""
+        self._closed = True
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ChainedPartitionedLimiter of {len(self._limiters)} limiters>"
+
+
+def chain(*limiters: RateLimiter | PartitionedLimiter) -> ChainedLimiter | ChainedPartitionedLimiter:
     """Acquires from each limiter in order, all or nothing: a rejection by a later limiter gives
-    back what the earlier ones granted. The combined lease releases them in reverse order."""
+    back what the earlier ones granted. The combined lease releases them in reverse order.
+    With any partitioned limiter in it, the chain takes the resource first, as they do."""
     if not limiters:
         raise ValueError("chain() needs at least one limiter")
     for i, limiter in enumerate(limiters):
-        if not isinstance(limiter, RateLimiter):
-            raise TypeError(f"chain() argument {i} must be a permits.RateLimiter, got {type(limiter).__name__}")
-    return ChainedLimiter(limiters)
+        if not isinstance(limiter, (RateLimiter, PartitionedLimiter)):
+            raise TypeError(
+                f"chain() argument {i} must be a permits.RateLimiter or PartitionedLimiter, "
+                f"got {type(limiter).__name__}"
+            )
+    if any(isinstance(limiter, PartitionedLimiter) for limiter in limiters):
+        return ChainedPartitionedLimiter(limiters)
+    return ChainedLimiter(limiters)  # type: ignore[arg-type]
 
 
-__all__ = ["ChainedLimiter", "LimiterClosedError", "chain"]
+__all__ = ["ChainedLimiter", "ChainedPartitionedLimiter", "chain"]

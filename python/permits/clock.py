@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 from . import _core
 from ._durations import Duration, duration_ns
 
@@ -23,6 +26,8 @@ class ManualClock(_core.ManualClock):
 
     def __init__(self, start: Duration = 0.0) -> None:
         super().__init__(duration_ns(start, "start", allow_zero=True))
+        # Partitioned limiters on this clock, whose due evictions advance() performs.
+        self._partitioned: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def now(self) -> float:
         return self.now_ns() / 1e9
@@ -30,6 +35,11 @@ class ManualClock(_core.ManualClock):
     def advance(self, seconds: Duration) -> None:
         """Moves time forward by ``seconds`` (rounded to the nearest nanosecond)."""
         self.advance_ns(duration_ns(seconds, "seconds", allow_zero=True))
+        for limiter in list(self._partitioned):
+            limiter.evict_idle()
+
+    def _on_advance(self, limiter: Any) -> None:
+        self._partitioned.add(limiter)
 
     def __repr__(self) -> str:
         return f"ManualClock(now={self.now()!r})"

@@ -42,7 +42,8 @@ def _check_permit_count(permit_count: object) -> int:
 
 
 class _Ready:
-    """An awaitable that is already complete (acquire_async in process)."""
+    """An awaitable that is already complete (acquire_async in process); also usable as
+    ``async with`` like a wait, releasing the lease on exit."""
 
     __slots__ = ("_lease",)
 
@@ -52,6 +53,14 @@ class _Ready:
     def __await__(self) -> Generator[Any, None, Lease]:
         return self._lease
         yield  # makes this a generator
+
+    async def __aenter__(self) -> Lease:
+        return self._lease
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._lease.release()
 
 
 class WaitAsync(Awaitable[Lease]):

@@ -1,0 +1,464 @@
+"""Per-key limits: a limiter per partition key, created on first use and evicted once idle.
+
+This is the general path: any partition kind, including custom limiters written in Python.
+Every partition's own limiter is an engine limiter (or the custom one), so waiting in one
+partition never blocks another. Eviction costs O(evicted keys), never a scan of every key: a
+heap holds when each partition is next worth looking at, and each call pops only what is due;
+``ManualClock.advance`` runs the due evictions at once for limiters on that clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from types import TracebackType
+from typing import Any
+
+from ._core import Lease, LimiterClosedError
+from ._durations import duration_ns
+from .clock import ManualClock, resolve
+from .limiter import QueueOrder, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
+from .limiters import (
+    ConcurrencyLimiter,
+    FixedWindowLimiter,
+    NoLimiter,
+    SlidingWindowCounterLimiter,
+    SlidingWindowLimiter,
+    TokenBucketLimiter,
+)
+
+#: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
+_MAX_KEY_DEPTH = 16
+#: At most this many least-recently-used partitions are examined for a free place at the bound.
+_BOUND_SCAN = 32
+#: At most this many partitions are evicted by one call (the rest by the next calls).
+_EVICT_BATCH = 64
+
+
+def _check_key(key: object, depth: int = 0) -> None:
+    """Keys are str, bytes, int or tuples of them; "7" and 7 are different keys."""
+    if isinstance(key, bool) or not isinstance(key, (str, bytes, int, tuple)):
+        raise TypeError(f"a partition key must be a str, bytes, int or a tuple of them, got {type(key).__name__}")
+    if isinstance(key, tuple):
+        if depth >= _MAX_KEY_DEPTH:
+            raise ValueError(f"a partition key may nest tuples at most {_MAX_KEY_DEPTH} deep")
+        for item in key:
+            _check_key(item, depth + 1)
+
+
+Factory = Callable[[Hashable, Any], RateLimiter]
+
+
+class Partition:
+    """Which limiter a resource belongs to: a key and how to build that key's limiter."""
+
+    __slots__ = ("factory", "key", "kind")
+
+    def __init__(self, key: Hashable, kind: str, factory: Factory) -> None:
+        self.key = key
+        self.kind = kind
+        self.factory = factory  # (key, clock) -> RateLimiter, called once per key
+
+    def with_key(self, key: Hashable) -> Partition:
+        return Partition(key, self.kind, self.factory)
+
+    def __repr__(self) -> str:
+        return f"Partition.{self.kind}({self.key!r}, ...)"
+
+    @staticmethod
+    def token_bucket(
+        key: Hashable,
+        token_limit: int,
+        tokens_per_period: int,
+        replenishment_period: float,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        def make(_key: Hashable, clock: Any) -> RateLimiter:
+            return TokenBucketLimiter(
+                token_limit,
+                tokens_per_period,
+                replenishment_period,
+                queue_limit=queue_limit,
+                queue_order=queue_order,
+                clock=clock,
+                name=name,
+            )
+
+        return Partition(key, "token_bucket", make)
+
+    @staticmethod
+    def fixed_window(
+        key: Hashable,
+        permit_limit: int,
+        window: float,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        def make(_key: Hashable, clock: Any) -> RateLimiter:
+            return FixedWindowLimiter(
+                permit_limit, window, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
+            )
+
+        return Partition(key, "fixed_window", make)
+
+    @staticmethod
+    def sliding_window(
+        key: Hashable,
+        permit_limit: int,
+        window: float,
+        segments_per_window: int,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        def make(_key: Hashable, clock: Any) -> RateLimiter:
+            return SlidingWindowLimiter(
+                permit_limit,
+                window,
+                segments_per_window,
+                queue_limit=queue_limit,
+                queue_order=queue_order,
+                clock=clock,
+                name=name,
+            )
+
+        return Partition(key, "sliding_window", make)
+
+    @staticmethod
+    def sliding_window_counter(
+        key: Hashable,
+        permit_limit: int,
+        window: float,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        def make(_key: Hashable, clock: Any) -> RateLimiter:
+            return SlidingWindowCounterLimiter(
+                permit_limit, window, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
+            )
+
+        return Partition(key, "sliding_window_counter", make)
+
+    @staticmethod
+    def concurrency(
+        key: Hashable,
+        permit_limit: int,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        def make(_key: Hashable, clock: Any) -> RateLimiter:
+            return ConcurrencyLimiter(
+                permit_limit, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
+            )
+
+        return Partition(key, "concurrency", make)
+
+    @staticmethod
+    def no_limiter(key: Hashable) -> Partition:
+        return Partition(key, "no_limiter", lambda _key, _clock: NoLimiter())
+
+    @staticmethod
+    def custom(key: Hashable, factory: Callable[[Hashable], RateLimiter]) -> Partition:
+        if not callable(factory):
+            raise TypeError("factory must be callable: factory(key) -> RateLimiter")
+
+        def make(k: Hashable, _clock: Any) -> RateLimiter:
+            limiter = factory(k)
+            if not isinstance(limiter, RateLimiter):
+                raise TypeError(
+                    f"the partition factory must return a permits.RateLimiter, got {type(limiter).__name__}"
+                )
+            return limiter
+
+        return Partition(key, "custom", make)
+
+
+class _Entry:
+    """One partition: its limiter once built; concurrent first callers wait for the builder."""
+
+    __slots__ = ("error", "limiter", "ready", "touched")
+
+    def __init__(self, now: int) -> None:
+        self.limiter: RateLimiter | None = None
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+        self.touched = now
+
+
+class PartitionedLimiter:
+    """A limiter per key: ``partitioner(resource) -> Partition`` runs on every call."""
+
+    def __init__(
+        self,
+        partitioner: Callable[[Any], Partition],
+        *,
+        idle_timeout: float = 10.0,
+        max_partitions: int | None = None,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        if not callable(partitioner):
+            raise TypeError("partitioner must be callable: partitioner(resource) -> Partition")
+        if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
+            raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
+        if max_partitions is not None and max_partitions < 1:
+            raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        self.name = "default" if name is None else name
+        self._partitioner = partitioner
+        self._idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
+        self.idle_timeout = self._idle_ns / 1e9
+        self.max_partitions = max_partitions
+        self._clock = resolve(clock)
+        # Guards the map's structure only; never held while a factory or a limiter runs.
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()  # least recently used first
+        # (when to look at a partition again, seq, key, its entry): one item per live partition.
+        self._due: list[tuple[int, int, Hashable, _Entry]] = []
+        self._seq = itertools.count()
+        self._closed = False
+        self._evicted_successful = 0
+        self._evicted_failed = 0
+        if isinstance(self._clock, ManualClock):
+            self._clock._on_advance(self)
+
+    # ---- partitions ----
+    def _partition(self, resource: object) -> Partition:
+        partition = self._partitioner(resource)
+        if not isinstance(partition, Partition):
+            raise TypeError(f"the partitioner must return a permits.Partition, got {type(partition).__name__}")
+        _check_key(partition.key)
+        return partition
+
+    def _limiter(self, resource: object) -> RateLimiter | None:
+        """The resource's limiter, built on first use; None when max_partitions leaves no room."""
+        if self._closed:
+            raise LimiterClosedError("the limiter is closed")
+        partition = self._partition(resource)
+        now = self._clock.now_ns()
+        with self._lock:
+            entry = self._entries.get(partition.key)
+            build = entry is None
+            if entry is None:
+                full = self.max_partitions is not None and len(self._entries) >= self.max_partitions
+                if full and not self._free_a_place_locked(now):
+                    return None
+                entry = self._entries[partition.key] = _Entry(now)
+                heapq.heappush(self._due, (now + self._idle_ns + 1, next(self._seq), partition.key, entry))
+                if len(self._due) > 2 * len(self._entries) + 64:
+                    self._compact_due_locked()
+            else:
+                self._entries.move_to_end(partition.key)
+                entry.touched = now
+        if build:
+            self._build(partition, entry)
+        elif not entry.ready.is_set():
+            entry.ready.wait()  # another caller builds it: only this key waits
+        if entry.limiter is None:
+            assert entry.error is not None
+            raise entry.error
+        self._evict_due(now, _EVICT_BATCH)
+        return entry.limiter
+
+    def _build(self, partition: Partition, entry: _Entry) -> None:
+        try:
+            entry.limiter = partition.factory(partition.key, self._clock)
+        except BaseException as exc:
+            entry.error = exc
+            with self._lock:  # the next call for this key tries again
+                if self._entries.get(partition.key) is entry:
+                    del self._entries[partition.key]
+            raise
+        finally:
+            entry.ready.set()
+
+    @staticmethod
+    def _idle_ns_of(entry: _Entry, now: int) -> int | None:
+        limiter = entry.limiter
+        if limiter is None:
+            return None
+        if isinstance(limiter, NoLimiter):
+            return now - entry.touched  # a no-op partition is idle since its last use
+        idle = limiter.idle_duration
+        return None if idle is None else round(idle * 1e9)
+
+    def _evict(self, key: Hashable, entry: _Entry) -> None:
+        del self._entries[key]
+        assert entry.limiter is not None
+        stats = entry.limiter.statistics()
+        self._evicted_successful += stats.total_successful_leases
+        self._evicted_failed += stats.total_failed_leases
+        entry.limiter.close()
+
+    def _evict_due(self, now: int, budget: int | None) -> int:
+        """Evicts the partitions fully idle for longer than idle_timeout (at most `budget`)."""
+        evicted = 0
+        with self._lock:
+            while self._due and self._due[0][0] <= now and (budget is None or evicted < budget):
+                _, _, key, entry = heapq.heappop(self._due)
+                if self._entries.get(key) is not entry:
+                    continue  # gone already (evicted to make room), perhaps built again since
+                # Used since: look again one idle_timeout after that use.
+                look_again = entry.touched + self._idle_ns + 1
+                if look_again <= now:
+                    idle = self._idle_ns_of(entry, now)
+                    if idle is not None and idle > self._idle_ns:
+                        self._evict(key, entry)
+                        evicted += 1
+                        continue
+                    # Idle, but not for long enough: exactly when it will have been; in use: later.
+                    look_again = now + (self._idle_ns - idle + 1 if idle is not None else self._idle_ns + 1)
+                heapq.heappush(self._due, (look_again, next(self._seq), key, entry))
+        return evicted
+
+    def _compact_due_locked(self) -> None:
+        """Drops the looks pending for partitions gone to make room: amortized O(1) per new key,
+        and the heap stays within twice the live partitions, whatever keys arrive."""
+        self._due = [item for item in self._due if self._entries.get(item[2]) is item[3]]
+        heapq.heapify(self._due)
+
+    def _free_a_place_locked(self, now: int) -> bool:
+        """At the bound: a fully idle partition (however briefly) gives its place to a new key."""
+        for i, (key, entry) in enumerate(self._entries.items()):
+            if i >= _BOUND_SCAN:
+                break
+            if entry.limiter is not None and self._idle_ns_of(entry, now) is not None:
+                self._evict(key, entry)
+                return True
+        return False
+
+    def evict_idle(self) -> int:
+        """Evicts every partition idle for longer than idle_timeout now; returns how many."""
+        return self._evict_due(self._clock.now_ns(), None)
+
+    @property
+    def partition_count(self) -> int:
+        """Live partitions (after the evictions that are due)."""
+        self.evict_idle()
+        return len(self._entries)
+
+    # ---- the RateLimiter members, taking the resource first ----
+    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
+        n = _check_permit_count(permit_count)
+        limiter = self._limiter(resource)
+        if limiter is None:
+            return Lease.denied("partition_limit")._with_permit_count(n)
+        return limiter.acquire(n)
+
+    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
+        return _Ready(self.acquire(resource, permit_count))
+
+    def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        n = _check_permit_count(permit_count)
+        limiter = self._limiter(resource)
+        if limiter is None:
+            return Lease.denied("partition_limit")._with_permit_count(n)
+        return limiter.wait(n, timeout)
+
+    def wait_async(self, resource: object, permit_count: int = 1) -> WaitAsync | _Ready:
+        n = _check_permit_count(permit_count)
+        limiter = self._limiter(resource)
+        if limiter is None:
+            return _Ready(Lease.denied("partition_limit")._with_permit_count(n))
+        return limiter.wait_async(n)
+
+    def available_permits(self, resource: object) -> int:
+        limiter = self._limiter(resource)
+        return 0 if limiter is None else limiter.available_permits()
+
+    def statistics(self, resource: object = None) -> Statistics:
+        """One partition's statistics, or with no resource the totals over every partition
+        (successes and failures of evicted partitions included)."""
+        if resource is not None:
+            limiter = self._limiter(resource)
+            return Statistics(0, 0, 0, 0) if limiter is None else limiter.statistics()
+        if self._closed:
+            raise LimiterClosedError("the limiter is closed")
+        with self._lock:
+            limiters = [e.limiter for e in self._entries.values() if e.limiter is not None]
+        stats = [limiter.statistics() for limiter in limiters]
+        return Statistics(
+            current_available_permits=sum(s.current_available_permits for s in stats),
+            current_queued_count=sum(s.current_queued_count for s in stats),
+            total_successful_leases=self._evicted_successful + sum(s.total_successful_leases for s in stats),
+            total_failed_leases=self._evicted_failed + sum(s.total_failed_leases for s in stats),
+        )
+
+    def close(self) -> None:
+        """Closes every partition's limiter (their queued requests fail with "closed")."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            entries = list(self._entries.values())
+            self._entries.clear()
+            self._due.clear()
+        errors: list[BaseException] = []
+        for entry in entries:
+            if entry.limiter is not None:
+                try:
+                    entry.limiter.close()
+                except Exception as exc:  # a custom limiter's close: close the others all the same
+                    errors.append(exc)
+        if errors:
+            raise BaseExceptionGroup("errors while closing partitions", errors)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> PartitionedLimiter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> PartitionedLimiter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<PartitionedLimiter name={self.name!r} partitions={len(self._entries)}>"
+
+    @classmethod
+    def per_key(
+        cls,
+        template: Partition,
+        *,
+        idle_timeout: float = 10.0,
+        max_partitions: int | None = None,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> PartitionedLimiter:
+        """A limit per key: the resource itself is the key, every key gets ``template``'s limiter."""
+        if not isinstance(template, Partition):
+            raise TypeError(f"template must be a permits.Partition, got {type(template).__name__}")
+        if template.key is not None:
+            raise ValueError("a per_key template is made with key None, e.g. Partition.token_bucket(None, ...)")
+
+        def partitioner(resource: object) -> Partition:
+            return template.with_key(resource)
+
+        return cls(partitioner, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
+
+
+__all__ = ["Partition", "PartitionedLimiter"]
