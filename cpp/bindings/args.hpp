@@ -24,4 +24,10 @@ inline std::int64_t int_arg(py::handle v, const char* name) {
     return n;
 }
 
+/// permits.LimiterClosedError, as registered by the module (a strong reference kept for good).
+inline PyObject* closed_error_type() {
+    static PyObject* type = py::object(py::module_::import("permits._core").attr("LimiterClosedError")).release().ptr();
+    return type;
+}
+
 } // namespace permits::bind

@@ -42,33 +42,7 @@ py::object wait(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeou
     if (!q.waiter) {
         return to_lease(q.outcome, self);
     }
-    constexpr Nanos kSlice = 50'000'000;
-    for (;;) {
-        bool done = false;
-        {
-            py::gil_scoped_release nogil;
-            done = q.waiter->wait_for(kSlice);
-        }
-        if (done) {
-            return to_lease(q.waiter->outcome(), self);
-        }
-        if (PyErr_CheckSignals() != 0) {
-            if (!self->cancel(*q.waiter)) {
-                // Granted in the meantime: give the permits back, the caller never sees them.
-                const Outcome& o = q.waiter->outcome();
-                if (o.acquired) {
-                    self->give_back(o.permits, o.tag);
-                }
-            }
-            throw py::error_already_set();
-        }
-    }
-}
-
-// permits.LimiterClosedError, as registered by the module (a strong reference kept for good).
-PyObject* closed_error_type() {
-    static PyObject* type = py::object(py::module_::import("permits._core").attr("LimiterClosedError")).release().ptr();
-    return type;
+    return WaitHandle(self, q.waiter).block();
 }
 
 // ---- acquire(): the hot path, as a METH_FASTCALL method on each limiter type ----

@@ -22,6 +22,30 @@ py::object WaitHandle::lease() {
     return lease_;
 }
 
+py::object WaitHandle::block() {
+    constexpr Nanos kSlice = 50'000'000; // wakes every 50 ms to let signals in
+    for (;;) {
+        bool done = false;
+        {
+            py::gil_scoped_release nogil;
+            done = waiter_->wait_for(kSlice);
+        }
+        if (done) {
+            return lease();
+        }
+        if (PyErr_CheckSignals() != 0) {
+            if (!owner_->cancel(*waiter_) && waiter_->state() == Waiter::Completed) {
+                // Granted in the meantime: give the permits back, the caller never sees them.
+                const Outcome& o = waiter_->outcome();
+                if (o.acquired) {
+                    owner_->give_back(o.permits, o.tag);
+                }
+            }
+            throw py::error_already_set();
+        }
+    }
+}
+
 void bind_notifier(py::module_& m) {
     py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
         .def(py::init<>())
@@ -44,7 +68,8 @@ void bind_notifier(py::module_& m) {
         .def(
             "cancel", [](WaitHandle& h) { return h.owner()->cancel(*h.waiter()); },
             "Leaves the queue; False if the request had already completed.")
-        .def("lease", &WaitHandle::lease, "The completed request's lease (the same object each time).");
+        .def("lease", &WaitHandle::lease, "The completed request's lease (the same object each time).")
+        .def("block", &WaitHandle::block, "Waits (GIL released) for the request's lease.");
 }
 
 } // namespace permits::bind

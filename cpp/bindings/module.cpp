@@ -10,6 +10,7 @@ namespace permits::bind {
 void bind_clock(py::module_& m);
 void bind_limiters(py::module_& m);
 void bind_notifier(py::module_& m);
+void bind_keyed(py::module_& m);
 } // namespace permits::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -21,4 +22,5 @@ PYBIND11_MODULE(_core, m) {
     permits::bind::bind_clock(m);
     permits::bind::bind_limiters(m);
     permits::bind::bind_notifier(m);
+    permits::bind::bind_keyed(m);
 }

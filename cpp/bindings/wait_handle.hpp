@@ -17,6 +17,9 @@ public:
     const std::shared_ptr<Waiter>& waiter() const { return waiter_; }
     /// Built once, so a lease reaches its caller exactly once whichever path asks first.
     pybind11::object lease();
+    /// Blocks until the request completes, with the GIL released; a signal (Ctrl-C) takes the
+    /// request out of the queue and raises.
+    pybind11::object block();
 
 private:
     std::shared_ptr<Limiter> owner_;

@@ -194,7 +194,7 @@ bool Limiter::cancel(Waiter& w) {
         --timed_waiters_;
     }
     invalidate_projection_locked();
-    // The entry stays in the deque until a pass meets it; if it blocked the head, serve who is next.
+    // The entry stays in the queue until a pass meets it; if it blocked the head, serve who is next.
     pop_stale_locked();
     if (!closed_.load()) {
         process_queue_locked(state_now());

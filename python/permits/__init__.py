@@ -14,7 +14,7 @@ from .limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
-from .partitioned import Partition, PartitionedLimiter
+from .partitioned import Partition, PartitionedLimiter, PerKeyLimiter
 
 __version__ = "0.1.0"
 
@@ -30,6 +30,7 @@ __all__ = [
     "NoLimiter",
     "Partition",
     "PartitionedLimiter",
+    "PerKeyLimiter",
     "QueueOrder",
     "RateLimiter",
     "SlidingWindowCounterLimiter",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import _core
@@ -54,10 +55,15 @@ def _bridge(loop: asyncio.AbstractEventLoop) -> _LoopBridge:
 
 async def wait_engine(limiter: _core.Limiter, permit_count: int) -> Lease:
     """Queues in the engine and waits; cancelling the task leaves the queue at once."""
+    return await wait_enqueued(lambda notifier, wid: limiter._enqueue(permit_count, -1, notifier, wid))
+
+
+async def wait_enqueued(enqueue: Callable[[_core.Notifier, int], Lease | _core.WaitHandle]) -> Lease:
+    """Runs ``enqueue(notifier, id)`` in the engine and waits for the request it queued."""
     loop = asyncio.get_running_loop()
     bridge = _bridge(loop)
     wid = next(_ids)
-    result = limiter._enqueue(permit_count, -1, bridge.notifier, wid)
+    result = enqueue(bridge.notifier, wid)
     if isinstance(result, _core.Lease):
         return result
     handle = result

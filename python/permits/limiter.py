@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from . import _core
 from ._core import Lease, LimiterClosedError
@@ -63,12 +63,19 @@ class _Ready:
         self._lease.release()
 
 
+class _Waitable(Protocol):
+    """What WaitAsync waits on: a limiter, or one key of a per-key limiter."""
+
+    def _try_now(self, permit_count: int) -> Lease | None: ...
+    def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]: ...
+
+
 class WaitAsync(Awaitable[Lease]):
     """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit."""
 
     __slots__ = ("_lease", "_limiter", "_permit_count")
 
-    def __init__(self, limiter: RateLimiter, permit_count: int) -> None:
+    def __init__(self, limiter: _Waitable, permit_count: int) -> None:
         self._limiter = limiter
         self._permit_count = permit_count
         self._lease: Lease | None = None

@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Hashable
 from types import TracebackType
 from typing import Any
 
+from . import _asyncio, _core
 from ._core import Lease, LimiterClosedError
-from ._durations import duration_ns
+from ._durations import duration_ns, timeout_ns
 from .clock import ManualClock, resolve
 from .limiter import QueueOrder, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
 from .limiters import (
@@ -55,15 +56,18 @@ Factory = Callable[[Hashable, Any], RateLimiter]
 class Partition:
     """Which limiter a resource belongs to: a key and how to build that key's limiter."""
 
-    __slots__ = ("factory", "key", "kind")
+    __slots__ = ("engine", "factory", "key", "kind")
 
-    def __init__(self, key: Hashable, kind: str, factory: Factory) -> None:
+    def __init__(self, key: Hashable, kind: str, factory: Factory, engine: tuple[Any, ...] | None = None) -> None:
         self.key = key
         self.kind = kind
         self.factory = factory  # (key, clock) -> RateLimiter, called once per key
+        # For the engine's kinds: (limits and durations, queue_limit, queue_order), so that
+        # per_key() can keep every key's state in the engine.
+        self.engine = engine
 
     def with_key(self, key: Hashable) -> Partition:
-        return Partition(key, self.kind, self.factory)
+        return Partition(key, self.kind, self.factory, self.engine)
 
     def __repr__(self) -> str:
         return f"Partition.{self.kind}({self.key!r}, ...)"
@@ -90,7 +94,12 @@ class Partition:
                 name=name,
             )
 
-        return Partition(key, "token_bucket", make)
+        engine = (
+            (token_limit, tokens_per_period, ("replenishment_period", replenishment_period)),
+            queue_limit,
+            queue_order,
+        )
+        return Partition(key, "token_bucket", make, engine)
 
     @staticmethod
     def fixed_window(
@@ -107,7 +116,7 @@ class Partition:
                 permit_limit, window, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
             )
 
-        return Partition(key, "fixed_window", make)
+        return Partition(key, "fixed_window", make, ((permit_limit, ("window", window)), queue_limit, queue_order))
 
     @staticmethod
     def sliding_window(
@@ -131,7 +140,8 @@ class Partition:
                 name=name,
             )
 
-        return Partition(key, "sliding_window", make)
+        engine = ((permit_limit, ("window", window), segments_per_window), queue_limit, queue_order)
+        return Partition(key, "sliding_window", make, engine)
 
     @staticmethod
     def sliding_window_counter(
@@ -148,7 +158,8 @@ class Partition:
                 permit_limit, window, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
             )
 
-        return Partition(key, "sliding_window_counter", make)
+        engine = ((permit_limit, ("window", window)), queue_limit, queue_order)
+        return Partition(key, "sliding_window_counter", make, engine)
 
     @staticmethod
     def concurrency(
@@ -164,7 +175,7 @@ class Partition:
                 permit_limit, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
             )
 
-        return Partition(key, "concurrency", make)
+        return Partition(key, "concurrency", make, ((permit_limit,), queue_limit, queue_order))
 
     @staticmethod
     def no_limiter(key: Hashable) -> Partition:
@@ -455,10 +466,104 @@ class PartitionedLimiter:
         if template.key is not None:
             raise ValueError("a per_key template is made with key None, e.g. Partition.token_bucket(None, ...)")
 
+        if template.engine is not None:
+            return PerKeyLimiter(
+                template, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name
+            )
+
         def partitioner(resource: object) -> Partition:
             return template.with_key(resource)
 
         return cls(partitioner, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
 
 
-__all__ = ["Partition", "PartitionedLimiter"]
+class _KeyView:
+    """One key of a PerKeyLimiter, seen as a limiter by WaitAsync."""
+
+    __slots__ = ("_keyed", "_resource")
+
+    def __init__(self, keyed: PerKeyLimiter, resource: object) -> None:
+        self._keyed = keyed
+        self._resource = resource
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        return self._keyed._try_now(self._resource, permit_count)
+
+    async def _wait_async(self, permit_count: int) -> Lease:
+        resource, keyed = self._resource, self._keyed
+        return await _asyncio.wait_enqueued(
+            lambda notifier, wid: keyed._enqueue(resource, permit_count, -1, notifier, wid)
+        )
+
+
+class PerKeyLimiter(_core.Keyed, PartitionedLimiter):  # type: ignore[misc]
+    """What ``PartitionedLimiter.per_key`` returns for the engine's limiter kinds: every key's
+    limiter lives in the engine's table; ``acquire`` makes no Python call per key."""
+
+    def __init__(
+        self,
+        template: Partition,
+        *,
+        idle_timeout: float = 10.0,
+        max_partitions: int | None = None,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
+            raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
+        if max_partitions is not None and max_partitions < 1:
+            raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        assert template.engine is not None
+        limits, queue_limit, queue_order = template.engine
+        args = tuple(duration_ns(v[1], v[0]) if isinstance(v, tuple) else v for v in limits)
+        if not isinstance(queue_order, QueueOrder):
+            raise TypeError(f"queue_order must be a permits.QueueOrder, got {type(queue_order).__name__}")
+        idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
+        _core.Keyed.__init__(
+            self,
+            resolve(clock),
+            template.kind,
+            args,
+            queue_limit,
+            queue_order is QueueOrder.NEWEST_FIRST,
+            idle_ns,
+            max_partitions or 0,
+        )
+        self.name = "default" if name is None else name
+        self.idle_timeout = idle_ns / 1e9
+        self.max_partitions = max_partitions
+
+    def _core_self(self) -> _core.Keyed:
+        return self
+
+    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
+        return _Ready(self._core_self().acquire(resource, permit_count))
+
+    def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        n = _check_permit_count(permit_count)
+        result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None, 0)
+        return result if isinstance(result, Lease) else result.block()
+
+    def wait_async(self, resource: object, permit_count: int = 1) -> WaitAsync | _Ready:
+        n = _check_permit_count(permit_count)
+        if self._core_self().closed:
+            raise LimiterClosedError("the limiter is closed")
+        return WaitAsync(_KeyView(self, resource), n)
+
+    def available_permits(self, resource: object) -> int:
+        limiter = self._core_self()._limiter(resource)
+        return 0 if limiter is None else limiter.available_permits()
+
+    def statistics(self, resource: object = None) -> Statistics:
+        if resource is None:
+            return Statistics(*self._core_self()._totals())
+        limiter = self._core_self()._limiter(resource)
+        return Statistics(0, 0, 0, 0) if limiter is None else Statistics(*limiter._statistics())
+
+    def __repr__(self) -> str:
+        return f"<PerKeyLimiter name={self.name!r} partitions={self._core_self().partition_count}>"
+
+
+__all__ = ["Partition", "PartitionedLimiter", "PerKeyLimiter"]

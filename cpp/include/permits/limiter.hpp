@@ -4,7 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -139,7 +139,9 @@ private:
     // The lock exists only for the queue: it is taken when a request queues, when queued requests
     // are served or expire, and on close. An acquire that is not queued never takes it.
     std::mutex mu_;
-    std::deque<std::shared_ptr<Waiter>> queue_entries_; // may hold completed entries, removed lazily
+    // A list, not a deque: an empty std::deque allocates ~600 bytes, which per-key limiters
+    // cannot afford; an empty list allocates nothing. May hold completed entries, removed lazily.
+    std::list<std::shared_ptr<Waiter>> queue_entries_;
     std::int64_t timed_waiters_ = 0;
     Nanos scheduled_at_ = kNever;
     // The state once every queued request is served, and when the last one would be: makes an
