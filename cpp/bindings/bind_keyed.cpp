@@ -29,6 +29,8 @@ void put_u32(std::string& out, std::size_t n) {
 }
 
 // Appends the key's type-tagged encoding; false with a Python error set for a key of another type.
+// Lengths are written only inside tuples, where they keep the items apart: a top-level "user-42"
+// is 8 bytes, short enough for the string's inline buffer (no heap block per key).
 bool encode_key(PyObject* key, std::string& out, int depth) {
     if (PyUnicode_CheckExact(key) || PyUnicode_Check(key)) {
         Py_ssize_t size = 0;
@@ -37,7 +39,9 @@ bool encode_key(PyObject* key, std::string& out, int depth) {
             return false;
         }
         out.push_back('s');
-        put_u32(out, static_cast<std::size_t>(size));
+        if (depth > 0) {
+            put_u32(out, static_cast<std::size_t>(size));
+        }
         out.append(utf8, static_cast<std::size_t>(size));
         return true;
     }
@@ -56,14 +60,18 @@ bool encode_key(PyObject* key, std::string& out, int depth) {
         Py_ssize_t size = 0;
         const char* digits = PyUnicode_AsUTF8AndSize(text, &size);
         out.push_back('I');
-        put_u32(out, static_cast<std::size_t>(size));
+        if (depth > 0) {
+            put_u32(out, static_cast<std::size_t>(size));
+        }
         out.append(digits, static_cast<std::size_t>(size));
         Py_DECREF(text);
         return true;
     }
     if (PyBytes_Check(key)) {
         out.push_back('b');
-        put_u32(out, static_cast<std::size_t>(PyBytes_GET_SIZE(key)));
+        if (depth > 0) {
+            put_u32(out, static_cast<std::size_t>(PyBytes_GET_SIZE(key)));
+        }
         out.append(PyBytes_AS_STRING(key), static_cast<std::size_t>(PyBytes_GET_SIZE(key)));
         return true;
     }

@@ -21,8 +21,7 @@ KeyedLimiter::KeyedLimiter(std::shared_ptr<Clock> clock, Factory factory, Nanos 
 }
 
 std::shared_ptr<Limiter> KeyedLimiter::find_or_create_locked(Shard& shard, std::string_view key) {
-    // Heterogeneous lookup would avoid this copy; keys are short, and the SSO keeps most on the stack.
-    auto it = shard.map.find(std::string(key));
+    auto it = shard.map.find(key);
     if (it != shard.map.end()) {
         return it->second.limiter;
     }

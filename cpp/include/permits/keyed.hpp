@@ -53,7 +53,12 @@ private:
         std::shared_ptr<Limiter> limiter;
         std::uint64_t generation; // tells a pending look at this partition from one at an earlier one
     };
-    using Map = std::unordered_map<std::string, Entry>;
+    // Transparent hashing: a lookup by string_view builds no std::string.
+    struct KeyHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
+    };
+    using Map = std::unordered_map<std::string, Entry, KeyHash, std::equal_to<>>;
     struct Shard {
         std::mutex mu; // guards map; held for a lookup and one non-blocking limiter call
         Map map;
