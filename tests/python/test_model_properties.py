@@ -1,0 +1,279 @@
+"""Property tests: the engine against the pure-Python reference models (tests/python/model).
+
+Hypothesis draws a limiter (kind, small limits and queue limits, queue order, durations in integer
+nanoseconds at several scales, a construction time) and a random sequence of operations: acquire(n),
+wait_async(n) (queued in the engine), cancelling a queued waiter, releasing a lease, advancing the
+ManualClock, closing. Each operation is applied to the real limiter and to the model; after every
+step (and a few event-loop rounds, so waiters completed by the engine are resolved) they must agree on:
+every lease (acquired, permit_count, reason, retry_after to the nanosecond), the statistics tuple,
+available_permits(), the waiters completed so far with their outcomes and in their order, the waiters
+still queued, and idle_duration (None or not, and its value to the nanosecond).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import permits
+
+from model import (
+    Closed,
+    ConcurrencyModel,
+    FixedWindowModel,
+    LimiterModel,
+    Outcome,
+    SlidingWindowCounterModel,
+    SlidingWindowModel,
+    TokenBucketModel,
+)
+
+KINDS = ["concurrency", "token_bucket", "fixed_window", "sliding_window", "sliding_window_counter"]
+ORDERS = [permits.QueueOrder.OLDEST_FIRST, permits.QueueOrder.NEWEST_FIRST]
+
+#: Event-loop rounds after each step: the engine completes waiters synchronously (in acquire,
+#: release, cancel or ManualClock.advance); the loop resolves their futures shortly after.
+DRAIN_ROUNDS = 4
+
+SETTINGS = settings(
+    max_examples=250,
+    database=None,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+# --------------------------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Config:
+    kind: str
+    limit: int
+    queue_limit: int
+    order: permits.QueueOrder
+    anchor_ns: int  # the clock's time when the limiter is built
+    period_ns: int = 1  # token bucket period / window
+    tokens_per_period: int = 1
+    segments: int = 1
+
+
+@dataclass
+class Scenario:
+    config: Config
+    ops: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, kind: str, order: permits.QueueOrder) -> Scenario:
+    limit = draw(st.integers(1, 4))
+    scale = draw(st.sampled_from([1, 1, 1_000, 1_000_000_000]))
+    base = draw(st.integers(1, 12))
+    config = Config(
+        kind=kind,
+        limit=limit,
+        queue_limit=draw(st.integers(0, 5)),
+        order=order,
+        anchor_ns=draw(st.sampled_from([0, 1, 7 * scale + 3])),
+        period_ns=base * scale,
+        tokens_per_period=draw(st.integers(1, 5)),
+        segments=draw(st.integers(1, min(4, base * scale))),
+    )
+    window = config.period_ns
+    counts = st.integers(0, limit)
+    slots = st.integers(0, 15)
+    # Times: anything up to a few windows, whole multiples of the scale, and one nanosecond either
+    # side of them (so boundaries are hit exactly and just missed).
+    whole = st.integers(0, 3 * base).map(lambda k: k * scale)
+    dts = st.one_of(
+        st.integers(0, 3 * window),
+        whole,
+        st.tuples(whole, st.sampled_from([-1, 1])).map(lambda p: max(0, p[0] + p[1])),
+    )
+    short = st.integers(0, max(1, window // 2))
+    op = st.one_of(
+        st.tuples(st.just("acquire"), counts),
+        st.tuples(st.just("acquire"), counts),
+        st.tuples(st.just("wait"), counts),
+        st.tuples(st.just("wait"), st.integers(1, limit)),
+        st.tuples(st.just("wait"), st.integers(1, limit)),
+        st.tuples(st.just("cancel"), slots),
+        st.tuples(st.just("release"), slots),
+        st.tuples(st.just("advance"), dts),
+        st.tuples(st.just("advance"), short),
+    )
+    ops = draw(st.lists(op, min_size=10, max_size=40))
+    close_at = draw(st.one_of(st.none(), st.integers(0, len(ops))))
+    if close_at is not None:
+        ops.insert(close_at, ("close",))
+    return Scenario(config, ops)
+
+
+def build(config: Config, clock: permits.ManualClock) -> tuple[Any, LimiterModel]:
+    common: dict[str, Any] = dict(queue_limit=config.queue_limit, queue_order=config.order, clock=clock)
+    anchor, window, limit = config.anchor_ns, config.period_ns, config.limit
+    seconds = window / 1e9
+    algorithm: Any
+    if config.kind == "concurrency":
+        limiter = permits.ConcurrencyLimiter(limit, **common)
+        algorithm = ConcurrencyModel(limit)
+    elif config.kind == "token_bucket":
+        limiter = permits.TokenBucketLimiter(limit, config.tokens_per_period, seconds, **common)
+        algorithm = TokenBucketModel(limit, config.tokens_per_period, window, anchor)
+    elif config.kind == "fixed_window":
+        limiter = permits.FixedWindowLimiter(limit, seconds, **common)
+        algorithm = FixedWindowModel(limit, window, anchor)
+    elif config.kind == "sliding_window":
+        limiter = permits.SlidingWindowLimiter(limit, seconds, config.segments, **common)
+        algorithm = SlidingWindowModel(limit, window, config.segments, anchor)
+    else:
+        limiter = permits.SlidingWindowCounterLimiter(limit, seconds, **common)
+        algorithm = SlidingWindowCounterModel(limit, window, anchor)
+    newest = config.order is permits.QueueOrder.NEWEST_FIRST
+    model = LimiterModel(algorithm, queue_limit=config.queue_limit, newest_first=newest, now=anchor)
+    return limiter, model
+
+
+# --------------------------------------------------------------------------------- the driver
+
+
+def lease_view(lease: permits.Lease) -> tuple[bool, int, str | None, int | None]:
+    # retry_after is reported as ns / 1e9: compared to the nanosecond (stricter than 1e-9 s).
+    retry = lease.retry_after
+    return (lease.acquired, lease.permit_count, lease.reason, None if retry is None else round(retry * 1e9))
+
+
+def outcome_view(outcome: Outcome) -> tuple[bool, int, str | None, int | None]:
+    return (outcome.acquired, outcome.permit_count, outcome.reason, outcome.retry_after_ns)
+
+
+async def drain() -> None:
+    for _ in range(DRAIN_ROUNDS):
+        await asyncio.sleep(0)
+
+
+class Run:
+    """One scenario: the real limiter and the model side by side."""
+
+    def __init__(self, config: Config) -> None:
+        self.clock = permits.ManualClock()
+        self.clock.advance_ns(config.anchor_ns)
+        self.limiter, self.model = build(config, self.clock)
+        self.tasks: dict[int, asyncio.Task[Any]] = {}
+        self.completed: list[tuple[int, tuple[bool, int, str | None, int | None]]] = []
+        self.leases: list[permits.Lease] = []  # every granted lease, kept alive (no GC release)
+        self.released: set[int] = set()
+        self.history: list[tuple[Any, ...]] = []
+
+    async def _waiter(self, wid: int, awaitable: Any) -> None:
+        lease = await awaitable
+        self.completed.append((wid, lease_view(lease)))
+        if lease:
+            self.leases.append(lease)
+
+    async def step(self, op: tuple[Any, ...]) -> None:
+        self.history.append(op)
+        name = op[0]
+        if name == "acquire":
+            n = op[1]
+            try:
+                expected = self.model.acquire(n)
+            except Closed:
+                with pytest.raises(permits.LimiterClosedError):
+                    self.limiter.acquire(n)
+                return
+            lease = self.limiter.acquire(n)
+            assert lease_view(lease) == outcome_view(expected), self.history
+            if lease:
+                self.leases.append(lease)
+        elif name == "wait":
+            n = op[1]
+            wid = len(self.history)
+            try:
+                self.model.wait(wid, n)
+            except Closed:
+                with pytest.raises(permits.LimiterClosedError):
+                    self.limiter.wait_async(n)
+                return
+            self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, self.limiter.wait_async(n)))
+        elif name == "cancel":
+            pending = self.model.pending_ids()
+            if pending:
+                wid = pending[op[1] % len(pending)]
+                self.model.cancel(wid)
+                self.tasks[wid].cancel()
+        elif name == "release":
+            if self.leases:
+                i = op[1] % len(self.leases)
+                lease = self.leases[i]
+                if i not in self.released:
+                    self.released.add(i)
+                    self.model.release(lease.permit_count)
+                lease.release()  # a second release is a no-op
+        elif name == "advance":
+            self.model.advance(op[1])
+            self.clock.advance(op[1] / 1e9)
+        elif name == "close":
+            self.model.close()
+            self.limiter.close()
+        else:  # pragma: no cover
+            raise AssertionError(op)
+        await drain()
+
+    def check(self) -> None:
+        model, limiter, where = self.model, self.limiter, self.history
+        assert self.clock.now_ns() == model.now, where
+        expected_completions = [(wid, outcome_view(o)) for wid, o in model.completions]
+        assert self.completed == expected_completions, where
+        waiting = sorted(wid for wid, task in self.tasks.items() if not task.done())
+        assert waiting == sorted(model.pending_ids()), where
+        if model.closed:
+            with pytest.raises(permits.LimiterClosedError):
+                limiter.statistics()
+            with pytest.raises(permits.LimiterClosedError):
+                limiter.available_permits()
+            return
+        assert tuple(vars(limiter.statistics()).values()) == model.statistics(), where
+        assert limiter.available_permits() == model.available(), where
+        idle = limiter.idle_duration
+        assert (None if idle is None else round(idle * 1e9)) == model.idle_duration(), where
+
+    async def finish(self) -> None:
+        """Closes both (queued waiters fail with "closed"), checks, and lets every task end."""
+        await self.step(("close",))
+        self.check()
+        assert all(task.done() for task in self.tasks.values())
+        for lease in self.leases:
+            lease.release()
+
+
+async def run_scenario(scenario: Scenario) -> None:
+    run = Run(scenario.config)
+    try:
+        run.check()
+        for op in scenario.ops:
+            await run.step(op)
+            run.check()
+        await run.finish()
+    finally:  # a failed check leaves no waiting task behind
+        run.limiter.close()
+        for task in run.tasks.values():
+            task.cancel()
+        await drain()
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=["oldest_first", "newest_first"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_engine_matches_model(kind: str, order: permits.QueueOrder) -> None:
+    @SETTINGS
+    @given(scenarios(kind, order))
+    def check(scenario: Scenario) -> None:
+        asyncio.run(run_scenario(scenario))
+
+    check()
