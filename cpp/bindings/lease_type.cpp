@@ -74,7 +74,10 @@ void track(LeaseObject* self) {
 }
 
 bool check_metadata(PyObject* metadata) {
-    if (metadata != Py_None && !PyDict_Check(metadata) && !PyMapping_Check(metadata)) {
+    // A mapping has keys(): sequences (str, list, tuple) pass PyMapping_Check but are not mappings.
+    const bool mapping =
+        PyDict_Check(metadata) || (PyMapping_Check(metadata) && PyObject_HasAttrString(metadata, "keys"));
+    if (metadata != Py_None && !mapping) {
         PyErr_SetString(PyExc_TypeError, "metadata must be a mapping or None");
         return false;
     }
@@ -321,8 +324,10 @@ PyObject* lease_denied(PyObject*, PyObject* args, PyObject* kwargs) {
             PyErr_SetString(PyExc_TypeError, "retry_after must be a number of seconds or None");
             return nullptr;
         }
-        retry_after = PyFloat_AsDouble(retry);
+        // The value itself, not an overridable __float__ of an int subclass.
+        retry_after = PyLong_Check(retry) ? PyLong_AsDouble(retry) : PyFloat_AS_DOUBLE(retry);
         if (retry_after == -1.0 && PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "retry_after is too large");
             return nullptr;
         }
         if (!std::isfinite(retry_after) || retry_after < 0) {

@@ -1,6 +1,7 @@
 #include "permits/clock.hpp"
 
 #include <chrono>
+#include <stdexcept>
 
 namespace permits {
 
@@ -14,6 +15,12 @@ Nanos MonotonicClock::now() const noexcept {
         .count();
 }
 
+ManualClock::ManualClock(Nanos start) : now_(start) {
+    if (start < 0 || start > kMaxTime) {
+        throw std::invalid_argument("a ManualClock starts between 0 and 2**63 - 2**60 ns");
+    }
+}
+
 void ManualClock::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
     std::lock_guard<std::mutex> lock(mu_);
     heap_.push(when, std::move(target));
@@ -21,6 +28,9 @@ void ManualClock::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
 
 void ManualClock::advance(Nanos delta) {
     std::lock_guard<std::mutex> order(advance_mu_);
+    if (delta < 0 || delta > kMaxTime - now_.load()) {
+        throw std::invalid_argument("a ManualClock moves forward, and at most to 2**63 - 2**60 ns");
+    }
     now_.fetch_add(delta);
     // Timers may schedule more timers that are already due: keep going until none is.
     for (;;) {

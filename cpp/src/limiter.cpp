@@ -243,7 +243,7 @@ void Limiter::expire_locked(Nanos clock_now) {
         return;
     }
     for (auto& w : queue_entries_) {
-        if (w->pending() && w->deadline() <= clock_now) {
+        if (w->pending() && w->deadline() != kNever && w->deadline() <= clock_now) {
             finish_locked(*w, Outcome::failed(w->permits(), Reason::Timeout)); // not counted, like a cancellation
             invalidate_projection_locked();
         }
@@ -279,6 +279,7 @@ void Limiter::on_timer(Nanos now) {
     }
     if (manual_) {
         expire_locked(now);
+        process_queue_locked(state_now()); // an expired head may have unblocked others (fuzzer)
         schedule_locked(state_now());
         return;
     }

@@ -68,7 +68,7 @@ std::int64_t SlidingWindow::used_at(Pair h, std::int64_t p) const noexcept {
     if (h.a >= first) {
         used += current_of(h);
     }
-    for (std::int64_t j = std::max(first, h.a - segments_ + 1); j < std::min(h.a, p + 1); ++j) {
+    for (std::int64_t j = std::max(first, h.a - segments_ + 1); j <= std::min(h.a - 1, p); ++j) {
         const Pair r = ring_[j % segments_].load();
         if (r.a == j) {
             used += r.b;

@@ -1,4 +1,8 @@
-"""Argument checks for the Python face: durations in seconds (or timedelta) and counts."""
+"""Argument checks for the Python face: durations in seconds (or timedelta) and counts.
+
+Subclasses of int and float are read through the base type's own conversion (``int.__int__``,
+``float.__float__``): an overridden hook, or one that raises, cannot change what a limit is.
+"""
 
 from __future__ import annotations
 
@@ -7,32 +11,50 @@ from datetime import timedelta
 
 Duration = float | int | timedelta
 
-_MAX_NS = 2**62  # far beyond any sensible period, far below int64 overflow in the engine
+#: The longest duration, in ns (146 years): far beyond any sensible period.
+MAX_NS = 2**62
+#: The latest time a ManualClock may reach, in ns (about 255 years; the engine's kMaxTime).
+MAX_CLOCK_NS = 2**63 - 2**60
+
+
+def _too_large(name: str, value: object) -> ValueError:
+    return ValueError(f"{name} is too large: {value!r} seconds (at most 2**62 ns, about 146 years)")
 
 
 def duration_ns(value: object, name: str, *, allow_zero: bool = False) -> int:
     """Seconds (int, float or timedelta) to integer nanoseconds, rounded to the nearest one."""
     if isinstance(value, timedelta):
-        seconds = value.total_seconds()
+        ns = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1_000  # exact
+        shown: object = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be seconds (int or float) or a timedelta, got {type(value).__name__}")
+    elif isinstance(value, int):
+        whole = int.__int__(value)
+        if whole > MAX_NS // 1_000_000_000:
+            raise _too_large(name, whole)
+        ns, shown = whole * 1_000_000_000, whole
     else:
-        seconds = float(value)
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{name} must be finite, got {seconds}")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds, got {seconds}")
-    ns = round(seconds * 1e9)
-    if ns > _MAX_NS:
-        raise ValueError(f"{name} is too large: {seconds} seconds")
+        seconds = float.__float__(value)
+        if math.isnan(seconds) or math.isinf(seconds):
+            raise ValueError(f"{name} must be finite, got {seconds}")
+        if seconds < 0:
+            raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds, got {seconds}")
+        if seconds > MAX_NS / 1e9:
+            raise _too_large(name, seconds)
+        ns, shown = round(seconds * 1e9), seconds
+    if ns < 0 or (ns == 0 and not allow_zero and shown == 0):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds, got {shown}")
+    if ns > MAX_NS:
+        raise _too_large(name, shown)
     if ns == 0 and not allow_zero:
-        raise ValueError(f"{name} must be at least 1 nanosecond, got {seconds}")
+        raise ValueError(f"{name} must be at least 1 nanosecond, got {shown}")
     return ns
 
 
 def count(value: object, name: str, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int.__int__(value)  # a subclass's own comparisons cannot sneak a bad value past
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if value > 2**31 - 1:

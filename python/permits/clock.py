@@ -6,7 +6,7 @@ import weakref
 from typing import Any
 
 from . import _core
-from ._durations import Duration, duration_ns
+from ._durations import MAX_CLOCK_NS, Duration, duration_ns
 
 
 class MonotonicClock(_core.MonotonicClock):
@@ -25,7 +25,7 @@ class ManualClock(_core.ManualClock):
     """
 
     def __init__(self, start: Duration = 0.0) -> None:
-        super().__init__(duration_ns(start, "start", allow_zero=True))
+        super().__init__(duration_ns(start, "start", allow_zero=True))  # at most MAX_NS
         # Partitioned limiters on this clock, whose due evictions advance() performs.
         self._partitioned: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -33,8 +33,12 @@ class ManualClock(_core.ManualClock):
         return self.now_ns() / 1e9
 
     def advance(self, seconds: Duration) -> None:
-        """Moves time forward by ``seconds`` (rounded to the nearest nanosecond)."""
-        self.advance_ns(duration_ns(seconds, "seconds", allow_zero=True))
+        """Moves time forward by ``seconds`` (rounded to the nearest nanosecond); the clock stops
+        at 2**63 - 2**60 ns (about 255 years)."""
+        delta = duration_ns(seconds, "seconds", allow_zero=True)
+        if delta > MAX_CLOCK_NS - self.now_ns():
+            raise ValueError(f"seconds: advancing by {seconds!r} would take the clock past 2**63 - 2**60 ns")
+        self.advance_ns(delta)
         for limiter in list(self._partitioned):
             limiter.evict_idle()
 

@@ -36,9 +36,12 @@ class Statistics:
 def _check_permit_count(permit_count: object) -> int:
     if isinstance(permit_count, bool) or not isinstance(permit_count, int):
         raise TypeError(f"permit_count must be an int, got {type(permit_count).__name__}")
-    if permit_count < 0:
-        raise ValueError(f"permit_count must not be negative, got {permit_count}")
-    return permit_count
+    n = int.__int__(permit_count)  # a subclass's own comparisons cannot sneak a bad value past
+    if n < 0:
+        raise ValueError(f"permit_count must not be negative, got {n}")
+    if n > 2**63 - 1:
+        raise ValueError(f"permit_count is too large: {n}")
+    return n
 
 
 class _Ready:

@@ -24,17 +24,20 @@ def _flag(value: object, name: str) -> bool:
     return value
 
 
+_NOT_REPLENISHING = object()  # what the concurrency limiter passes for auto_replenishment
+
+
 class _EngineLimiter(RateLimiter):
     """Members shared by the engine's limiters; the C++ class before this one in the MRO supplies
     acquire, available_permits, try_replenish and close directly (no Python frame on those calls)."""
 
     def _setup(
-        self, name: str | None, queue_limit: object, queue_order: object, auto_replenishment: object = None
+        self, name: str | None, queue_limit: object, queue_order: object, auto_replenishment: object = _NOT_REPLENISHING
     ) -> tuple[int, bool, bool]:
         """Checks the options the engine limiters share: (queue_limit, newest_first, manual)."""
         RateLimiter.__init__(self, name=name)
         manual = False
-        if auto_replenishment is not None:  # the replenishing limiters
+        if auto_replenishment is not _NOT_REPLENISHING:  # the replenishing limiters
             self.auto_replenishment = _flag(auto_replenishment, "auto_replenishment")
             manual = not self.auto_replenishment
         return count(queue_limit, "queue_limit", minimum=0), _queue_order(queue_order), manual
@@ -162,7 +165,7 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
     ) -> None:
         ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
-        segments = count(segments_per_window, "segments_per_window")
+        segments = count(segments_per_window, "segments_per_window")  # a plain int from here on
         if segments > 65536:
             raise ValueError(f"segments_per_window must be <= 65536, got {segments}")
         if window_ns // segments < 1:

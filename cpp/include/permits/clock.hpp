@@ -93,7 +93,7 @@ public:
 /// has come due, so tests of waiting need no sleeps.
 class ManualClock final : public Clock, public Scheduler {
 public:
-    explicit ManualClock(Nanos start = 0) : now_(start) {}
+    explicit ManualClock(Nanos start = 0);
     Nanos now() const noexcept override { return now_.load(); }
     Scheduler& scheduler() noexcept override { return *this; }
     void schedule(std::weak_ptr<TimerTarget> target, Nanos when) override;

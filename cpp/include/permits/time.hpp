@@ -15,6 +15,11 @@ __extension__ typedef unsigned __int128 u128;
 /// "Never": a deadline or wait time that no clock reaches.
 inline constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
 
+/// The latest time a ManualClock may reach (2**63 - 2**60 ns, about 255 years), well short of
+/// kNever, so that a time is never mistaken for "never"; every sum of a time and a duration in the
+/// engine saturates or is computed in 128 bits.
+inline constexpr Nanos kMaxTime = (Nanos{1} << 62) + (Nanos{1} << 61) + (Nanos{1} << 60);
+
 /// The largest permit count, limit or queue limit (as .NET's int permit counts).
 inline constexpr std::int64_t kMaxPermits = 2147483647;
 
