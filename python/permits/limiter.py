@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
-from . import _core
 from ._core import Lease, LimiterClosedError
 
 #: Reasons for which waiting longer cannot help: wait() and wait_async() return the failed lease.
@@ -223,7 +222,3 @@ class RateLimiter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def _unused(x: _core.Limiter) -> None:  # keeps the import used for type checkers
-    del x

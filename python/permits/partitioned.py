@@ -73,6 +73,25 @@ class Partition:
         return f"Partition.{self.kind}({self.key!r}, ...)"
 
     @staticmethod
+    def _engine(
+        key: Hashable,
+        kind: str,
+        limiter: Callable[..., RateLimiter],
+        limits: tuple[Any, ...],
+        queue_limit: int,
+        queue_order: QueueOrder,
+        name: str | None,
+    ) -> Partition:
+        """A partition of one of the engine's kinds. `limits` are the limiter's positional
+        arguments; durations among them are (argument name, value) pairs, converted on use."""
+        args = tuple(value[1] if isinstance(value, tuple) else value for value in limits)
+
+        def make(_key: Hashable, clock: Any) -> RateLimiter:
+            return limiter(*args, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name)
+
+        return Partition(key, kind, make, (limits, queue_limit, queue_order))
+
+    @staticmethod
     def token_bucket(
         key: Hashable,
         token_limit: int,
@@ -83,23 +102,8 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return TokenBucketLimiter(
-                token_limit,
-                tokens_per_period,
-                replenishment_period,
-                queue_limit=queue_limit,
-                queue_order=queue_order,
-                clock=clock,
-                name=name,
-            )
-
-        engine = (
-            (token_limit, tokens_per_period, ("replenishment_period", replenishment_period)),
-            queue_limit,
-            queue_order,
-        )
-        return Partition(key, "token_bucket", make, engine)
+        limits = (token_limit, tokens_per_period, ("replenishment_period", replenishment_period))
+        return Partition._engine(key, "token_bucket", TokenBucketLimiter, limits, queue_limit, queue_order, name)
 
     @staticmethod
     def fixed_window(
@@ -111,12 +115,8 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return FixedWindowLimiter(
-                permit_limit, window, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
-            )
-
-        return Partition(key, "fixed_window", make, ((permit_limit, ("window", window)), queue_limit, queue_order))
+        limits = (permit_limit, ("window", window))
+        return Partition._engine(key, "fixed_window", FixedWindowLimiter, limits, queue_limit, queue_order, name)
 
     @staticmethod
     def sliding_window(
@@ -129,19 +129,8 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return SlidingWindowLimiter(
-                permit_limit,
-                window,
-                segments_per_window,
-                queue_limit=queue_limit,
-                queue_order=queue_order,
-                clock=clock,
-                name=name,
-            )
-
-        engine = ((permit_limit, ("window", window), segments_per_window), queue_limit, queue_order)
-        return Partition(key, "sliding_window", make, engine)
+        limits = (permit_limit, ("window", window), segments_per_window)
+        return Partition._engine(key, "sliding_window", SlidingWindowLimiter, limits, queue_limit, queue_order, name)
 
     @staticmethod
     def sliding_window_counter(
@@ -153,13 +142,9 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return SlidingWindowCounterLimiter(
-                permit_limit, window, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
-            )
-
-        engine = ((permit_limit, ("window", window)), queue_limit, queue_order)
-        return Partition(key, "sliding_window_counter", make, engine)
+        limits = (permit_limit, ("window", window))
+        kind = "sliding_window_counter"
+        return Partition._engine(key, kind, SlidingWindowCounterLimiter, limits, queue_limit, queue_order, name)
 
     @staticmethod
     def concurrency(
@@ -170,12 +155,9 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return ConcurrencyLimiter(
-                permit_limit, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name
-            )
-
-        return Partition(key, "concurrency", make, ((permit_limit,), queue_limit, queue_order))
+        return Partition._engine(
+            key, "concurrency", ConcurrencyLimiter, (permit_limit,), queue_limit, queue_order, name
+        )
 
     @staticmethod
     def no_limiter(key: Hashable) -> Partition:
@@ -209,6 +191,15 @@ class _Entry:
         self.touched = now
 
 
+def _check_options(max_partitions: object, name: object) -> None:
+    if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
+        raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
+    if max_partitions is not None and max_partitions < 1:
+        raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+
+
 class PartitionedLimiter:
     """A limiter per key: ``partitioner(resource) -> Partition`` runs on every call."""
 
@@ -223,12 +214,7 @@ class PartitionedLimiter:
     ) -> None:
         if not callable(partitioner):
             raise TypeError("partitioner must be callable: partitioner(resource) -> Partition")
-        if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
-            raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
-        if max_partitions is not None and max_partitions < 1:
-            raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        _check_options(max_partitions, name)
         self.name = "default" if name is None else name
         self._partitioner = partitioner
         self._idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
@@ -509,12 +495,7 @@ class PerKeyLimiter(_core.Keyed, PartitionedLimiter):  # type: ignore[misc]
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
-            raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
-        if max_partitions is not None and max_partitions < 1:
-            raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        _check_options(max_partitions, name)
         assert template.engine is not None
         limits, queue_limit, queue_order = template.engine
         args = tuple(duration_ns(v[1], v[0]) if isinstance(v, tuple) else v for v in limits)
