@@ -243,6 +243,10 @@ class PartitionedLimiter:
 
     def _limiter(self, resource: object) -> RateLimiter | None:
         """The resource's limiter, built on first use; None when max_partitions leaves no room."""
+        found = self._entry(resource)
+        return None if found is None else found[1].limiter
+
+    def _entry(self, resource: object) -> tuple[Hashable, _Entry] | None:
         if self._closed:
             raise LimiterClosedError("the limiter is closed")
         partition = self._partition(resource)
@@ -269,7 +273,7 @@ class PartitionedLimiter:
             assert entry.error is not None
             raise entry.error
         self._evict_due(now, _EVICT_BATCH)
-        return entry.limiter
+        return partition.key, entry
 
     def _build(self, partition: Partition, entry: _Entry) -> None:
         try:
@@ -294,12 +298,13 @@ class PartitionedLimiter:
         return None if idle is None else round(idle * 1e9)
 
     def _evict(self, key: Hashable, entry: _Entry) -> None:
+        # Dropped, not closed: a caller that found it just before may still be using it (acquire
+        # then notices and asks the key's new limiter).
         del self._entries[key]
         assert entry.limiter is not None
         stats = entry.limiter.statistics()
         self._evicted_successful += stats.total_successful_leases
         self._evicted_failed += stats.total_failed_leases
-        entry.limiter.close()
 
     def _evict_due(self, now: int, budget: int | None) -> int:
         """Evicts the partitions fully idle for longer than idle_timeout (at most `budget`)."""
@@ -351,10 +356,18 @@ class PartitionedLimiter:
     # ---- the RateLimiter members, taking the resource first ----
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
         n = _check_permit_count(permit_count)
-        limiter = self._limiter(resource)
-        if limiter is None:
-            return Lease.denied("partition_limit")._with_permit_count(n)
-        return limiter.acquire(n)
+        while True:
+            found = self._entry(resource)
+            if found is None:
+                return Lease.denied("partition_limit")._with_permit_count(n)
+            key, entry = found
+            assert entry.limiter is not None
+            lease = entry.limiter.acquire(n)
+            # Evicted while we used it (it was idle)? A grant from the dropped limiter would not
+            # count in the key's new one: give it back and ask the new one.
+            if not lease or self._entries.get(key) is entry:
+                return lease
+            lease._give_back()
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
         return _Ready(self.acquire(resource, permit_count))

@@ -348,3 +348,33 @@ def test_keys_evicted_and_built_again_leave_nothing_behind() -> None:
             clock.advance(2.0)
     assert limiter.partition_count <= 1
     assert len(limiter._due) <= 2 * 1 + 64  # bounded by the live partitions, not by the churn
+
+
+def test_a_grant_from_a_partition_evicted_meanwhile_is_given_back_and_asked_again() -> None:
+    # The partition's limiter gets evicted while its acquire runs (it reports being idle): the
+    # grant it made would count nowhere, so the partitioned limiter gives it back and asks the
+    # key's new limiter.
+    clock = permits.ManualClock()
+    built: list[Sneaky] = []
+    given_back: list[int] = []
+
+    class Sneaky(permits.RateLimiter):
+        def _acquire(self, permit_count: int) -> permits.Lease:
+            if len(built) == 1:
+                clock.advance(2.0)
+                limiter.evict_idle()  # evicts this very limiter: it says it is idle
+            return permits.Lease.granted(permit_count, on_release=lambda: given_back.append(len(built)))
+
+        @property
+        def idle_duration(self) -> float | None:
+            return 100.0
+
+    def factory(key: object) -> permits.RateLimiter:
+        built.append(Sneaky())
+        return built[-1]
+
+    limiter = PartitionedLimiter(lambda r: Partition.custom(r, factory), idle_timeout=1.0, clock=clock)
+    lease = limiter.acquire("k")
+    assert lease
+    assert len(built) == 2  # asked again, from the key's new limiter
+    assert given_back == [1]  # the first grant was given back, before the second limiter was built
