@@ -1,0 +1,86 @@
+// The engine's check against its floor (an uncontended compare-and-swap plus a clock read), one
+// thread and two, on one limiter and on separate limiters. Google Benchmark; see README.md.
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+#include "permits/concurrency.hpp"
+#include "permits/fixed_window.hpp"
+#include "permits/sliding_window.hpp"
+#include "permits/sliding_window_counter.hpp"
+#include "permits/token_bucket.hpp"
+
+using namespace permits;
+
+namespace {
+
+constexpr std::int64_t kHuge = 2147483647;
+
+// The floor: what any lock-free limiter must do per check.
+void BM_Floor_ClockPlusCas(benchmark::State& state) {
+    static std::atomic<std::int64_t> word{0};
+    for (auto _ : state) {
+        const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+        std::int64_t seen = word.load(std::memory_order_relaxed);
+        word.compare_exchange_strong(seen, seen + (now & 1) + 1);
+        benchmark::DoNotOptimize(seen);
+    }
+}
+
+template <class L> std::shared_ptr<Limiter> make();
+template <> std::shared_ptr<Limiter> make<TokenBucket>() {
+    return std::make_shared<TokenBucket>(MonotonicClock::instance(), kHuge, kHuge, 1'000'000'000, QueueOptions{},
+                                         false);
+}
+template <> std::shared_ptr<Limiter> make<FixedWindow>() {
+    return std::make_shared<FixedWindow>(MonotonicClock::instance(), kHuge, 1'000'000'000, QueueOptions{}, false);
+}
+template <> std::shared_ptr<Limiter> make<SlidingWindow>() {
+    return std::make_shared<SlidingWindow>(MonotonicClock::instance(), kHuge, 1'000'000'000, 10, QueueOptions{}, false);
+}
+template <> std::shared_ptr<Limiter> make<SlidingWindowCounter>() {
+    return std::make_shared<SlidingWindowCounter>(MonotonicClock::instance(), kHuge, 1'000'000'000, QueueOptions{},
+                                                  false);
+}
+
+// One limiter shared by every benchmark thread.
+template <class L> void BM_Shared(benchmark::State& state) {
+    static std::shared_ptr<Limiter> limiter;
+    if (state.thread_index() == 0) {
+        limiter = make<L>();
+    }
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(limiter->acquire(1));
+    }
+}
+
+// A limiter per thread: nothing shared, so two threads should take twice the checks.
+template <class L> void BM_Separate(benchmark::State& state) {
+    auto limiter = make<L>();
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(limiter->acquire(1));
+    }
+}
+
+void BM_Concurrency_AcquireRelease(benchmark::State& state) {
+    auto limiter = std::make_shared<Concurrency>(MonotonicClock::instance(), kHuge, QueueOptions{});
+    for (auto _ : state) {
+        const Outcome o = limiter->acquire(1);
+        limiter->give_back(1, o.tag);
+    }
+}
+
+} // namespace
+
+BENCHMARK(BM_Floor_ClockPlusCas)->Threads(1);
+BENCHMARK(BM_Shared<TokenBucket>)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Separate<TokenBucket>)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Shared<FixedWindow>)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Separate<FixedWindow>)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Separate<SlidingWindow>)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Separate<SlidingWindowCounter>)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Concurrency_AcquireRelease)->Threads(1);
+
+BENCHMARK_MAIN();
