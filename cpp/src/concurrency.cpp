@@ -7,9 +7,7 @@ namespace permits {
 Concurrency::Concurrency(std::shared_ptr<Clock> clock, std::int64_t permit_limit, QueueOptions queue)
     : Limiter(std::move(clock), permit_limit, queue, false), limit_(permit_limit), available_(permit_limit),
       idle_since_(state_now()) {
-    if (permit_limit < 1 || permit_limit > kMaxPermits) {
-        throw std::invalid_argument("permit_limit must be between 1 and 2147483647");
-    }
+    detail::check_limit("permit_limit", permit_limit);
 }
 
 bool Concurrency::take(std::int64_t n, Nanos /*now*/, std::int64_t& tag) {

@@ -6,6 +6,18 @@
 
 namespace permits {
 
+void detail::check_limit(const char* name, std::int64_t value) {
+    if (value < 1 || value > kMaxPermits) {
+        throw std::invalid_argument(std::string(name) + " must be between 1 and 2147483647");
+    }
+}
+
+void detail::check_duration(const char* name, Nanos value) {
+    if (value < 1) {
+        throw std::invalid_argument(std::string(name) + " must be at least 1 ns");
+    }
+}
+
 Limiter::Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOptions queue, bool manual)
     : clock_(std::move(clock)), max_permits_(max_permits), queue_(queue), manual_(manual), manual_now_(clock_->now()) {
     if (queue_.queue_limit < 0 || queue_.queue_limit > kMaxPermits) {

@@ -26,9 +26,7 @@ SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_l
                              std::int64_t segments, QueueOptions queue, bool manual)
     : Limiter(std::move(clock), permit_limit, queue, manual), limit_(permit_limit), window_(window),
       segments_(segments), segment_(segments > 0 ? window / segments : 0), anchor_(state_now()) {
-    if (permit_limit < 1 || permit_limit > kMaxPermits) {
-        throw std::invalid_argument("permit_limit must be between 1 and 2147483647");
-    }
+    detail::check_limit("permit_limit", permit_limit);
     if (segments < 1 || segments > kMaxSegments) {
         throw std::invalid_argument("segments_per_window must be between 1 and 65536");
     }

@@ -16,12 +16,8 @@ SlidingWindowCounter::SlidingWindowCounter(std::shared_ptr<Clock> clock, std::in
                                            QueueOptions queue, bool manual)
     : Limiter(std::move(clock), permit_limit, queue, manual), limit_(permit_limit), window_(window),
       anchor_(state_now()) {
-    if (permit_limit < 1 || permit_limit > kMaxPermits) {
-        throw std::invalid_argument("permit_limit must be between 1 and 2147483647");
-    }
-    if (window < 1) {
-        throw std::invalid_argument("window must be at least 1 ns");
-    }
+    detail::check_limit("permit_limit", permit_limit);
+    detail::check_duration("window", window);
 }
 
 Nanos SlidingWindowCounter::window_start(std::int64_t w) const noexcept {

@@ -9,15 +9,9 @@ TokenBucket::TokenBucket(std::shared_ptr<Clock> clock, std::int64_t token_limit,
                          Nanos period, QueueOptions queue, bool manual)
     : Limiter(std::move(clock), token_limit, queue, manual), limit_(token_limit), per_period_(tokens_per_period),
       period_(period), anchor_(state_now()), state_(Pair{0, token_limit}) {
-    if (token_limit < 1 || token_limit > kMaxPermits) {
-        throw std::invalid_argument("token_limit must be between 1 and 2147483647");
-    }
-    if (tokens_per_period < 1 || tokens_per_period > kMaxPermits) {
-        throw std::invalid_argument("tokens_per_period must be between 1 and 2147483647");
-    }
-    if (period < 1) {
-        throw std::invalid_argument("replenishment_period must be at least 1 ns");
-    }
+    detail::check_limit("token_limit", token_limit);
+    detail::check_limit("tokens_per_period", tokens_per_period);
+    detail::check_duration("replenishment_period", period);
 }
 
 std::int64_t TokenBucket::tokens_at(Pair s, std::int64_t p) const noexcept {

@@ -15,6 +15,12 @@
 
 namespace permits {
 
+namespace detail {
+/// Constructor checks shared by the limiters: std::invalid_argument naming the option.
+void check_limit(const char* name, std::int64_t value);
+void check_duration(const char* name, Nanos value);
+} // namespace detail
+
 enum class QueueOrder : std::uint8_t { OldestFirst = 0, NewestFirst = 1 };
 
 struct Statistics {
