@@ -7,6 +7,7 @@
 #include <string>
 
 #include "args.hpp"
+#include "fastcall.hpp"
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
@@ -140,8 +141,6 @@ KeyedLimiter::Factory make_factory(std::shared_ptr<Clock> clock, const std::stri
     return f;
 }
 
-enum class FastCall { Acquire, TryNow };
-
 // acquire(resource, permit_count=1) as a METH_FASTCALL method: the per-key hot path.
 template <FastCall kind>
 PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -150,27 +149,24 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
         PyErr_SetString(PyExc_TypeError, "takes a resource and at most a permit_count");
         return nullptr;
     }
-    if (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "permit_count") != 0) {
-        PyErr_Format(PyExc_TypeError, "got an unexpected keyword argument '%U'", PyTuple_GET_ITEM(kwnames, 0));
+    if (!only_permit_count_keyword(kwnames)) {
         return nullptr;
     }
-    try {
+    return guarded([&]() -> PyObject* {
         const std::int64_t n = nargs + nkw == 2 ? int_arg(args[1], "permit_count") : 1;
-        if (n < 0) {
+        if (n < 0) { // before the key: a bad count creates no partition
             throw std::invalid_argument("permit_count must not be negative, got " + std::to_string(n));
         }
         std::string key;
         if (!encode_key(args[0], key, 0)) {
             return nullptr;
         }
-        auto vh = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();
-        if (!vh.holder_constructed()) {
-            PyErr_SetString(PyExc_TypeError, "the limiter's __init__ was not called");
+        const auto* keyed = holder_of<KeyedLimiter>(self);
+        if (keyed == nullptr) {
             return nullptr;
         }
-        auto& keyed = *vh.template holder<std::shared_ptr<KeyedLimiter>>();
         std::shared_ptr<Limiter> owner;
-        const auto result = keyed.with(key, [&](Limiter& l) {
+        const auto result = (*keyed)->with(key, [&](Limiter& l) {
             owner = l.shared_from_this();
             if constexpr (kind == FastCall::Acquire) {
                 return std::optional<Outcome>(l.acquire(n));
@@ -181,33 +177,14 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
         if (!result) { // no room for a new key
             return to_lease(Outcome::failed(n, Reason::PartitionLimit), nullptr).release().ptr();
         }
-        if (!*result) {
-            return Py_NewRef(Py_None);
-        }
-        return py_lease::from_outcome(**result, owner);
-    } catch (const std::invalid_argument& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const ClosedError& e) {
-        PyErr_SetString(closed_error_type(), e.what());
-    } catch (const py::builtin_exception& e) {
-        e.set_error();
-    } catch (py::error_already_set& e) {
-        e.restore();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    return nullptr;
+        return *result ? py_lease::from_outcome(**result, owner) : Py_NewRef(Py_None);
+    });
 }
 
 template <FastCall kind> void install(py::handle cls, const char* name, const char* doc) {
     static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&keyed_call<kind>)),
                               METH_FASTCALL | METH_KEYWORDS, doc};
-    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def);
-    if (descr == nullptr || PyObject_SetAttrString(cls.ptr(), name, descr) != 0) {
-        Py_XDECREF(descr);
-        throw py::error_already_set();
-    }
-    Py_DECREF(descr);
+    install_method(cls, def);
 }
 
 } // namespace

@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "args.hpp"
+#include "fastcall.hpp"
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
@@ -48,65 +49,35 @@ py::object wait(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeou
 // ---- acquire(): the hot path, as a METH_FASTCALL method on each limiter type ----
 // pybind11's generic dispatch costs more than the whole engine call; this entry point reads the
 // C++ object straight from the pybind11 instance (its value and shared_ptr holder).
-enum class FastCall { Acquire, TryNow };
-
 template <class T, FastCall kind>
 PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    PyObject* count = nullptr;
     const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs + nkw > 1) {
         PyErr_SetString(PyExc_TypeError, "takes at most one argument (permit_count)");
         return nullptr;
     }
-    if (nargs == 1) {
-        count = args[0];
-    } else if (nkw == 1) {
-        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "permit_count") != 0) {
-            PyErr_Format(PyExc_TypeError, "got an unexpected keyword argument '%U'", PyTuple_GET_ITEM(kwnames, 0));
-            return nullptr;
-        }
-        count = args[0];
+    if (!only_permit_count_keyword(kwnames)) {
+        return nullptr;
     }
-    try {
-        std::int64_t n = 1;
-        if (count != nullptr) {
-            n = int_arg(count, "permit_count");
-        }
-        auto vh = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();
-        if (!vh.holder_constructed()) {
-            PyErr_SetString(PyExc_TypeError, "the limiter's __init__ was not called");
+    return guarded([&]() -> PyObject* {
+        const std::int64_t n = nargs + nkw == 1 ? int_arg(args[0], "permit_count") : 1;
+        const auto* holder = holder_of<T>(self);
+        if (holder == nullptr) {
             return nullptr;
         }
-        const auto& holder = vh.template holder<std::shared_ptr<T>>();
         if constexpr (kind == FastCall::Acquire) {
-            return py_lease::from_outcome(holder->acquire(n), holder);
+            return py_lease::from_outcome((*holder)->acquire(n), *holder);
         } else {
-            const auto o = holder->try_now(n);
-            return o ? py_lease::from_outcome(*o, holder) : Py_NewRef(Py_None);
+            const auto o = (*holder)->try_now(n);
+            return o ? py_lease::from_outcome(*o, *holder) : Py_NewRef(Py_None);
         }
-    } catch (const std::invalid_argument& e) {
-        PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const ClosedError& e) {
-        PyErr_SetString(closed_error_type(), e.what());
-    } catch (const py::builtin_exception& e) {
-        e.set_error(); // the TypeError / ValueError of an argument check
-    } catch (py::error_already_set& e) {
-        e.restore();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    return nullptr;
+    });
 }
 
 template <class T, FastCall kind> void install_fast(py::handle cls, const char* name, const char* doc) {
     static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call<T, kind>)),
                               METH_FASTCALL | METH_KEYWORDS, doc};
-    PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def);
-    if (descr == nullptr || PyObject_SetAttrString(cls.ptr(), name, descr) != 0) {
-        Py_XDECREF(descr);
-        throw py::error_already_set();
-    }
-    Py_DECREF(descr);
+    install_method(cls, def);
 }
 
 template <class T> void install_fast_acquire(py::handle cls) {

@@ -84,24 +84,26 @@ void Limiter::project_push_locked(const Waiter& w, Nanos state_time) {
     }
 }
 
+std::optional<Outcome> Limiter::grant_now(std::int64_t n, Nanos now) {
+    std::int64_t tag = 0;
+    // A zero-permit request succeeds while any permit is available (the queue is ignored); others
+    // take permits unless OLDEST_FIRST requests are queued (no barging).
+    const bool ok = n == 0 ? available_at(now) > 0 : !queue_blocks_barging() && take(n, now, tag);
+    if (!ok) {
+        return std::nullopt;
+    }
+    successful_.fetch_add(1);
+    return Outcome::granted(n, tag);
+}
+
 Outcome Limiter::acquire(std::int64_t n) {
     validate(n);
     if (closed_.load()) {
         throw ClosedError();
     }
     const Nanos now = state_now();
-    if (n == 0) {
-        // A zero-permit probe succeeds while any permit is available; the queue is ignored.
-        if (available_at(now) > 0) {
-            successful_.fetch_add(1);
-            return Outcome::granted(0, 0);
-        }
-    } else if (!queue_blocks_barging()) {
-        std::int64_t tag = 0;
-        if (take(n, now, tag)) {
-            successful_.fetch_add(1);
-            return Outcome::granted(n, tag);
-        }
+    if (auto granted = grant_now(n, now)) {
+        return *granted;
     }
     failed_.fetch_add(1);
     return Outcome::failed(n, Reason::LimitReached, retry_after(n, now));
@@ -112,14 +114,7 @@ std::optional<Outcome> Limiter::try_now(std::int64_t n) {
     if (closed_.load()) {
         throw ClosedError();
     }
-    const Nanos now = state_now();
-    std::int64_t tag = 0;
-    const bool ok = n == 0 ? available_at(now) > 0 : !queue_blocks_barging() && take(n, now, tag);
-    if (!ok) {
-        return std::nullopt;
-    }
-    successful_.fetch_add(1);
-    return Outcome::granted(n, tag);
+    return grant_now(n, state_now());
 }
 
 Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier,
@@ -130,40 +125,28 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
         throw ClosedError();
     }
     const Nanos now = state_now();
-    if (n == 0) {
-        if (available_at(now) > 0) {
-            successful_.fetch_add(1);
-            return {Outcome::granted(0, 0), nullptr};
-        }
-    } else {
-        std::int64_t tag = 0;
-        if (!queue_blocks_barging() && take(n, now, tag)) {
-            successful_.fetch_add(1);
-            return {Outcome::granted(n, tag), nullptr};
-        }
-        // Room is counted in permits (a zero-permit request always fits).
-        const bool room = queue_.queue_limit - queued_permits_.load() >= n;
-        const bool can_evict = queue_.order == QueueOrder::NewestFirst && n <= queue_.queue_limit;
-        if (!room && !can_evict) {
-            failed_.fetch_add(1);
-            return {Outcome::failed(n, Reason::QueueFull, retry_after_locked(n, now)), nullptr};
-        }
-        if (timeout == 0) {
-            return {Outcome::failed(n, Reason::Timeout), nullptr}; // would wait: nobody is evicted for it
-        }
-        // Make room by failing the oldest requests, as many as needed.
-        while (queue_.queue_limit - queued_permits_.load() < n && !queue_entries_.empty()) {
-            auto oldest = queue_entries_.front();
-            queue_entries_.pop_front();
-            if (oldest->pending()) {
-                failed_.fetch_add(1);
-                finish_locked(*oldest, Outcome::failed(oldest->permits(), Reason::Evicted));
-                invalidate_projection_locked();
-            }
-        }
+    if (auto granted = grant_now(n, now)) {
+        return {*granted, nullptr};
+    }
+    // Room is counted in permits (a zero-permit request always fits). Under NEWEST_FIRST a request
+    // that could ever fit makes room by failing the oldest requests.
+    const bool room = queue_.queue_limit - queued_permits_.load() >= n;
+    const bool can_evict = queue_.order == QueueOrder::NewestFirst && n <= queue_.queue_limit;
+    if (!room && !can_evict) {
+        failed_.fetch_add(1);
+        return {Outcome::failed(n, Reason::QueueFull, retry_after_locked(n, now)), nullptr};
     }
     if (timeout == 0) {
-        return {Outcome::failed(n, Reason::Timeout), nullptr};
+        return {Outcome::failed(n, Reason::Timeout), nullptr}; // would wait: nobody is evicted for it
+    }
+    while (queue_.queue_limit - queued_permits_.load() < n && !queue_entries_.empty()) {
+        auto oldest = queue_entries_.front();
+        queue_entries_.pop_front();
+        if (oldest->pending()) {
+            failed_.fetch_add(1);
+            finish_locked(*oldest, Outcome::failed(oldest->permits(), Reason::Evicted));
+            invalidate_projection_locked();
+        }
     }
     const Nanos clock_now = clock_->now();
     const Nanos deadline = timeout < 0 ? kNever : sat_add(clock_now, timeout);

@@ -110,6 +110,8 @@ protected:
 
 private:
     void validate(std::int64_t n) const;
+    /// The immediate grant shared by acquire, try_now and enqueue; nullopt (nothing counted) if not now.
+    std::optional<Outcome> grant_now(std::int64_t n, Nanos now);
     /// Exact wait (ns) until a new request for n could be granted if nothing else arrived,
     /// counting the requests queued ahead (OLDEST_FIRST); -1 when time alone never grants it.
     i128 retry_after(std::int64_t n, Nanos state_time);
