@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
 from ._core import Lease, LimiterClosedError
+from ._durations import timeout_ns
 
 #: Reasons for which waiting longer cannot help: wait() and wait_async() return the failed lease.
 _FINAL_REASONS = frozenset({"queue_full", "evicted", "closed", "timeout", "partition_limit"})
@@ -161,10 +163,6 @@ class RateLimiter:
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
-        import time
-
-        from ._durations import timeout_ns
-
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
         deadline = None if limit < 0 else time.monotonic() + limit / 1e9
