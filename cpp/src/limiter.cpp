@@ -360,9 +360,8 @@ std::optional<Nanos> Limiter::idle_duration() {
     if (queued_entries_.load() > 0) {
         return std::nullopt;
     }
-    const Nanos now = state_now();
-    const Nanos since = full_since(now);
-    if (since == kNever) {
+    const Nanos since = full_at();
+    if (since > state_now()) {
         return std::nullopt;
     }
     // Manual mode: the state is as of the last replenish, idleness runs on the clock.

@@ -151,7 +151,7 @@ void SlidingWindow::put_back(std::int64_t n, std::int64_t tag, Nanos now) {
     }
 }
 
-Nanos SlidingWindow::full_since(Nanos now) const {
+Nanos SlidingWindow::full_at() const {
     const Pair h = head_.load();
     // The last segment that took permits frees them `segments` segments later.
     std::int64_t last = -1;
@@ -165,8 +165,7 @@ Nanos SlidingWindow::full_since(Nanos now) const {
             }
         }
     }
-    const Nanos since = last < 0 ? segment_start(0) : segment_start(last + segments_);
-    return since <= now ? since : kNever;
+    return last < 0 ? segment_start(0) : segment_start(last + segments_);
 }
 
 struct SlidingWindow::Proj final : Projection {

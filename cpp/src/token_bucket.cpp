@@ -1,20 +1,17 @@
 #include "permits/token_bucket.hpp"
 
 #include <algorithm>
-#include <stdexcept>
 
 namespace permits {
 
-TokenBucket::TokenBucket(std::shared_ptr<Clock> clock, std::int64_t token_limit, std::int64_t tokens_per_period,
-                         Nanos period, QueueOptions queue, bool manual)
-    : Limiter(std::move(clock), token_limit, queue, manual), limit_(token_limit), per_period_(tokens_per_period),
-      period_(period), anchor_(state_now()), state_(Pair{0, token_limit}) {
+TokenBucketRule::TokenBucketRule(std::int64_t token_limit, std::int64_t tokens_per_period, Nanos period)
+    : limit_(token_limit), per_period_(tokens_per_period), period_(period) {
     detail::check_limit("token_limit", token_limit);
     detail::check_limit("tokens_per_period", tokens_per_period);
     detail::check_duration("replenishment_period", period);
 }
 
-std::int64_t TokenBucket::tokens_at(Pair s, std::int64_t p) const noexcept {
+std::int64_t TokenBucketRule::tokens_at(Pair s, std::int64_t p) const noexcept {
     if (p <= s.a) {
         return s.b;
     }
@@ -22,73 +19,60 @@ std::int64_t TokenBucket::tokens_at(Pair s, std::int64_t p) const noexcept {
     return t >= limit_ ? limit_ : static_cast<std::int64_t>(t);
 }
 
-Nanos TokenBucket::period_start(std::int64_t p) const noexcept {
-    return sat_nanos(static_cast<i128>(anchor_) + static_cast<i128>(p) * period_);
+Nanos TokenBucketRule::period_start(Nanos anchor, std::int64_t p) const noexcept {
+    return sat_nanos(static_cast<i128>(anchor) + static_cast<i128>(p) * period_);
 }
 
-bool TokenBucket::take(std::int64_t n, Nanos now, std::int64_t& tag) {
-    Pair s = state_.hint();
-    for (;;) {
-        const std::int64_t p = std::max(period_index(now), s.a); // never step back in time
-        const std::int64_t tokens = tokens_at(s, p);
-        if (tokens < n) {
-            if (!state_.confirm(s)) {
-                continue; // decided on a stale guess: decide again
-            }
-            return false;
-        }
-        if (state_.compare_exchange(s, Pair{p, tokens - n})) {
-            tag = p;
-            return true;
-        }
+bool TokenBucketRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair& next,
+                           std::int64_t& tag) const noexcept {
+    const std::int64_t p = std::max(period_index(anchor, now), s.a); // never step back in time
+    const std::int64_t tokens = tokens_at(s, p);
+    if (tokens < n) {
+        return false;
     }
+    next = {p, tokens - n};
+    tag = p;
+    return true;
 }
 
-std::int64_t TokenBucket::available_at(Nanos now) const {
-    const Pair s = state_.load();
-    return tokens_at(s, std::max(period_index(now), s.a));
+std::int64_t TokenBucketRule::available(Pair s, Nanos anchor, Nanos now) const noexcept {
+    return tokens_at(s, std::max(period_index(anchor, now), s.a));
 }
 
-Nanos TokenBucket::time_until(std::int64_t needed, Nanos now) const {
-    const Pair s = state_.load();
-    const std::int64_t p = std::max(period_index(now), s.a);
+Nanos TokenBucketRule::time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept {
+    const std::int64_t p = std::max(period_index(anchor, now), s.a);
     const std::int64_t tokens = tokens_at(s, p);
     if (tokens >= needed) {
         return 0;
     }
     // Tokens arrive at period boundaries; queued requests ahead take theirs as they come.
     const std::int64_t periods = ceil_div(needed - tokens, per_period_);
-    const Nanos at = period_start(p + periods);
+    const Nanos at = period_start(anchor, p + periods);
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
-void TokenBucket::put_back(std::int64_t n, std::int64_t /*tag*/, Nanos now) {
-    Pair s = state_.load();
-    for (;;) {
-        const std::int64_t p = std::max(period_index(now), s.a);
-        const std::int64_t tokens = std::min(limit_, tokens_at(s, p) + n);
-        if (state_.compare_exchange(s, Pair{p, tokens})) {
-            return;
-        }
-    }
+bool TokenBucketRule::put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t /*tag*/, Nanos now,
+                               Pair& next) const noexcept {
+    const std::int64_t p = std::max(period_index(anchor, now), s.a);
+    next = {p, std::min(limit_, tokens_at(s, p) + n)};
+    return next != s;
 }
 
-Nanos TokenBucket::full_since(Nanos now) const {
-    const Pair s = state_.load();
+Nanos TokenBucketRule::full_at(Pair s, Nanos anchor) const noexcept {
     if (s.b >= limit_) {
-        return period_start(s.a);
+        return period_start(anchor, s.a);
     }
-    const Nanos full_at = period_start(s.a + ceil_div(limit_ - s.b, per_period_));
-    return full_at <= now ? full_at : kNever;
+    return period_start(anchor, s.a + ceil_div(limit_ - s.b, per_period_));
 }
 
-struct TokenBucket::Proj final : Projection {
-    const TokenBucket& tb;
+struct TokenBucketRule::Proj final : Projection {
+    const TokenBucketRule& tb;
+    const Nanos anchor;
     i128 p;      // period index
     i128 tokens; // tokens at period p
-    Proj(const TokenBucket& b, Pair s) : tb(b), p(s.a), tokens(s.b) {}
+    Proj(const TokenBucketRule& b, Nanos a, Pair s) : tb(b), anchor(a), p(s.a), tokens(s.b) {}
 
-    i128 index_at(i128 t) const { return t <= tb.anchor_ ? 0 : (t - tb.anchor_) / tb.period_; }
+    i128 index_at(i128 t) const { return t <= anchor ? 0 : (t - anchor) / tb.period_; }
     i128 tokens_at(i128 q) const {
         const i128 t = tokens + (q - p) * tb.per_period_;
         return t >= tb.limit_ ? tb.limit_ : t;
@@ -99,7 +83,7 @@ struct TokenBucket::Proj final : Projection {
         i128 at = not_before;
         if (tokens_at(q) < need) {
             q += (need - tokens_at(q) + tb.per_period_ - 1) / tb.per_period_;
-            at = static_cast<i128>(tb.anchor_) + q * tb.period_;
+            at = static_cast<i128>(anchor) + q * tb.period_;
         }
         if (apply) {
             tokens = tokens_at(q) - n;
@@ -109,8 +93,8 @@ struct TokenBucket::Proj final : Projection {
     }
 };
 
-std::unique_ptr<Projection> TokenBucket::project() const {
-    return std::make_unique<Proj>(*this, state_.load());
+std::unique_ptr<Projection> TokenBucketRule::project(Pair s, Nanos anchor) const {
+    return std::make_unique<Proj>(*this, anchor, s);
 }
 
 } // namespace permits

@@ -1,28 +1,38 @@
 // Concurrency: permits held until released; no time involved.
 #pragma once
 
-#include "permits/limiter.hpp"
+#include "permits/rule.hpp"
+#include "permits/rule_limiter.hpp"
 
 namespace permits {
 
-class Concurrency final : public Limiter {
+/// State {permits available, when they last all came back}.
+class ConcurrencyRule final : public Rule {
 public:
-    Concurrency(std::shared_ptr<Clock> clock, std::int64_t permit_limit, QueueOptions queue);
+    explicit ConcurrencyRule(std::int64_t permit_limit);
     std::int64_t permit_limit() const noexcept { return limit_; }
-    bool releases_permits() const noexcept override { return true; }
 
-protected:
-    bool take(std::int64_t n, Nanos now, std::int64_t& tag) override;
-    std::int64_t available_at(Nanos now) const override;
-    Nanos time_until(std::int64_t needed, Nanos now) const override;
-    void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
-    Nanos full_since(Nanos now) const override;
-    std::unique_ptr<Projection> project() const override;
+    std::int64_t max_permits() const noexcept override { return limit_; }
+    bool releases_permits() const noexcept override { return true; }
+    Pair initial(Nanos anchor) const noexcept override { return {limit_, anchor}; }
+    bool take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair& next, std::int64_t& tag) const noexcept override;
+    std::int64_t available(Pair s, Nanos /*anchor*/, Nanos /*now*/) const noexcept override { return s.a; }
+    Nanos time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept override;
+    bool put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
+                  Pair& next) const noexcept override;
+    Nanos full_at(Pair s, Nanos /*anchor*/) const noexcept override { return s.a >= limit_ ? s.b : kNever; }
+    std::unique_ptr<Projection> project(Pair /*s*/, Nanos /*anchor*/) const override { return nullptr; }
 
 private:
-    const std::int64_t limit_;
-    std::atomic<std::int64_t> available_;
-    std::atomic<Nanos> idle_since_; // when available last returned to the limit
+    std::int64_t limit_;
+};
+
+class Concurrency final : public RuleLimiter<ConcurrencyRule> {
+public:
+    using RuleLimiter::RuleLimiter;
+    Concurrency(std::shared_ptr<Clock> clock, std::int64_t permit_limit, QueueOptions queue)
+        : RuleLimiter(std::move(clock), ConcurrencyRule(permit_limit), queue, false) {}
+    std::int64_t permit_limit() const noexcept { return rule().permit_limit(); }
 };
 
 } // namespace permits

@@ -2,34 +2,46 @@
 // however late the next request comes (semantics.md 3).
 #pragma once
 
-#include "permits/atomic_pair.hpp"
-#include "permits/limiter.hpp"
+#include "permits/rule.hpp"
+#include "permits/rule_limiter.hpp"
 
 namespace permits {
 
-class FixedWindow final : public Limiter {
+/// State {window index of the last change, permits used in that window}.
+class FixedWindowRule final : public Rule {
 public:
-    FixedWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, QueueOptions queue, bool manual);
+    FixedWindowRule(std::int64_t permit_limit, Nanos window);
     std::int64_t permit_limit() const noexcept { return limit_; }
     Nanos window() const noexcept { return window_; }
 
-protected:
-    bool take(std::int64_t n, Nanos now, std::int64_t& tag) override;
-    std::int64_t available_at(Nanos now) const override;
-    Nanos time_until(std::int64_t needed, Nanos now) const override;
-    void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
-    Nanos full_since(Nanos now) const override;
-    std::unique_ptr<Projection> project() const override;
+    std::int64_t max_permits() const noexcept override { return limit_; }
+    Pair initial(Nanos /*anchor*/) const noexcept override { return {0, 0}; }
+    bool take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair& next, std::int64_t& tag) const noexcept override;
+    std::int64_t available(Pair s, Nanos anchor, Nanos now) const noexcept override;
+    Nanos time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept override;
+    bool put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
+                  Pair& next) const noexcept override;
+    Nanos full_at(Pair s, Nanos anchor) const noexcept override;
+    std::unique_ptr<Projection> project(Pair s, Nanos anchor) const override;
 
 private:
     struct Proj;
-    std::int64_t window_index(Nanos now) const noexcept { return now <= anchor_ ? 0 : (now - anchor_) / window_; }
-    Nanos window_start(std::int64_t w) const noexcept;
+    std::int64_t window_index(Nanos anchor, Nanos now) const noexcept {
+        return now <= anchor ? 0 : (now - anchor) / window_;
+    }
+    Nanos window_start(Nanos anchor, std::int64_t w) const noexcept;
 
-    const std::int64_t limit_;
-    const Nanos window_;
-    const Nanos anchor_;
-    AtomicPair state_; // {window index, permits used in it}
+    std::int64_t limit_;
+    Nanos window_;
+};
+
+class FixedWindow final : public RuleLimiter<FixedWindowRule> {
+public:
+    using RuleLimiter::RuleLimiter;
+    FixedWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, QueueOptions queue, bool manual)
+        : RuleLimiter(std::move(clock), FixedWindowRule(permit_limit, window), queue, manual) {}
+    std::int64_t permit_limit() const noexcept { return rule().permit_limit(); }
+    Nanos window() const noexcept { return rule().window(); }
 };
 
 } // namespace permits

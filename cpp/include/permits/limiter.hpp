@@ -11,6 +11,7 @@
 
 #include "permits/clock.hpp"
 #include "permits/outcome.hpp"
+#include "permits/rule.hpp"
 #include "permits/waiter.hpp"
 
 namespace permits {
@@ -33,16 +34,6 @@ struct Statistics {
 struct QueueOptions {
     std::int64_t queue_limit = 0;
     QueueOrder order = QueueOrder::OldestFirst;
-};
-
-/// A copy of a limiter's state onto which future grants are applied in order, without touching
-/// the real state: it answers "when could these requests be served, one after the other?"
-class Projection {
-public:
-    virtual ~Projection() = default;
-    /// The earliest time >= `not_before` at which `n` permits (n == 0: any permit available)
-    /// could be taken; with `apply`, takes them in the projection. Times are exact (128-bit).
-    virtual i128 grant(std::int64_t n, i128 not_before, bool apply) = 0;
 };
 
 class Limiter : public TimerTarget, public std::enable_shared_from_this<Limiter> {
@@ -88,6 +79,10 @@ public:
     const std::shared_ptr<Clock>& clock() const noexcept { return clock_; }
     /// True for limiters whose permits come back on release (concurrency).
     virtual bool releases_permits() const noexcept { return false; }
+    /// When the state is full, or will be if nothing else happens; kNever if time alone never fills it.
+    virtual Nanos full_at() const = 0;
+    /// Requests waiting in the queue.
+    std::int64_t queued_requests() const noexcept { return queued_entries_.load(); }
 
     void on_timer(Nanos now) override;
 
@@ -100,8 +95,6 @@ protected:
     /// when time alone never brings them (concurrency).
     virtual Nanos time_until(std::int64_t needed, Nanos now) const = 0;
     virtual void put_back(std::int64_t n, std::int64_t tag, Nanos now) = 0;
-    /// When the state last became full (all permits available), or kNever if it is not full at `now`.
-    virtual Nanos full_since(Nanos now) const = 0;
     /// A projection of the current state; nullptr for limiters whose permits time does not bring back.
     virtual std::unique_ptr<Projection> project() const = 0;
 

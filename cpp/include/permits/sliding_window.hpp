@@ -21,13 +21,13 @@ public:
     Nanos window() const noexcept { return window_; }
     std::int64_t segments() const noexcept { return segments_; }
     Nanos segment_length() const noexcept { return segment_; }
+    Nanos full_at() const override;
 
 protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override;
     std::int64_t available_at(Nanos now) const override;
     Nanos time_until(std::int64_t needed, Nanos now) const override;
     void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
-    Nanos full_since(Nanos now) const override;
     std::unique_ptr<Projection> project() const override;
 
 private:

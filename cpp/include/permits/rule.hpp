@@ -1,0 +1,53 @@
+// An algorithm's arithmetic over a state kept elsewhere: one limiter's atomic word, a record in
+// the per-key table (keyed.hpp), a slot in a shared store. Rules are pure functions of
+// (state, anchor, now), so every place that holds a state applies the same rules.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "permits/atomic_pair.hpp"
+#include "permits/time.hpp"
+
+namespace permits {
+
+/// A copy of a limiter's state onto which future grants are applied in order, without touching
+/// the real state: it answers "when could these requests be served, one after the other?"
+class Projection {
+public:
+    virtual ~Projection() = default;
+    /// The earliest time >= `not_before` at which `n` permits (n == 0: any permit available)
+    /// could be taken; with `apply`, takes them in the projection. Times are exact (128-bit).
+    virtual i128 grant(std::int64_t n, i128 not_before, bool apply) = 0;
+};
+
+/// The state is a Pair whose meaning belongs to the rule; `anchor` is when the state's timeline
+/// starts (the limiter's or the partition's creation).
+class Rule {
+public:
+    virtual ~Rule() = default;
+    /// The most one request may ask for.
+    virtual std::int64_t max_permits() const noexcept = 0;
+    /// True when permits come back on release (concurrency), not with time.
+    virtual bool releases_permits() const noexcept { return false; }
+    /// The state of a new, full limiter anchored at `anchor`.
+    virtual Pair initial(Nanos anchor) const noexcept = 0;
+    /// Takes n > 0 permits if that many are available at `now`: true, with the state after and
+    /// the grant's tag (where the permits were taken, for refunds).
+    virtual bool take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair& next,
+                      std::int64_t& tag) const noexcept = 0;
+    virtual std::int64_t available(Pair s, Nanos anchor, Nanos now) const noexcept = 0;
+    /// Time from `now` until `needed` permits are available if nothing else happens; kNever
+    /// when time alone never brings them (concurrency) or beyond the int64 range.
+    virtual Nanos time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept = 0;
+    /// Gives n permits back: false when that changes nothing (a refund for a window gone by).
+    virtual bool put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
+                          Pair& next) const noexcept = 0;
+    /// When the state is full (all permits available), or will be if nothing else happens;
+    /// kNever when time alone never fills it.
+    virtual Nanos full_at(Pair s, Nanos anchor) const noexcept = 0;
+    /// A projection of the state; nullptr when time does not bring permits back.
+    virtual std::unique_ptr<Projection> project(Pair s, Nanos anchor) const = 0;
+};
+
+} // namespace permits
