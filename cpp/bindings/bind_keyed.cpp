@@ -8,6 +8,7 @@
 
 #include "args.hpp"
 #include "fastcall.hpp"
+#include "key_encoding.hpp"
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
@@ -22,123 +23,54 @@ namespace py = pybind11;
 namespace permits::bind {
 namespace {
 
-constexpr int kMaxKeyDepth = 16;
-
-void put_u32(std::string& out, std::size_t n) {
-    const auto v = static_cast<std::uint32_t>(n);
-    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+// A lease for a per-key outcome: back to the key's full limiter if it decided, else to the key's record.
+PyObject* lease_of(const KeyedLimiter::Result& r, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* resource) {
+    if (r.owner || !r.outcome.acquired) {
+        return py_lease::from_outcome(r.outcome, r.owner);
+    }
+    return py_lease::from_keyed_outcome(r.outcome, keyed, resource);
 }
 
-// Appends the key's type-tagged encoding; false with a Python error set for a key of another type.
-// Lengths are written only inside tuples, where they keep the items apart: a top-level "user-42"
-// is 8 bytes, short enough for the string's inline buffer (no heap block per key).
-bool encode_key(PyObject* key, std::string& out, int depth) {
-    if (PyUnicode_CheckExact(key) || PyUnicode_Check(key)) {
-        Py_ssize_t size = 0;
-        const char* utf8 = PyUnicode_AsUTF8AndSize(key, &size); // cached in the str object
-        if (utf8 == nullptr) {
-            return false;
-        }
-        out.push_back('s');
-        if (depth > 0) {
-            put_u32(out, static_cast<std::size_t>(size));
-        }
-        out.append(utf8, static_cast<std::size_t>(size));
-        return true;
-    }
-    if (PyLong_Check(key) && !PyBool_Check(key)) {
-        int overflow = 0;
-        const long long v = PyLong_AsLongLongAndOverflow(key, &overflow);
-        if (overflow == 0) {
-            out.push_back('i');
-            out.append(reinterpret_cast<const char*>(&v), sizeof v);
-            return true;
-        }
-        PyObject* text = PyObject_Str(key); // large ints: their decimal digits
-        if (text == nullptr) {
-            return false;
-        }
-        Py_ssize_t size = 0;
-        const char* digits = PyUnicode_AsUTF8AndSize(text, &size);
-        out.push_back('I');
-        if (depth > 0) {
-            put_u32(out, static_cast<std::size_t>(size));
-        }
-        out.append(digits, static_cast<std::size_t>(size));
-        Py_DECREF(text);
-        return true;
-    }
-    if (PyBytes_Check(key)) {
-        out.push_back('b');
-        if (depth > 0) {
-            put_u32(out, static_cast<std::size_t>(PyBytes_GET_SIZE(key)));
-        }
-        out.append(PyBytes_AS_STRING(key), static_cast<std::size_t>(PyBytes_GET_SIZE(key)));
-        return true;
-    }
-    if (PyTuple_Check(key)) {
-        if (depth >= kMaxKeyDepth) {
-            PyErr_Format(PyExc_ValueError, "a partition key may nest tuples at most %d deep", kMaxKeyDepth);
-            return false;
-        }
-        out.push_back('t');
-        put_u32(out, static_cast<std::size_t>(PyTuple_GET_SIZE(key)));
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); ++i) {
-            if (!encode_key(PyTuple_GET_ITEM(key, i), out, depth + 1)) {
-                return false;
-            }
-        }
-        return true;
-    }
-    PyErr_Format(PyExc_TypeError, "a partition key must be a str, bytes, int or a tuple of them, got %.100s",
-                 Py_TYPE(key)->tp_name);
-    return false;
-}
-
-std::string key_of(py::handle resource) {
-    std::string key;
-    if (!encode_key(resource.ptr(), key, 0)) {
+py::object steal(PyObject* obj) {
+    if (obj == nullptr) {
         throw py::error_already_set();
     }
-    return key;
+    return py::reinterpret_steal<py::object>(obj);
 }
 
-// A lease for `o`; `owner` may be null (a request refused at the partition bound).
-py::object to_lease(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
-    PyObject* lease = py_lease::from_outcome(o, owner);
-    if (lease == nullptr) {
-        throw py::error_already_set();
-    }
-    return py::reinterpret_steal<py::object>(lease);
-}
-
-KeyedLimiter::Factory make_factory(std::shared_ptr<Clock> clock, const std::string& kind, py::tuple args,
-                                   py::handle queue_limit, bool newest_first) {
+KeyedTemplate make_template(std::shared_ptr<Clock> clock, const std::string& kind, py::tuple args,
+                            py::handle queue_limit, bool newest_first) {
     const QueueOptions q{int_arg(queue_limit, "queue_limit"),
                          newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
+    if (q.queue_limit < 0 || q.queue_limit > kMaxPermits) {
+        throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits));
+    }
     auto arg = [&](std::size_t i, const char* name) { return int_arg(args[i], name); };
-    KeyedLimiter::Factory f;
     if (kind == "token_bucket") {
-        const auto limit = arg(0, "token_limit"), per = arg(1, "tokens_per_period"), period = arg(2, "period_ns");
-        f = [=] { return std::make_shared<TokenBucket>(clock, limit, per, period, q, false); };
-    } else if (kind == "fixed_window") {
-        const auto limit = arg(0, "permit_limit"), window = arg(1, "window_ns");
-        f = [=] { return std::make_shared<FixedWindow>(clock, limit, window, q, false); };
-    } else if (kind == "sliding_window") {
+        const TokenBucketRule rule(arg(0, "token_limit"), arg(1, "tokens_per_period"), arg(2, "period_ns"));
+        return KeyedTemplate::of<TokenBucket>(clock, rule, q);
+    }
+    if (kind == "fixed_window") {
+        return KeyedTemplate::of<FixedWindow>(clock, FixedWindowRule(arg(0, "permit_limit"), arg(1, "window_ns")), q);
+    }
+    if (kind == "sliding_window_counter") {
+        const SlidingWindowCounterRule rule(arg(0, "permit_limit"), arg(1, "window_ns"));
+        return KeyedTemplate::of<SlidingWindowCounter>(clock, rule, q);
+    }
+    if (kind == "concurrency") {
+        return KeyedTemplate::of<Concurrency>(clock, ConcurrencyRule(arg(0, "permit_limit")), q);
+    }
+    if (kind == "sliding_window") {
+        // Its state is a ring of segments, not one word: every key gets a full limiter.
         const auto limit = arg(0, "permit_limit"), window = arg(1, "window_ns"),
                    segments = arg(2, "segments_per_window");
-        f = [=] { return std::make_shared<SlidingWindow>(clock, limit, window, segments, q, false); };
-    } else if (kind == "sliding_window_counter") {
-        const auto limit = arg(0, "permit_limit"), window = arg(1, "window_ns");
-        f = [=] { return std::make_shared<SlidingWindowCounter>(clock, limit, window, q, false); };
-    } else if (kind == "concurrency") {
-        const auto limit = arg(0, "permit_limit");
-        f = [=] { return std::make_shared<Concurrency>(clock, limit, q); };
-    } else {
-        throw py::value_error("no engine per-key limiter of kind " + kind);
+        auto make = [=](Nanos, Pair) {
+            return std::make_shared<SlidingWindow>(clock, limit, window, segments, q, false);
+        };
+        make(0, Pair{}); // builds one now, so that a bad option is a ValueError here rather than at first use
+        return KeyedTemplate{nullptr, q, make};
     }
-    f(); // builds one now, so that a bad option is a ValueError here rather than at first use
-    return f;
+    throw py::value_error("no engine per-key limiter of kind " + kind);
 }
 
 // acquire(resource, permit_count=1) as a METH_FASTCALL method: the per-key hot path.
@@ -158,26 +90,19 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
             throw std::invalid_argument("permit_count must not be negative, got " + std::to_string(n));
         }
         std::string key;
-        if (!encode_key(args[0], key, 0)) {
+        if (!encode_key(args[0], key)) {
             return nullptr;
         }
         const auto* keyed = holder_of<KeyedLimiter>(self);
         if (keyed == nullptr) {
             return nullptr;
         }
-        std::shared_ptr<Limiter> owner;
-        const auto result = (*keyed)->with(key, [&](Limiter& l) {
-            owner = l.shared_from_this();
-            if constexpr (kind == FastCall::Acquire) {
-                return std::optional<Outcome>(l.acquire(n));
-            } else {
-                return l.try_now(n);
-            }
-        });
-        if (!result) { // no room for a new key
-            return to_lease(Outcome::failed(n, Reason::PartitionLimit), nullptr).release().ptr();
+        if constexpr (kind == FastCall::Acquire) {
+            return lease_of((*keyed)->acquire(key, n), *keyed, args[0]);
+        } else {
+            const auto r = (*keyed)->try_now(key, n);
+            return r ? lease_of(*r, *keyed, args[0]) : Py_NewRef(Py_None);
         }
-        return *result ? py_lease::from_outcome(**result, owner) : Py_NewRef(Py_None);
     });
 }
 
@@ -195,8 +120,8 @@ void bind_keyed(py::module_& m) {
             .def(py::init([](std::shared_ptr<Clock> clock, const std::string& kind, py::tuple args,
                              py::handle queue_limit, bool newest_first, Nanos idle_timeout_ns,
                              std::int64_t max_partitions) {
-                     auto factory = make_factory(clock, kind, args, queue_limit, newest_first);
-                     return std::make_shared<KeyedLimiter>(std::move(clock), std::move(factory), idle_timeout_ns,
+                     auto tmpl = make_template(clock, kind, args, queue_limit, newest_first);
+                     return std::make_shared<KeyedLimiter>(std::move(clock), std::move(tmpl), idle_timeout_ns,
                                                            max_partitions);
                  }),
                  py::arg("clock"), py::arg("kind"), py::arg("args"), py::arg("queue_limit"), py::arg("newest_first"),
@@ -206,27 +131,24 @@ void bind_keyed(py::module_& m) {
                 [](const std::shared_ptr<KeyedLimiter>& self, py::handle resource, py::handle n, Nanos timeout_ns,
                    std::shared_ptr<Notifier> notifier, std::uint64_t id) -> py::object {
                     const std::string key = key_of(resource);
-                    std::shared_ptr<Limiter> owner;
-                    auto q = self->with(key, [&](Limiter& l) {
-                        owner = l.shared_from_this();
-                        return l.enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
-                    });
-                    if (!q) {
-                        return to_lease(Outcome::failed(int_arg(n, "permit_count"), Reason::PartitionLimit), nullptr);
+                    auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
+                    if (q.enqueued.waiter) {
+                        return py::cast(WaitHandle(q.owner, q.enqueued.waiter));
                     }
-                    if (!q->waiter) {
-                        return to_lease(q->outcome, owner);
-                    }
-                    return py::cast(WaitHandle(owner, q->waiter));
+                    return steal(lease_of({q.enqueued.outcome, q.owner}, self, resource.ptr()));
                 },
                 py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
             .def(
-                "_limiter",
-                [](const std::shared_ptr<KeyedLimiter>& self, py::handle resource) -> py::object {
-                    auto l = self->limiter(key_of(resource));
-                    return l ? py::cast(l) : py::none();
+                "_statistics",
+                [](KeyedLimiter& self, py::handle resource) -> py::object {
+                    const auto s = self.statistics(key_of(resource));
+                    if (!s) {
+                        return py::none();
+                    }
+                    return py::make_tuple(s->current_available_permits, s->current_queued_count,
+                                          s->total_successful_leases, s->total_failed_leases);
                 },
-                "The key's limiter (None at the partition bound).")
+                "The key's statistics tuple (None at the partition bound).")
             .def_property_readonly("partition_count", &KeyedLimiter::size)
             .def("_totals",
                  [](KeyedLimiter& self) {

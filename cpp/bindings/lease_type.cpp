@@ -1,5 +1,9 @@
 #include "lease_type.hpp"
 
+#include <string>
+
+#include "key_encoding.hpp"
+
 #include <cmath>
 #include <new>
 #include <structmember.h>
@@ -17,6 +21,10 @@ struct LeaseObject {
     PyObject* extra;      // dict of further metadata or nullptr
     PyObject* on_release; // callable or nullptr (leases of custom limiters)
     std::shared_ptr<Limiter> owner;
+    // Or, for a grant by a per-key record: the table and the key (a str, bytes, int or tuple of
+    // them: no reference cycle is possible, so the lease stays untracked by the GC).
+    std::shared_ptr<KeyedLimiter> keyed;
+    PyObject* key;
     std::int64_t tag;
 };
 
@@ -63,6 +71,8 @@ LeaseObject* alloc_lease() {
     self->extra = nullptr;
     self->on_release = nullptr;
     new (&self->owner) std::shared_ptr<Limiter>();
+    new (&self->keyed) std::shared_ptr<KeyedLimiter>();
+    self->key = nullptr;
     self->tag = 0;
     return self;
 }
@@ -97,6 +107,30 @@ bool attach_metadata(LeaseObject* self, PyObject* metadata) {
     return true;
 }
 
+// The permits go back where they came from: the limiter, or the key's record.
+void return_permits(LeaseObject* self) {
+    if (self->owner) {
+        self->owner->give_back(self->permit_count, self->tag);
+        return;
+    }
+    if (self->keyed) {
+        std::string key;
+        if (bind::encode_key(self->key, key)) { // it was encoded once already: it cannot fail
+            self->keyed->give_back(key, self->permit_count, self->tag);
+        } else {
+            PyErr_Clear();
+        }
+    }
+}
+
+bool owner_releases(const LeaseObject* self) {
+    return self->owner ? self->owner->releases_permits() : self->keyed && self->keyed->releases_permits();
+}
+
+bool owner_closed(const LeaseObject* self) {
+    return self->owner ? self->owner->closed() : self->keyed && self->keyed->closed();
+}
+
 // Returns 0 or -1 with an error set (from on_release).
 int do_release(LeaseObject* self, bool refund) {
     if (self->released) {
@@ -106,8 +140,8 @@ int do_release(LeaseObject* self, bool refund) {
     if (!self->acquired) {
         return 0;
     }
-    if (self->owner && (refund || self->owner->releases_permits())) {
-        self->owner->give_back(self->permit_count, self->tag);
+    if (refund || owner_releases(self)) {
+        return_permits(self);
     }
     if (self->on_release != nullptr) {
         PyObject* cb = self->on_release;
@@ -143,9 +177,9 @@ void release_forgotten(LeaseObject* self) {
     }
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    const bool closed = self->owner && self->owner->closed();
+    const bool closed = owner_closed(self);
     self->released = true;
-    self->owner->give_back(self->permit_count, self->tag);
+    return_permits(self);
     if (!closed && PyErr_WarnEx(PyExc_ResourceWarning,
                                 "a concurrency lease was garbage-collected without release(); "
                                 "its permits were released",
@@ -160,6 +194,8 @@ void lease_dealloc(LeaseObject* self) {
     release_forgotten(self);
     lease_clear(self);
     self->owner.~shared_ptr<Limiter>();
+    self->keyed.~shared_ptr<KeyedLimiter>();
+    Py_CLEAR(self->key);
     if (freelist_len < kFreelistSize) {
         freelist[freelist_len++] = self;
     } else {
@@ -434,6 +470,27 @@ PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner) 
     if (o.acquired) {
         self->owner = owner;
         self->must_release = owner->releases_permits() && o.permits > 0;
+    } else {
+        self->reason = reason_string(o.reason);
+        if (o.retry_after >= 0) {
+            self->retry_after = o.retry_seconds; // exact even past 2**63 ns
+        }
+    }
+    return reinterpret_cast<PyObject*>(self);
+}
+
+PyObject* from_keyed_outcome(const Outcome& o, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* key) {
+    LeaseObject* self = alloc_lease();
+    if (self == nullptr) {
+        return nullptr;
+    }
+    self->acquired = o.acquired;
+    self->permit_count = o.permits;
+    self->tag = o.tag;
+    if (o.acquired) {
+        self->keyed = keyed;
+        self->key = Py_NewRef(key);
+        self->must_release = keyed->releases_permits() && o.permits > 0;
     } else {
         self->reason = reason_string(o.reason);
         if (o.retry_after >= 0) {

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
 
 namespace permits::py_lease {
@@ -14,6 +15,8 @@ namespace permits::py_lease {
 bool register_type(PyObject* m);
 /// A new reference to a lease for `o`, holding `owner` so that release() / refunds reach it.
 PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner);
+/// A lease for `o` granted by the record of `key` in `keyed`: its permits go back to that key.
+PyObject* from_keyed_outcome(const Outcome& o, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* key);
 bool check(PyObject* obj);
 /// Gives the lease's permits back (a concurrency release or a refund); idempotent with release().
 void give_back(PyObject* lease);

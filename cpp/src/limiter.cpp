@@ -26,12 +26,16 @@ Limiter::Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOp
 }
 
 void Limiter::validate(std::int64_t n) const {
+    detail::check_permit_count(n, max_permits_);
+}
+
+void detail::check_permit_count(std::int64_t n, std::int64_t max_permits) {
     if (n < 0) {
         throw std::invalid_argument("permit_count must not be negative, got " + std::to_string(n));
     }
-    if (n > max_permits_) {
+    if (n > max_permits) {
         throw std::invalid_argument("permit_count " + std::to_string(n) + " exceeds the limiter's limit of " +
-                                    std::to_string(max_permits_));
+                                    std::to_string(max_permits));
     }
 }
 

@@ -547,14 +547,14 @@ class PerKeyLimiter(_core.Keyed, PartitionedLimiter):  # type: ignore[misc]
         return WaitAsync(_KeyView(self, resource), n)
 
     def available_permits(self, resource: object) -> int:
-        limiter = self._core_self()._limiter(resource)
-        return 0 if limiter is None else limiter.available_permits()
+        stats = self._core_self()._statistics(resource)
+        return 0 if stats is None else stats[0]
 
     def statistics(self, resource: object = None) -> Statistics:
         if resource is None:
             return Statistics(*self._core_self()._totals())
-        limiter = self._core_self()._limiter(resource)
-        return Statistics(0, 0, 0, 0) if limiter is None else Statistics(*limiter._statistics())
+        stats = self._core_self()._statistics(resource)
+        return Statistics(0, 0, 0, 0) if stats is None else Statistics(*stats)
 
     def __repr__(self) -> str:
         return f"<PerKeyLimiter name={self.name!r} partitions={self._core_self().partition_count}>"

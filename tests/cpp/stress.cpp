@@ -185,21 +185,21 @@ void waiters_and_close() {
 // with time frozen each key grants exactly its limit; with time moving nothing races (TSan).
 void keyed_partitions() {
     auto frozen = std::make_shared<ManualClock>(0);
-    auto factory = [frozen] { return std::make_shared<FixedWindow>(frozen, 100, 1'000'000, QueueOptions{}, false); };
-    auto keyed = std::make_shared<KeyedLimiter>(frozen, factory, 1000, 0);
+    auto keyed = std::make_shared<KeyedLimiter>(
+        frozen, KeyedTemplate::of<FixedWindow>(frozen, FixedWindowRule(100, 1'000'000), QueueOptions{}), 1000, 0);
     std::atomic<long> granted{0};
     run_threads(kThreads, [&](int t) {
         for (int i = 0; i < 3000; ++i) {
-            granted += keyed->acquire(std::to_string((i + t) % 5), 1).acquired ? 1 : 0;
+            granted += keyed->acquire(std::to_string((i + t) % 5), 1).outcome.acquired ? 1 : 0;
         }
     });
     check(granted == 500, "keyed: each of 5 keys grants exactly its limit");
 
     auto clock = std::make_shared<ManualClock>(0);
-    auto make = [clock] {
-        return std::make_shared<FixedWindow>(clock, 3, 1'000'000, QueueOptions{8, QueueOrder::OldestFirst}, false);
-    };
-    auto churn = std::make_shared<KeyedLimiter>(clock, make, 2'000'000, 16);
+    auto churn = std::make_shared<KeyedLimiter>(
+        clock,
+        KeyedTemplate::of<FixedWindow>(clock, FixedWindowRule(3, 1'000'000), QueueOptions{8, QueueOrder::OldestFirst}),
+        2'000'000, 16);
     std::atomic<bool> stop{false};
     std::thread ticker([&] {
         while (!stop.load()) {
@@ -211,7 +211,7 @@ void keyed_partitions() {
         for (int i = 0; i < 3000; ++i) {
             const std::string key = std::to_string(rng() % 40);
             if (i % 7 == 0) {
-                auto q = churn->enqueue(key, 1, 3'000'000);
+                auto q = churn->enqueue(key, 1, 3'000'000).enqueued;
                 if (q.waiter) {
                     while (!q.waiter->wait_for(1'000'000'000)) {
                     }

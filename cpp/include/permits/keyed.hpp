@@ -1,6 +1,9 @@
-// Per-key limits in the engine: one limiter per key, created on first use, dropped once fully
-// idle for longer than the idle timeout. Keys are byte strings (the bindings encode Python keys
-// with their type, so "7" and 7 differ). No Python here.
+// Per-key limits in the engine. Each key is a 64-byte record in a sharded hash table: the rule's
+// state word, its anchor, its counters, its key and when eviction next looks at it. A key becomes
+// a full Limiter only when one of its requests has to queue (or for kinds without a rule, the
+// sliding window), and stays one until evicted. A key is evicted once fully idle for longer than
+// the idle timeout, exactly then, by looks kept in a per-shard heap: O(evicted), no scan.
+// Keys are byte strings (the bindings encode Python keys with their type). No Python here.
 #pragma once
 
 #include <array>
@@ -10,38 +13,67 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "permits/limiter.hpp"
+#include "permits/rule.hpp"
 
 namespace permits {
 
+/// What every key's limiter is.
+struct KeyedTemplate {
+    /// Applied to each key's record; nullptr: every key gets a full limiter at once.
+    std::shared_ptr<const Rule> rule;
+    QueueOptions queue;
+    /// A full limiter going on from a record's (anchor, state); kinds without a rule ignore both.
+    std::function<std::shared_ptr<Limiter>(Nanos anchor, Pair state)> promote;
+
+    /// For a RuleLimiter type L (TokenBucket, FixedWindow, ...) and its rule.
+    template <class L, class R>
+    static KeyedTemplate of(const std::shared_ptr<Clock>& clock, const R& rule, QueueOptions queue) {
+        auto r = std::make_shared<const R>(rule);
+        return {r, queue, [clock, r, queue](Nanos anchor, Pair state) {
+                    return std::make_shared<L>(clock, *r, queue, anchor, state);
+                }};
+    }
+};
+
 class KeyedLimiter final : public TimerTarget, public std::enable_shared_from_this<KeyedLimiter> {
 public:
-    using Factory = std::function<std::shared_ptr<Limiter>()>;
-
     /// `max_partitions` 0: no bound.
-    KeyedLimiter(std::shared_ptr<Clock> clock, Factory factory, Nanos idle_timeout, std::int64_t max_partitions);
+    KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nanos idle_timeout, std::int64_t max_partitions);
+    ~KeyedLimiter() override;
+    KeyedLimiter(const KeyedLimiter&) = delete;
+    KeyedLimiter& operator=(const KeyedLimiter&) = delete;
 
-    /// The key's limiter runs `op` under its shard's lock, so an eviction can never slip between
-    /// finding a limiter and using it (a request granted by a dropped limiter would escape the
-    /// limit). nullopt: max_partitions leaves no room for a new key.
-    template <class Op>
-    auto with(std::string_view key, Op&& op) -> std::optional<decltype(op(std::declval<Limiter&>()))>;
+    struct Result {
+        Outcome outcome;
+        /// The key's full limiter when it decided (its leases go back to it); nullptr when the
+        /// key's record did (leases go back through give_back(key, ...)).
+        std::shared_ptr<Limiter> owner;
+    };
+    /// The outcome of acquire(n) on the key's limiter (reason PartitionLimit at the bound).
+    Result acquire(std::string_view key, std::int64_t n);
+    /// Granted now, or nullopt with nothing counted (the caller goes on to enqueue()).
+    std::optional<Result> try_now(std::string_view key, std::int64_t n);
+    struct Queued {
+        Limiter::Enqueued enqueued;
+        std::shared_ptr<Limiter> owner; ///< as in Result; the limiter the waiter is queued in
+    };
+    Queued enqueue(std::string_view key, std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier = nullptr,
+                   std::uint64_t id = 0);
+    /// Returns permits granted by the key's record (a release or a refund).
+    void give_back(std::string_view key, std::int64_t n, std::int64_t tag);
+    bool releases_permits() const noexcept;
 
-    Outcome acquire(std::string_view key, std::int64_t n);
-    Limiter::Enqueued enqueue(std::string_view key, std::int64_t n, Nanos timeout,
-                              std::shared_ptr<Notifier> notifier = nullptr, std::uint64_t id = 0);
-    /// The key's limiter (created if absent), or nullptr at the bound.
-    std::shared_ptr<Limiter> limiter(std::string_view key);
-
+    /// The key's statistics and available permits (the partition is created if absent, as
+    /// .NET does); nullopt at the bound.
+    std::optional<Statistics> statistics(std::string_view key);
     std::int64_t size() const noexcept { return size_.load(); }
     /// Every partition's counts added up, with those of evicted partitions.
     Statistics totals();
-    /// Drops every partition idle for longer than the idle timeout; returns how many.
+    /// Drops every partition idle for longer than the idle timeout at `now`; returns how many.
     std::int64_t evict_due(Nanos now);
     std::int64_t evict_idle() { return evict_due(clock_->now()); }
     void close();
@@ -49,67 +81,43 @@ public:
     void on_timer(Nanos now) override;
 
 private:
-    struct Entry {
-        std::shared_ptr<Limiter> limiter;
-        std::uint64_t generation; // tells a pending look at this partition from one at an earlier one
-    };
-    // Transparent hashing: a lookup by string_view builds no std::string.
-    struct KeyHash {
-        using is_transparent = void;
-        std::size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
-    };
-    using Map = std::unordered_map<std::string, Entry, KeyHash, std::equal_to<>>;
-    struct Shard {
-        std::mutex mu; // guards map; held for a lookup and one non-blocking limiter call
-        Map map;
-    };
-    struct Due {
+    class KeyBytes;
+    struct Record;
+    struct Look {
         Nanos when;
-        std::uint64_t generation;
-        std::string key;
-        bool operator>(const Due& o) const { return when > o.when; }
+        std::uint32_t index;
+        bool operator>(const Look& o) const { return when > o.when; }
     };
+    struct Shard;
     static constexpr std::size_t kShards = 64;
 
-    Shard& shard_of(std::string_view key) { return shards_[std::hash<std::string_view>{}(key) % kShards]; }
-    /// Under the shard's lock: the key's limiter, created if absent (nullptr at the bound).
-    std::shared_ptr<Limiter> find_or_create_locked(Shard& shard, std::string_view key);
-    /// Counts a new partition in, unless the bound is reached.
+    /// Under the shard's lock: the key's record index, created if absent; nullopt at the bound.
+    std::optional<std::uint32_t> find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash);
+    std::optional<std::uint32_t> find_locked(Shard& shard, std::string_view key, std::uint64_t hash) const;
     bool reserve_place() noexcept;
-    /// Under the shard's lock: one idle partition dropped to make room.
+    /// Under the shard's lock: one fully idle partition dropped to make room.
     bool free_a_place_locked(Shard& shard, Nanos now);
-    void drop_locked(Shard& shard, Map::iterator it);
-    void look_again_at(Nanos when, std::uint64_t generation, std::string key);
+    void drop_locked(Shard& shard, std::uint32_t index);
+    /// When the key is (or will be, if nothing else happens) fully idle; kNever: in use.
+    /// `poll`: in use in a way no give_back will report (a full limiter's queue or leases).
+    Nanos full_at_locked(Record& r, bool& poll) const;
+    void look_at_locked(Shard& shard, std::uint32_t index, Nanos when);
+    void look_locked(Shard& shard, std::uint32_t index, Nanos now, std::int64_t& evicted);
+    std::shared_ptr<Limiter>& promote_locked(Record& r);
+    std::optional<Outcome> grant_locked(Record& r, std::int64_t n, Nanos now);
+    i128 retry_after(const Record& r, std::int64_t n, Nanos now) const;
+    void schedule(Nanos when);
 
     std::shared_ptr<Clock> clock_;
-    Factory factory_;
+    const KeyedTemplate tmpl_;
     const Nanos idle_timeout_;
     const std::int64_t max_partitions_;
-    std::array<Shard, kShards> shards_;
+    std::unique_ptr<std::array<Shard, kShards>> shards_;
     std::atomic<std::int64_t> size_{0};
     std::atomic<bool> closed_{false};
     std::atomic<std::int64_t> dropped_successful_{0};
     std::atomic<std::int64_t> dropped_failed_{0};
-
-    // When each partition is next worth looking at: O(evicted) eviction, no scan of all keys.
-    std::mutex due_mu_;    // guards due_ and scheduled_at_; never held with a shard's lock taken after it
-    std::vector<Due> due_; // a min-heap on `when`
-    Nanos scheduled_at_ = kNever;
-    std::atomic<std::uint64_t> generations_{0};
+    std::atomic<Nanos> scheduled_at_{kNever}; // the earliest look the clock's timer is set for
 };
-
-template <class Op>
-auto KeyedLimiter::with(std::string_view key, Op&& op) -> std::optional<decltype(op(std::declval<Limiter&>()))> {
-    if (closed_.load()) {
-        throw ClosedError();
-    }
-    Shard& shard = shard_of(key);
-    std::unique_lock<std::mutex> lock(shard.mu);
-    auto limiter = find_or_create_locked(shard, key);
-    if (!limiter) {
-        return std::nullopt;
-    }
-    return op(*limiter);
-}
 
 } // namespace permits

@@ -20,6 +20,8 @@ namespace detail {
 /// Constructor checks shared by the limiters: std::invalid_argument naming the option.
 void check_limit(const char* name, std::int64_t value);
 void check_duration(const char* name, Nanos value);
+/// A request's permit count: 0 <= n <= max_permits.
+void check_permit_count(std::int64_t n, std::int64_t max_permits);
 } // namespace detail
 
 enum class QueueOrder : std::uint8_t { OldestFirst = 0, NewestFirst = 1 };
