@@ -495,7 +495,7 @@ class _KeyView:
         )
 
 
-class PerKeyLimiter(_core.Keyed, PartitionedLimiter):  # type: ignore[misc]
+class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
     """What ``PartitionedLimiter.per_key`` returns for the engine's limiter kinds: every key's
     limiter lives in the engine's table; ``acquire`` makes no Python call per key."""
 

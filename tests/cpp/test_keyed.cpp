@@ -6,8 +6,10 @@
 #include <thread>
 #include <vector>
 
+#include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
 #include "permits/keyed.hpp"
+#include "permits/sliding_window.hpp"
 #include "permits/token_bucket.hpp"
 #include "support.hpp"
 
@@ -21,6 +23,12 @@ std::shared_ptr<KeyedLimiter> make_keyed(const std::shared_ptr<ManualClock>& clo
     auto tmpl = KeyedTemplate::of<FixedWindow>(clock, FixedWindowRule(limit, 10 * kSec),
                                                QueueOptions{4, QueueOrder::OldestFirst});
     return std::make_shared<KeyedLimiter>(clock, tmpl, idle_timeout, max_partitions);
+}
+
+template <class L, class R>
+std::shared_ptr<KeyedLimiter> keyed_of(const std::shared_ptr<ManualClock>& clock, const R& rule, Nanos idle_timeout,
+                                       QueueOptions queue = {}) {
+    return std::make_shared<KeyedLimiter>(clock, KeyedTemplate::of<L>(clock, rule, queue), idle_timeout, 0);
 }
 
 } // namespace
@@ -129,4 +137,164 @@ TEST(Keyed, ManyThreadsOnFewKeysGetExactPerKeyTotals) {
     }
     EXPECT_EQ(granted.load(), 3000); // exactly the limit of each of the 3 keys
     EXPECT_EQ(k->totals().total_failed_leases, 8000 - 3000);
+}
+
+TEST(Keyed, AReleaseComesBackToTheKeyAndItIsEvictedExactlyIdleTimeoutLater) {
+    auto clock = make_clock();
+    auto k = keyed_of<Concurrency>(clock, ConcurrencyRule(1), 5 * kSec);
+    const auto held = k->acquire("a", 1);
+    ASSERT_TRUE(held.outcome.acquired);
+    EXPECT_EQ(held.owner, nullptr); // decided by the key's record
+    EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
+    clock->advance(100 * kSec); // held: never idle, never evicted
+    EXPECT_EQ(k->size(), 1);
+    k->give_back("a", 1, held.outcome.tag);
+    EXPECT_EQ(k->statistics("a")->current_available_permits, 1);
+    clock->advance(5 * kSec);
+    EXPECT_EQ(k->size(), 1); // idle for exactly 5 s: not yet
+    clock->advance(1);
+    EXPECT_EQ(k->size(), 0);
+    EXPECT_EQ(k->totals().total_successful_leases, 1);
+    EXPECT_EQ(k->totals().total_failed_leases, 1);
+}
+
+TEST(Keyed, ARefundGoesBackToTheKeysBucketAndWindow) {
+    auto clock = make_clock();
+    auto tb = keyed_of<TokenBucket>(clock, TokenBucketRule(2, 1, 10 * kSec), 60 * kSec);
+    const auto first = tb->acquire("a", 2);
+    ASSERT_TRUE(first.outcome.acquired);
+    EXPECT_FALSE(tb->acquire("a", 1).outcome.acquired);
+    tb->give_back("a", 1, first.outcome.tag);
+    EXPECT_TRUE(tb->acquire("a", 1).outcome.acquired);
+    EXPECT_FALSE(tb->acquire("a", 1).outcome.acquired);
+
+    auto fw = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
+    const auto granted = fw->acquire("a", 1);
+    fw->give_back("a", 1, granted.outcome.tag); // same window: counted back
+    const auto again = fw->acquire("a", 1);
+    EXPECT_TRUE(again.outcome.acquired);
+    clock->advance(10 * kSec);
+    fw->give_back("a", 1, again.outcome.tag); // its window has gone: nothing to give back
+    EXPECT_TRUE(fw->acquire("a", 1).outcome.acquired);
+    EXPECT_FALSE(fw->acquire("a", 1).outcome.acquired);
+}
+
+TEST(Keyed, AFailedRecordRequestReportsTheExactRetryAfter) {
+    auto clock = make_clock();
+    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(4, 2, 10 * kSec), 60 * kSec);
+    clock->advance(3 * kSec); // the key's anchor: 3 s
+    ASSERT_TRUE(k->acquire("a", 4).outcome.acquired);
+    clock->advance(4 * kSec);
+    const Outcome o = k->acquire("a", 3).outcome; // 2 tokens at 13 s, 4 at 23 s
+    EXPECT_FALSE(o.acquired);
+    EXPECT_EQ(o.reason, Reason::LimitReached);
+    EXPECT_EQ(o.retry_after, 16 * kSec);
+    const Outcome zero = k->acquire("a", 0).outcome; // a zero-permit request counts as one
+    EXPECT_FALSE(zero.acquired);
+    EXPECT_EQ(zero.retry_after, 6 * kSec);
+    EXPECT_THROW(k->acquire("a", 5), std::invalid_argument);
+}
+
+TEST(Keyed, AQueuedRequestCarriesTheKeysStateIntoItsOwnLimiter) {
+    auto clock = make_clock();
+    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(3, 3, 10 * kSec), 60 * kSec, {5, QueueOrder::OldestFirst});
+    ASSERT_TRUE(k->acquire("a", 3).outcome.acquired);
+    EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
+    clock->advance(4 * kSec);
+    EXPECT_EQ(k->enqueue("a", 1, 0).enqueued.outcome.reason, Reason::Timeout); // would wait: not queued
+    auto q = k->enqueue("a", 2, -1);
+    ASSERT_TRUE(q.enqueued.waiter);
+    ASSERT_NE(q.owner, nullptr);
+    const Statistics s = *k->statistics("a");
+    EXPECT_EQ(s.current_available_permits, 0); // the state came along: still empty
+    EXPECT_EQ(s.current_queued_count, 2);
+    EXPECT_EQ(s.total_successful_leases, 1);
+    clock->advance(6 * kSec); // the bucket's first period ends at 10 s, from its anchor at 0
+    EXPECT_TRUE(q.enqueued.waiter->outcome().acquired);
+    EXPECT_EQ(k->statistics("a")->current_available_permits, 1);
+    EXPECT_EQ(k->statistics("a")->total_successful_leases, 2);
+    // From now on the key's own limiter decides, and it is evicted once idle like any key.
+    EXPECT_EQ(k->acquire("a", 1).owner, q.owner);
+    clock->advance(200 * kSec);
+    EXPECT_EQ(k->size(), 0);
+    EXPECT_EQ(k->totals().total_successful_leases, 3);
+}
+
+TEST(Keyed, QueueFullAndZeroTimeoutAreDecidedByTheRecord) {
+    auto clock = make_clock();
+    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(3, 10 * kSec), 60 * kSec, {1, QueueOrder::OldestFirst});
+    ASSERT_TRUE(k->acquire("a", 3).outcome.acquired);
+    const auto full = k->enqueue("a", 2, -1); // more than the queue limit
+    EXPECT_EQ(full.owner, nullptr);
+    EXPECT_EQ(full.enqueued.outcome.reason, Reason::QueueFull);
+    EXPECT_EQ(full.enqueued.outcome.retry_after, 10 * kSec);
+    const auto now_only = k->enqueue("a", 1, 0);
+    EXPECT_EQ(now_only.owner, nullptr);
+    EXPECT_EQ(now_only.enqueued.outcome.reason, Reason::Timeout);
+    const Statistics s = *k->statistics("a");
+    EXPECT_EQ(s.total_failed_leases, 1); // the timeout is not counted, as in a limiter
+}
+
+TEST(Keyed, LongBinaryAndNearlyEqualKeysAreDistinct) {
+    auto clock = make_clock();
+    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
+    const std::vector<std::string> keys = {
+        "",
+        std::string("\0", 1),
+        std::string("\0\0", 2),
+        "abcdefghijklm",   // 13 bytes
+        "abcdefghijklmn",  // 14: the longest inline key
+        "abcdefghijklmno", // 15: on the heap
+        "abcdefghijklmnp",
+        std::string(1000, 'x'),
+        std::string(999, 'x') + "y",
+    };
+    for (const auto& key : keys) {
+        EXPECT_TRUE(k->acquire(key, 1).outcome.acquired) << key.size();
+    }
+    for (const auto& key : keys) {
+        EXPECT_FALSE(k->acquire(key, 1).outcome.acquired) << key.size();
+    }
+    EXPECT_EQ(k->size(), static_cast<std::int64_t>(keys.size()));
+    clock->advance(100 * kSec);
+    EXPECT_EQ(k->size(), 0);
+}
+
+TEST(Keyed, KeysOutliveTheirNeighboursEvictionAndMemoryIsResetOnceAllAreGone) {
+    auto clock = make_clock();
+    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 5 * kSec);
+    for (int i = 0; i < 10000; ++i) {
+        ASSERT_TRUE(k->acquire("early" + std::to_string(i), 1).outcome.acquired);
+    }
+    clock->advance(6 * kSec);
+    for (int i = 0; i < 10000; ++i) {
+        ASSERT_TRUE(k->acquire("late" + std::to_string(i), 1).outcome.acquired);
+    }
+    clock->advance(9 * kSec + 1); // 15 s + 1 ns: the early keys have been idle for longer than 5 s
+    EXPECT_EQ(k->size(), 10000);
+    for (int i = 0; i < 10000; ++i) { // every late key is still found, with its count, after the deletions
+        ASSERT_FALSE(k->acquire("late" + std::to_string(i), 1).outcome.acquired) << i;
+    }
+    EXPECT_TRUE(k->acquire("early0", 1).outcome.acquired); // a new partition
+    clock->advance(30 * kSec);
+    EXPECT_EQ(k->size(), 0);
+    EXPECT_EQ(k->totals().total_successful_leases, 20001);
+    EXPECT_EQ(k->totals().total_failed_leases, 10000);
+    EXPECT_TRUE(k->acquire("again", 1).outcome.acquired); // the table works after being reset
+}
+
+TEST(Keyed, KindsWithoutARuleGetAFullLimiterPerKey) {
+    auto clock = make_clock();
+    const QueueOptions q{};
+    auto make = [clock, q](Nanos, Pair) { return std::make_shared<SlidingWindow>(clock, 2, 10 * kSec, 2, q, false); };
+    auto k = std::make_shared<KeyedLimiter>(clock, KeyedTemplate{nullptr, q, make}, 1 * kSec, 0);
+    const auto a = k->acquire("a", 2);
+    ASSERT_TRUE(a.outcome.acquired);
+    EXPECT_NE(a.owner, nullptr);
+    EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
+    EXPECT_TRUE(k->acquire("b", 1).outcome.acquired);
+    clock->advance(10 * kSec); // a's permits come back at 10 s; idle for longer than 1 s at 11 s
+    EXPECT_EQ(k->size(), 2);
+    clock->advance(1 * kSec + 1);
+    EXPECT_EQ(k->size(), 0);
 }

@@ -128,6 +128,30 @@ def test_a_blocking_wait_in_one_key_does_not_block_another(make: Make) -> None:
     assert got and got[0]
 
 
+def test_a_keys_concurrency_lease_comes_back_on_release_and_when_forgotten(make: Make) -> None:
+    clock = permits.ManualClock()
+    limiter = make(Partition.concurrency(None, 1), idle_timeout=1.0, clock=clock)
+    key = ("tenant", 7)
+    lease = limiter.acquire(key)
+    assert lease and not limiter.acquire(key)
+    clock.advance(5.0)
+    assert limiter.partition_count == 1  # held: never idle
+    lease.release()
+    lease.release()  # idempotent
+    assert limiter.available_permits(key) == 1
+    forgotten = limiter.acquire(key)
+    assert forgotten
+    with pytest.warns(ResourceWarning, match="without release"):
+        del forgotten
+        gc.collect()
+    assert limiter.available_permits(key) == 1
+    clock.advance(1.0)
+    assert limiter.partition_count == 1  # idle for exactly 1 s since the last release: not yet
+    clock.advance(0.001)
+    assert limiter.partition_count == 0
+    assert limiter.statistics().total_successful_leases == 2
+
+
 def test_wait_times_out_on_the_limiters_clock(make: Make) -> None:
     clock = permits.ManualClock()
     limiter = make(Partition.token_bucket(None, 1, 1, 60.0, queue_limit=1), clock=clock)
@@ -216,6 +240,7 @@ def test_a_million_keys_come_and_go_and_memory_returns() -> None:
     assert limiter.partition_count == 0
     after = _rss_kib()
     grown = peak - baseline
-    # Generous bounds: what one million keys cost, and that most of it came back.
-    assert grown < 1_500_000, f"1M keys took {grown} KiB"
+    # Generous bounds (a key is a 64-byte record plus its slot and its look at eviction time):
+    # what one million keys cost, and that most of it came back.
+    assert grown < 300_000, f"1M keys took {grown} KiB"
     assert after - baseline < grown / 2 + 50_000, f"baseline {baseline}, peak {peak}, after {after} KiB"
