@@ -374,17 +374,24 @@ class PartitionedLimiter:
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
-        limiter = self._limiter(resource)
-        if limiter is None:
-            return Lease.denied("partition_limit")._with_permit_count(n)
-        return limiter.wait(n, timeout)
+        while True:
+            found = self._entry(resource)
+            if found is None:
+                return Lease.denied("partition_limit")._with_permit_count(n)
+            key, entry = found
+            assert entry.limiter is not None
+            lease = entry.limiter.wait(n, timeout)
+            # As in acquire: a grant by a limiter evicted meanwhile is given back and asked again.
+            # (Only an idle limiter is evicted, so that grant was immediate: no time was lost.)
+            if not lease or self._entries.get(key) is entry:
+                return lease
+            lease._give_back()
 
     def wait_async(self, resource: object, permit_count: int = 1) -> WaitAsync | _Ready:
         n = _check_permit_count(permit_count)
-        limiter = self._limiter(resource)
-        if limiter is None:
-            return _Ready(Lease.denied("partition_limit")._with_permit_count(n))
-        return limiter.wait_async(n)
+        if self._closed:
+            raise LimiterClosedError("the limiter is closed")
+        return WaitAsync(_PartitionView(self, resource), n)
 
     def available_permits(self, resource: object) -> int:
         limiter = self._limiter(resource)
@@ -474,6 +481,41 @@ class PartitionedLimiter:
             return template.with_key(resource)
 
         return cls(partitioner, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
+
+
+class _PartitionView:
+    """One key of a general PartitionedLimiter, seen as a limiter by WaitAsync. As in acquire, a
+    grant by a limiter evicted meanwhile is given back and the key's new limiter asked."""
+
+    __slots__ = ("_owner", "_resource")
+
+    def __init__(self, owner: PartitionedLimiter, resource: object) -> None:
+        self._owner = owner
+        self._resource = resource
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        found = self._owner._entry(self._resource)
+        if found is None:
+            return Lease.denied("partition_limit")._with_permit_count(permit_count)
+        key, entry = found
+        assert entry.limiter is not None
+        lease = entry.limiter._try_now(permit_count)
+        if lease is None or not lease or self._owner._entries.get(key) is entry:
+            return lease
+        lease._give_back()
+        return None  # _wait_async asks the key's new limiter
+
+    async def _wait_async(self, permit_count: int) -> Lease:
+        while True:
+            found = self._owner._entry(self._resource)
+            if found is None:
+                return Lease.denied("partition_limit")._with_permit_count(permit_count)
+            key, entry = found
+            assert entry.limiter is not None
+            lease = await entry.limiter.wait_async(permit_count)
+            if not lease or self._owner._entries.get(key) is entry:
+                return lease
+            lease._give_back()
 
 
 class _KeyView:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Awaitable
 
 import pytest
 
@@ -350,7 +351,12 @@ def test_keys_evicted_and_built_again_leave_nothing_behind() -> None:
     assert len(limiter._due) <= 2 * 1 + 64  # bounded by the live partitions, not by the churn
 
 
-def test_a_grant_from_a_partition_evicted_meanwhile_is_given_back_and_asked_again() -> None:
+async def _awaited(awaitable: Awaitable[permits.Lease]) -> permits.Lease:
+    return await awaitable
+
+
+@pytest.mark.parametrize("how", ["acquire", "wait", "wait_async"])
+def test_a_grant_from_a_partition_evicted_meanwhile_is_given_back_and_asked_again(how: str) -> None:
     # The partition's limiter gets evicted while its acquire runs (it reports being idle): the
     # grant it made would count nowhere, so the partitioned limiter gives it back and asks the
     # key's new limiter.
@@ -374,7 +380,12 @@ def test_a_grant_from_a_partition_evicted_meanwhile_is_given_back_and_asked_agai
         return built[-1]
 
     limiter = PartitionedLimiter(lambda r: Partition.custom(r, factory), idle_timeout=1.0, clock=clock)
-    lease = limiter.acquire("k")
+    if how == "acquire":
+        lease = limiter.acquire("k")
+    elif how == "wait":
+        lease = limiter.wait("k", timeout=1.0)
+    else:
+        lease = asyncio.run(_awaited(limiter.wait_async("k")))
     assert lease
     assert len(built) == 2  # asked again, from the key's new limiter
     assert given_back == [1]  # the first grant was given back, before the second limiter was built
