@@ -23,12 +23,13 @@ namespace py = pybind11;
 namespace permits::bind {
 namespace {
 
-// A lease for a per-key outcome: back to the key's full limiter if it decided, else to the key's record.
-PyObject* lease_of(const KeyedLimiter::Result& r, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* resource) {
-    if (r.owner || !r.outcome.acquired) {
-        return py_lease::from_outcome(r.outcome, r.owner);
+// A lease for a per-key outcome: its permits go back through the table, which tells the key's
+// record or full limiter and notes when the key will be idle (exact eviction).
+PyObject* lease_of(const Outcome& o, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* resource) {
+    if (!o.acquired) {
+        return py_lease::from_outcome(o, nullptr);
     }
-    return py_lease::from_keyed_outcome(r.outcome, keyed, resource);
+    return py_lease::from_keyed_outcome(o, keyed, resource);
 }
 
 py::object steal(PyObject* obj) {
@@ -98,10 +99,10 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
             return nullptr;
         }
         if constexpr (kind == FastCall::Acquire) {
-            return lease_of((*keyed)->acquire(key, n), *keyed, args[0]);
+            return lease_of((*keyed)->acquire(key, n).outcome, *keyed, args[0]);
         } else {
             const auto r = (*keyed)->try_now(key, n);
-            return r ? lease_of(*r, *keyed, args[0]) : Py_NewRef(Py_None);
+            return r ? lease_of(r->outcome, *keyed, args[0]) : Py_NewRef(Py_None);
         }
     });
 }
@@ -135,7 +136,7 @@ void bind_keyed(py::module_& m) {
                     if (q.enqueued.waiter) {
                         return py::cast(WaitHandle(q.owner, q.enqueued.waiter));
                     }
-                    return steal(lease_of({q.enqueued.outcome, q.owner}, self, resource.ptr()));
+                    return steal(lease_of(q.enqueued.outcome, self, resource.ptr()));
                 },
                 py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
             .def(

@@ -544,15 +544,14 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     Record& r = shard.at(*i);
     if (r.promoted()) {
         (*r.full)->give_back(n, tag);
+    } else if (!tmpl_.rule->put_back(r.state, r.anchor, n, tag, clock_->now(), r.state)) {
         return;
     }
-    const Nanos now = clock_->now();
-    if (tmpl_.rule->put_back(r.state, r.anchor, n, tag, now, r.state)) {
-        // Idle sooner than the pending look expects (a release): look at it then.
-        const Nanos at = tmpl_.rule->full_at(r.state, r.anchor);
-        if (at != kNever) {
-            look_at_locked(shard, *i, sat_add(at, sat_add(idle_timeout_, 1)));
-        }
+    // Idle sooner than the pending look expects (a release, a refund): look at it then.
+    bool poll = false;
+    const Nanos at = full_at_locked(r, poll);
+    if (at != kNever) {
+        look_at_locked(shard, *i, sat_add(at, sat_add(idle_timeout_, 1)));
     }
 }
 
