@@ -225,6 +225,9 @@ std::optional<std::uint32_t> KeyedLimiter::find_or_create_locked(Shard& shard, s
     if (auto found = find_locked(shard, key, hash)) {
         return found;
     }
+    if (closed_.load()) {
+        throw ClosedError(); // close() may have emptied this shard since the caller looked
+    }
     const Nanos now = clock_->now();
     // Reserve the new partition's place first: shards insert concurrently, the bound is global.
     if (!reserve_place() && !(free_a_place_locked(shard, now) && reserve_place())) {
