@@ -33,9 +33,9 @@ from typing import Any
 HUGE_CANDIDATES = (10**12, 2**31 - 1, 10**9)
 """Limits tried in turn for the cases that must always succeed (the first one accepted)."""
 
-TARGET_TIME_BASED = 4.0
-TARGET_CONCURRENCY = 8.0
-TARGET_PEER = 20.0
+TARGET_TIME_BASED = 3.0
+TARGET_CONCURRENCY = 6.0
+TARGET_PEER = 30.0
 
 
 # --------------------------------------------------------------------------- cases
@@ -113,6 +113,14 @@ def floor_cases() -> Iterator[Case]:
         "d.get(k)",
         {"d": d, "k": "b"},
         key="dict_get",
+    )
+    yield Case(
+        "no-op C method: lst.clear() on an empty list (floor)",
+        "floor",
+        "lst.clear()",
+        {"lst": []},
+        note="a bound METH_NOARGS call that does nothing",
+        key="noop_c_method",
     )
     yield Case("empty loop (timeit overhead, not subtracted)", "floor", "pass", key="empty")
 
@@ -464,6 +472,43 @@ def _permits_async_cases() -> Iterator[Case]:
     )
 
 
+def _throttled_async_cases() -> Iterator[Case]:
+    try:
+        from throttled.asyncio import MemoryStore, RateLimiterType, Throttled, rate_limiter
+    except ImportError as exc:
+        raise NotInstalled(f"throttled-py (asyncio): {exc}") from exc
+
+    def factory() -> Callable[[int], Awaitable[float]]:
+        huge = 10**12
+        t = Throttled(
+            key="bench",
+            using=RateLimiterType.TOKEN_BUCKET.value,
+            quota=rate_limiter.per_sec(huge, burst=huge),
+            store=MemoryStore(),
+        )
+
+        async def run(n: int) -> float:
+            limited = False
+            t0 = time.perf_counter()
+            for _ in range(n):
+                result = await t.limit()
+                limited = limited or result.limited
+            t1 = time.perf_counter()
+            if limited:
+                raise RuntimeError("throttled-py (asyncio) limited a call")
+            return t1 - t0
+
+        return run
+
+    yield Case(
+        "throttled-py (asyncio) token_bucket: await limit()",
+        "peer-async",
+        async_factory=factory,
+        note="throttled.asyncio, MemoryStore",
+        key="throttled_async_token_bucket",
+    )
+
+
 def _aiolimiter_cases() -> Iterator[Case]:
     try:
         from aiolimiter import AsyncLimiter
@@ -776,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         ("async floor", "async-floor", async_floor_cases),
         ("permits (async)", "permits-async", _permits_async_cases),
         ("aiolimiter", "peer-async", _aiolimiter_cases),
+        ("throttled-py (asyncio)", "peer-async", _throttled_async_cases),
     ]
     results = collect(sources, s, verbose=not args.quiet)
     meta = metadata_block(args_list)
