@@ -560,21 +560,38 @@ def _number_for(time_n: Callable[[int], float], target: float, cap: int | None) 
     return n if cap is None else min(n, cap)
 
 
-def time_sync(case: Case, s: Settings) -> Result:
+@dataclass
+class PendingSync:
+    """A sync case, calibrated; its repeats are interleaved with the other cases' (see collect)."""
+
+    case: Case
+    timer: timeit.Timer
+    number: int
+    runs: list[float] = field(default_factory=list)
+    error: str = ""
+
+
+def calibrate_sync(case: Case, s: Settings) -> PendingSync:
     timer = timeit.Timer(case.stmt, setup=case.setup, globals=case.namespace)
-    number = _number_for(timer.timeit, s.target, case.max_number)
-    runs = timer.repeat(repeat=s.repeats, number=number)
-    per_call = [r / number * 1e9 for r in runs]
-    return Result(
+    return PendingSync(case, timer, _number_for(timer.timeit, s.target, case.max_number))
+
+
+def finish_sync(p: PendingSync) -> Result:
+    case = p.case
+    if p.error or not p.runs:
+        return Result(case.name, case.group, case.key, status=p.error or "error: no run")
+    per_call = [r / p.number * 1e9 for r in p.runs]
+    result = Result(
         case.name,
         case.group,
         case.key,
         best_ns=min(per_call),
         median_ns=statistics.median(per_call),
-        number=number,
-        repeats=s.repeats,
+        number=p.number,
+        repeats=len(p.runs),
         note=case.note,
     )
+    return _check_after(case, result)
 
 
 def time_async(case: Case, s: Settings) -> Result:
@@ -614,38 +631,63 @@ def time_async(case: Case, s: Settings) -> Result:
     )
 
 
-def run_case(case: Case, s: Settings) -> Result:
+def _check_before(case: Case) -> str:
+    """An error status when the case's check does not succeed (or fail) as intended."""
+    if case.probe is not None and case.expect is not None and case.probe() != case.expect:
+        return "error: did not " + ("succeed" if case.expect else "fail")
+    return ""
+
+
+def _check_after(case: Case, result: Result) -> Result:
+    if case.probe is not None and case.expect is not None and case.probe() != case.expect:
+        result.note = (result.note + "; " if result.note else "") + ("WARNING: outcome changed during the run")
+    return result
+
+
+def start_case(case: Case, s: Settings) -> Result | PendingSync:
+    """Async cases are timed at once; sync cases are calibrated and timed later, interleaved."""
     try:
-        if case.probe is not None and case.expect is not None:
-            got = case.probe()
-            if got != case.expect:
-                want = "succeed" if case.expect else "fail"
-                return Result(case.name, case.group, case.key, status=f"error: did not {want}")
-        result = time_async(case, s) if case.async_factory is not None else time_sync(case, s)
-        if case.probe is not None and case.expect is not None and case.probe() != case.expect:
-            result.note = (result.note + "; " if result.note else "") + ("WARNING: outcome changed during the run")
-        return result
+        error = _check_before(case)
+        if error:
+            return Result(case.name, case.group, case.key, status=error)
+        if case.async_factory is None:
+            return calibrate_sync(case, s)
+        return _check_after(case, time_async(case, s))
     except Exception as exc:  # a broken peer must not stop the run
         return Result(case.name, case.group, case.key, status=f"error: {type(exc).__name__}: {exc}")
 
 
 def collect(sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Settings, verbose: bool) -> list[Result]:
-    results: list[Result] = []
+    """Runs every case. The sync cases' repeats go round-robin (repeat 1 of every case, then
+    repeat 2...), so that a change of load on the machine hits the floor and the cases it is
+    compared with alike; the best of the repeats is kept."""
+    slots: list[Result | PendingSync] = []
     for label, group, source in sources:
         try:
             cases = list(source())
         except NotInstalled as exc:
-            results.append(Result(label, group, "", status="not installed", note=str(exc)))
+            slots.append(Result(label, group, "", status="not installed", note=str(exc)))
             continue
         except Exception as exc:
-            results.append(Result(label, group, "", status=f"error: {type(exc).__name__}: {exc}"))
+            slots.append(Result(label, group, "", status=f"error: {type(exc).__name__}: {exc}"))
             continue
-        for case in cases:
-            r = run_case(case, s)
-            if verbose:
-                shown = f"{r.best_ns:8.1f} ns" if r.best_ns is not None else r.status
-                print(f"  {case.name:<60} {shown}", file=sys.stderr, flush=True)
-            results.append(r)
+        slots += [start_case(case, s) for case in cases]
+    pending = [p for p in slots if isinstance(p, PendingSync)]
+    for i in range(s.repeats):
+        if verbose:
+            print(f"  sync cases: repeat {i + 1} of {s.repeats}", file=sys.stderr, flush=True)
+        for p in pending:
+            if p.error:
+                continue
+            try:
+                p.runs.append(p.timer.timeit(p.number))
+            except Exception as exc:  # a broken peer must not stop the run
+                p.error = f"error: {type(exc).__name__}: {exc}"
+    results = [finish_sync(slot) if isinstance(slot, PendingSync) else slot for slot in slots]
+    if verbose:
+        for r in results:
+            shown = f"{r.best_ns:8.1f} ns" if r.best_ns is not None else r.status
+            print(f"  {r.name:<60} {shown}", file=sys.stderr, flush=True)
     return results
 
 
