@@ -94,6 +94,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if one and two:
             entry["two_thread_ns"] = two["best_real_ns"]  # wall time per check, both threads together
             entry["two_thread_scaling"] = one["best_real_ns"] / two["best_real_ns"]
+            # CPU time (both threads) / wall time of that repetition: ~2 when the threads ran in
+            # parallel, ~1 when they had one core between them (the machine is busy elsewhere).
+            best = two["real_ns"].index(two["best_real_ns"])
+            entry["two_thread_cores"] = two["cpu_ns"][best] / two["real_ns"][best]
         if shared2:
             entry["shared_two_thread_ns"] = shared2["best_real_ns"]
         out["limiters"][lim] = entry
@@ -124,11 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         print("| benchmark | ns (best real time) | CPU ns |\n|---|---:|---:|")
         for r in payload["benchmarks"]:
             print(f"| {r['name']} | {r['best_real_ns']:.1f} | {r['best_cpu_ns']:.1f} |")
-        print("\n| limiter | check ns | x floor | 2 threads, separate limiters: speed-up |\n|---|---:|---:|---:|")
+        print("\n| limiter | check ns | x floor | 2 threads, separate limiters: speed-up | cores used |")
+        print("|---|---:|---:|---:|---:|")
         for lim, e in s["limiters"].items():
             x = f"{e['x_floor']:.2f}" if "x_floor" in e else "-"
             sc = f"{e['two_thread_scaling']:.2f}" if "two_thread_scaling" in e else "-"
-            print(f"| {lim} | {e.get('check_ns', float('nan')):.1f} | {x} | {sc} |")
+            cores = f"{e['two_thread_cores']:.2f}" if "two_thread_cores" in e else "-"
+            print(f"| {lim} | {e.get('check_ns', float('nan')):.1f} | {x} | {sc} | {cores} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(payload, f, indent=2)
