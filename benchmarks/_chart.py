@@ -25,6 +25,7 @@ def _cost_bars(collected: dict[str, dict[str, Any]]) -> list[tuple[str, float, s
     for key, label in (
         ("permits_concurrency_acquire_release", "permits Concurrency acquire().release()"),
         ("permits_token_bucket_with", "permits TokenBucket with acquire()"),
+        ("permits_token_bucket_ok_threaded", "permits TokenBucket acquire(), 2nd thread alive"),
     ):
         if key in ns:
             bars.append((label, ns[key], "permits"))

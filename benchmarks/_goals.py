@@ -51,6 +51,14 @@ def sync_goals(data: dict[str, Any]) -> Iterator[Goal]:
         yield Goal(f"`{label}.acquire()` / `dict.get`", _ratio(ns.get(f"permits_{key}_ok"), floor), 3, True)
     conc = ns.get("permits_concurrency_acquire_release")
     yield Goal("`ConcurrencyLimiter` `acquire().release()` / `dict.get`", _ratio(conc, floor), 6, True)
+    # The same after the process started a second thread (C++ reference counts become atomic).
+    floor_t = ns.get("dict_get_threaded")
+    tb_t = ns.get("permits_token_bucket_ok_threaded")
+    yield Goal("`TokenBucketLimiter.acquire()` / `dict.get`, 2nd thread alive", _ratio(tb_t, floor_t), 3, True)
+    conc_t = ns.get("permits_concurrency_acquire_release_threaded")
+    yield Goal(
+        "`ConcurrencyLimiter` `acquire().release()` / `dict.get`, 2nd thread alive", _ratio(conc_t, floor_t), 6, True
+    )
     peers = {r["name"]: r["best_ns"] for r in data.get("results", []) if r.get("group") == "peer" and r.get("best_ns")}
     peers = {name: v for name, v in peers.items() if " fail" not in name}
     if peers:

@@ -8,6 +8,12 @@ call from Python into C. Async cases time ``await``/``async with`` in a plain ``
 one running event loop. Peers that are not installed are reported as "not installed".
 Limits are configured huge so that the "ok" cases always succeed, and tiny (already used up)
 for the "fail" cases; each case checks its outcome before and after it is timed.
+
+Two phases: first in a process that has never started a second thread (floors, permits,
+throttled-py), then after an idle thread was started (the floor and two permits cases again,
+marked "2nd thread alive"; limits and pyrate-limiter, which start threads themselves; the async
+cases). Once a process has started a thread, C++ shared_ptr reference counts are atomic, which
+costs permits about 30 ns per check on the machine this was written on.
 See benchmarks/README.md.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import datetime
 import gc
 import json
@@ -24,6 +31,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import timeit
 from collections.abc import Awaitable, Callable, Iterator
@@ -72,6 +80,9 @@ class Result:
     number: int = 0
     repeats: int = 0
     note: str = ""
+    single_threaded: bool | None = None
+    """The process had never started a second thread while the case was timed (None: unknown,
+    or it changed during the timing)."""
 
 
 class NotInstalled(Exception):
@@ -229,6 +240,15 @@ def permits_cases() -> Iterator[Case]:
         expect=False,
         key="permits_concurrency_fail",
     )
+
+
+def threaded_cases() -> Iterator[Case]:
+    """The floor and two permits cases again, once the process has a second thread (see collect)."""
+    for case in (*floor_cases(), *permits_cases()):
+        if case.key in ("dict_get", "permits_token_bucket_ok", "permits_concurrency_acquire_release"):
+            case.name += ", 2nd thread alive"
+            case.key += "_threaded"
+            yield case
 
 
 def _throttled_cases() -> Iterator[Case]:
@@ -657,10 +677,23 @@ def start_case(case: Case, s: Settings) -> Result | PendingSync:
         return Result(case.name, case.group, case.key, status=f"error: {type(exc).__name__}: {exc}")
 
 
-def collect(sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Settings, verbose: bool) -> list[Result]:
-    """Runs every case. The sync cases' repeats go round-robin (repeat 1 of every case, then
-    repeat 2...), so that a change of load on the machine hits the floor and the cases it is
-    compared with alike; the best of the repeats is kept."""
+Source = tuple[str, str, Callable[[], Iterator[Case]]]
+
+
+def single_threaded() -> bool | None:
+    """glibc's ``__libc_single_threaded``: true until the process first starts a second thread
+    (any thread, even one that has ended), false from then on. libstdc++ makes shared_ptr
+    reference counts atomic only once it is false. None when it cannot be read."""
+    try:
+        return bool(ctypes.c_char.in_dll(ctypes.CDLL(None), "__libc_single_threaded").value[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def collect_phase(sources: list[Source], s: Settings, verbose: bool) -> list[Result]:
+    """Runs the sources' cases. The sync cases' repeats go round-robin (repeat 1 of every case,
+    then repeat 2...), so that a change of load on the machine hits the floor and the cases it
+    is compared with alike; the best of the repeats is kept."""
     slots: list[Result | PendingSync] = []
     for label, group, source in sources:
         try:
@@ -673,8 +706,9 @@ def collect(sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Set
             continue
         slots += [start_case(case, s) for case in cases]
     pending = [p for p in slots if isinstance(p, PendingSync)]
+    single_before = single_threaded()
     for i in range(s.repeats):
-        if verbose:
+        if verbose and pending:
             print(f"  sync cases: repeat {i + 1} of {s.repeats}", file=sys.stderr, flush=True)
         for p in pending:
             if p.error:
@@ -684,10 +718,26 @@ def collect(sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Set
             except Exception as exc:  # a broken peer must not stop the run
                 p.error = f"error: {type(exc).__name__}: {exc}"
     results = [finish_sync(slot) if isinstance(slot, PendingSync) else slot for slot in slots]
-    if verbose:
-        for r in results:
+    single = single_before if single_threaded() == single_before else None
+    for r in results:
+        r.single_threaded = single
+        if verbose:
             shown = f"{r.best_ns:8.1f} ns" if r.best_ns is not None else r.status
             print(f"  {r.name:<60} {shown}", file=sys.stderr, flush=True)
+    return results
+
+
+def collect(phases: list[list[Source]], s: Settings, verbose: bool) -> list[Result]:
+    """Runs the phases in order. Before the second phase an idle thread is started and kept: once
+    a process has started a second thread, C++ shared_ptr reference counts become atomic
+    operations (see single_threaded), so the first phase must not start any thread (limits'
+    MemoryStorage and pyrate-limiter do: they come later) and the second shows what a program
+    that has threads pays."""
+    results: list[Result] = []
+    for i, phase in enumerate(phases):
+        if i == 1:
+            threading.Thread(target=threading.Event().wait, daemon=True, name="idle").start()
+        results += collect_phase(phase, s, verbose)
     return results
 
 
@@ -781,6 +831,18 @@ def ratios(results: list[Result]) -> list[dict[str, Any]]:
         f"<= {TARGET_CONCURRENCY:g}x",
         None if value is None else value <= TARGET_CONCURRENCY,
     )
+    threaded_floor = got.get("dict_get_threaded")
+    for key, label, target in (
+        ("permits_token_bucket_ok_threaded", "time-based acquire / dict.get (TokenBucketLimiter)", TARGET_TIME_BASED),
+        ("permits_concurrency_acquire_release_threaded", "concurrency acquire+release / dict.get", TARGET_CONCURRENCY),
+    ):
+        r = got.get(key)
+        value = (
+            r.best_ns / threaded_floor.best_ns
+            if r and r.best_ns and threaded_floor and threaded_floor.best_ns
+            else None
+        )
+        add(f"{label}, 2nd thread alive", value, f"<= {target:g}x", None if value is None else value <= target)
     peers = [r for r in results if r.group == "peer" and r.key.endswith("_ok") and r.best_ns is not None]
     tb = got.get("permits_token_bucket_ok")
     if peers and tb and tb.best_ns:
@@ -823,6 +885,8 @@ def markdown(results: list[Result], meta: dict[str, Any], rats: list[dict[str, A
         f"- command: `{meta['command']}`",
         f"- {meta['python']} on {meta['platform']} ({meta['cpus']} CPUs)",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "- timed first in a process that had never started a second thread, then (from the rows marked "
+        '"2nd thread alive" on) with an idle second thread',
         "",
         "| benchmark | ns/call (best) | ns/call (median) | x dict.get | notes |",
         "|---|---:|---:|---:|---|",
@@ -831,7 +895,8 @@ def markdown(results: list[Result], meta: dict[str, Any], rats: list[dict[str, A
         if r.best_ns is None:
             lines.append(f"| {_cell(r.name)} | {_cell(r.status)} | | | {_cell(r.note)} |")
             continue
-        ratio = f"{r.best_ns / floor.best_ns:.1f}" if floor and floor.best_ns else "-"
+        base = _by_key(results).get("dict_get_threaded") if r.key.endswith("_threaded") else floor
+        ratio = f"{r.best_ns / base.best_ns:.1f}" if base and base.best_ns else "-"
         lines.append(f"| {_cell(r.name)} | {_fmt_ns(r.best_ns)} | {_fmt_ns(r.median_ns)} | {ratio} | {_cell(r.note)} |")
     lines += ["", "| ratio (best of repeats) | value | target | met |", "|---|---:|---|---|"]
     for q in rats:
@@ -854,18 +919,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats is not None:
         s.repeats = max(1, args.repeats)
 
-    sources: list[tuple[str, str, Callable[[], Iterator[Case]]]] = [
-        ("floor", "floor", floor_cases),
-        ("permits", "permits", permits_cases),
-        ("throttled-py", "peer", _throttled_cases),
-        ("limits", "peer", _limits_cases),
-        ("pyrate-limiter", "peer", _pyrate_cases),
-        ("async floor", "async-floor", async_floor_cases),
-        ("permits (async)", "permits-async", _permits_async_cases),
-        ("aiolimiter", "peer-async", _aiolimiter_cases),
-        ("throttled-py (asyncio)", "peer-async", _throttled_async_cases),
+    phases: list[list[Source]] = [
+        [  # a process that has never started a second thread
+            ("floor", "floor", floor_cases),
+            ("permits", "permits", permits_cases),
+            ("throttled-py", "peer", _throttled_cases),
+        ],
+        [  # a second thread alive (limits and pyrate-limiter start their own)
+            ("2nd thread alive", "threaded", threaded_cases),
+            ("limits", "peer", _limits_cases),
+            ("pyrate-limiter", "peer", _pyrate_cases),
+            ("async floor", "async-floor", async_floor_cases),
+            ("permits (async)", "permits-async", _permits_async_cases),
+            ("aiolimiter", "peer-async", _aiolimiter_cases),
+            ("throttled-py (asyncio)", "peer-async", _throttled_async_cases),
+        ],
     ]
-    results = collect(sources, s, verbose=not args.quiet)
+    results = collect(phases, s, verbose=not args.quiet)
     meta = metadata_block(args_list)
     rats = ratios(results)
     print(markdown(results, meta, rats))

@@ -9,12 +9,15 @@ Keys are visited in a shuffled order (a real key mix misses the caches); each ca
 three passes over all keys (the shuffled order is repeated until a pass makes at least 200,000
 checks, so that one key is timed as long as a million), in ns per check. Memory per key is the
 growth of the process's RSS while every key gets its first check, divided by the keys, measured
-in a fresh subprocess (so no memory freed by an earlier case is reused). Prints Markdown tables.
+in a fresh subprocess (so no memory freed by an earlier case is reused). permits and the dict are
+timed for every size before any peer runs, while the process has never started a thread (limits
+does). Prints Markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import random
@@ -38,6 +41,14 @@ def rss_kib() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def single_threaded() -> bool | None:
+    """True while the process has never started a second thread (glibc's flag)."""
+    try:
+        return bool(ctypes.c_char.in_dll(ctypes.CDLL(None), "__libc_single_threaded").value[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def best_pass(check: Callable[[str], Any], order: list[str], passes: int = 3) -> float:
@@ -118,7 +129,7 @@ def memory_in_subprocess(n: int) -> dict[str, float] | None:
     return result
 
 
-def run(n: int, min_checks: int, with_peers: bool) -> dict[str, Any]:
+def run(n: int, min_checks: int) -> dict[str, Any]:
     keys = make_keys(n)
     order = make_order(keys, min_checks)
     row: dict[str, Any] = {"n": n, "checks_per_pass": len(order)}
@@ -151,13 +162,16 @@ def run(n: int, min_checks: int, with_peers: bool) -> dict[str, Any]:
         del general
         gc.collect()
 
-    row["peers"] = {}
-    if with_peers:
-        for name, peer in peers(keys).items():
-            row["peers"][name] = best_pass(peer, order, passes=1)
-        gc.collect()
     row["memory"] = memory_in_subprocess(n)
     return row
+
+
+def run_peers(n: int, min_checks: int) -> dict[str, float]:
+    keys = make_keys(n)
+    order = make_order(keys, min_checks)
+    found = {name: best_pass(peer, order, passes=1) for name, peer in peers(keys).items()}
+    gc.collect()
+    return found
 
 
 def print_size(row: dict[str, Any]) -> None:
@@ -216,12 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     min_checks = 50_000 if args.quick else 200_000
     print(f"permits per-key benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"- command: `python {' '.join(sys.argv)}`")
+    # permits and the dict first, for every size, while the process has never started a thread
+    # (limits starts some, and from then on C++ reference counts are atomic: see bench_acquire.py)
     rows = []
     for n in sizes:
         if not args.quiet:
             print(f"  per-key: {n:,} keys", file=sys.stderr, flush=True)
-        rows.append(run(n, min_checks, not args.no_peers))
-        print_size(rows[-1])
+        rows.append(run(n, min_checks))
+    single = single_threaded()
+    for row in rows:
+        row["single_threaded"] = single
+        row["peers"] = {} if args.no_peers else run_peers(row["n"], min_checks)
+        print_size(row)
     print_scaling(rows)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
