@@ -67,6 +67,10 @@ class Case:
     """Called inside the event loop; returns ``run(n) -> seconds for n iterations``."""
     key: str = ""
     """Stable identifier used for the ratios and the JSON output."""
+    alternates: list[dict[str, Any]] = field(default_factory=list)
+    """More namespaces like ``namespace``, built independently (other objects at other addresses):
+    every repeat times each, and keeps the fastest, since the same statement can run 1.5x slower
+    on one object than on another (memory layout) for reasons that have nothing to do with it."""
 
 
 @dataclass
@@ -116,21 +120,30 @@ def _import_permits() -> Any:
     return permits
 
 
+INSTANCES = 3
+"""Independently built instances of the floors and of the permits cases in the goals (see Case.alternates)."""
+
+
+def _instances(make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Keyword arguments of a Case timed on INSTANCES namespaces built by ``make``."""
+    return {"namespace": make(), "alternates": [make() for _ in range(INSTANCES - 1)]}
+
+
 def floor_cases() -> Iterator[Case]:
-    d = {"a": 1, "b": 2, "c": 3, "d": 4}
     yield Case(
         "dict.get on a 4-item dict (floor)",
         "floor",
         "d.get(k)",
-        {"d": d, "k": "b"},
+        **_instances(lambda: {"d": {"a": 1, "b": 2, "c": 3, "d": 4}, "k": "b"}),
+        note=f"fastest of {INSTANCES} dicts",
         key="dict_get",
     )
     yield Case(
         "no-op C method: lst.clear() on an empty list (floor)",
         "floor",
         "lst.clear()",
-        {"lst": []},
-        note="a bound METH_NOARGS call that does nothing",
+        **_instances(lambda: {"lst": []}),
+        note=f"a bound METH_NOARGS call that does nothing; fastest of {INSTANCES} lists",
         key="noop_c_method",
     )
     yield Case("empty loop (timeit overhead, not subtracted)", "floor", "pass", key="empty")
@@ -177,7 +190,9 @@ def permits_cases() -> Iterator[Case]:
             {"lim": lim},
             probe=lease_ok(lim),
             expect=True,
+            note=f"fastest of {INSTANCES} limiters",
             key=f"permits_{key}_ok",
+            alternates=[{"lim": _huge(huge)} for _ in range(INSTANCES - 1)],
         )
         full = tiny()
         full.acquire()
@@ -218,7 +233,9 @@ def permits_cases() -> Iterator[Case]:
         {"lim": conc},
         probe=conc_probe,
         expect=True,
+        note=f"fastest of {INSTANCES} limiters",
         key="permits_concurrency_acquire_release",
+        alternates=[{"lim": permits.ConcurrencyLimiter(1)} for _ in range(INSTANCES - 1)],
     )
     yield Case(
         "permits ConcurrencyLimiter: with acquire()",
@@ -585,15 +602,19 @@ class PendingSync:
     """A sync case, calibrated; its repeats are interleaved with the other cases' (see collect)."""
 
     case: Case
-    timer: timeit.Timer
+    timers: list[timeit.Timer]
     number: int
     runs: list[float] = field(default_factory=list)
     error: str = ""
 
+    def repeat(self) -> None:
+        """One repeat: the fastest of the case's instances."""
+        self.runs.append(min(timer.timeit(self.number) for timer in self.timers))
+
 
 def calibrate_sync(case: Case, s: Settings) -> PendingSync:
-    timer = timeit.Timer(case.stmt, setup=case.setup, globals=case.namespace)
-    return PendingSync(case, timer, _number_for(timer.timeit, s.target, case.max_number))
+    timers = [timeit.Timer(case.stmt, setup=case.setup, globals=ns) for ns in (case.namespace, *case.alternates)]
+    return PendingSync(case, timers, _number_for(timers[0].timeit, s.target, case.max_number))
 
 
 def finish_sync(p: PendingSync) -> Result:
@@ -714,7 +735,7 @@ def collect_phase(sources: list[Source], s: Settings, verbose: bool) -> list[Res
             if p.error:
                 continue
             try:
-                p.runs.append(p.timer.timeit(p.number))
+                p.repeat()
             except Exception as exc:  # a broken peer must not stop the run
                 p.error = f"error: {type(exc).__name__}: {exc}"
     results = [finish_sync(slot) if isinstance(slot, PendingSync) else slot for slot in slots]
