@@ -55,6 +55,7 @@ def write_chart(collected: dict[str, dict[str, Any]], path: Path, title: str) ->
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     fig = plt.figure(figsize=(13, 7.5))
     grid = fig.add_gridspec(2, 2, width_ratios=(1.35, 1), hspace=0.45, wspace=0.5)
@@ -70,7 +71,7 @@ def write_chart(collected: dict[str, dict[str, Any]], path: Path, title: str) ->
     ax.set_xlabel("ns per check (log scale; best of repeats)")
     ax.set_title("One check: permits vs floors and peers", fontsize=10)
     ax.tick_params(axis="y", labelsize=8)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     ax.legend(
         handles, ["floor", "permits", "pure-Python peer", "C++ engine (no Python)"], fontsize=8, loc="upper right"
     )

@@ -35,10 +35,10 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-Round = Callable[[int], Awaitable[float]]
+Round = Callable[[int], Coroutine[Any, Any, float]]
 """``round(n)`` -> seconds from the releasing event to the last lease in hand."""
 
 
@@ -206,7 +206,7 @@ CASES: list[tuple[str, str, Callable[[], Round]]] = [
 def measure(make: Callable[[], Round], n: int, repeats: int) -> list[float]:
     """Seconds per round, each round in a fresh event loop."""
     make_round = make()
-    times = []
+    times: list[float] = []
     for _ in range(repeats):
         gc.collect()
         gc.disable()
