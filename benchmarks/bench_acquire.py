@@ -8,6 +8,12 @@ call from Python into C. Async cases time ``await``/``async with`` in a plain ``
 one running event loop. Peers that are not installed are reported as "not installed".
 Limits are configured huge so that the "ok" cases always succeed, and tiny (already used up)
 for the "fail" cases; each case checks its outcome before and after it is timed.
+
+Two phases: first in a process that has never started a second thread (floors, permits,
+throttled-py), then after an idle thread was started (the floor and two permits cases again,
+marked "2nd thread alive"; limits and pyrate-limiter, which start threads themselves; the async
+cases). Once a process has started a thread, C++ shared_ptr reference counts are atomic, which
+costs permits about 30 ns per check on the machine this was written on.
 See benchmarks/README.md.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import datetime
 import gc
 import json
@@ -24,6 +31,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import timeit
 from collections.abc import Awaitable, Callable, Iterator
@@ -33,9 +41,9 @@ from typing import Any
 HUGE_CANDIDATES = (10**12, 2**31 - 1, 10**9)
 """Limits tried in turn for the cases that must always succeed (the first one accepted)."""
 
-TARGET_TIME_BASED = 4.0
-TARGET_CONCURRENCY = 8.0
-TARGET_PEER = 20.0
+TARGET_TIME_BASED = 3.0
+TARGET_CONCURRENCY = 6.0
+TARGET_PEER = 30.0
 
 
 # --------------------------------------------------------------------------- cases
@@ -59,6 +67,10 @@ class Case:
     """Called inside the event loop; returns ``run(n) -> seconds for n iterations``."""
     key: str = ""
     """Stable identifier used for the ratios and the JSON output."""
+    alternates: list[dict[str, Any]] = field(default_factory=list)
+    """More namespaces like ``namespace``, built independently (other objects at other addresses):
+    every repeat times each, and keeps the fastest, since the same statement can run 1.5x slower
+    on one object than on another (memory layout) for reasons that have nothing to do with it."""
 
 
 @dataclass
@@ -72,6 +84,9 @@ class Result:
     number: int = 0
     repeats: int = 0
     note: str = ""
+    single_threaded: bool | None = None
+    """The process had never started a second thread while the case was timed (None: unknown,
+    or it changed during the timing)."""
 
 
 class NotInstalled(Exception):
@@ -105,14 +120,31 @@ def _import_permits() -> Any:
     return permits
 
 
+INSTANCES = 3
+"""Independently built instances of the floors and of the permits cases in the goals (see Case.alternates)."""
+
+
+def _instances(make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Keyword arguments of a Case timed on INSTANCES namespaces built by ``make``."""
+    return {"namespace": make(), "alternates": [make() for _ in range(INSTANCES - 1)]}
+
+
 def floor_cases() -> Iterator[Case]:
-    d = {"a": 1, "b": 2, "c": 3, "d": 4}
     yield Case(
         "dict.get on a 4-item dict (floor)",
         "floor",
         "d.get(k)",
-        {"d": d, "k": "b"},
+        **_instances(lambda: {"d": {"a": 1, "b": 2, "c": 3, "d": 4}, "k": "b"}),
+        note=f"fastest of {INSTANCES} dicts",
         key="dict_get",
+    )
+    yield Case(
+        "no-op C method: lst.clear() on an empty list (floor)",
+        "floor",
+        "lst.clear()",
+        **_instances(lambda: {"lst": []}),
+        note=f"a bound METH_NOARGS call that does nothing; fastest of {INSTANCES} lists",
+        key="noop_c_method",
     )
     yield Case("empty loop (timeit overhead, not subtracted)", "floor", "pass", key="empty")
 
@@ -158,7 +190,9 @@ def permits_cases() -> Iterator[Case]:
             {"lim": lim},
             probe=lease_ok(lim),
             expect=True,
+            note=f"fastest of {INSTANCES} limiters",
             key=f"permits_{key}_ok",
+            alternates=[{"lim": _huge(huge)} for _ in range(INSTANCES - 1)],
         )
         full = tiny()
         full.acquire()
@@ -199,7 +233,9 @@ def permits_cases() -> Iterator[Case]:
         {"lim": conc},
         probe=conc_probe,
         expect=True,
+        note=f"fastest of {INSTANCES} limiters",
         key="permits_concurrency_acquire_release",
+        alternates=[{"lim": permits.ConcurrencyLimiter(1)} for _ in range(INSTANCES - 1)],
     )
     yield Case(
         "permits ConcurrencyLimiter: with acquire()",
@@ -221,6 +257,15 @@ def permits_cases() -> Iterator[Case]:
         expect=False,
         key="permits_concurrency_fail",
     )
+
+
+def threaded_cases() -> Iterator[Case]:
+    """The floor and two permits cases again, once the process has a second thread (see collect)."""
+    for case in (*floor_cases(), *permits_cases()):
+        if case.key in ("dict_get", "permits_token_bucket_ok", "permits_concurrency_acquire_release"):
+            case.name += ", 2nd thread alive"
+            case.key += "_threaded"
+            yield case
 
 
 def _throttled_cases() -> Iterator[Case]:
@@ -464,6 +509,43 @@ def _permits_async_cases() -> Iterator[Case]:
     )
 
 
+def _throttled_async_cases() -> Iterator[Case]:
+    try:
+        from throttled.asyncio import MemoryStore, RateLimiterType, Throttled, rate_limiter
+    except ImportError as exc:
+        raise NotInstalled(f"throttled-py (asyncio): {exc}") from exc
+
+    def factory() -> Callable[[int], Awaitable[float]]:
+        huge = 10**12
+        t = Throttled(
+            key="bench",
+            using=RateLimiterType.TOKEN_BUCKET.value,
+            quota=rate_limiter.per_sec(huge, burst=huge),
+            store=MemoryStore(),
+        )
+
+        async def run(n: int) -> float:
+            limited = False
+            t0 = time.perf_counter()
+            for _ in range(n):
+                result = await t.limit()
+                limited = limited or result.limited
+            t1 = time.perf_counter()
+            if limited:
+                raise RuntimeError("throttled-py (asyncio) limited a call")
+            return t1 - t0
+
+        return run
+
+    yield Case(
+        "throttled-py (asyncio) token_bucket: await limit()",
+        "peer-async",
+        async_factory=factory,
+        note="throttled.asyncio, MemoryStore",
+        key="throttled_async_token_bucket",
+    )
+
+
 def _aiolimiter_cases() -> Iterator[Case]:
     try:
         from aiolimiter import AsyncLimiter
@@ -515,21 +597,42 @@ def _number_for(time_n: Callable[[int], float], target: float, cap: int | None) 
     return n if cap is None else min(n, cap)
 
 
-def time_sync(case: Case, s: Settings) -> Result:
-    timer = timeit.Timer(case.stmt, setup=case.setup, globals=case.namespace)
-    number = _number_for(timer.timeit, s.target, case.max_number)
-    runs = timer.repeat(repeat=s.repeats, number=number)
-    per_call = [r / number * 1e9 for r in runs]
-    return Result(
+@dataclass
+class PendingSync:
+    """A sync case, calibrated; its repeats are interleaved with the other cases' (see collect)."""
+
+    case: Case
+    timers: list[timeit.Timer]
+    number: int
+    runs: list[float] = field(default_factory=list)
+    error: str = ""
+
+    def repeat(self) -> None:
+        """One repeat: the fastest of the case's instances."""
+        self.runs.append(min(timer.timeit(self.number) for timer in self.timers))
+
+
+def calibrate_sync(case: Case, s: Settings) -> PendingSync:
+    timers = [timeit.Timer(case.stmt, setup=case.setup, globals=ns) for ns in (case.namespace, *case.alternates)]
+    return PendingSync(case, timers, _number_for(timers[0].timeit, s.target, case.max_number))
+
+
+def finish_sync(p: PendingSync) -> Result:
+    case = p.case
+    if p.error or not p.runs:
+        return Result(case.name, case.group, case.key, status=p.error or "error: no run")
+    per_call = [r / p.number * 1e9 for r in p.runs]
+    result = Result(
         case.name,
         case.group,
         case.key,
         best_ns=min(per_call),
         median_ns=statistics.median(per_call),
-        number=number,
-        repeats=s.repeats,
+        number=p.number,
+        repeats=len(p.runs),
         note=case.note,
     )
+    return _check_after(case, result)
 
 
 def time_async(case: Case, s: Settings) -> Result:
@@ -569,38 +672,93 @@ def time_async(case: Case, s: Settings) -> Result:
     )
 
 
-def run_case(case: Case, s: Settings) -> Result:
+def _check_before(case: Case) -> str:
+    """An error status when the case's check does not succeed (or fail) as intended."""
+    if case.probe is not None and case.expect is not None and case.probe() != case.expect:
+        return "error: did not " + ("succeed" if case.expect else "fail")
+    return ""
+
+
+def _check_after(case: Case, result: Result) -> Result:
+    if case.probe is not None and case.expect is not None and case.probe() != case.expect:
+        result.note = (result.note + "; " if result.note else "") + ("WARNING: outcome changed during the run")
+    return result
+
+
+def start_case(case: Case, s: Settings) -> Result | PendingSync:
+    """Async cases are timed at once; sync cases are calibrated and timed later, interleaved."""
     try:
-        if case.probe is not None and case.expect is not None:
-            got = case.probe()
-            if got != case.expect:
-                want = "succeed" if case.expect else "fail"
-                return Result(case.name, case.group, case.key, status=f"error: did not {want}")
-        result = time_async(case, s) if case.async_factory is not None else time_sync(case, s)
-        if case.probe is not None and case.expect is not None and case.probe() != case.expect:
-            result.note = (result.note + "; " if result.note else "") + ("WARNING: outcome changed during the run")
-        return result
+        error = _check_before(case)
+        if error:
+            return Result(case.name, case.group, case.key, status=error)
+        if case.async_factory is None:
+            return calibrate_sync(case, s)
+        return _check_after(case, time_async(case, s))
     except Exception as exc:  # a broken peer must not stop the run
         return Result(case.name, case.group, case.key, status=f"error: {type(exc).__name__}: {exc}")
 
 
-def collect(sources: list[tuple[str, str, Callable[[], Iterator[Case]]]], s: Settings, verbose: bool) -> list[Result]:
-    results: list[Result] = []
+Source = tuple[str, str, Callable[[], Iterator[Case]]]
+
+
+def single_threaded() -> bool | None:
+    """glibc's ``__libc_single_threaded``: true until the process first starts a second thread
+    (any thread, even one that has ended), false from then on. libstdc++ makes shared_ptr
+    reference counts atomic only once it is false. None when it cannot be read."""
+    try:
+        return bool(ctypes.c_char.in_dll(ctypes.CDLL(None), "__libc_single_threaded").value[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def collect_phase(sources: list[Source], s: Settings, verbose: bool) -> list[Result]:
+    """Runs the sources' cases. The sync cases' repeats go round-robin (repeat 1 of every case,
+    then repeat 2...), so that a change of load on the machine hits the floor and the cases it
+    is compared with alike; the best of the repeats is kept."""
+    slots: list[Result | PendingSync] = []
     for label, group, source in sources:
         try:
             cases = list(source())
         except NotInstalled as exc:
-            results.append(Result(label, group, "", status="not installed", note=str(exc)))
+            slots.append(Result(label, group, "", status="not installed", note=str(exc)))
             continue
         except Exception as exc:
-            results.append(Result(label, group, "", status=f"error: {type(exc).__name__}: {exc}"))
+            slots.append(Result(label, group, "", status=f"error: {type(exc).__name__}: {exc}"))
             continue
-        for case in cases:
-            r = run_case(case, s)
-            if verbose:
-                shown = f"{r.best_ns:8.1f} ns" if r.best_ns is not None else r.status
-                print(f"  {case.name:<60} {shown}", file=sys.stderr, flush=True)
-            results.append(r)
+        slots += [start_case(case, s) for case in cases]
+    pending = [p for p in slots if isinstance(p, PendingSync)]
+    single_before = single_threaded()
+    for i in range(s.repeats):
+        if verbose and pending:
+            print(f"  sync cases: repeat {i + 1} of {s.repeats}", file=sys.stderr, flush=True)
+        for p in pending:
+            if p.error:
+                continue
+            try:
+                p.repeat()
+            except Exception as exc:  # a broken peer must not stop the run
+                p.error = f"error: {type(exc).__name__}: {exc}"
+    results = [finish_sync(slot) if isinstance(slot, PendingSync) else slot for slot in slots]
+    single = single_before if single_threaded() == single_before else None
+    for r in results:
+        r.single_threaded = single
+        if verbose:
+            shown = f"{r.best_ns:8.1f} ns" if r.best_ns is not None else r.status
+            print(f"  {r.name:<60} {shown}", file=sys.stderr, flush=True)
+    return results
+
+
+def collect(phases: list[list[Source]], s: Settings, verbose: bool) -> list[Result]:
+    """Runs the phases in order. Before the second phase an idle thread is started and kept: once
+    a process has started a second thread, C++ shared_ptr reference counts become atomic
+    operations (see single_threaded), so the first phase must not start any thread (limits'
+    MemoryStorage and pyrate-limiter do: they come later) and the second shows what a program
+    that has threads pays."""
+    results: list[Result] = []
+    for i, phase in enumerate(phases):
+        if i == 1:
+            threading.Thread(target=threading.Event().wait, daemon=True, name="idle").start()
+        results += collect_phase(phase, s, verbose)
     return results
 
 
@@ -694,6 +852,18 @@ def ratios(results: list[Result]) -> list[dict[str, Any]]:
         f"<= {TARGET_CONCURRENCY:g}x",
         None if value is None else value <= TARGET_CONCURRENCY,
     )
+    threaded_floor = got.get("dict_get_threaded")
+    for key, label, target in (
+        ("permits_token_bucket_ok_threaded", "time-based acquire / dict.get (TokenBucketLimiter)", TARGET_TIME_BASED),
+        ("permits_concurrency_acquire_release_threaded", "concurrency acquire+release / dict.get", TARGET_CONCURRENCY),
+    ):
+        r = got.get(key)
+        value = (
+            r.best_ns / threaded_floor.best_ns
+            if r and r.best_ns and threaded_floor and threaded_floor.best_ns
+            else None
+        )
+        add(f"{label}, 2nd thread alive", value, f"<= {target:g}x", None if value is None else value <= target)
     peers = [r for r in results if r.group == "peer" and r.key.endswith("_ok") and r.best_ns is not None]
     tb = got.get("permits_token_bucket_ok")
     if peers and tb and tb.best_ns:
@@ -736,6 +906,8 @@ def markdown(results: list[Result], meta: dict[str, Any], rats: list[dict[str, A
         f"- command: `{meta['command']}`",
         f"- {meta['python']} on {meta['platform']} ({meta['cpus']} CPUs)",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "- timed first in a process that had never started a second thread, then (from the rows marked "
+        '"2nd thread alive" on) with an idle second thread',
         "",
         "| benchmark | ns/call (best) | ns/call (median) | x dict.get | notes |",
         "|---|---:|---:|---:|---|",
@@ -744,7 +916,8 @@ def markdown(results: list[Result], meta: dict[str, Any], rats: list[dict[str, A
         if r.best_ns is None:
             lines.append(f"| {_cell(r.name)} | {_cell(r.status)} | | | {_cell(r.note)} |")
             continue
-        ratio = f"{r.best_ns / floor.best_ns:.1f}" if floor and floor.best_ns else "-"
+        base = _by_key(results).get("dict_get_threaded") if r.key.endswith("_threaded") else floor
+        ratio = f"{r.best_ns / base.best_ns:.1f}" if base and base.best_ns else "-"
         lines.append(f"| {_cell(r.name)} | {_fmt_ns(r.best_ns)} | {_fmt_ns(r.median_ns)} | {ratio} | {_cell(r.note)} |")
     lines += ["", "| ratio (best of repeats) | value | target | met |", "|---|---:|---|---|"]
     for q in rats:
@@ -767,17 +940,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats is not None:
         s.repeats = max(1, args.repeats)
 
-    sources: list[tuple[str, str, Callable[[], Iterator[Case]]]] = [
-        ("floor", "floor", floor_cases),
-        ("permits", "permits", permits_cases),
-        ("throttled-py", "peer", _throttled_cases),
-        ("limits", "peer", _limits_cases),
-        ("pyrate-limiter", "peer", _pyrate_cases),
-        ("async floor", "async-floor", async_floor_cases),
-        ("permits (async)", "permits-async", _permits_async_cases),
-        ("aiolimiter", "peer-async", _aiolimiter_cases),
+    phases: list[list[Source]] = [
+        [  # a process that has never started a second thread
+            ("floor", "floor", floor_cases),
+            ("permits", "permits", permits_cases),
+            ("throttled-py", "peer", _throttled_cases),
+        ],
+        [  # a second thread alive (limits and pyrate-limiter start their own)
+            ("2nd thread alive", "threaded", threaded_cases),
+            ("limits", "peer", _limits_cases),
+            ("pyrate-limiter", "peer", _pyrate_cases),
+            ("async floor", "async-floor", async_floor_cases),
+            ("permits (async)", "permits-async", _permits_async_cases),
+            ("aiolimiter", "peer-async", _aiolimiter_cases),
+            ("throttled-py (asyncio)", "peer-async", _throttled_async_cases),
+        ],
     ]
-    results = collect(sources, s, verbose=not args.quiet)
+    results = collect(phases, s, verbose=not args.quiet)
     meta = metadata_block(args_list)
     rats = ratios(results)
     print(markdown(results, meta, rats))

@@ -1,18 +1,27 @@
 """Per-key checks: permits' per_key table against a dict lookup over the same keys and the peers'
-keyed in-memory checks, plus memory per key and the time to evict every key.
+keyed in-memory checks, as the number of keys grows; memory per key; the time to evict every key.
 
-    python benchmarks/bench_per_key.py            # 100k and 1M keys
-    python benchmarks/bench_per_key.py --quick    # 10k and 100k keys
+    python benchmarks/bench_per_key.py            # 1, 10k, 100k and 1M keys
+    python benchmarks/bench_per_key.py --quick    # 1, 10k and 100k keys, shorter passes
+    python benchmarks/bench_per_key.py --json FILE
 
 Keys are visited in a shuffled order (a real key mix misses the caches); each case is the best of
-three passes over all keys, in ns per check. Prints Markdown tables.
+three passes over all keys (the shuffled order is repeated until a pass makes at least 200,000
+checks, so that one key is timed as long as a million), in ns per check. Memory per key is the
+growth of the process's RSS while every key gets its first check, divided by the keys, measured
+in a fresh subprocess (so no memory freed by an earlier case is reused). permits and the dict are
+timed for every size before any peer runs, while the process has never started a thread (limits
+does). Prints Markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
+import json
 import random
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +31,8 @@ import permits
 from permits import Partition, PartitionedLimiter
 
 HUGE = 2**31 - 1
+MEMORY_MIN_KEYS = 10_000
+"""Below this, an RSS delta (4 KiB pages) says nothing per key: not measured."""
 
 
 def rss_kib() -> int:
@@ -32,6 +43,14 @@ def rss_kib() -> int:
     return 0
 
 
+def single_threaded() -> bool | None:
+    """True while the process has never started a second thread (glibc's flag)."""
+    try:
+        return bool(ctypes.c_char.in_dll(ctypes.CDLL(None), "__libc_single_threaded").value[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def best_pass(check: Callable[[str], Any], order: list[str], passes: int = 3) -> float:
     best = float("inf")
     for _ in range(passes):
@@ -40,6 +59,20 @@ def best_pass(check: Callable[[str], Any], order: list[str], passes: int = 3) ->
             check(key)
         best = min(best, (time.perf_counter() - start) / len(order) * 1e9)
     return best
+
+
+def make_keys(n: int) -> list[str]:
+    return [f"user-{i}" for i in range(n)]
+
+
+def make_order(keys: list[str], min_checks: int) -> list[str]:
+    order = keys * max(1, -(-min_checks // len(keys)))
+    random.Random(len(keys)).shuffle(order)
+    return order
+
+
+def per_key_limiter(clock: permits.ManualClock) -> Any:
+    return PartitionedLimiter.per_key(Partition.token_bucket(None, HUGE, HUGE, 1.0), idle_timeout=1.0, clock=clock)
 
 
 def peers(keys: list[str]) -> dict[str, Callable[[str], Any]]:
@@ -69,34 +102,55 @@ def peers(keys: list[str]) -> dict[str, Callable[[str], Any]]:
     return found
 
 
-def run(n: int, with_peers: bool) -> list[tuple[str, str]]:
-    keys = [f"user-{i}" for i in range(n)]
-    order = keys[:]
-    random.Random(n).shuffle(order)
-    rows: list[tuple[str, str]] = []
+def memory_per_key(n: int) -> dict[str, float]:
+    """Run in a fresh process: RSS growth per key for a dict and for permits' per_key table."""
+    keys = make_keys(n)
+    gc.collect()
+    before = rss_kib()
+    table = {key: 1 for key in keys}
+    dict_bytes = (rss_kib() - before) * 1024 / n
+    per_key = per_key_limiter(permits.ManualClock())
+    gc.collect()
+    before = rss_kib()
+    for key in keys:
+        per_key.acquire(key)
+    per_key_bytes = (rss_kib() - before) * 1024 / n
+    assert per_key.partition_count == n and len(table) == n
+    return {"dict_bytes": dict_bytes, "per_key_bytes": per_key_bytes}
+
+
+def memory_in_subprocess(n: int) -> dict[str, float] | None:
+    if n < MEMORY_MIN_KEYS:
+        return None
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory-of", str(n)], capture_output=True, text=True, check=True, timeout=600
+    )
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
+
+
+def run(n: int, min_checks: int) -> dict[str, Any]:
+    keys = make_keys(n)
+    order = make_order(keys, min_checks)
+    row: dict[str, Any] = {"n": n, "checks_per_pass": len(order)}
 
     table = {key: 1 for key in keys}
-    floor = best_pass(table.get, order)
-    rows.append(("dict.get over the same keys (floor)", f"{floor:,.0f}"))
+    row["dict_ns"] = best_pass(table.get, order)
+    del table
 
     clock = permits.ManualClock()
     gc.collect()
-    before = rss_kib()
-    per_key = PartitionedLimiter.per_key(Partition.token_bucket(None, HUGE, HUGE, 1.0), idle_timeout=1.0, clock=clock)
+    per_key = per_key_limiter(clock)
     start = time.perf_counter()
     for key in keys:
         per_key.acquire(key)
-    created = (time.perf_counter() - start) / n * 1e9
-    grown = (rss_kib() - before) * 1024 / n
-    check = best_pass(per_key.acquire, order)
-    rows.append(("permits per_key acquire(key)", f"{check:,.0f} ({check / floor:.1f}x dict.get)"))
-    rows.append(("permits per_key: first acquire of a new key", f"{created:,.0f}"))
-    rows.append(("permits per_key: process memory per live key", f"{grown:,.0f} bytes"))
+    row["first_acquire_ns"] = (time.perf_counter() - start) / n * 1e9
+    row["per_key_ns"] = best_pass(per_key.acquire, order)
+    assert per_key.acquire(order[0]), "per_key refused a check"
     start = time.perf_counter()
     clock.advance(5.0)  # every key idle for longer than 1 s: the engine's timer drops them all
-    evicting = time.perf_counter() - start
+    row["evict_all_s"] = time.perf_counter() - start
     assert per_key.partition_count == 0
-    rows.append(("permits per_key: evicting every key (clock.advance)", f"{evicting:.3f} s in all"))
     del per_key
     gc.collect()
 
@@ -104,31 +158,97 @@ def run(n: int, with_peers: bool) -> list[tuple[str, str]]:
         general = PartitionedLimiter(lambda r: Partition.token_bucket(r, HUGE, HUGE, 1.0))
         for key in keys:
             general.acquire(key)
-        check = best_pass(general.acquire, order)
-        rows.append(("permits PartitionedLimiter (general path) acquire(key)", f"{check:,.0f} ({check / floor:.1f}x)"))
+        row["general_ns"] = best_pass(general.acquire, order)
         del general
         gc.collect()
 
-    if with_peers:
-        for name, peer in peers(keys).items():
-            check = best_pass(peer, order, passes=1)
-            rows.append((name, f"{check:,.0f} ({check / floor:.1f}x)"))
-    return rows
+    row["memory"] = memory_in_subprocess(n)
+    return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10k and 100k keys")
+def run_peers(n: int, min_checks: int) -> dict[str, float]:
+    keys = make_keys(n)
+    order = make_order(keys, min_checks)
+    found = {name: best_pass(peer, order, passes=1) for name, peer in peers(keys).items()}
+    gc.collect()
+    return found
+
+
+def print_size(row: dict[str, Any]) -> None:
+    floor = row["dict_ns"]
+    rows = [
+        ("dict.get over the same keys (floor)", f"{floor:,.0f}"),
+        ("permits per_key acquire(key)", f"{row['per_key_ns']:,.0f} ({row['per_key_ns'] / floor:.1f}x dict.get)"),
+        ("permits per_key: first acquire of a new key", f"{row['first_acquire_ns']:,.0f}"),
+    ]
+    mem = row["memory"]
+    if mem is not None:
+        rows.append(("permits per_key: process memory per live key (fresh process)", f"{mem['per_key_bytes']:,.0f} B"))
+        rows.append(("dict {key: 1}: process memory per key (same process)", f"{mem['dict_bytes']:,.0f} B"))
+    rows.append(("permits per_key: evicting every key (clock.advance)", f"{row['evict_all_s']:.3f} s in all"))
+    if "general_ns" in row:
+        rows.append(
+            (
+                "permits PartitionedLimiter (general path) acquire(key)",
+                f"{row['general_ns']:,.0f} ({row['general_ns'] / floor:.1f}x)",
+            )
+        )
+    for name, ns in row["peers"].items():
+        rows.append((name, f"{ns:,.0f} ({ns / floor:.1f}x)"))
+    print(f"\n### {row['n']:,} keys\n\n| case | ns per check (or as noted) |\n|---|---:|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+def print_scaling(rows: list[dict[str, Any]]) -> None:
+    print("\n### Scaling\n")
+    print("| keys | dict.get ns | per_key ns | x dict.get | per_key B/key | dict B/key |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        mem = row["memory"] or {}
+        per_key_b = f"{mem['per_key_bytes']:,.0f}" if mem else "-"
+        dict_b = f"{mem['dict_bytes']:,.0f}" if mem else "-"
+        print(
+            f"| {row['n']:,} | {row['dict_ns']:,.0f} | {row['per_key_ns']:,.0f} | "
+            f"{row['per_key_ns'] / row['dict_ns']:.1f} | {per_key_b} | {dict_b} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1, 10k and 100k keys; shorter passes")
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], help="comma-separated key counts")
     parser.add_argument("--no-peers", action="store_true")
-    args = parser.parse_args()
-    sizes = (10_000, 100_000) if args.quick else (100_000, 1_000_000)
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--memory-of", type=int, help=argparse.SUPPRESS)  # the fresh-process memory probe
+    args = parser.parse_args(argv)
+    if args.memory_of:
+        print(json.dumps(memory_per_key(args.memory_of)))
+        return 0
+    sizes = args.sizes or ([1, 10_000, 100_000] if args.quick else [1, 10_000, 100_000, 1_000_000])
+    min_checks = 50_000 if args.quick else 200_000
     print(f"permits per-key benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"- command: `python {' '.join(sys.argv)}`")
+    # permits and the dict first, for every size, while the process has never started a thread
+    # (limits starts some, and from then on C++ reference counts are atomic: see bench_acquire.py)
+    rows = []
     for n in sizes:
-        print(f"\n### {n:,} keys\n\n| case | ns per check (or as noted) |\n|---|---:|")
-        for name, value in run(n, not args.no_peers):
-            print(f"| {name} | {value} |")
+        if not args.quiet:
+            print(f"  per-key: {n:,} keys", file=sys.stderr, flush=True)
+        rows.append(run(n, min_checks))
+    single = single_threaded()
+    for row in rows:
+        row["single_threaded"] = single
+        row["peers"] = {} if args.no_peers else run_peers(row["n"], min_checks)
+        print_size(row)
+    print_scaling(rows)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"min_checks": min_checks, "sizes": rows}, f, indent=2)
+            f.write("\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The benchmark suite: ``python -m benchmarks`` runs every scenario (see benchmarks/README.md)."""
