@@ -7,13 +7,33 @@
 #include <malloc.h>
 #endif
 #include <stdexcept>
+#include <utility>
 
 namespace permits {
 
 namespace {
 constexpr std::uint32_t kNone = 0xffffffffU;
-constexpr unsigned kChunkBits = 10; // records are allocated 1024 at a time and never move
-constexpr std::uint32_t kChunk = 1U << kChunkBits;
+// Records never move: they are allocated in chunks of 32, 32, 64, 128, 256, 512, then 1024 at a
+// time, so a shard with few keys holds little memory and a large one little slack.
+constexpr std::uint32_t kFirstChunk = 32;
+constexpr std::uint32_t kChunk = 1024;
+
+/// The chunk holding record i, and where in it.
+inline std::pair<std::uint32_t, std::uint32_t> chunk_of(std::uint32_t i) {
+    if (i < kFirstChunk) {
+        return {0, i};
+    }
+    if (i < kChunk) {
+        const auto log = static_cast<std::uint32_t>(31 - __builtin_clz(i)); // 5..9
+        return {log - 4, i - (1U << log)};
+    }
+    return {5 + (i >> 10), i & (kChunk - 1)};
+}
+
+/// Records in chunk c.
+inline std::uint32_t chunk_size(std::uint32_t c) {
+    return c == 0 ? kFirstChunk : c < 6 ? (1U << (c + 4)) : kChunk;
+}
 constexpr std::uint8_t kLive = 1;
 constexpr std::uint8_t kPromoted = 2;
 } // namespace
@@ -87,8 +107,14 @@ struct KeyedLimiter::Shard {
     std::vector<std::uint64_t> slots;
     std::vector<Look> looks; // a min-heap on `when`: O(evicted) eviction, no scan of all keys
 
-    Record& at(std::uint32_t i) { return chunks[i >> kChunkBits][i & (kChunk - 1)]; }
-    const Record& at(std::uint32_t i) const { return chunks[i >> kChunkBits][i & (kChunk - 1)]; }
+    Record& at(std::uint32_t i) {
+        const auto [c, k] = chunk_of(i);
+        return chunks[c][k];
+    }
+    const Record& at(std::uint32_t i) const {
+        const auto [c, k] = chunk_of(i);
+        return chunks[c][k];
+    }
 
     std::uint32_t allocate() {
         if (free_head != kNone) {
@@ -96,8 +122,8 @@ struct KeyedLimiter::Shard {
             free_head = static_cast<std::uint32_t>(at(i).state.a);
             return i;
         }
-        if (used == chunks.size() * kChunk) {
-            chunks.push_back(std::make_unique<Record[]>(kChunk));
+        if (chunk_of(used).second == 0) { // the first record of a chunk not allocated yet
+            chunks.push_back(std::make_unique<Record[]>(chunk_size(static_cast<std::uint32_t>(chunks.size()))));
         }
         return used++;
     }
