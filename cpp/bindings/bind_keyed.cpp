@@ -25,7 +25,7 @@ namespace {
 
 // A lease for a per-key outcome: its permits go back through the table, which tells the key's
 // record or full limiter and notes when the key will be idle (exact eviction).
-PyObject* lease_of(const Outcome& o, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* resource) {
+PyObject* lease_of(const Outcome& o, KeyedLimiter& keyed, PyObject* resource) {
     if (!o.acquired) {
         return py_lease::from_outcome(o, nullptr);
     }
@@ -99,10 +99,10 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
             return nullptr;
         }
         if constexpr (kind == FastCall::Acquire) {
-            return lease_of((*keyed)->acquire(key, n).outcome, *keyed, args[0]);
+            return lease_of((*keyed)->acquire(key, n).outcome, **keyed, args[0]);
         } else {
             const auto r = (*keyed)->try_now(key, n);
-            return r ? lease_of(r->outcome, *keyed, args[0]) : Py_NewRef(Py_None);
+            return r ? lease_of(r->outcome, **keyed, args[0]) : Py_NewRef(Py_None);
         }
     });
 }
@@ -136,7 +136,7 @@ void bind_keyed(py::module_& m) {
                     if (q.enqueued.waiter) {
                         return py::cast(WaitHandle(q.owner, q.enqueued.waiter));
                     }
-                    return steal(lease_of(q.enqueued.outcome, self, resource.ptr()));
+                    return steal(lease_of(q.enqueued.outcome, *self, resource.ptr()));
                 },
                 py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
             .def(

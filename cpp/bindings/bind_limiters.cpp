@@ -17,7 +17,7 @@ namespace permits::bind {
 namespace {
 
 py::object to_lease(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
-    PyObject* lease = py_lease::from_outcome(o, owner);
+    PyObject* lease = py_lease::from_outcome(o, owner.get());
     if (lease == nullptr) {
         throw py::error_already_set();
     }
@@ -66,10 +66,10 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
             return nullptr;
         }
         if constexpr (kind == FastCall::Acquire) {
-            return py_lease::from_outcome((*holder)->acquire(n), *holder);
+            return py_lease::from_outcome((*holder)->acquire(n), holder->get());
         } else {
             const auto o = (*holder)->try_now(n);
-            return o ? py_lease::from_outcome(*o, *holder) : Py_NewRef(Py_None);
+            return o ? py_lease::from_outcome(*o, holder->get()) : Py_NewRef(Py_None);
         }
     });
 }

@@ -14,7 +14,7 @@ py::object WaitHandle::lease() {
         if (waiter_->state() != Waiter::Completed) {
             throw py::value_error("the request has not completed");
         }
-        lease_ = py::reinterpret_steal<py::object>(py_lease::from_outcome(waiter_->outcome(), owner_));
+        lease_ = py::reinterpret_steal<py::object>(py_lease::from_outcome(waiter_->outcome(), owner_.get()));
         if (!lease_) {
             throw py::error_already_set();
         }

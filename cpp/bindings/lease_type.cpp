@@ -3,6 +3,7 @@
 #include <string>
 
 #include "key_encoding.hpp"
+#include "lease_targets.hpp"
 
 #include <cmath>
 #include <new>
@@ -20,10 +21,13 @@ struct LeaseObject {
     PyObject* reason;     // str or nullptr
     PyObject* extra;      // dict of further metadata or nullptr
     PyObject* on_release; // callable or nullptr (leases of custom limiters)
+    bool releases;        // its permits come back on release (concurrency); else only on a refund
+    // A plain concurrency lease owns its limiter: every release must reach it.
     std::shared_ptr<Limiter> owner;
-    // Or, for a grant by a per-key record: the table and the key (a str, bytes, int or tuple of
-    // them: no reference cycle is possible, so the lease stays untracked by the GC).
-    std::shared_ptr<KeyedLimiter> keyed;
+    // Any other lease names its limiter or per-key table in the registry (lease_targets.hpp).
+    std::uint64_t target;
+    // A per-key lease's key (a str, bytes, int or tuple of them: no reference cycle is possible,
+    // so the lease stays untracked by the GC).
     PyObject* key;
     std::int64_t tag;
 };
@@ -70,8 +74,9 @@ LeaseObject* alloc_lease() {
     self->reason = nullptr;
     self->extra = nullptr;
     self->on_release = nullptr;
+    self->releases = false;
     new (&self->owner) std::shared_ptr<Limiter>();
-    new (&self->keyed) std::shared_ptr<KeyedLimiter>();
+    self->target = 0;
     self->key = nullptr;
     self->tag = 0;
     return self;
@@ -113,22 +118,35 @@ void return_permits(LeaseObject* self) {
         self->owner->give_back(self->permit_count, self->tag);
         return;
     }
-    if (self->keyed) {
+    if (self->target == 0) {
+        return;
+    }
+    const bind::Target t = bind::find_target(self->target);
+    if (t.limiter) {
+        t.limiter->give_back(self->permit_count, self->tag);
+    } else if (t.keyed) {
         std::string key;
         if (bind::encode_key(self->key, key)) { // it was encoded once already: it cannot fail
-            self->keyed->give_back(key, self->permit_count, self->tag);
+            t.keyed->give_back(key, self->permit_count, self->tag);
         } else {
             PyErr_Clear();
         }
     }
 }
 
-bool owner_releases(const LeaseObject* self) {
-    return self->owner ? self->owner->releases_permits() : self->keyed && self->keyed->releases_permits();
+bool owner_closed(const LeaseObject* self) {
+    if (self->owner) {
+        return self->owner->closed();
+    }
+    const bind::Target t = bind::find_target(self->target);
+    return t.limiter ? t.limiter->closed() : !t.keyed || t.keyed->closed();
 }
 
-bool owner_closed(const LeaseObject* self) {
-    return self->owner ? self->owner->closed() : self->keyed && self->keyed->closed();
+void set_failure(LeaseObject* self, const Outcome& o) {
+    self->reason = reason_string(o.reason);
+    if (o.retry_after >= 0) {
+        self->retry_after = o.retry_seconds; // exact even past 2**63 ns
+    }
 }
 
 // Returns 0 or -1 with an error set (from on_release).
@@ -140,7 +158,7 @@ int do_release(LeaseObject* self, bool refund) {
     if (!self->acquired) {
         return 0;
     }
-    if (refund || owner_releases(self)) {
+    if (refund || self->releases) {
         return_permits(self);
     }
     if (self->on_release != nullptr) {
@@ -194,7 +212,6 @@ void lease_dealloc(LeaseObject* self) {
     release_forgotten(self);
     lease_clear(self);
     self->owner.~shared_ptr<Limiter>();
-    self->keyed.~shared_ptr<KeyedLimiter>();
     Py_CLEAR(self->key);
     if (freelist_len < kFreelistSize) {
         freelist[freelist_len++] = self;
@@ -459,7 +476,7 @@ bool register_type(PyObject* m) {
     return true;
 }
 
-PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
+PyObject* from_outcome(const Outcome& o, Limiter* owner) {
     LeaseObject* self = alloc_lease();
     if (self == nullptr) {
         return nullptr;
@@ -468,18 +485,20 @@ PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner) 
     self->permit_count = o.permits;
     self->tag = o.tag;
     if (o.acquired) {
-        self->owner = owner;
-        self->must_release = owner->releases_permits() && o.permits > 0;
-    } else {
-        self->reason = reason_string(o.reason);
-        if (o.retry_after >= 0) {
-            self->retry_after = o.retry_seconds; // exact even past 2**63 ns
+        self->releases = owner->releases_permits();
+        if (self->releases) {
+            self->owner = owner->shared_from_this();
+        } else {
+            self->target = bind::target_of(*owner);
         }
+        self->must_release = self->releases && o.permits > 0;
+    } else {
+        set_failure(self, o);
     }
     return reinterpret_cast<PyObject*>(self);
 }
 
-PyObject* from_keyed_outcome(const Outcome& o, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* key) {
+PyObject* from_keyed_outcome(const Outcome& o, KeyedLimiter& keyed, PyObject* key) {
     LeaseObject* self = alloc_lease();
     if (self == nullptr) {
         return nullptr;
@@ -488,14 +507,12 @@ PyObject* from_keyed_outcome(const Outcome& o, const std::shared_ptr<KeyedLimite
     self->permit_count = o.permits;
     self->tag = o.tag;
     if (o.acquired) {
-        self->keyed = keyed;
+        self->releases = keyed.releases_permits();
+        self->target = bind::target_of(keyed);
         self->key = Py_NewRef(key);
-        self->must_release = keyed->releases_permits() && o.permits > 0;
+        self->must_release = self->releases && o.permits > 0;
     } else {
-        self->reason = reason_string(o.reason);
-        if (o.retry_after >= 0) {
-            self->retry_after = o.retry_seconds; // exact even past 2**63 ns
-        }
+        set_failure(self, o);
     }
     return reinterpret_cast<PyObject*>(self);
 }

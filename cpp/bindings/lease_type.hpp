@@ -14,9 +14,11 @@ namespace permits::py_lease {
 /// Registers the type as `Lease` in module `m`; returns false with a Python error set on failure.
 bool register_type(PyObject* m);
 /// A new reference to a lease for `o`, holding `owner` so that release() / refunds reach it.
-PyObject* from_outcome(const Outcome& o, const std::shared_ptr<Limiter>& owner);
+/// (`owner` is taken by reference: converting a derived class's shared_ptr would cost two atomic
+/// operations per lease; only a concurrency lease takes a shared_ptr of its limiter.)
+PyObject* from_outcome(const Outcome& o, Limiter* owner);
 /// A lease for `o` granted by the record of `key` in `keyed`: its permits go back to that key.
-PyObject* from_keyed_outcome(const Outcome& o, const std::shared_ptr<KeyedLimiter>& keyed, PyObject* key);
+PyObject* from_keyed_outcome(const Outcome& o, KeyedLimiter& keyed, PyObject* key);
 bool check(PyObject* obj);
 /// Gives the lease's permits back (a concurrency release or a refund); idempotent with release().
 void give_back(PyObject* lease);

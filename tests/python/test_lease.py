@@ -237,3 +237,30 @@ def test_unreleased_lease_of_a_closed_limiter_is_collected_quietly():
         gc.collect()
     with pytest.raises(permits.LimiterClosedError):
         lim.acquire()
+
+
+def test_a_time_based_lease_refunds_its_limiter_without_owning_it(clock):
+    # Time-based leases name their limiter in a registry instead of owning it (no atomic reference
+    # counting per acquire); a refund still reaches it, among many limiters come and gone.
+    for _ in range(300):
+        permits.FixedWindowLimiter(1, 60.0, clock=clock).acquire()  # registered, then gone
+    gc.collect()
+    lim = permits.TokenBucketLimiter(3, 1, 60.0, clock=clock)
+    lease = lim.acquire(2)
+    assert lim.available_permits() == 1
+    lease._give_back()
+    assert lim.available_permits() == 3
+    lease._give_back()  # once only
+    assert lim.available_permits() == 3
+
+
+def test_a_refund_after_the_limiter_is_gone_does_nothing(clock):
+    lim = permits.FixedWindowLimiter(1, 60.0, clock=clock)
+    per_key = permits.PartitionedLimiter.per_key(permits.Partition.token_bucket(None, 2, 1, 60.0), clock=clock)
+    leases = [lim.acquire(), per_key.acquire("k")]
+    del lim, per_key
+    gc.collect()
+    for lease in leases:
+        assert lease
+        lease._give_back()
+        lease.release()

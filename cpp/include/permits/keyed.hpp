@@ -80,6 +80,9 @@ public:
     bool closed() const noexcept { return closed_.load(); }
     void on_timer(Nanos now) override;
 
+    /// An opaque tag for the bindings (a registry id); the engine never reads it.
+    std::uint64_t binding_tag = 0;
+
 private:
     class KeyBytes;
     struct Record;

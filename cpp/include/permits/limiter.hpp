@@ -88,6 +88,9 @@ public:
 
     void on_timer(Nanos now) override;
 
+    /// An opaque tag for the bindings (a registry id); the engine never reads it.
+    std::uint64_t binding_tag = 0;
+
 protected:
     // ---- the algorithm ----
     /// Atomically takes n > 0 permits if that many are available at `now`; sets `tag`.
