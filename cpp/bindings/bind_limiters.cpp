@@ -74,6 +74,27 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
     });
 }
 
+// _check_wait(permit_count=1) -> int: what wait_async checks before it returns its awaitable (a
+// valid count, within the limit, the limiter open), in one C call rather than three Python steps.
+template <class T> PyObject* check_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "takes at most one argument (permit_count)");
+        return nullptr;
+    }
+    return guarded([&]() -> PyObject* {
+        const std::int64_t n = nargs == 1 ? int_arg(args[0], "permit_count") : 1;
+        const auto* holder = holder_of<T>(self);
+        if (holder == nullptr) {
+            return nullptr;
+        }
+        detail::check_permit_count(n, (*holder)->max_permits()); // before "closed", as everywhere
+        if ((*holder)->closed()) {
+            throw ClosedError();
+        }
+        return PyLong_FromLongLong(n);
+    });
+}
+
 template <class T, FastCall kind> void install_fast(py::handle cls, const char* name, const char* doc) {
     static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call<T, kind>)),
                               METH_FASTCALL | METH_KEYWORDS, doc};
@@ -86,6 +107,10 @@ template <class T> void install_fast_acquire(py::handle cls) {
                                        "lease; never blocks or queues.");
     install_fast<T, FastCall::TryNow>(cls, "_try_now",
                                       "_try_now(permit_count=1) -> Lease | None: a wait's immediate grant, or None.");
+    static PyMethodDef check = {"_check_wait",
+                                reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&check_wait<T>)),
+                                METH_FASTCALL, "_check_wait(permit_count=1) -> int: wait_async's argument checks."};
+    install_method(cls, check);
 }
 
 QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
@@ -103,6 +128,17 @@ void bind_limiters(py::module_& m) {
             [](const std::shared_ptr<Limiter>& self, py::handle n) -> py::object {
                 const auto o = self->try_now(int_arg(n, "permit_count"));
                 return o ? to_lease(*o, self) : py::none();
+            },
+            py::arg("permit_count") = 1)
+        .def(
+            "_check_wait", // each engine class installs a faster one
+            [](Limiter& self, py::handle n) {
+                const std::int64_t count = int_arg(n, "permit_count");
+                detail::check_permit_count(count, self.max_permits());
+                if (self.closed()) {
+                    throw ClosedError();
+                }
+                return count;
             },
             py::arg("permit_count") = 1)
         .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
