@@ -17,51 +17,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import permits
 
-from model import (
-    Closed,
-    ConcurrencyModel,
-    FixedWindowModel,
-    LimiterModel,
-    Outcome,
-    SlidingWindowCounterModel,
-    SlidingWindowModel,
-    TokenBucketModel,
+from _model_support import (
+    KINDS,
+    ORDERS,
+    Config,
+    build_limiter,
+    drain,
+    lease_view,
+    limiter_model,
+    outcome_view,
+    property_settings,
 )
+from model import Closed, LimiterModel
 
-KINDS = ["concurrency", "token_bucket", "fixed_window", "sliding_window", "sliding_window_counter"]
-ORDERS = [permits.QueueOrder.OLDEST_FIRST, permits.QueueOrder.NEWEST_FIRST]
-
-#: Event-loop rounds after each step: the engine completes waiters synchronously (in acquire,
-#: release, cancel or ManualClock.advance); the loop resolves their futures shortly after.
-DRAIN_ROUNDS = 4
-
-SETTINGS = settings(
-    max_examples=250,
-    database=None,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = property_settings(max_examples=250)
 
 
 # --------------------------------------------------------------------------------- scenarios
-
-
-@dataclass
-class Config:
-    kind: str
-    limit: int
-    queue_limit: int
-    order: permits.QueueOrder
-    anchor_ns: int  # the clock's time when the limiter is built
-    period_ns: int = 1  # token bucket period / window
-    tokens_per_period: int = 1
-    segments: int = 1
 
 
 @dataclass
@@ -116,46 +93,10 @@ def scenarios(draw: st.DrawFn, kind: str, order: permits.QueueOrder) -> Scenario
 
 
 def build(config: Config, clock: permits.ManualClock) -> tuple[Any, LimiterModel]:
-    common: dict[str, Any] = dict(queue_limit=config.queue_limit, queue_order=config.order, clock=clock)
-    anchor, window, limit = config.anchor_ns, config.period_ns, config.limit
-    seconds = window / 1e9
-    algorithm: Any
-    if config.kind == "concurrency":
-        limiter = permits.ConcurrencyLimiter(limit, **common)
-        algorithm = ConcurrencyModel(limit)
-    elif config.kind == "token_bucket":
-        limiter = permits.TokenBucketLimiter(limit, config.tokens_per_period, seconds, **common)
-        algorithm = TokenBucketModel(limit, config.tokens_per_period, window, anchor)
-    elif config.kind == "fixed_window":
-        limiter = permits.FixedWindowLimiter(limit, seconds, **common)
-        algorithm = FixedWindowModel(limit, window, anchor)
-    elif config.kind == "sliding_window":
-        limiter = permits.SlidingWindowLimiter(limit, seconds, config.segments, **common)
-        algorithm = SlidingWindowModel(limit, window, config.segments, anchor)
-    else:
-        limiter = permits.SlidingWindowCounterLimiter(limit, seconds, **common)
-        algorithm = SlidingWindowCounterModel(limit, window, anchor)
-    newest = config.order is permits.QueueOrder.NEWEST_FIRST
-    model = LimiterModel(algorithm, queue_limit=config.queue_limit, newest_first=newest, now=anchor)
-    return limiter, model
+    return build_limiter(config, clock), limiter_model(config, config.anchor_ns)
 
 
 # --------------------------------------------------------------------------------- the driver
-
-
-def lease_view(lease: permits.Lease) -> tuple[bool, int, str | None, int | None]:
-    # retry_after is reported as ns / 1e9: compared to the nanosecond (stricter than 1e-9 s).
-    retry = lease.retry_after
-    return (lease.acquired, lease.permit_count, lease.reason, None if retry is None else round(retry * 1e9))
-
-
-def outcome_view(outcome: Outcome) -> tuple[bool, int, str | None, int | None]:
-    return (outcome.acquired, outcome.permit_count, outcome.reason, outcome.retry_after_ns)
-
-
-async def drain() -> None:
-    for _ in range(DRAIN_ROUNDS):
-        await asyncio.sleep(0)
 
 
 class Run:
