@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .concurrency import ConcurrencyModel
 from .fixed_window import FixedWindowModel
+from .keyed import KeyedModel
 from .queue import Closed, LimiterModel, Outcome
 from .sliding_window import SlidingWindowModel
 from .sliding_window_counter import SlidingWindowCounterModel
@@ -18,6 +19,7 @@ __all__ = [
     "Closed",
     "ConcurrencyModel",
     "FixedWindowModel",
+    "KeyedModel",
     "LimiterModel",
     "Outcome",
     "SlidingWindowCounterModel",
