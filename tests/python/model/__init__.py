@@ -7,6 +7,7 @@ retry_after, idleness, close). The models favour being obviously right over bein
 
 from __future__ import annotations
 
+from .chain import ChainModel
 from .concurrency import ConcurrencyModel
 from .fixed_window import FixedWindowModel
 from .keyed import KeyedModel
@@ -16,6 +17,7 @@ from .sliding_window_counter import SlidingWindowCounterModel
 from .token_bucket import TokenBucketModel
 
 __all__ = [
+    "ChainModel",
     "Closed",
     "ConcurrencyModel",
     "FixedWindowModel",
