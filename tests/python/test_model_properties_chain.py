@@ -39,6 +39,7 @@ from _model_support import (
     property_settings,
     stats_view,
 )
+from _support import SAFETY, start_waiter, wait_until
 from model import ChainModel, Closed
 
 SETTINGS = property_settings(max_examples=250)
@@ -292,3 +293,27 @@ def test_sliding_window_idle_duration_after_a_refund_excludes_time_in_use() -> N
     idle = window.idle_duration
     assert idle is not None and idle <= 2.5  # the engine says 3.5: idle since t=0
     held.release()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="chain.wait(timeout) splits the timeout between its limiters with time.monotonic(), "
+    "not the limiters' clock: with a ManualClock the later limiters get the whole timeout again "
+    "(docs/behaviour.md: timeouts run on the limiter's clock)",
+)
+def test_a_chains_blocking_wait_times_out_on_the_limiters_clock() -> None:
+    clock = permits.ManualClock()
+    bucket = permits.TokenBucketLimiter(1, 1, 4.0, queue_limit=1, clock=clock)
+    window = permits.FixedWindowLimiter(1, 100.0, queue_limit=1, clock=clock)
+    assert bucket.acquire() and window.acquire()
+    waiter = start_waiter(permits.chain(bucket, window), 1, timeout=5.0)
+    wait_until(lambda: bucket.statistics().current_queued_count == 1)
+    clock.advance(4.0)  # the bucket grants at t=4: 1 s of the timeout is left for the window
+    wait_until(lambda: window.statistics().current_queued_count == 1)
+    clock.advance(2.0)  # t=6: past the chain's deadline
+    try:
+        wait_until(lambda: waiter.done.is_set(), timeout=1.0)
+        assert waiter.outcome().reason == "timeout"
+    finally:
+        window.close()  # lets the waiter go when it still waits
+        waiter.join(SAFETY)
