@@ -4,7 +4,8 @@ Both ways of building one are driven: ``PartitionedLimiter.per_key(Partition.<ki
 (every key's state in the engine) and the general ``PartitionedLimiter(lambda key:
 Partition.<kind>(key, ...))``. Hypothesis draws a partition configuration, a few keys (str, int,
 bytes, tuples: "7", 7 and b"7" are different keys), an idle timeout, a bound on the partitions, and a
-random sequence of operations on the keys: acquire, wait_async, cancelling a queued waiter,
+random sequence of operations on the keys: acquire, wait_async, blocking wait(timeout) (in a
+thread; timeouts on the ManualClock), cancelling a queued asynchronous waiter,
 releasing a lease, statistics and available_permits of a key (which create its partition too),
 advancing the ManualClock, closing. After every step the real limiter and the model agree on: every
 lease (acquired, permit_count, reason, retry_after to the nanosecond), each key's completed waiters
@@ -44,6 +45,7 @@ from _model_support import (
     property_settings,
     stats_view,
 )
+from _support import SAFETY, Waiter, wait_until
 from model import Closed, KeyedModel
 
 SETTINGS = property_settings(max_examples=160)
@@ -71,9 +73,11 @@ def keyed_scenarios(draw: st.DrawFn) -> KeyedScenario:
     key = st.integers(0, len(keys) - 1)
     counts = st.integers(0, config.limit)
     slots = st.integers(0, 15)
+    timeouts = st.one_of(st.none(), st.just(0), st.integers(1, 2 * window))
     op = st.one_of(
         st.tuples(st.just("acquire"), key, counts),
         st.tuples(st.just("acquire"), key, counts),
+        st.tuples(st.just("block"), key, st.integers(1, config.limit), timeouts),
         st.tuples(st.just("wait"), key, st.integers(1, config.limit)),
         st.tuples(st.just("wait"), key, counts),
         st.tuples(st.just("cancel"), slots),
@@ -90,6 +94,16 @@ def keyed_scenarios(draw: st.DrawFn) -> KeyedScenario:
 
 
 CLOSED = "LimiterClosedError"
+
+
+class _KeyOf:
+    """One key of a partitioned limiter, as _support.Waiter calls it: wait(n, timeout=...)."""
+
+    def __init__(self, limiter: PartitionedLimiter, key: Hashable) -> None:
+        self.limiter, self.key = limiter, key
+
+    def wait(self, n: int, timeout: float | None = None) -> permits.Lease:
+        return self.limiter.wait(self.key, n, timeout)
 
 
 class KeyedRun:
@@ -126,6 +140,8 @@ class KeyedRun:
         ]
         self.tasks: dict[int, asyncio.Task[Any]] = {}
         self.waiter_key: dict[int, Hashable] = {}
+        self.blocking: dict[int, Waiter] = {}  # blocking wait(key, n, timeout) calls, in threads
+        self.joined: set[int] = set()
         self.completed: list[tuple[int, LeaseView]] = []
         self.leases: list[tuple[Hashable, permits.Lease]] = []  # kept alive (no GC release)
         self.released: set[int] = set()
@@ -194,8 +210,26 @@ class KeyedRun:
                 self._keep(predicted, False, "wait_async raises")
                 self.waiter_key[wid] = key
                 self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, key, awaitable))
-        elif name == "cancel":
-            pending = self.models[0].pending_ids()
+        elif name == "block":
+            key, n, timeout = self.keys[op[1]], op[2], op[3]
+            wid = len(self.history)
+            self._fork(key)
+            predicted = [self._call(m.wait, wid, key, n, timeout) == CLOSED for m in self.models]
+            seconds = None if timeout is None else timeout / 1e9
+            if predicted[0]:
+                with pytest.raises(permits.LimiterClosedError):
+                    self.limiter.wait(key, n, timeout=seconds)
+                self._keep(predicted, True, "wait raises")
+            else:
+                self._keep(predicted, False, "wait raises")
+                self.waiter_key[wid] = key
+                waiter = self.blocking[wid] = Waiter(_KeyOf(self.limiter, key), n, timeout=seconds)
+                waiter.start()
+                # Until the call has returned or joined the queue (the totals show it).
+                expected = [m.totals() for m in self.models]
+                wait_until(lambda: waiter.done.is_set() or stats_view(self.limiter.statistics()) in expected)
+        elif name == "cancel":  # an asynchronous waiter (a blocking one cannot be cancelled)
+            pending = [wid for wid in self.models[0].pending_ids() if wid not in self.blocking]
             if pending:
                 wid = pending[op[1] % len(pending)]
                 for m in self.models:
@@ -239,15 +273,42 @@ class KeyedRun:
 
     def check(self) -> None:
         assert all(m.now == self.clock.now_ns() for m in self.models), self.history
+        # Asynchronous waits complete in the model's order, per key; blocking ones each in its thread.
         by_key: dict[Hashable, list[tuple[int, LeaseView]]] = {}
         for wid, view in self.completed:
             by_key.setdefault(self.waiter_key[wid], []).append((wid, view))
         self._keep(
-            [{k: [(w, outcome_view(o)) for w, o in c] for k, c in m.completions.items() if c} for m in self.models],
+            [
+                {
+                    k: done
+                    for k, c in m.completions.items()
+                    if (done := [(w, outcome_view(o)) for w, o in c if w not in self.blocking])
+                }
+                for m in self.models
+            ],
             by_key,
             "completed waiters per key",
         )
+        finished = [
+            {w: outcome_view(o) for c in m.completions.values() for w, o in c if w in self.blocking}
+            for m in self.models
+        ]
+        for wid in sorted(set().union(*finished) - self.joined):
+            # Done in every fork: it must return (a wall-clock safety net); in some: it may.
+            self.blocking[wid].join(SAFETY if all(wid in f for f in finished) else 0.2)
+            if not self.blocking[wid].is_alive():
+                self.joined.add(wid)
+                lease = self.blocking[wid].outcome()
+                if lease:
+                    self.leases.append((self.waiter_key[wid], lease))
+        self._keep(
+            finished,
+            {wid: lease_view(self.blocking[wid].outcome()) for wid in sorted(self.joined)},
+            "blocking waits",
+        )
         waiting = sorted(wid for wid, task in self.tasks.items() if not task.done())
+        waiting += [wid for wid, waiter in self.blocking.items() if not waiter.done.is_set()]
+        waiting.sort()
         self._keep([m.pending_ids() for m in self.models], waiting, "queued waiters")
         if self.models[0].closed:
             with pytest.raises(permits.LimiterClosedError):
@@ -266,6 +327,7 @@ class KeyedRun:
         await self.step(("close",))
         self.check()
         assert all(task.done() for task in self.tasks.values())
+        assert all(not waiter.is_alive() for waiter in self.blocking.values())
         for _, lease in self.leases:
             lease.release()
 
@@ -278,11 +340,13 @@ async def run_keyed(scenario: KeyedScenario, path: str) -> None:
             await run.step(op)
             run.check()
         await run.finish()
-    finally:  # a failed check leaves no waiting task behind
+    finally:  # a failed check leaves no waiting task or thread behind
         run.limiter.close()
         for task in run.tasks.values():
             task.cancel()
         await drain()
+        for waiter in run.blocking.values():
+            waiter.join(SAFETY)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -116,13 +116,13 @@ class KeyedModel:
             return Outcome(False, n, "partition_limit")
         return part.model.acquire(n)
 
-    def wait(self, waiter_id: int, key: Hashable, n: int) -> Outcome | None:
+    def wait(self, waiter_id: int, key: Hashable, n: int, timeout: int | None = None) -> Outcome | None:
         part = self._part(key)
         if part is None:
             outcome = Outcome(False, n, "partition_limit")
             self.completions.setdefault(key, []).append((waiter_id, outcome))
             return outcome
-        return part.model.wait(waiter_id, n)
+        return part.model.wait(waiter_id, n, timeout)
 
     def statistics(self, key: Hashable) -> tuple[int, int, int, int]:
         part = self._part(key)
