@@ -6,6 +6,7 @@ one configuration, and comparing leases with the model's outcomes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,8 @@ from model import (
 
 KINDS = ["concurrency", "token_bucket", "fixed_window", "sliding_window", "sliding_window_counter"]
 ORDERS = [permits.QueueOrder.OLDEST_FIRST, permits.QueueOrder.NEWEST_FIRST]
+#: Partition keys: "7", 7 and b"7" are different keys.
+KEYS: list[Hashable] = ["7", 7, b"7", ("a", 7), ("a", (b"b", -1))]
 
 #: Event-loop rounds after each step: the engine completes waiters synchronously (in acquire,
 #: release, cancel or ManualClock.advance); the loop resolves their futures shortly after.

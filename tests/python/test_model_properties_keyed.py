@@ -33,6 +33,7 @@ import permits
 from permits import PartitionedLimiter
 
 from _model_support import (
+    KEYS,
     Config,
     LeaseView,
     configs,
@@ -50,7 +51,6 @@ from model import Closed, KeyedModel
 
 SETTINGS = property_settings(max_examples=160)
 
-KEYS: list[Hashable] = ["7", 7, b"7", ("a", 7), ("a", (b"b", -1))]
 PATHS = ["per_key", "general"]
 
 

@@ -17,46 +17,61 @@ Rules:
 * Statistics: available = the minimum, queued and failed = the sums, successful = the last
   limiter's. idle_duration: None if any limiter is in use, else the minimum.
 * close() closes the chain only: its limiters stay open; later calls on the chain raise.
+* A partitioned limiter in the chain (a KeyedModel, after the first limiter) is asked for the
+  request's key; the chain's statistics of a key use that key's partition.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
+from .keyed import KeyedModel
 from .queue import Closed, LimiterModel, Outcome
 
 
 @dataclass(frozen=True)
 class Grant:
-    index: int  # which limiter
+    model: LimiterModel  # the limiter (or partition) that granted
     n: int
-    taken_at: int  # that limiter's state time at the grant
+    taken_at: int  # its state time at the grant
     waiter: object | None = None  # a queued grant's waiter id (its lease), else None
 
 
 @dataclass
 class ChainModel:
-    models: list[LimiterModel]
+    models: list[Any]  # LimiterModel, or KeyedModel after the first
     closed: bool = False
     #: (waiter id, outcome) of every chain wait, in the order they completed.
     completions: list[tuple[int, Outcome]] = field(default_factory=list)
     #: The grants behind every successful chain lease, by lease id (acquire: ("acquire", step)).
     grants: dict[object, list[Grant]] = field(default_factory=dict)
     #: Chain waiters queued in the first limiter: waiter id -> permits.
-    pending: dict[int, int] = field(default_factory=dict)
+    pending: dict[int, tuple[int, Hashable]] = field(default_factory=dict)
     _seen: int = 0  # the first limiter's completions already followed up
 
     def _check_open(self) -> None:
         if self.closed:
             raise Closed
 
+    def at(self, i: int, key: Hashable) -> LimiterModel:
+        """Limiter i, or its partition of `key` (created if absent; no bound on partitions)."""
+        model = self.models[i]
+        if isinstance(model, KeyedModel):
+            part = model._part(key)
+            assert part is not None
+            return part.model
+        assert isinstance(model, LimiterModel)
+        return model
+
     def _give_back(self, grants: list[Grant]) -> None:
         for g in reversed(grants):
-            self.models[g.index].give_back(g.n, g.taken_at)
+            g.model.give_back(g.n, g.taken_at)
 
-    def _rest(self, lease_id: object, n: int, grants: list[Grant], start: int, wait: bool) -> Outcome:
+    def _rest(self, lease_id: object, n: int, grants: list[Grant], start: int, wait: bool, key: Hashable) -> Outcome:
         for i in range(start, len(self.models)):
-            model = self.models[i]
+            model = self.at(i, key)
             if wait:
                 outcome = model.wait((lease_id, i), n)
                 assert outcome is not None, "only the first limiter of a chain queues"
@@ -65,19 +80,19 @@ class ChainModel:
             if not outcome.acquired:
                 self._give_back(grants)
                 return outcome
-            grants.append(Grant(i, n, model.state_time))
+            grants.append(Grant(model, n, model.state_time))
         self.grants[lease_id] = grants
         return Outcome(True, n)
 
-    def acquire(self, lease_id: object, n: int) -> Outcome:
+    def acquire(self, lease_id: object, n: int, key: Hashable = None) -> Outcome:
         self._check_open()
-        outcome = self._rest(lease_id, n, [], 0, wait=False)
+        outcome = self._rest(lease_id, n, [], 0, wait=False, key=key)
         self.follow_up()  # a refund may have served the first limiter's queue
         return outcome
 
-    def wait(self, waiter_id: int, n: int) -> None:
+    def wait(self, waiter_id: int, n: int, key: Hashable = None) -> None:
         self._check_open()
-        self.pending[waiter_id] = n
+        self.pending[waiter_id] = (n, key)
         self.models[0].wait(waiter_id, n)
         self.follow_up()
 
@@ -89,10 +104,10 @@ class ChainModel:
             self._seen += 1
             if wid not in self.pending:
                 continue
-            n = self.pending.pop(wid)
+            n, key = self.pending.pop(wid)
             if outcome.acquired:
-                grant = Grant(0, n, first.granted_at[wid], wid)
-                outcome = self._rest(wid, n, [grant], 1, wait=True)
+                grant = Grant(first, n, first.granted_at[wid], wid)
+                outcome = self._rest(wid, n, [grant], 1, wait=True, key=key)
             self.completions.append((wid, outcome))
 
     def cancel(self, waiter_id: int) -> None:
@@ -102,7 +117,7 @@ class ChainModel:
 
     def release(self, lease_id: object) -> None:
         for g in reversed(self.grants[lease_id]):
-            self.models[g.index].release(g.n)
+            g.model.release(g.n)
         self.follow_up()
 
     def advance(self, dt: int) -> None:
@@ -116,9 +131,9 @@ class ChainModel:
     def pending_ids(self) -> list[int]:
         return sorted(self.pending)
 
-    def statistics(self) -> tuple[int, int, int, int]:
+    def statistics(self, key: Hashable = None) -> tuple[int, int, int, int]:
         self._check_open()
-        stats = [m.statistics() for m in self.models]
+        stats = [self.at(i, key).statistics() for i in range(len(self.models))]
         return (
             min(s[0] for s in stats),
             sum(s[1] for s in stats),
