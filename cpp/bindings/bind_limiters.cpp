@@ -11,8 +11,6 @@
 #include "permits/token_bucket.hpp"
 #include "wait_handle.hpp"
 
-namespace py = pybind11;
-
 namespace permits::bind {
 namespace {
 

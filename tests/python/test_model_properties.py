@@ -8,6 +8,9 @@ step (and a few event-loop rounds, so waiters completed by the engine are resolv
 every lease (acquired, permit_count, reason, retry_after to the nanosecond), the statistics tuple,
 available_permits(), the waiters completed so far with their outcomes and in their order, the waiters
 still queued, and idle_duration (None or not, and its value to the nanosecond).
+
+A second test draws any kind and order, sometimes auto_replenishment=False, and adds blocking
+wait(n, timeout) calls (each in a thread; timeouts on the ManualClock) and try_replenish().
 """
 
 from __future__ import annotations
@@ -17,51 +20,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import permits
 
-from model import (
-    Closed,
-    ConcurrencyModel,
-    FixedWindowModel,
-    LimiterModel,
-    Outcome,
-    SlidingWindowCounterModel,
-    SlidingWindowModel,
-    TokenBucketModel,
+from _model_support import (
+    KINDS,
+    ORDERS,
+    Config,
+    build_limiter,
+    configs,
+    drain,
+    durations,
+    lease_view,
+    limiter_model,
+    outcome_view,
+    property_settings,
 )
+from _support import SAFETY, Waiter, start_waiter, stats, wait_until
+from model import Closed, LimiterModel
 
-KINDS = ["concurrency", "token_bucket", "fixed_window", "sliding_window", "sliding_window_counter"]
-ORDERS = [permits.QueueOrder.OLDEST_FIRST, permits.QueueOrder.NEWEST_FIRST]
-
-#: Event-loop rounds after each step: the engine completes waiters synchronously (in acquire,
-#: release, cancel or ManualClock.advance); the loop resolves their futures shortly after.
-DRAIN_ROUNDS = 4
-
-SETTINGS = settings(
-    max_examples=250,
-    database=None,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = property_settings(max_examples=250)
 
 
 # --------------------------------------------------------------------------------- scenarios
-
-
-@dataclass
-class Config:
-    kind: str
-    limit: int
-    queue_limit: int
-    order: permits.QueueOrder
-    anchor_ns: int  # the clock's time when the limiter is built
-    period_ns: int = 1  # token bucket period / window
-    tokens_per_period: int = 1
-    segments: int = 1
 
 
 @dataclass
@@ -116,46 +99,14 @@ def scenarios(draw: st.DrawFn, kind: str, order: permits.QueueOrder) -> Scenario
 
 
 def build(config: Config, clock: permits.ManualClock) -> tuple[Any, LimiterModel]:
-    common: dict[str, Any] = dict(queue_limit=config.queue_limit, queue_order=config.order, clock=clock)
-    anchor, window, limit = config.anchor_ns, config.period_ns, config.limit
-    seconds = window / 1e9
-    algorithm: Any
-    if config.kind == "concurrency":
-        limiter = permits.ConcurrencyLimiter(limit, **common)
-        algorithm = ConcurrencyModel(limit)
-    elif config.kind == "token_bucket":
-        limiter = permits.TokenBucketLimiter(limit, config.tokens_per_period, seconds, **common)
-        algorithm = TokenBucketModel(limit, config.tokens_per_period, window, anchor)
-    elif config.kind == "fixed_window":
-        limiter = permits.FixedWindowLimiter(limit, seconds, **common)
-        algorithm = FixedWindowModel(limit, window, anchor)
-    elif config.kind == "sliding_window":
-        limiter = permits.SlidingWindowLimiter(limit, seconds, config.segments, **common)
-        algorithm = SlidingWindowModel(limit, window, config.segments, anchor)
-    else:
-        limiter = permits.SlidingWindowCounterLimiter(limit, seconds, **common)
-        algorithm = SlidingWindowCounterModel(limit, window, anchor)
-    newest = config.order is permits.QueueOrder.NEWEST_FIRST
-    model = LimiterModel(algorithm, queue_limit=config.queue_limit, newest_first=newest, now=anchor)
-    return limiter, model
+    model = limiter_model(config, config.anchor_ns)
+    # In manual mode the engine expires deadlines only as of the end of an advance (a bug, pinned
+    # by test_manual_mode_serves_the_queue_when_an_earlier_deadline_frees_it): modelled as it is.
+    model.late_manual_expiry = True
+    return build_limiter(config, clock), model
 
 
 # --------------------------------------------------------------------------------- the driver
-
-
-def lease_view(lease: permits.Lease) -> tuple[bool, int, str | None, int | None]:
-    # retry_after is reported as ns / 1e9: compared to the nanosecond (stricter than 1e-9 s).
-    retry = lease.retry_after
-    return (lease.acquired, lease.permit_count, lease.reason, None if retry is None else round(retry * 1e9))
-
-
-def outcome_view(outcome: Outcome) -> tuple[bool, int, str | None, int | None]:
-    return (outcome.acquired, outcome.permit_count, outcome.reason, outcome.retry_after_ns)
-
-
-async def drain() -> None:
-    for _ in range(DRAIN_ROUNDS):
-        await asyncio.sleep(0)
 
 
 class Run:
@@ -170,6 +121,8 @@ class Run:
         self.leases: list[permits.Lease] = []  # every granted lease, kept alive (no GC release)
         self.released: set[int] = set()
         self.history: list[tuple[Any, ...]] = []
+        self.blocking: dict[int, Waiter] = {}  # blocking wait(timeout=...) calls, in threads
+        self.joined: set[int] = set()
 
     async def _waiter(self, wid: int, awaitable: Any) -> None:
         lease = await awaitable
@@ -202,8 +155,8 @@ class Run:
                     self.limiter.wait_async(n)
                 return
             self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, self.limiter.wait_async(n)))
-        elif name == "cancel":
-            pending = self.model.pending_ids()
+        elif name == "cancel":  # an asynchronous waiter (a blocking one cannot be cancelled)
+            pending = [wid for wid in self.model.pending_ids() if wid not in self.blocking]
             if pending:
                 wid = pending[op[1] % len(pending)]
                 self.model.cancel(wid)
@@ -216,6 +169,33 @@ class Run:
                     self.released.add(i)
                     self.model.release(lease.permit_count)
                 lease.release()  # a second release is a no-op
+        elif name == "block":
+            n, timeout = op[1], op[2]
+            wid = len(self.history)
+            try:
+                self.model.wait(wid, n, timeout)
+            except Closed:
+                with pytest.raises(permits.LimiterClosedError):
+                    self.limiter.wait(n, timeout=None if timeout is None else timeout / 1e9)
+                return
+            waiter = self.blocking[wid] = Waiter(self.limiter, n, timeout=None if timeout is None else timeout / 1e9)
+            waiter.start()
+            # Until the call has returned or joined the queue (the statistics show it: queued
+            # permits up, or an eviction counted): then the next step may run.
+            expected = self.model.statistics()
+            wait_until(lambda: waiter.done.is_set() or stats(self.limiter) == expected)
+        elif name == "try_replenish":
+            try:
+                expected_replenished = self.model.try_replenish()
+            except Closed:
+                if not self.model.manual:
+                    # An auto-replenishing limiter returns False after close instead of raising:
+                    # test_try_replenish_after_close_raises (xfail) pins it; not checked here.
+                    return
+                with pytest.raises(permits.LimiterClosedError):
+                    self.limiter.try_replenish()
+                return
+            assert self.limiter.try_replenish() is expected_replenished, self.history
         elif name == "advance":
             self.model.advance(op[1])
             self.clock.advance(op[1] / 1e9)
@@ -229,10 +209,20 @@ class Run:
     def check(self) -> None:
         model, limiter, where = self.model, self.limiter, self.history
         assert self.clock.now_ns() == model.now, where
-        expected_completions = [(wid, outcome_view(o)) for wid, o in model.completions]
+        # Asynchronous waits complete in the model's order; blocking ones each in their thread.
+        expected_completions = [(wid, outcome_view(o)) for wid, o in model.completions if wid not in self.blocking]
         assert self.completed == expected_completions, where
+        blocking_done = {wid: outcome_view(o) for wid, o in model.completions if wid in self.blocking}
+        for wid in sorted(blocking_done):
+            if wid not in self.joined:
+                self.joined.add(wid)
+                lease = self.blocking[wid].outcome()  # joins (a wall-clock safety net: it should be done)
+                assert lease_view(lease) == blocking_done[wid], (wid, where)
+                if lease:
+                    self.leases.append(lease)
         waiting = sorted(wid for wid, task in self.tasks.items() if not task.done())
-        assert waiting == sorted(model.pending_ids()), where
+        waiting += [wid for wid, waiter in self.blocking.items() if not waiter.done.is_set()]
+        assert sorted(waiting) == sorted(model.pending_ids()), where
         if model.closed:
             with pytest.raises(permits.LimiterClosedError):
                 limiter.statistics()
@@ -249,6 +239,7 @@ class Run:
         await self.step(("close",))
         self.check()
         assert all(task.done() for task in self.tasks.values())
+        assert all(not waiter.is_alive() for waiter in self.blocking.values())
         for lease in self.leases:
             lease.release()
 
@@ -261,11 +252,13 @@ async def run_scenario(scenario: Scenario) -> None:
             await run.step(op)
             run.check()
         await run.finish()
-    finally:  # a failed check leaves no waiting task behind
+    finally:  # a failed check leaves no waiting task or thread behind
         run.limiter.close()
         for task in run.tasks.values():
             task.cancel()
         await drain()
+        for waiter in run.blocking.values():
+            waiter.join(SAFETY)
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=["oldest_first", "newest_first"])
@@ -277,3 +270,82 @@ def test_engine_matches_model(kind: str, order: permits.QueueOrder) -> None:
         asyncio.run(run_scenario(scenario))
 
     check()
+
+
+# ------------------------------------------- blocking waits with timeouts, and manual replenishment
+
+
+@st.composite
+def timeout_scenarios(draw: st.DrawFn) -> Scenario:
+    """Any kind and order, sometimes auto_replenishment=False; besides the operations above,
+    blocking wait(n, timeout) calls (in threads; timeouts on the ManualClock, None, 0 or a few
+    periods) and try_replenish()."""
+    config = draw(configs(max_queue=4, manual=True))
+    limit, window = config.limit, config.period_ns
+    timeouts = st.one_of(
+        st.none(),
+        st.just(0),
+        st.integers(1, max(1, window // 2)),
+        st.integers(1, 2 * window),
+        st.integers(1, 3).map(lambda k: k * window),
+    )
+    slots = st.integers(0, 15)
+    op = st.one_of(
+        st.tuples(st.just("acquire"), st.integers(0, limit)),
+        st.tuples(st.just("wait"), st.integers(0, limit)),
+        st.tuples(st.just("block"), st.integers(1, limit), timeouts),
+        st.tuples(st.just("block"), st.integers(1, limit), timeouts),
+        st.tuples(st.just("block"), st.integers(1, limit), timeouts),
+        st.tuples(st.just("cancel"), slots),
+        st.tuples(st.just("release"), slots),
+        st.tuples(st.just("try_replenish")),
+        st.tuples(st.just("advance"), durations(config)),
+        st.tuples(st.just("advance"), durations(config)),
+    )
+    ops = draw(st.lists(op, min_size=10, max_size=30))
+    close_at = draw(st.one_of(st.none(), st.integers(0, len(ops))))
+    if close_at is not None:
+        ops.insert(close_at, ("close",))
+    return Scenario(config, ops)
+
+
+@property_settings(max_examples=150)
+@given(timeout_scenarios())
+# Found by this test: the head times out at t=1 and the second request could be served then.
+@example(
+    Scenario(
+        Config("token_bucket", 4, 3, permits.QueueOrder.OLDEST_FIRST, 0, manual=True),
+        [("acquire", 3), ("block", 2, 1), ("block", 1, 2), ("advance", 2)],
+    )
+)
+def test_engine_matches_model_with_timeouts_and_manual_replenishment(scenario: Scenario) -> None:
+    asyncio.run(run_scenario(scenario))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an auto-replenishing limiter's try_replenish() returns False after close() instead of "
+    "raising LimiterClosedError (api.md: later calls raise; in manual mode it raises)",
+)
+def test_try_replenish_after_close_raises() -> None:
+    limiter = permits.TokenBucketLimiter(1, 1, 1.0, clock=permits.ManualClock())
+    limiter.close()
+    with pytest.raises(permits.LimiterClosedError):
+        limiter.try_replenish()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="manual mode: a ManualClock.advance past several deadlines expires them all as of its "
+    "end, so a request that could be served when an earlier deadline freed the head of the queue "
+    "times out too (auto mode serves it; docs/behaviour.md: a late wake-up loses nothing)",
+)
+def test_manual_mode_serves_the_queue_when_an_earlier_deadline_frees_it() -> None:
+    clock = permits.ManualClock()
+    limiter = permits.TokenBucketLimiter(2, 1, 1.0, queue_limit=3, auto_replenishment=False, clock=clock)
+    assert limiter.acquire(1)  # one token left; none comes back without try_replenish()
+    head = start_waiter(limiter, 2, timeout=1.0, queued_after=2)
+    second = start_waiter(limiter, 1, timeout=2.0, queued_after=3)  # behind the head (no barging)
+    clock.advance(3.0)  # the head times out at t=1: the token is the second's then
+    assert head.outcome().reason == "timeout"
+    assert second.outcome()

@@ -9,8 +9,8 @@ namespace permits {
 using Nanos = std::int64_t;
 
 // 128-bit intermediates keep products like periods * tokens exact (GCC/Clang extension).
-__extension__ typedef __int128 i128;
-__extension__ typedef unsigned __int128 u128;
+__extension__ using i128 = __int128;
+__extension__ using u128 = unsigned __int128;
 
 /// "Never": a deadline or wait time that no clock reaches.
 inline constexpr Nanos kNever = std::numeric_limits<Nanos>::max();

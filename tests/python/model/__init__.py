@@ -7,17 +7,21 @@ retry_after, idleness, close). The models favour being obviously right over bein
 
 from __future__ import annotations
 
+from .chain import ChainModel
 from .concurrency import ConcurrencyModel
 from .fixed_window import FixedWindowModel
+from .keyed import KeyedModel
 from .queue import Closed, LimiterModel, Outcome
 from .sliding_window import SlidingWindowModel
 from .sliding_window_counter import SlidingWindowCounterModel
 from .token_bucket import TokenBucketModel
 
 __all__ = [
+    "ChainModel",
     "Closed",
     "ConcurrencyModel",
     "FixedWindowModel",
+    "KeyedModel",
     "LimiterModel",
     "Outcome",
     "SlidingWindowCounterModel",

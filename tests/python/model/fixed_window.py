@@ -24,3 +24,9 @@ class FixedWindowModel:
     def take(self, n: int, t: int) -> None:
         assert 0 <= n <= self.available(t)
         self.taken[self._index(t)] += n
+
+    def refund(self, n: int, taken_at: int, t: int) -> None:
+        """The count goes down only while the window of the grant is the current one."""
+        if self._index(taken_at) == self._index(t):
+            self.taken[self._index(t)] -= n
+            assert self.taken[self._index(t)] >= 0

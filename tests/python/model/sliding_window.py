@@ -28,3 +28,9 @@ class SlidingWindowModel:
     def take(self, n: int, t: int) -> None:
         assert 0 <= n <= self.available(t)
         self.taken[self._segment(t)] += n
+
+    def refund(self, n: int, taken_at: int, t: int) -> None:
+        """The count goes down only while the segment of the grant is the current one."""
+        if self._segment(taken_at) == self._segment(t):
+            self.taken[self._segment(t)] -= n
+            assert self.taken[self._segment(t)] >= 0

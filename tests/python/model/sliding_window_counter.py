@@ -29,3 +29,10 @@ class SlidingWindowCounterModel:
     def take(self, n: int, t: int) -> None:
         assert 0 <= n <= self.available(t)
         self.taken[(t - self.anchor) // self.window] += n
+
+    def refund(self, n: int, taken_at: int, t: int) -> None:
+        """The count goes down only while the window of the grant is the current one."""
+        w = (t - self.anchor) // self.window
+        if (taken_at - self.anchor) // self.window == w:
+            self.taken[w] -= n
+            assert self.taken[w] >= 0

@@ -29,3 +29,8 @@ class TokenBucketModel:
         assert 0 <= n <= tokens
         self.tokens = tokens - n
         self.period_index = self._index(t)
+
+    def refund(self, n: int, taken_at: int, t: int) -> None:
+        """Tokens go back to the bucket, up to its limit."""
+        self.tokens = min(self.limit, self.available(t) + n)
+        self.period_index = self._index(t)
