@@ -18,8 +18,6 @@
 #include "permits/token_bucket.hpp"
 #include "wait_handle.hpp"
 
-namespace py = pybind11;
-
 namespace permits::bind {
 namespace {
 
@@ -39,7 +37,7 @@ py::object steal(PyObject* obj) {
     return py::reinterpret_steal<py::object>(obj);
 }
 
-KeyedTemplate make_template(std::shared_ptr<Clock> clock, const std::string& kind, py::tuple args,
+KeyedTemplate make_template(const std::shared_ptr<Clock>& clock, const std::string& kind, const py::tuple& args,
                             py::handle queue_limit, bool newest_first) {
     const QueueOptions q{int_arg(queue_limit, "queue_limit"),
                          newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
@@ -118,7 +116,7 @@ template <FastCall kind> void install(py::handle cls, const char* name, const ch
 void bind_keyed(py::module_& m) {
     auto cls =
         py::class_<KeyedLimiter, std::shared_ptr<KeyedLimiter>>(m, "Keyed")
-            .def(py::init([](std::shared_ptr<Clock> clock, const std::string& kind, py::tuple args,
+            .def(py::init([](std::shared_ptr<Clock> clock, const std::string& kind, const py::tuple& args,
                              py::handle queue_limit, bool newest_first, Nanos idle_timeout_ns,
                              std::int64_t max_partitions) {
                      auto tmpl = make_template(clock, kind, args, queue_limit, newest_first);
@@ -134,7 +132,8 @@ void bind_keyed(py::module_& m) {
                     const std::string key = key_of(resource);
                     auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
                     if (q.enqueued.waiter) {
-                        return py::cast(WaitHandle(q.owner, q.enqueued.waiter));
+                        return py::cast(
+                            WaitHandle(q.owner, q.enqueued.waiter, self, py::reinterpret_borrow<py::object>(resource)));
                     }
                     return steal(lease_of(q.enqueued.outcome, *self, resource.ptr()));
                 },

@@ -153,7 +153,8 @@ void bind_limiters(py::module_& m) {
              "Manual mode: applies the replenishment elapsed time allows and returns True; False in auto mode.")
         .def("close", &Limiter::close, "Fails queued requests with reason 'closed'; later calls raise.")
         .def_property_readonly("closed", &Limiter::closed)
-        .def_property_readonly("_max_permits", &Limiter::max_permits);
+        .def_property_readonly("_max_permits", &Limiter::max_permits)
+        .def_property_readonly("_clock", &Limiter::clock, "The clock the limiter runs on.");
 
     auto tokenbucket = py::class_<TokenBucket, Limiter, std::shared_ptr<TokenBucket>>(m, "TokenBucket");
     tokenbucket.def(py::init([](std::shared_ptr<Clock> clock, py::handle token_limit, py::handle tokens_per_period,

@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "key_encoding.hpp"
 #include "lease_type.hpp"
 #include "permits/limiter.hpp"
 #include "wait_handle.hpp"
@@ -14,12 +15,23 @@ py::object WaitHandle::lease() {
         if (waiter_->state() != Waiter::Completed) {
             throw py::value_error("the request has not completed");
         }
-        lease_ = py::reinterpret_steal<py::object>(py_lease::from_outcome(waiter_->outcome(), owner_.get()));
+        PyObject* lease = keyed_ && waiter_->outcome().acquired
+                              ? py_lease::from_keyed_outcome(waiter_->outcome(), *keyed_, key_.ptr())
+                              : py_lease::from_outcome(waiter_->outcome(), owner_.get());
+        lease_ = py::reinterpret_steal<py::object>(lease);
         if (!lease_) {
             throw py::error_already_set();
         }
     }
     return lease_;
+}
+
+bool WaitHandle::cancel() {
+    const bool cancelled = owner_->cancel(*waiter_);
+    if (cancelled && keyed_) {
+        keyed_->recheck(key_of(key_)); // its queue may be empty now: when is the key idle?
+    }
+    return cancelled;
 }
 
 py::object WaitHandle::block() {
@@ -34,7 +46,7 @@ py::object WaitHandle::block() {
             return lease();
         }
         if (PyErr_CheckSignals() != 0) {
-            if (!owner_->cancel(*waiter_) && waiter_->state() == Waiter::Completed) {
+            if (!cancel() && waiter_->state() == Waiter::Completed) {
                 // Granted in the meantime: give the permits back, the caller never sees them.
                 const Outcome& o = waiter_->outcome();
                 if (o.acquired) {
@@ -65,9 +77,7 @@ void bind_notifier(py::module_& m) {
     py::class_<WaitHandle>(m, "WaitHandle")
         .def_property_readonly("id", [](const WaitHandle& h) { return h.waiter()->id(); })
         .def("done", [](const WaitHandle& h) { return !h.waiter()->pending(); })
-        .def(
-            "cancel", [](WaitHandle& h) { return h.owner()->cancel(*h.waiter()); },
-            "Leaves the queue; False if the request had already completed.")
+        .def("cancel", &WaitHandle::cancel, "Leaves the queue; False if the request had already completed.")
         .def("lease", &WaitHandle::lease, "The completed request's lease (the same object each time).")
         .def("block", &WaitHandle::block, "Waits (GIL released) for the request's lease.");
 }

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
 
 namespace permits::bind {
@@ -13,8 +14,15 @@ class WaitHandle {
 public:
     WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter)
         : owner_(std::move(owner)), waiter_(std::move(waiter)) {}
+    /// A request queued in a per-key table's key: its lease goes back through the table, and a
+    /// cancellation tells it, so the key is evicted on time once idle.
+    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter, std::shared_ptr<KeyedLimiter> keyed,
+               pybind11::object key)
+        : owner_(std::move(owner)), waiter_(std::move(waiter)), keyed_(std::move(keyed)), key_(std::move(key)) {}
     const std::shared_ptr<Limiter>& owner() const { return owner_; }
     const std::shared_ptr<Waiter>& waiter() const { return waiter_; }
+    /// Leaves the queue; false if the request had already completed.
+    bool cancel();
     /// Built once, so a lease reaches its caller exactly once whichever path asks first.
     pybind11::object lease();
     /// Blocks until the request completes, with the GIL released; a signal (Ctrl-C) takes the
@@ -24,6 +32,8 @@ public:
 private:
     std::shared_ptr<Limiter> owner_;
     std::shared_ptr<Waiter> waiter_;
+    std::shared_ptr<KeyedLimiter> keyed_;
+    pybind11::object key_;
     pybind11::object lease_;
 };
 

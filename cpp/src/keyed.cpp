@@ -388,6 +388,13 @@ void KeyedLimiter::schedule(Nanos when) {
 void KeyedLimiter::look_locked(Shard& shard, std::uint32_t i, Nanos now, std::int64_t& evicted) {
     Record& r = shard.at(i);
     r.look_at = kNever;
+    if (r.promoted() && (*r.full)->queued_requests() > 0) {
+        // Its queue changes when its own timer runs: look right after that (same time, later in
+        // the timer heap), so the key is evicted on time once its queue is served.
+        const Nanos next = (*r.full)->next_timer();
+        look_at_locked(shard, i, next == kNever ? sat_add(now, sat_add(idle_timeout_, 1)) : std::max(next, now));
+        return;
+    }
     bool poll = false;
     const Nanos at = full_at_locked(r, poll);
     if (at != kNever && at <= now && now - at > idle_timeout_) {
@@ -408,11 +415,19 @@ std::int64_t KeyedLimiter::evict_due(Nanos now) {
     for (auto& shard : *shards_) {
         std::lock_guard<std::mutex> lock(shard.mu);
         auto& looks = shard.looks;
+        // The looks due now, taken first: a look may set another one for now (a full limiter whose
+        // timer is due), which is the next timer run's, after that limiter's own.
+        std::vector<Look> due;
         while (!looks.empty() && looks.front().when <= now) {
             std::pop_heap(looks.begin(), looks.end(), std::greater<>{});
-            const Look look = looks.back();
+            due.push_back(looks.back());
             looks.pop_back();
-            Record& r = shard.at(look.index);
+        }
+        for (const Look& look : due) {
+            if (look.index >= shard.used) {
+                continue; // the shard emptied and let its memory go meanwhile
+            }
+            const Record& r = shard.at(look.index);
             if (r.live() && r.look_at == look.when) { // else superseded by an earlier look, or dropped
                 look_locked(shard, look.index, now, evicted);
             }
@@ -581,6 +596,22 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     const Nanos at = full_at_locked(r, poll);
     if (at != kNever) {
         look_at_locked(shard, *i, sat_add(at, sat_add(idle_timeout_, 1)));
+    }
+}
+
+void KeyedLimiter::recheck(std::string_view key) {
+    if (closed_.load()) {
+        return;
+    }
+    const std::uint64_t hash = hash_of(key);
+    Shard& shard = (*shards_)[hash % kShards];
+    std::lock_guard<std::mutex> lock(shard.mu);
+    if (const auto i = find_locked(shard, key, hash)) {
+        bool poll = false;
+        const Nanos at = full_at_locked(shard.at(*i), poll);
+        if (at != kNever) {
+            look_at_locked(shard, *i, sat_add(at, sat_add(idle_timeout_, 1)));
+        }
     }
 }
 

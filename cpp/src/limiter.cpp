@@ -277,8 +277,12 @@ void Limiter::on_timer(Nanos now) {
         return;
     }
     if (manual_) {
-        expire_locked(now);
-        process_queue_locked(state_now()); // an expired head may have unblocked others (fuzzer)
+        // Deadlines in time order: a waiter behind one that times out is served from that moment,
+        // before its own deadline passes in the same advance (property tests).
+        for (Nanos d = next_deadline_locked(); d <= now; d = next_deadline_locked()) {
+            expire_locked(d);
+            process_queue_locked(state_now()); // an expired head may have unblocked others (fuzzer)
+        }
         schedule_locked(state_now());
         return;
     }
@@ -304,6 +308,11 @@ Nanos Limiter::next_due_locked(Nanos state_time) const {
             when = sat_add(state_time, std::max<Nanos>(wait, 1));
         }
     }
+    return std::min(when, next_deadline_locked());
+}
+
+Nanos Limiter::next_deadline_locked() const {
+    Nanos when = kNever;
     if (timed_waiters_ > 0) {
         for (const auto& w : queue_entries_) {
             if (w->pending()) {
@@ -314,6 +323,11 @@ Nanos Limiter::next_due_locked(Nanos state_time) const {
     return when;
 }
 
+Nanos Limiter::next_timer() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return scheduled_at_;
+}
+
 std::shared_ptr<Waiter> Limiter::next_waiter_locked() const {
     if (queue_.order == QueueOrder::OldestFirst) {
         for (const auto& w : queue_entries_) {
@@ -322,10 +336,10 @@ std::shared_ptr<Waiter> Limiter::next_waiter_locked() const {
             }
         }
     } else {
-        for (auto it = queue_entries_.rbegin(); it != queue_entries_.rend(); ++it) {
-            if ((*it)->pending()) {
-                return *it;
-            }
+        const auto it =
+            std::find_if(queue_entries_.rbegin(), queue_entries_.rend(), [](const auto& w) { return w->pending(); });
+        if (it != queue_entries_.rend()) {
+            return *it;
         }
     }
     return nullptr;
@@ -373,11 +387,11 @@ std::optional<Nanos> Limiter::idle_duration() {
 }
 
 bool Limiter::try_replenish() {
-    if (!manual_) {
-        return false;
-    }
     if (closed_.load()) {
         throw ClosedError();
+    }
+    if (!manual_) {
+        return false;
     }
     std::lock_guard<std::mutex> lock(mu_);
     Nanos now = clock_->now();

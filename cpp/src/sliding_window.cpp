@@ -165,7 +165,9 @@ Nanos SlidingWindow::full_at() const {
             }
         }
     }
-    return last < 0 ? segment_start(0) : segment_start(last + segments_);
+    // Nothing held in the window: full since the head's segment began (a refund may have emptied
+    // it; before any grant the head is segment 0, the anchor).
+    return last < 0 ? segment_start(h.a) : segment_start(last + segments_);
 }
 
 struct SlidingWindow::Proj final : Projection {

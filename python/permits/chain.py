@@ -9,7 +9,7 @@ request costs nothing anywhere (semantics.md item 8, unlike .NET's chained limit
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from ._core import Lease, LimiterClosedError
@@ -101,11 +101,29 @@ def _combined_statistics(stats: Sequence[Statistics]) -> Statistics:
     )
 
 
-def _deadline_wait(timeout: float | None) -> Callable[[], float | None]:
-    """For a chain of blocking waits: the time each next wait may still take."""
-    limit = timeout_ns(timeout)
-    deadline = None if limit < 0 else time.monotonic() + limit / 1e9
-    return lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
+class _Deadline:
+    """A chain's blocking wait: how long each next limiter may still wait, measured on that
+    limiter's own clock (a ManualClock in tests: timeouts run on the limiter's clock), or on the
+    monotonic clock for a limiter without one."""
+
+    def __init__(self, timeout: float | None, limiters: Sequence[Any]) -> None:
+        limit = timeout_ns(timeout)
+        self._limit = None if limit < 0 else limit
+        self._starts: dict[int, tuple[Any, int]] = {}
+        if self._limit is not None:
+            for limiter in limiters:
+                clock = getattr(limiter, "_clock", None)
+                self._starts[id(limiter)] = (clock, _now_ns(clock))
+
+    def left(self, limiter: Any) -> float | None:
+        if self._limit is None:
+            return None
+        clock, start = self._starts[id(limiter)]
+        return max(0, self._limit - (_now_ns(clock) - start)) / 1e9
+
+
+def _now_ns(clock: Any) -> int:
+    return int(clock.now_ns()) if clock is not None else time.monotonic_ns()
 
 
 class ChainedLimiter(RateLimiter):
@@ -129,9 +147,9 @@ class ChainedLimiter(RateLimiter):
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
-        left = _deadline_wait(timeout)
+        deadline = _Deadline(timeout, self._limiters)
         self._check_open()
-        return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, left()))
+        return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)))
 
     def wait_async(self, permit_count: int = 1) -> WaitAsync:
         _check_permit_count(permit_count)
@@ -172,14 +190,26 @@ class ChainedLimiter(RateLimiter):
         return f"<ChainedLimiter of {len(self._limiters)} limiters>"
 
 
-class ChainedPartitionedLimiter:
-    """What :func:`chain` returns when any of its limiters is partitioned: every member takes the
-    resource first; partitioned limiters get it, plain ones ignore it."""
+class ChainedPartitionedLimiter(PartitionedLimiter):
+    """What :func:`chain` returns when any of its limiters is partitioned: a PartitionedLimiter
+    whose every member takes the resource first; partitioned limiters get it, plain ones ignore it.
+    It keeps no partitions of its own: ``partition_count`` and ``evict_idle`` add up those of its
+    partitioned members."""
 
     def __init__(self, limiters: Sequence[RateLimiter | PartitionedLimiter], *, name: str | None = None) -> None:
+        # Not PartitionedLimiter.__init__: there is no partitioner, the members keep the partitions.
         self.name = "default" if name is None else name
         self._limiters = tuple(limiters)
         self._closed = False
+        self.idle_timeout = None  # type: ignore[assignment]
+        self.max_partitions = None
+
+    @property
+    def partition_count(self) -> int:
+        return sum(lim.partition_count for lim in self._limiters if isinstance(lim, PartitionedLimiter))
+
+    def evict_idle(self) -> int:
+        return sum(lim.evict_idle() for lim in self._limiters if isinstance(lim, PartitionedLimiter))
 
     @property
     def limiters(self) -> tuple[RateLimiter | PartitionedLimiter, ...]:
@@ -203,18 +233,21 @@ class ChainedPartitionedLimiter:
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
-        left = _deadline_wait(timeout)
+        deadline = _Deadline(timeout, self._limiters)
         self._check_open()
-        return _acquire_each(
-            self._limiters,
-            n,
-            lambda lim: lim.wait(resource, n, left()) if isinstance(lim, PartitionedLimiter) else lim.wait(n, left()),
-        )
 
-    async def wait_async(self, resource: object, permit_count: int = 1) -> Lease:
+        def step(lim: RateLimiter | PartitionedLimiter) -> Lease:
+            left = deadline.left(lim)
+            return lim.wait(resource, n, left) if isinstance(lim, PartitionedLimiter) else lim.wait(n, left)
+
+        return _acquire_each(self._limiters, n, step)
+
+    def wait_async(self, resource: object, permit_count: int = 1) -> WaitAsync:
         n = _check_permit_count(permit_count)
         self._check_open()
+        return WaitAsync(_ChainKeyView(self, resource), n)
 
+    async def _wait_async_for(self, resource: object, n: int) -> Lease:
         def step(lim: RateLimiter | PartitionedLimiter) -> Awaitable[Lease]:
             return lim.wait_async(resource, n) if isinstance(lim, PartitionedLimiter) else lim.wait_async(n)
 
@@ -241,6 +274,22 @@ class ChainedPartitionedLimiter:
 
     def __repr__(self) -> str:
         return f"<ChainedPartitionedLimiter of {len(self._limiters)} limiters>"
+
+
+class _ChainKeyView:
+    """One resource of a partitioned chain, seen as a limiter by WaitAsync."""
+
+    __slots__ = ("_chain", "_resource")
+
+    def __init__(self, chain: ChainedPartitionedLimiter, resource: object) -> None:
+        self._chain = chain
+        self._resource = resource
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        return None  # each member is asked in turn, waiting for the one before
+
+    def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]:
+        return self._chain._wait_async_for(self._resource, permit_count)
 
 
 def chain(*limiters: RateLimiter | PartitionedLimiter) -> ChainedLimiter | ChainedPartitionedLimiter:

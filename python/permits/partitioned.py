@@ -314,16 +314,14 @@ class PartitionedLimiter:
                 _, _, key, entry = heapq.heappop(self._due)
                 if self._entries.get(key) is not entry:
                     continue  # gone already (evicted to make room), perhaps built again since
-                # Used since: look again one idle_timeout after that use.
-                look_again = entry.touched + self._idle_ns + 1
-                if look_again <= now:
-                    idle = self._idle_ns_of(entry, now)
-                    if idle is not None and idle > self._idle_ns:
-                        self._evict(key, entry)
-                        evicted += 1
-                        continue
-                    # Idle, but not for long enough: exactly when it will have been; in use: later.
-                    look_again = now + (self._idle_ns - idle + 1 if idle is not None else self._idle_ns + 1)
+                idle = self._idle_ns_of(entry, now)
+                if idle is not None and idle > self._idle_ns:
+                    self._evict(key, entry)
+                    evicted += 1
+                    continue
+                # Idle, but not for long enough: exactly when it will have been; in use: later
+                # (evict_idle(), which ManualClock.advance calls, looks at every partition).
+                look_again = now + (self._idle_ns - idle + 1 if idle is not None else self._idle_ns + 1)
                 heapq.heappush(self._due, (look_again, next(self._seq), key, entry))
         return evicted
 
@@ -344,13 +342,22 @@ class PartitionedLimiter:
         return False
 
     def evict_idle(self) -> int:
-        """Evicts every partition idle for longer than idle_timeout now; returns how many."""
-        return self._evict_due(self._clock.now_ns(), None)
+        """Evicts every partition idle for longer than idle_timeout now; returns how many.
+        (A look at every partition: the timely evictions on the way need no call.)"""
+        now = self._clock.now_ns()
+        evicted = 0
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                idle = self._idle_ns_of(entry, now)
+                if idle is not None and idle > self._idle_ns:
+                    self._evict(key, entry)
+                    evicted += 1
+        return evicted + self._evict_due(now, None)
 
     @property
     def partition_count(self) -> int:
         """Live partitions (after the evictions that are due)."""
-        self.evict_idle()
+        self._evict_due(self._clock.now_ns(), None)
         return len(self._entries)
 
     # ---- the RateLimiter members, taking the resource first ----
@@ -380,9 +387,12 @@ class PartitionedLimiter:
                 return Lease.denied("partition_limit")._with_permit_count(n)
             key, entry = found
             assert entry.limiter is not None
-            lease = entry.limiter.wait(n, timeout)
-            # As in acquire: a grant by a limiter evicted meanwhile is given back and asked again.
-            # (Only an idle limiter is evicted, so that grant was immediate: no time was lost.)
+            # As in acquire: an immediate grant by a limiter evicted meanwhile is given back and
+            # the key's new limiter asked. A request that waits keeps its partition (not idle), so
+            # a later eviction says nothing about its grant.
+            lease = entry.limiter._try_now(n)
+            if lease is None:
+                return entry.limiter.wait(n, timeout)
             if not lease or self._entries.get(key) is entry:
                 return lease
             lease._give_back()
@@ -506,16 +516,13 @@ class _PartitionView:
         return None  # _wait_async asks the key's new limiter
 
     async def _wait_async(self, permit_count: int) -> Lease:
-        while True:
-            found = self._owner._entry(self._resource)
-            if found is None:
-                return Lease.denied("partition_limit")._with_permit_count(permit_count)
-            key, entry = found
-            assert entry.limiter is not None
-            lease = await entry.limiter.wait_async(permit_count)
-            if not lease or self._owner._entries.get(key) is entry:
-                return lease
-            lease._give_back()
+        # _try_now has made (and checked) the immediate attempt: this request waits, and a waiting
+        # request keeps its partition, so a later eviction says nothing about its grant.
+        found = self._owner._entry(self._resource)
+        if found is None:
+            return Lease.denied("partition_limit")._with_permit_count(permit_count)
+        assert found[1].limiter is not None
+        return await found[1].limiter.wait_async(permit_count)
 
 
 class _KeyView:
@@ -570,6 +577,7 @@ class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
         self.name = "default" if name is None else name
         self.idle_timeout = idle_ns / 1e9
         self.max_partitions = max_partitions
+        self._clock = resolve(clock)
 
     def _core_self(self) -> _core.Keyed:
         return self

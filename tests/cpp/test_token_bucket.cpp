@@ -536,7 +536,7 @@ TEST(TokenBucket, CloseFailsWaitersAndLaterCallsThrow) {
     EXPECT_THROW(tb->available_permits(), ClosedError);
     EXPECT_THROW(tb->acquire(2), std::invalid_argument); // a bad count wins over closed
     EXPECT_THROW(tb->acquire(-1), std::invalid_argument);
-    EXPECT_FALSE(tb->try_replenish()); // auto mode
+    EXPECT_THROW(tb->try_replenish(), ClosedError); // auto mode too: every call after close raises
     EXPECT_NO_THROW(tb->give_back(1, held.tag));
     EXPECT_NO_THROW(tb->close()); // idempotent
     clock->advance(100 * kSec);   // stale timers are harmless

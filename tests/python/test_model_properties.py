@@ -99,11 +99,7 @@ def scenarios(draw: st.DrawFn, kind: str, order: permits.QueueOrder) -> Scenario
 
 
 def build(config: Config, clock: permits.ManualClock) -> tuple[Any, LimiterModel]:
-    model = limiter_model(config, config.anchor_ns)
-    # In manual mode the engine expires deadlines only as of the end of an advance (a bug, pinned
-    # by test_manual_mode_serves_the_queue_when_an_earlier_deadline_frees_it): modelled as it is.
-    model.late_manual_expiry = True
-    return build_limiter(config, clock), model
+    return build_limiter(config, clock), limiter_model(config, config.anchor_ns)
 
 
 # --------------------------------------------------------------------------------- the driver
@@ -188,10 +184,6 @@ class Run:
             try:
                 expected_replenished = self.model.try_replenish()
             except Closed:
-                if not self.model.manual:
-                    # An auto-replenishing limiter returns False after close instead of raising:
-                    # test_try_replenish_after_close_raises (xfail) pins it; not checked here.
-                    return
                 with pytest.raises(permits.LimiterClosedError):
                     self.limiter.try_replenish()
                 return
@@ -322,11 +314,6 @@ def test_engine_matches_model_with_timeouts_and_manual_replenishment(scenario: S
     asyncio.run(run_scenario(scenario))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an auto-replenishing limiter's try_replenish() returns False after close() instead of "
-    "raising LimiterClosedError (api.md: later calls raise; in manual mode it raises)",
-)
 def test_try_replenish_after_close_raises() -> None:
     limiter = permits.TokenBucketLimiter(1, 1, 1.0, clock=permits.ManualClock())
     limiter.close()
@@ -334,12 +321,6 @@ def test_try_replenish_after_close_raises() -> None:
         limiter.try_replenish()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="manual mode: a ManualClock.advance past several deadlines expires them all as of its "
-    "end, so a request that could be served when an earlier deadline freed the head of the queue "
-    "times out too (auto mode serves it; docs/behaviour.md: a late wake-up loses nothing)",
-)
 def test_manual_mode_serves_the_queue_when_an_earlier_deadline_frees_it() -> None:
     clock = permits.ManualClock()
     limiter = permits.TokenBucketLimiter(2, 1, 1.0, queue_limit=3, auto_replenishment=False, clock=clock)

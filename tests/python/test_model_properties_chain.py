@@ -298,11 +298,11 @@ def test_chain_with_a_per_key_limiter_matches_model(scenario: ChainScenario) -> 
     asyncio.run(run_chain(scenario))
 
 
-# ------------------------------------------------------------- disagreements with the contract
-# idle_duration after a chain's refund: "seconds since the limiter became fully idle" reads either
-# as 0 (it became idle again at the refund) or as before the refunded grant (a rejected request
-# costs nothing anywhere, semantics.md 8). The engine answers neither; the property test above
-# does not compare idle durations after a refund (until the limiter's next grant).
+# ------------------------------------------------------------- idle_duration after a refund
+# "Seconds since the limiter became fully idle" after a chain's refund: the state word keeps no
+# time finer than its period, window or segment, so a refunded limiter counts its idle time from
+# the start of the current one (docs/behaviour.md) -- never from before the refunded grant's. The
+# property test above does not compare idle durations after a refund (until the next grant).
 
 TIMED = {
     "token_bucket": lambda clock: permits.TokenBucketLimiter(1, 1, 1.0, clock=clock),
@@ -310,34 +310,25 @@ TIMED = {
     "sliding_window": lambda clock: permits.SlidingWindowLimiter(1, 1.0, 2, clock=clock),
     "sliding_window_counter": lambda clock: permits.SlidingWindowCounterLimiter(1, 1.0, clock=clock),
 }
+#: At t=3.5: the current period or window began at 3.0; the sliding window's segment at 3.5.
+IDLE_AFTER_REFUND = {"token_bucket": 0.5, "fixed_window": 0.5, "sliding_window": 0.0, "sliding_window_counter": 0.5}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a chain's refund the engine reports idleness since the start of the current "
-    "period or window (sliding window: since construction), neither 0 nor the idle duration before",
-)
 @pytest.mark.parametrize("kind", list(TIMED))
-def test_idle_duration_after_a_refund_is_zero_or_unchanged(kind: str) -> None:
+def test_idle_duration_after_a_refund_counts_from_the_current_period(kind: str) -> None:
     clock = permits.ManualClock()
     limiter = TIMED[kind](clock)
     pool = permits.ConcurrencyLimiter(1)
     held = pool.acquire()
     assert limiter.acquire()  # in use from t=0 until t=1 (sliding window counter: t=2)
     clock.advance(3.5)
-    before = limiter.idle_duration
-    assert before is not None
+    assert limiter.idle_duration == 3.5 - (2.0 if kind == "sliding_window_counter" else 1.0)
     assert not permits.chain(limiter, pool).acquire()  # granted by the limiter, then refunded
     assert limiter.available_permits() == 1
-    assert limiter.idle_duration in (0.0, before)
+    assert limiter.idle_duration == IDLE_AFTER_REFUND[kind]
     held.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sliding window: after a refund that empties the current segment, idle_duration counts "
-    "from construction, including the time its permits were held",
-)
 def test_sliding_window_idle_duration_after_a_refund_excludes_time_in_use() -> None:
     clock = permits.ManualClock()
     window = permits.SlidingWindowLimiter(1, 1.0, 1, clock=clock)
@@ -347,16 +338,10 @@ def test_sliding_window_idle_duration_after_a_refund_excludes_time_in_use() -> N
     clock.advance(3.5)
     assert not permits.chain(window, pool).acquire()
     idle = window.idle_duration
-    assert idle is not None and idle <= 2.5  # the engine says 3.5: idle since t=0
+    assert idle is not None and idle <= 2.5  # not since t=0: its permit was held until t=1
     held.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chain.wait(timeout) splits the timeout between its limiters with time.monotonic(), "
-    "not the limiters' clock: with a ManualClock the later limiters get the whole timeout again "
-    "(docs/behaviour.md: timeouts run on the limiter's clock)",
-)
 def test_a_chains_blocking_wait_times_out_on_the_limiters_clock() -> None:
     clock = permits.ManualClock()
     bucket = permits.TokenBucketLimiter(1, 1, 4.0, queue_limit=1, clock=clock)
@@ -375,11 +360,6 @@ def test_a_chains_blocking_wait_times_out_on_the_limiters_clock() -> None:
         waiter.join(SAFETY)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ChainedPartitionedLimiter.wait_async is a coroutine function: its result is no async "
-    "context manager (api.md: wait_async's result is one; a PartitionedLimiter has the same members)",
-)
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 async def test_a_partitioned_chains_wait_async_is_an_async_context_manager() -> None:
     per_key = permits.PartitionedLimiter.per_key(permits.Partition.concurrency(None, 1))
@@ -389,12 +369,6 @@ async def test_a_partitioned_chains_wait_async_is_an_async_context_manager() -> 
     assert per_key.available_permits("k") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chain() of a partitioned limiter returns a ChainedPartitionedLimiter, which is not a "
-    "PartitionedLimiter, so it cannot be chained again (api.md: chain returns a RateLimiter or a "
-    "PartitionedLimiter, and takes either)",
-)
 def test_a_partitioned_chain_is_a_partitioned_limiter() -> None:
     per_key = permits.PartitionedLimiter.per_key(permits.Partition.concurrency(None, 1))
     chained = permits.chain(per_key, permits.NoLimiter())

@@ -130,12 +130,6 @@ class KeyedRun:
                 idle_timeout=scenario.idle_timeout_ns,
                 max_partitions=scenario.max_partitions,
                 now=config.anchor_ns,
-                # The general path keeps a partition used within the idle timeout (not in the
-                # contract): modelled, and pinned as a difference by the xfail test below.
-                touch_delays_eviction=path == "general",
-                # The engine's per-key table may evict late a partition whose queue was served in
-                # an advance (a bug: test_per_key_eviction_is_on_time_after_a_queue_is_served).
-                late_eviction=path == "per_key",
             )
         ]
         self.tasks: dict[int, asyncio.Task[Any]] = {}
@@ -359,18 +353,10 @@ def test_partitioned_limiter_matches_model(path: str) -> None:
     check()
 
 
-# ------------------------------------------------------------- disagreements with the contract
-# Found by the property test above; each is pinned here with the smallest reproduction, as strict
-# xfails (they start failing, as XPASS, once the implementation follows the contract: then drop the
-# mark and the matching tolerance in the model: late_eviction / touch_delays_eviction).
+# ------------------------------------------------------------- found by the property test above
+# Each was a difference from the contract, fixed since; the smallest reproduction stays.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="per_key: a partition looked at while a waiter was still queued (its timer due later in "
-    "the same ManualClock.advance) is looked at again only idle_timeout after the advance's target, "
-    "so it outlives its eviction time (api.md: advance performs the evictions that have come due)",
-)
 async def test_per_key_eviction_is_on_time_after_a_queue_is_served() -> None:
     clock = permits.ManualClock()
     limiter = PartitionedLimiter.per_key(
@@ -384,12 +370,6 @@ async def test_per_key_eviction_is_on_time_after_a_queue_is_served() -> None:
     assert limiter.partition_count == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="general PartitionedLimiter: any use of a key (statistics(key), acquire(key, 0)...) "
-    "postpones its eviction by idle_timeout even when the partition stays fully idle; api.md and "
-    "semantics.md 10 evict a partition fully idle for longer than idle_timeout (per_key does)",
-)
 def test_general_path_evicts_by_idleness_not_by_last_use() -> None:
     clock = permits.ManualClock()
     limiter = PartitionedLimiter(

@@ -375,6 +375,9 @@ def test_a_grant_from_a_partition_evicted_meanwhile_is_given_back_and_asked_agai
         def idle_duration(self) -> float | None:
             return 100.0
 
+        def _try_now(self, permit_count: int) -> permits.Lease | None:
+            return self._acquire(permit_count)  # a wait's immediate grant, like the engine's limiters
+
     def factory(key: object) -> permits.RateLimiter:
         built.append(Sneaky())
         return built[-1]

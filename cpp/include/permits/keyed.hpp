@@ -63,8 +63,11 @@ public:
     };
     Queued enqueue(std::string_view key, std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier = nullptr,
                    std::uint64_t id = 0);
-    /// Returns permits granted by the key's record (a release or a refund).
+    /// Returns permits granted by the key's record or its full limiter (a release or a refund).
     void give_back(std::string_view key, std::int64_t n, std::int64_t tag);
+    /// Something changed the key's full limiter behind the table's back (a queued request left):
+    /// looks at it again when it will be idle.
+    void recheck(std::string_view key);
     bool releases_permits() const noexcept;
 
     /// The key's statistics and available permits (the partition is created if absent, as

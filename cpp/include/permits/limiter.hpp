@@ -85,6 +85,8 @@ public:
     virtual Nanos full_at() const = 0;
     /// Requests waiting in the queue.
     std::int64_t queued_requests() const noexcept { return queued_entries_.load(); }
+    /// When this limiter's timer is next due (serving or expiring its queue); kNever: not set.
+    Nanos next_timer();
 
     void on_timer(Nanos now) override;
 
@@ -125,6 +127,7 @@ private:
     void expire_locked(Nanos clock_now);
     void schedule_locked(Nanos state_time);
     Nanos next_due_locked(Nanos state_time) const;
+    Nanos next_deadline_locked() const;
     std::shared_ptr<Waiter> next_waiter_locked() const;
     void pop_stale_locked();
     void finish_locked(Waiter& w, const Outcome& o);

@@ -13,13 +13,6 @@ Rules:
 * A partition whose idle duration (LimiterModel.idle_duration) is longer than the idle timeout is
   evicted; ManualClock.advance performs the evictions that have come due. Eviction keeps the
   partition's successful and failed counts in the totals. A key used again gets a new partition.
-* ``touch_delays_eviction`` models what the general PartitionedLimiter does beyond the contract:
-  a partition used in the last idle timeout is kept even if idle for longer (see
-  test_model_properties_keyed.py, which marks the difference).
-* ``late_eviction`` tolerates what the engine's per-key table does today (a bug, pinned by an
-  xfail test in test_model_properties_keyed.py): a partition that had queued requests when an
-  advance began may stay past its eviction time, until that advance's target + idle timeout + 1 ns.
-  ``evict_due`` then returns the partitions that may or may not be gone; the driver follows both.
 * close() closes every partition (their queued requests fail with ``closed``, in serving order);
   later calls raise.
 """
@@ -36,7 +29,6 @@ from .queue import Closed, LimiterModel, Outcome
 class Part:
     model: LimiterModel
     touched: int
-    linger_until: int = -1  # late_eviction: may outlive its eviction time until then
 
 
 @dataclass
@@ -45,8 +37,6 @@ class KeyedModel:
     idle_timeout: int
     max_partitions: int | None
     now: int
-    touch_delays_eviction: bool = False
-    late_eviction: bool = False
     parts: dict[Hashable, Part] = field(default_factory=dict)
     evicted_successful: int = 0
     evicted_failed: int = 0
@@ -59,19 +49,13 @@ class KeyedModel:
     # ---- partitions ----
     def _evictable(self, part: Part) -> bool:
         idle = part.model.idle_duration()
-        if idle is None or idle <= self.idle_timeout:
-            return False
-        return not self.touch_delays_eviction or self.now - part.touched > self.idle_timeout
+        return idle is not None and idle > self.idle_timeout
 
     def evict_due(self) -> list[Hashable]:
-        """Evicts the partitions due; returns those that may linger (late_eviction), not evicted."""
-        maybe = []
+        """Evicts the partitions due. (Returns the partitions that may or may not be gone: none.)"""
         for key in [k for k, p in self.parts.items() if self._evictable(p)]:
-            if self.now < self.parts[key].linger_until:
-                maybe.append(key)
-            else:
-                self._drop(key)
-        return maybe
+            self._drop(key)
+        return []
 
     def evict(self, keys: list[Hashable]) -> None:
         for key in keys:
@@ -153,11 +137,9 @@ class KeyedModel:
             part.model.release(n)
 
     def advance(self, dt: int) -> list[Hashable]:
-        """Returns the partitions that may or may not have been evicted (late_eviction)."""
+        """Returns the partitions that may or may not have been evicted (none: eviction is exact)."""
         self.now += dt
         for part in self.parts.values():
-            if self.late_eviction and part.model.queue:
-                part.linger_until = max(part.linger_until, self.now + self.idle_timeout + 1)
             part.model.advance(dt)
         return [] if self.closed else self.evict_due()
 

@@ -94,9 +94,6 @@ class LimiterModel:
         self.now = now  # the clock's time
         self.manual = manual
         self.replenished_at = now  # manual mode: the time the state is evaluated at
-        #: Manual mode: deadlines expire as of the end of an advance, all at once, in queue order
-        #: (what the engine does today; the contract serves the queue at each deadline).
-        self.late_manual_expiry = False
         #: False after a chain's refund, until the next grant (see give_back).
         self.idle_known = True
         self.queue: list[Waiter] = []  # pending requests, oldest first
@@ -216,8 +213,6 @@ class LimiterModel:
                 due = served if due is None else min(due, served)
             if due is None or due > target:
                 break
-            if self.manual and self.late_manual_expiry:
-                due = target
             self.now = due
             self._expire()
             self._serve()
