@@ -7,32 +7,21 @@
 #include <malloc.h>
 #endif
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace permits {
 
 namespace {
 constexpr std::uint32_t kNone = 0xffffffffU;
-// Records never move: they are allocated in chunks of 32, 32, 64, 128, 256, 512, then 1024 at a
-// time, so a shard with few keys holds little memory and a large one little slack.
-constexpr std::uint32_t kFirstChunk = 32;
-constexpr std::uint32_t kChunk = 1024;
+// Records never move: they are allocated 64 at a time (4 KiB), so a shard wastes at most 63 unused
+// records, where doubling chunks wasted up to half (10k keys: 162 -> 122 bytes a key, measured).
+constexpr std::uint32_t kChunkBits = 6;
+constexpr std::uint32_t kChunk = 1U << kChunkBits;
 
 /// The chunk holding record i, and where in it.
 inline std::pair<std::uint32_t, std::uint32_t> chunk_of(std::uint32_t i) {
-    if (i < kFirstChunk) {
-        return {0, i};
-    }
-    if (i < kChunk) {
-        const auto log = static_cast<std::uint32_t>(31 - __builtin_clz(i)); // 5..9
-        return {log - 4, i - (1U << log)};
-    }
-    return {5 + (i >> 10), i & (kChunk - 1)};
-}
-
-/// Records in chunk c.
-inline std::uint32_t chunk_size(std::uint32_t c) {
-    return c == 0 ? kFirstChunk : c < 6 ? (1U << (c + 4)) : kChunk;
+    return {i >> kChunkBits, i & (kChunk - 1)};
 }
 constexpr std::uint8_t kLive = 1;
 constexpr std::uint8_t kPromoted = 2;
@@ -88,9 +77,11 @@ struct alignas(64) KeyedLimiter::Record {
         std::shared_ptr<Limiter>* full; // promoted: the key's full limiter
     };
     Nanos anchor = 0;
-    std::int64_t successful = 0;
-    std::int64_t failed = 0;
-    Nanos look_at = kNever; // the earliest pending look at this record (kNever: none)
+    Nanos look_at = kNever; // when eviction looks at it next (kNever: no look pending)
+    std::uint32_t successful = 0;
+    std::uint32_t failed = 0;
+    std::uint32_t hash = 0;         // the key's hash >> 32: its home slot, without hashing the key again
+    std::uint32_t heap_pos = kNone; // its place in the shard's look heap (kNone: not there)
     KeyBytes key;
 
     bool live() const noexcept { return (key.flags() & kLive) != 0; }
@@ -103,9 +94,15 @@ struct KeyedLimiter::Shard {
     std::uint32_t used = 0;          // records handed out so far (live or free)
     std::uint32_t free_head = kNone; // free records, linked through state.a
     std::uint32_t live = 0;
-    // Open addressing, linear probing: (hash >> 32) << 32 | (record + 1); 0 is empty.
-    std::vector<std::uint64_t> slots;
-    std::vector<Look> looks; // a min-heap on `when`: O(evicted) eviction, no scan of all keys
+    // Open addressing, linear probing, 4 bytes a slot: 8 bits of the hash (a tag that rules out
+    // most other keys without reading their record) and the record's index + 1; 0 is empty.
+    std::vector<std::uint32_t> slots;
+    // Records with a pending look, a min-heap on their look_at: O(evicted) eviction, no scan of
+    // all keys; 4 bytes a key instead of a {when, index} entry per look (16 bytes, and more for
+    // looks superseded by earlier ones).
+    std::vector<std::uint32_t> looks;
+
+    static constexpr std::uint32_t kMaxRecords = (1U << 24) - 2; // an index + 1 fits in 24 bits
 
     Record& at(std::uint32_t i) {
         const auto [c, k] = chunk_of(i);
@@ -116,6 +113,7 @@ struct KeyedLimiter::Shard {
         return chunks[c][k];
     }
 
+    bool full() const noexcept { return free_head == kNone && used >= kMaxRecords; }
     std::uint32_t allocate() {
         if (free_head != kNone) {
             const std::uint32_t i = free_head;
@@ -123,7 +121,7 @@ struct KeyedLimiter::Shard {
             return i;
         }
         if (chunk_of(used).second == 0) { // the first record of a chunk not allocated yet
-            chunks.push_back(std::make_unique<Record[]>(chunk_size(static_cast<std::uint32_t>(chunks.size()))));
+            chunks.push_back(std::make_unique<Record[]>(kChunk));
         }
         return used++;
     }
@@ -135,36 +133,42 @@ struct KeyedLimiter::Shard {
         r.key.release();
         r.key.set_flags(0);
         r.look_at = kNever;
+        r.heap_pos = kNone;
         r.state = {static_cast<std::int64_t>(free_head), 0};
         free_head = i;
     }
     /// Back to nothing allocated: the memory of a burst of keys goes back once they are gone.
     void reset() noexcept {
         std::vector<std::unique_ptr<Record[]>>().swap(chunks);
-        std::vector<std::uint64_t>().swap(slots);
-        std::vector<Look>().swap(looks);
+        std::vector<std::uint32_t>().swap(slots);
+        std::vector<std::uint32_t>().swap(looks);
         used = 0;
         free_head = kNone;
     }
 
-    static std::uint64_t slot_value(std::uint64_t hash, std::uint32_t i) {
-        return (hash & 0xffffffff00000000ULL) | (static_cast<std::uint64_t>(i) + 1);
-    }
-    std::size_t home(std::uint64_t v) const { return static_cast<std::size_t>(v >> 32) & (slots.size() - 1); }
-    void insert(std::uint64_t v) {
-        if ((static_cast<std::size_t>(live) + 1) * 4 > slots.size() * 3) {
+    // The index.
+    static std::uint32_t tag_of(std::uint64_t hash) { return static_cast<std::uint32_t>(hash >> 8) & 0xffU; }
+    static std::uint32_t slot_value(std::uint64_t hash, std::uint32_t i) { return tag_of(hash) << 24 | (i + 1); }
+    static std::uint32_t index_of(std::uint32_t v) { return (v & 0xffffffU) - 1; }
+    std::size_t home(std::uint32_t v) const { return at(index_of(v)).hash & (slots.size() - 1); }
+    void insert(std::uint32_t v) {
+        if ((static_cast<std::size_t>(live) + 1) * 5 > slots.size() * 4) { // at most 80% full
             rehash(std::max<std::size_t>(16, slots.size() * 2));
         }
+        place(v);
+    }
+    void place(std::uint32_t v) {
         std::size_t p = home(v);
         while (slots[p] != 0) {
             p = (p + 1) & (slots.size() - 1);
         }
         slots[p] = v;
     }
-    void erase(std::uint64_t v) {
+    /// Takes record `index` out of the index (its hash still set).
+    void erase(std::uint32_t index) {
         const std::size_t mask = slots.size() - 1;
-        std::size_t i = home(v);
-        while (slots[i] != v) {
+        std::size_t i = at(index).hash & mask;
+        while (index_of(slots[i]) != index) {
             i = (i + 1) & mask;
         }
         // Backward shift: later entries of the probe run move up, so no tombstones are needed.
@@ -179,19 +183,74 @@ struct KeyedLimiter::Shard {
         slots[i] = 0;
     }
     void rehash(std::size_t capacity) {
-        std::vector<std::uint64_t> old;
+        std::vector<std::uint32_t> old;
         old.swap(slots);
         slots.assign(capacity, 0);
-        for (const std::uint64_t v : old) {
+        for (const std::uint32_t v : old) {
             if (v != 0) {
-                std::size_t p = home(v);
-                while (slots[p] != 0) {
-                    p = (p + 1) & (capacity - 1);
-                }
-                slots[p] = v;
+                place(v);
             }
         }
     }
+
+    // The look heap, ordered by the records' look_at.
+    bool earlier(std::uint32_t a, std::uint32_t b) const { return at(a).look_at < at(b).look_at; }
+    void put(std::size_t pos, std::uint32_t i) {
+        looks[pos] = i;
+        at(i).heap_pos = static_cast<std::uint32_t>(pos);
+    }
+    void sift_up(std::size_t pos) {
+        const std::uint32_t i = looks[pos];
+        while (pos > 0 && earlier(i, looks[(pos - 1) / 2])) {
+            put(pos, looks[(pos - 1) / 2]);
+            pos = (pos - 1) / 2;
+        }
+        put(pos, i);
+    }
+    void sift_down(std::size_t pos) {
+        const std::uint32_t i = looks[pos];
+        const std::size_t n = looks.size();
+        for (std::size_t child = 2 * pos + 1; child < n; child = 2 * pos + 1) {
+            if (child + 1 < n && earlier(looks[child + 1], looks[child])) {
+                ++child;
+            }
+            if (!earlier(looks[child], i)) {
+                break;
+            }
+            put(pos, looks[child]);
+            pos = child;
+        }
+        put(pos, i);
+    }
+    /// The record's look_at has just become earlier (or it had none).
+    void look_sooner(std::uint32_t i) {
+        if (at(i).heap_pos == kNone) {
+            looks.push_back(i);
+            at(i).heap_pos = static_cast<std::uint32_t>(looks.size() - 1);
+        }
+        sift_up(at(i).heap_pos);
+    }
+    /// Takes the record out of the heap; its look_at becomes kNever.
+    void unlook(std::uint32_t i) {
+        Record& r = at(i);
+        const std::size_t pos = r.heap_pos;
+        r.heap_pos = kNone;
+        r.look_at = kNever;
+        const std::uint32_t last = looks.back();
+        looks.pop_back();
+        if (pos < looks.size()) {
+            put(pos, last);
+            sift_down(pos);
+            sift_up(at(last).heap_pos);
+        }
+    }
+    Nanos next_look() const { return looks.empty() ? kNever : at(looks.front()).look_at; }
+};
+
+struct KeyedLimiter::Located {
+    Shard& shard;
+    std::unique_lock<std::mutex> lock;
+    std::optional<std::uint32_t> index;
 };
 
 namespace {
@@ -226,20 +285,22 @@ KeyedLimiter::~KeyedLimiter() {
     }
 }
 
-std::optional<std::uint32_t> KeyedLimiter::find_locked(Shard& shard, std::string_view key, std::uint64_t hash) const {
+std::optional<std::uint32_t> KeyedLimiter::find_locked(const Shard& shard, std::string_view key, std::uint64_t hash) {
     if (shard.slots.empty()) {
         return std::nullopt;
     }
-    const std::uint64_t high = hash & 0xffffffff00000000ULL;
+    const std::uint32_t tag = Shard::tag_of(hash);
+    const auto high = static_cast<std::uint32_t>(hash >> 32);
     const std::size_t mask = shard.slots.size() - 1;
-    for (std::size_t p = static_cast<std::size_t>(hash >> 32) & mask;; p = (p + 1) & mask) {
-        const std::uint64_t v = shard.slots[p];
+    for (std::size_t p = high & mask;; p = (p + 1) & mask) {
+        const std::uint32_t v = shard.slots[p];
         if (v == 0) {
             return std::nullopt;
         }
-        if ((v & 0xffffffff00000000ULL) == high) {
-            const auto i = static_cast<std::uint32_t>(v & 0xffffffffU) - 1;
-            if (shard.at(i).key.view() == key) {
+        if (v >> 24 == tag) {
+            const std::uint32_t i = Shard::index_of(v);
+            const Record& r = shard.at(i);
+            if (r.hash == high && r.key.view() == key) {
                 return i;
             }
         }
@@ -259,6 +320,10 @@ std::optional<std::uint32_t> KeyedLimiter::find_or_create_locked(Shard& shard, s
     if (!reserve_place() && !(free_a_place_locked(shard, now) && reserve_place())) {
         return std::nullopt;
     }
+    if (shard.full() && !free_a_place_locked(shard, now)) {
+        size_.fetch_sub(1); // 16.7 million keys in one shard (a billion in all): treated as the bound
+        return std::nullopt;
+    }
     const std::uint32_t i = shard.allocate();
     Record& r = shard.at(i);
     try {
@@ -270,16 +335,21 @@ std::optional<std::uint32_t> KeyedLimiter::find_or_create_locked(Shard& shard, s
             r.full = new std::shared_ptr<Limiter>(tmpl_.promote(now, Pair{}));
             r.key.set_flags(kLive | kPromoted);
         }
+        r.anchor = now;
+        r.successful = 0;
+        r.failed = 0;
+        r.hash = static_cast<std::uint32_t>(hash >> 32);
+        r.look_at = kNever;
+        r.heap_pos = kNone;
+        shard.insert(Shard::slot_value(hash, i));
+        if (shard.looks.size() == shard.looks.capacity()) { // its look goes in without failing
+            shard.looks.reserve(std::max<std::size_t>(16, 2 * shard.looks.capacity()));
+        }
     } catch (...) {
         shard.free(i);
         size_.fetch_sub(1);
         throw;
     }
-    r.anchor = now;
-    r.successful = 0;
-    r.failed = 0;
-    r.look_at = kNever;
-    shard.insert(Shard::slot_value(hash, i));
     ++shard.live;
     look_at_locked(shard, i, sat_add(now, sat_add(idle_timeout_, 1)));
     return i;
@@ -353,7 +423,10 @@ void KeyedLimiter::drop_locked(Shard& shard, std::uint32_t i) {
     }
     dropped_successful_.fetch_add(successful);
     dropped_failed_.fetch_add(failed);
-    shard.erase(Shard::slot_value(hash_of(r.key.view()), i));
+    if (r.heap_pos != kNone) {
+        shard.unlook(i);
+    }
+    shard.erase(i);
     shard.free(i);
     --shard.live;
     size_.fetch_sub(1);
@@ -370,8 +443,7 @@ void KeyedLimiter::look_at_locked(Shard& shard, std::uint32_t i, Nanos when) {
         return; // an earlier look will see it and set the next one
     }
     r.look_at = when;
-    shard.looks.push_back({when, i});
-    std::push_heap(shard.looks.begin(), shard.looks.end(), std::greater<>{});
+    shard.look_sooner(i);
     schedule(when);
 }
 
@@ -387,7 +459,6 @@ void KeyedLimiter::schedule(Nanos when) {
 
 void KeyedLimiter::look_locked(Shard& shard, std::uint32_t i, Nanos now, std::int64_t& evicted) {
     Record& r = shard.at(i);
-    r.look_at = kNever;
     if (r.promoted() && (*r.full)->queued_requests() > 0) {
         // Its queue changes when its own timer runs: look right after that (same time, later in
         // the timer heap), so the key is evicted on time once its queue is served.
@@ -412,33 +483,23 @@ void KeyedLimiter::look_locked(Shard& shard, std::uint32_t i, Nanos now, std::in
 
 std::int64_t KeyedLimiter::evict_due(Nanos now) {
     std::int64_t evicted = 0;
+    std::vector<std::uint32_t> due;
     for (auto& shard : *shards_) {
         std::lock_guard<std::mutex> lock(shard.mu);
-        auto& looks = shard.looks;
         // The looks due now, taken first: a look may set another one for now (a full limiter whose
         // timer is due), which is the next timer run's, after that limiter's own.
-        std::vector<Look> due;
-        while (!looks.empty() && looks.front().when <= now) {
-            std::pop_heap(looks.begin(), looks.end(), std::greater<>{});
-            due.push_back(looks.back());
-            looks.pop_back();
+        due.clear();
+        while (shard.next_look() <= now) {
+            const std::uint32_t i = shard.looks.front();
+            shard.unlook(i);
+            due.push_back(i);
         }
-        for (const Look& look : due) {
-            if (look.index >= shard.used) {
-                continue; // the shard emptied and let its memory go meanwhile
+        for (const std::uint32_t i : due) {
+            // Only looks at these records run meanwhile: each may drop its own, and the last one
+            // dropped lets the shard's memory go.
+            if (i < shard.used && shard.at(i).live()) {
+                look_locked(shard, i, now, evicted);
             }
-            const Record& r = shard.at(look.index);
-            if (r.live() && r.look_at == look.when) { // else superseded by an earlier look, or dropped
-                look_locked(shard, look.index, now, evicted);
-            }
-        }
-        // Looks superseded by earlier ones pile up only so far.
-        if (looks.size() > 2 * static_cast<std::size_t>(shard.live) + 64) {
-            std::erase_if(looks, [&](const Look& l) {
-                const Record& r = shard.at(l.index);
-                return !r.live() || r.look_at != l.when;
-            });
-            std::make_heap(looks.begin(), looks.end(), std::greater<>{});
         }
     }
 #if defined(__GLIBC__)
@@ -458,9 +519,7 @@ void KeyedLimiter::on_timer(Nanos now) {
     Nanos next = kNever;
     for (auto& shard : *shards_) {
         std::lock_guard<std::mutex> lock(shard.mu);
-        if (!shard.looks.empty()) {
-            next = std::min(next, shard.looks.front().when);
-        }
+        next = std::min(next, shard.next_look());
     }
     if (next != kNever) {
         schedule(next);
@@ -499,63 +558,63 @@ i128 KeyedLimiter::retry_after(const Record& r, std::int64_t n, Nanos now) const
     return projection ? std::max<i128>(0, projection->grant(n, now, false) - now) : -1;
 }
 
-KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n) {
-    if (closed_.load()) {
+bool KeyedLimiter::promoted_locked(Record& r) {
+    if (!r.promoted() && (r.successful >= count_limit_ || r.failed >= count_limit_)) {
+        promote_locked(r); // its own counts are 64-bit; statistics add the record's
+    }
+    return r.promoted();
+}
+
+KeyedLimiter::Located KeyedLimiter::locate(std::string_view key, bool create) {
+    if (create && closed_.load()) {
         throw ClosedError();
     }
     const std::uint64_t hash = hash_of(key);
     Shard& shard = (*shards_)[hash % kShards];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    const auto i = find_or_create_locked(shard, key, hash);
-    if (!i) {
-        return {Outcome::failed(n, Reason::PartitionLimit), nullptr};
+    Located at{shard, std::unique_lock<std::mutex>(shard.mu), std::nullopt};
+    at.index = create ? find_or_create_locked(shard, key, hash) : find_locked(shard, key, hash);
+    return at;
+}
+
+KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n) {
+    auto at = locate(key, true);
+    if (!at.index) {
+        return {Outcome::failed(n, Reason::PartitionLimit), false};
     }
-    Record& r = shard.at(*i);
-    if (r.promoted()) {
-        return {(*r.full)->acquire(n), *r.full};
+    Record& r = at.shard.at(*at.index);
+    if (promoted_locked(r)) {
+        return {(*r.full)->acquire(n), true};
     }
     const Nanos now = clock_->now();
     if (auto granted = grant_locked(r, n, now)) {
-        return {*granted, nullptr};
+        return {*granted, false};
     }
     ++r.failed;
-    return {Outcome::failed(n, Reason::LimitReached, retry_after(r, n, now)), nullptr};
+    return {Outcome::failed(n, Reason::LimitReached, retry_after(r, n, now)), false};
 }
 
 std::optional<KeyedLimiter::Result> KeyedLimiter::try_now(std::string_view key, std::int64_t n) {
-    if (closed_.load()) {
-        throw ClosedError();
+    auto at = locate(key, true);
+    if (!at.index) {
+        return Result{Outcome::failed(n, Reason::PartitionLimit), false};
     }
-    const std::uint64_t hash = hash_of(key);
-    Shard& shard = (*shards_)[hash % kShards];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    const auto i = find_or_create_locked(shard, key, hash);
-    if (!i) {
-        return Result{Outcome::failed(n, Reason::PartitionLimit), nullptr};
-    }
-    Record& r = shard.at(*i);
-    if (r.promoted()) {
+    Record& r = at.shard.at(*at.index);
+    if (promoted_locked(r)) {
         auto o = (*r.full)->try_now(n);
-        return o ? std::optional<Result>(Result{*o, *r.full}) : std::nullopt;
+        return o ? std::optional<Result>(Result{*o, true}) : std::nullopt;
     }
     auto granted = grant_locked(r, n, clock_->now());
-    return granted ? std::optional<Result>(Result{*granted, nullptr}) : std::nullopt;
+    return granted ? std::optional<Result>(Result{*granted, false}) : std::nullopt;
 }
 
 KeyedLimiter::Queued KeyedLimiter::enqueue(std::string_view key, std::int64_t n, Nanos timeout,
                                            std::shared_ptr<Notifier> notifier, std::uint64_t id) {
-    if (closed_.load()) {
-        throw ClosedError();
-    }
-    const std::uint64_t hash = hash_of(key);
-    Shard& shard = (*shards_)[hash % kShards];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    const auto i = find_or_create_locked(shard, key, hash);
-    if (!i) {
+    auto at = locate(key, true);
+    if (!at.index) {
         return {{Outcome::failed(n, Reason::PartitionLimit), nullptr}, nullptr};
     }
-    Record& r = shard.at(*i);
-    if (!r.promoted()) {
+    Record& r = at.shard.at(*at.index);
+    if (!promoted_locked(r)) {
         const Nanos now = clock_->now();
         if (auto granted = grant_locked(r, n, now)) {
             return {{*granted, nullptr}, nullptr};
@@ -578,14 +637,11 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     if (n <= 0 || closed_.load()) {
         return;
     }
-    const std::uint64_t hash = hash_of(key);
-    Shard& shard = (*shards_)[hash % kShards];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    const auto i = find_locked(shard, key, hash);
-    if (!i) {
+    auto at = locate(key, false);
+    if (!at.index) {
         return; // evicted: it was full, nothing to give back to
     }
-    Record& r = shard.at(*i);
+    Record& r = at.shard.at(*at.index);
     if (r.promoted()) {
         (*r.full)->give_back(n, tag);
     } else if (!tmpl_.rule->put_back(r.state, r.anchor, n, tag, clock_->now(), r.state)) {
@@ -593,9 +649,9 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     }
     // Idle sooner than the pending look expects (a release, a refund): look at it then.
     bool poll = false;
-    const Nanos at = full_at_locked(r, poll);
-    if (at != kNever) {
-        look_at_locked(shard, *i, sat_add(at, sat_add(idle_timeout_, 1)));
+    const Nanos when = full_at_locked(r, poll);
+    if (when != kNever) {
+        look_at_locked(at.shard, *at.index, sat_add(when, sat_add(idle_timeout_, 1)));
     }
 }
 
@@ -603,14 +659,12 @@ void KeyedLimiter::recheck(std::string_view key) {
     if (closed_.load()) {
         return;
     }
-    const std::uint64_t hash = hash_of(key);
-    Shard& shard = (*shards_)[hash % kShards];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    if (const auto i = find_locked(shard, key, hash)) {
+    auto at = locate(key, false);
+    if (at.index) {
         bool poll = false;
-        const Nanos at = full_at_locked(shard.at(*i), poll);
-        if (at != kNever) {
-            look_at_locked(shard, *i, sat_add(at, sat_add(idle_timeout_, 1)));
+        const Nanos when = full_at_locked(at.shard.at(*at.index), poll);
+        if (when != kNever) {
+            look_at_locked(at.shard, *at.index, sat_add(when, sat_add(idle_timeout_, 1)));
         }
     }
 }
@@ -620,17 +674,11 @@ bool KeyedLimiter::releases_permits() const noexcept {
 }
 
 std::optional<Statistics> KeyedLimiter::statistics(std::string_view key) {
-    if (closed_.load()) {
-        throw ClosedError();
-    }
-    const std::uint64_t hash = hash_of(key);
-    Shard& shard = (*shards_)[hash % kShards];
-    std::lock_guard<std::mutex> lock(shard.mu);
-    const auto i = find_or_create_locked(shard, key, hash);
-    if (!i) {
+    auto at = locate(key, true);
+    if (!at.index) {
         return std::nullopt;
     }
-    Record& r = shard.at(*i);
+    Record& r = at.shard.at(*at.index);
     if (r.promoted()) {
         Statistics s = (*r.full)->statistics();
         s.total_successful_leases += r.successful;
@@ -667,6 +715,40 @@ Statistics KeyedLimiter::totals() {
         }
     }
     return total;
+}
+
+void KeyedLimiter::check_invariants() {
+    auto require = [](bool ok, const char* what) {
+        if (!ok) {
+            throw std::logic_error(std::string("keyed table: ") + what);
+        }
+    };
+    for (auto& shard : *shards_) {
+        std::lock_guard<std::mutex> lock(shard.mu);
+        std::uint32_t live = 0;
+        for (std::uint32_t i = 0; i < shard.used; ++i) {
+            const Record& r = shard.at(i);
+            if (!r.live()) {
+                require(r.heap_pos == kNone, "a free record has a look");
+                continue;
+            }
+            ++live;
+            const std::uint64_t hash = hash_of(r.key.view());
+            require(r.hash == static_cast<std::uint32_t>(hash >> 32), "a record's hash is not its key's");
+            require(find_locked(shard, r.key.view(), hash) == std::optional<std::uint32_t>(i),
+                    "a key is not found at its record");
+            require((r.look_at == kNever) == (r.heap_pos == kNone), "a record's look and heap place disagree");
+            require(r.heap_pos == kNone || (r.heap_pos < shard.looks.size() && shard.looks[r.heap_pos] == i),
+                    "a record's heap place does not hold it");
+        }
+        require(live == shard.live, "the live count is off");
+        require(static_cast<std::size_t>(std::count_if(shard.slots.begin(), shard.slots.end(),
+                                                       [](std::uint32_t v) { return v != 0; })) == live,
+                "the index holds other than the live records");
+        for (std::size_t k = 1; k < shard.looks.size(); ++k) {
+            require(!shard.earlier(shard.looks[k], shard.looks[(k - 1) / 2]), "the look heap is out of order");
+        }
+    }
 }
 
 void KeyedLimiter::close() {

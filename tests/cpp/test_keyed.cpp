@@ -144,7 +144,7 @@ TEST(Keyed, AReleaseComesBackToTheKeyAndItIsEvictedExactlyIdleTimeoutLater) {
     auto k = keyed_of<Concurrency>(clock, ConcurrencyRule(1), 5 * kSec);
     const auto held = k->acquire("a", 1);
     ASSERT_TRUE(held.outcome.acquired);
-    EXPECT_EQ(held.owner, nullptr); // decided by the key's record
+    EXPECT_FALSE(held.promoted); // decided by the key's record
     EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
     clock->advance(100 * kSec); // held: never idle, never evicted
     EXPECT_EQ(k->size(), 1);
@@ -214,7 +214,7 @@ TEST(Keyed, AQueuedRequestCarriesTheKeysStateIntoItsOwnLimiter) {
     EXPECT_EQ(k->statistics("a")->current_available_permits, 1);
     EXPECT_EQ(k->statistics("a")->total_successful_leases, 2);
     // From now on the key's own limiter decides, and it is evicted once idle like any key.
-    EXPECT_EQ(k->acquire("a", 1).owner, q.owner);
+    EXPECT_TRUE(k->acquire("a", 1).promoted);
     clock->advance(200 * kSec);
     EXPECT_EQ(k->size(), 0);
     EXPECT_EQ(k->totals().total_successful_leases, 3);
@@ -290,11 +290,99 @@ TEST(Keyed, KindsWithoutARuleGetAFullLimiterPerKey) {
     auto k = std::make_shared<KeyedLimiter>(clock, KeyedTemplate{nullptr, q, make}, 1 * kSec, 0);
     const auto a = k->acquire("a", 2);
     ASSERT_TRUE(a.outcome.acquired);
-    EXPECT_NE(a.owner, nullptr);
+    EXPECT_TRUE(a.promoted);
     EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
     EXPECT_TRUE(k->acquire("b", 1).outcome.acquired);
     clock->advance(10 * kSec); // a's permits come back at 10 s; idle for longer than 1 s at 11 s
     EXPECT_EQ(k->size(), 2);
     clock->advance(1 * kSec + 1);
     EXPECT_EQ(k->size(), 0);
+}
+
+TEST(Keyed, AKeyWhoseCountsReachTheirLimitMovesToAFullLimiterAndKeepsEveryCount) {
+    auto clock = make_clock();
+    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(100, 100, 10 * kSec), 60 * kSec);
+    k->set_count_limit_for_testing(3); // 2^32 - 1 in use
+    for (int i = 0; i < 3; ++i) {
+        const auto r = k->acquire("a", 1);
+        EXPECT_TRUE(r.outcome.acquired);
+        EXPECT_FALSE(r.promoted);
+    }
+    const auto fourth = k->acquire("a", 1);
+    EXPECT_TRUE(fourth.outcome.acquired);
+    EXPECT_TRUE(fourth.promoted);
+    EXPECT_FALSE(k->acquire("a", 97).outcome.acquired); // the bucket's state came along: 96 left
+    const Statistics s = *k->statistics("a");
+    EXPECT_EQ(s.current_available_permits, 96);
+    EXPECT_EQ(s.total_successful_leases, 4);
+    EXPECT_EQ(s.total_failed_leases, 1);
+    ASSERT_TRUE(k->acquire("b", 100).outcome.acquired);
+    for (int i = 0; i < 3; ++i) { // failures count towards the limit too
+        EXPECT_FALSE(k->acquire("b", 1).promoted);
+    }
+    EXPECT_TRUE(k->acquire("b", 1).promoted);
+    EXPECT_EQ(k->statistics("b")->total_failed_leases, 4);
+    clock->advance(100 * kSec);
+    EXPECT_EQ(k->size(), 0);
+    EXPECT_EQ(k->totals().total_successful_leases, 5);
+    EXPECT_EQ(k->totals().total_failed_leases, 5);
+}
+
+TEST(Keyed, EvictionFollowsEachKeysOwnIdleTimeAcrossManyKeysAndRefunds) {
+    // Keys idle at scattered times, some refunded to idle sooner: each is evicted exactly when it
+    // has been idle for longer than the timeout, whatever order the looks were set in.
+    auto clock = make_clock();
+    const Nanos idle = 5 * kSec;
+    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), idle);
+    std::vector<Nanos> full_at(500);
+    std::vector<Outcome> granted(500);
+    for (int i = 0; i < 500; ++i) {
+        const std::int64_t take = 1 + (i * 7919) % 10; // full again `take` seconds from now
+        granted[i] = k->acquire(std::to_string(i), take).outcome;
+        ASSERT_TRUE(granted[i].acquired);
+        full_at[i] = take * kSec;
+    }
+    for (int i = 0; i < 500; i += 3) { // refunded: full at once
+        k->give_back(std::to_string(i), granted[i].permits, granted[i].tag);
+        full_at[i] = 0;
+    }
+    for (Nanos t = 0; t <= 16 * kSec; t += kSec / 2) {
+        clock->advance(t - clock->now());
+        std::int64_t live = 0;
+        for (const Nanos f : full_at) {
+            live += clock->now() - f > idle ? 0 : 1;
+        }
+        ASSERT_EQ(k->size(), live) << "at " << t;
+        k->check_invariants();
+    }
+}
+
+TEST(Keyed, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
+    // Each new key at the bound drops an idle partition wherever its look sits in the heap; the
+    // looks are out of order by then (each first look at 20 s sets the next at full + 20 s).
+    auto clock = make_clock();
+    auto tmpl = KeyedTemplate::of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), QueueOptions{});
+    auto k = std::make_shared<KeyedLimiter>(clock, tmpl, 20 * kSec, 300);
+    int created = 0;
+    auto fill = [&](const char* prefix) {
+        for (int i = 0; k->size() < 300; ++i, ++created) {
+            ASSERT_TRUE(k->acquire(prefix + std::to_string(i), 1 + (created * 7919) % 10).outcome.acquired);
+            clock->advance(kSec / 100);
+        }
+    };
+    fill("old");
+    clock->advance(23 * kSec - clock->now()); // every first look done; the keys full at < 3 s evicted
+    ASSERT_LT(k->size(), 300);
+    fill("refill");
+    std::int64_t granted = 0;
+    for (int i = 0; i < 500; ++i) {
+        granted += k->acquire("new" + std::to_string(i), 1 + (i * 104729) % 10).outcome.acquired ? 1 : 0;
+        ASSERT_LE(k->size(), 300);
+        k->check_invariants();
+        clock->advance(kSec / 100);
+    }
+    EXPECT_GT(granted, 100); // most found an idle key to replace
+    clock->advance(100 * kSec);
+    EXPECT_EQ(k->size(), 0);
+    k->check_invariants();
 }

@@ -288,6 +288,7 @@ private:
             std::fprintf(stderr, "  sizes %lld %zu\n", static_cast<long long>(keyed_->size()), ref_.size());
         }
         CHECK(keyed_->size() == static_cast<std::int64_t>(ref_.size()));
+        keyed_->check_invariants(); // throws (a crash to the fuzzer) naming what is inconsistent
         Statistics want{0, 0, ref_dropped_successful_, ref_dropped_failed_};
         for (auto& [key, limiter] : ref_) {
             const Statistics s = limiter->statistics();
@@ -367,6 +368,7 @@ private:
         }
         CHECK(bound_ == 0 || keyed_->size() <= bound_);
         CHECK(keyed_->size() >= 0);
+        keyed_->check_invariants();
         for (auto& w : waiters_) { // nothing queued past its deadline
             CHECK(!w->pending() || w->deadline() > clock_->now());
         }

@@ -1,8 +1,9 @@
 // Per-key limits in the engine. Each key is a 64-byte record in a sharded hash table: the rule's
-// state word, its anchor, its counters, its key and when eviction next looks at it. A key becomes
-// a full Limiter only when one of its requests has to queue (or for kinds without a rule, the
-// sliding window), and stays one until evicted. A key is evicted once fully idle for longer than
-// the idle timeout, exactly then, by looks kept in a per-shard heap: O(evicted), no scan.
+// state word, its anchor, its counters, its key and when eviction next looks at it; the table's
+// index adds a 4-byte slot and the eviction heap a 4-byte entry. A key becomes a full Limiter only
+// when one of its requests has to queue (or for kinds without a rule, the sliding window), and
+// stays one until evicted. A key is evicted once fully idle for longer than the idle timeout,
+// exactly then, by looks kept in a per-shard heap: O(evicted), no scan.
 // Keys are byte strings (the bindings encode Python keys with their type). No Python here.
 #pragma once
 
@@ -49,9 +50,9 @@ public:
 
     struct Result {
         Outcome outcome;
-        /// The key's full limiter when it decided (its leases go back to it); nullptr when the
-        /// key's record did (leases go back through give_back(key, ...)).
-        std::shared_ptr<Limiter> owner;
+        /// True when the key's full limiter decided, false when its record did. Either way its
+        /// leases go back through give_back(key, ...).
+        bool promoted = false;
     };
     /// The outcome of acquire(n) on the key's limiter (reason PartitionLimit at the bound).
     Result acquire(std::string_view key, std::int64_t n);
@@ -82,6 +83,12 @@ public:
     void close();
     bool closed() const noexcept { return closed_.load(); }
     void on_timer(Nanos now) override;
+    /// A key's success and failure counts are 32-bit in its record; at this count the key moves
+    /// to a full limiter, whose counts are 64-bit. Lowered only by tests.
+    void set_count_limit_for_testing(std::uint32_t limit) noexcept { count_limit_ = limit; }
+    /// Checks the table's own consistency (index, records, look heap); throws std::logic_error
+    /// naming what is wrong. O(keys): for tests and fuzzing.
+    void check_invariants();
 
     /// An opaque tag for the bindings (a registry id); the engine never reads it.
     std::uint64_t binding_tag = 0;
@@ -89,17 +96,16 @@ public:
 private:
     class KeyBytes;
     struct Record;
-    struct Look {
-        Nanos when;
-        std::uint32_t index;
-        bool operator>(const Look& o) const { return when > o.when; }
-    };
     struct Shard;
+    struct Located;
     static constexpr std::size_t kShards = 64;
 
+    /// The key's shard, locked, and its record's index: created if absent when `create` (nullopt
+    /// at the bound; ClosedError once closed), else nullopt when absent.
+    Located locate(std::string_view key, bool create);
     /// Under the shard's lock: the key's record index, created if absent; nullopt at the bound.
     std::optional<std::uint32_t> find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash);
-    std::optional<std::uint32_t> find_locked(Shard& shard, std::string_view key, std::uint64_t hash) const;
+    static std::optional<std::uint32_t> find_locked(const Shard& shard, std::string_view key, std::uint64_t hash);
     bool reserve_place() noexcept;
     /// Under the shard's lock: one fully idle partition dropped to make room.
     bool free_a_place_locked(Shard& shard, Nanos now);
@@ -110,6 +116,8 @@ private:
     void look_at_locked(Shard& shard, std::uint32_t index, Nanos when);
     void look_locked(Shard& shard, std::uint32_t index, Nanos now, std::int64_t& evicted);
     std::shared_ptr<Limiter>& promote_locked(Record& r);
+    /// Promotes the record if its 32-bit counts are at their limit; true when promoted.
+    bool promoted_locked(Record& r);
     std::optional<Outcome> grant_locked(Record& r, std::int64_t n, Nanos now);
     i128 retry_after(const Record& r, std::int64_t n, Nanos now) const;
     void schedule(Nanos when);
@@ -124,6 +132,7 @@ private:
     std::atomic<std::int64_t> dropped_successful_{0};
     std::atomic<std::int64_t> dropped_failed_{0};
     std::atomic<Nanos> scheduled_at_{kNever}; // the earliest look the clock's timer is set for
+    std::uint32_t count_limit_ = 0xffffffffU;
 };
 
 } // namespace permits
