@@ -150,29 +150,34 @@ struct KeyedLimiter::Shard {
     static std::uint32_t tag_of(std::uint64_t hash) { return static_cast<std::uint32_t>(hash >> 8) & 0xffU; }
     static std::uint32_t slot_value(std::uint64_t hash, std::uint32_t i) { return tag_of(hash) << 24 | (i + 1); }
     static std::uint32_t index_of(std::uint32_t v) { return (v & 0xffffffU) - 1; }
-    std::size_t home(std::uint32_t v) const { return at(index_of(v)).hash & (slots.size() - 1); }
+    // Any capacity (not only powers of two): the index grows by half when 85% full, so it runs
+    // 57-85% full where doubling at 80% ran 40-80% (1M keys: 8.4 -> 5.6 bytes a key).
+    static std::size_t scale(std::uint32_t high, std::size_t capacity) {
+        return static_cast<std::size_t>((static_cast<std::uint64_t>(high) * capacity) >> 32);
+    }
+    std::size_t next(std::size_t p) const { return p + 1 == slots.size() ? 0 : p + 1; }
+    std::size_t home(std::uint32_t v) const { return scale(at(index_of(v)).hash, slots.size()); }
     void insert(std::uint32_t v) {
-        if ((static_cast<std::size_t>(live) + 1) * 5 > slots.size() * 4) { // at most 80% full
-            rehash(std::max<std::size_t>(16, slots.size() * 2));
+        if ((static_cast<std::size_t>(live) + 1) * 20 > slots.size() * 17) {
+            rehash(std::max<std::size_t>(16, slots.size() + slots.size() / 2));
         }
         place(v);
     }
     void place(std::uint32_t v) {
         std::size_t p = home(v);
         while (slots[p] != 0) {
-            p = (p + 1) & (slots.size() - 1);
+            p = next(p);
         }
         slots[p] = v;
     }
     /// Takes record `index` out of the index (its hash still set).
     void erase(std::uint32_t index) {
-        const std::size_t mask = slots.size() - 1;
-        std::size_t i = at(index).hash & mask;
+        std::size_t i = scale(at(index).hash, slots.size());
         while (index_of(slots[i]) != index) {
-            i = (i + 1) & mask;
+            i = next(i);
         }
         // Backward shift: later entries of the probe run move up, so no tombstones are needed.
-        for (std::size_t j = (i + 1) & mask; slots[j] != 0; j = (j + 1) & mask) {
+        for (std::size_t j = next(i); slots[j] != 0; j = next(j)) {
             const std::size_t k = home(slots[j]);
             const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
             if (!stays) {
@@ -291,8 +296,7 @@ std::optional<std::uint32_t> KeyedLimiter::find_locked(const Shard& shard, std::
     }
     const std::uint32_t tag = Shard::tag_of(hash);
     const auto high = static_cast<std::uint32_t>(hash >> 32);
-    const std::size_t mask = shard.slots.size() - 1;
-    for (std::size_t p = high & mask;; p = (p + 1) & mask) {
+    for (std::size_t p = Shard::scale(high, shard.slots.size());; p = shard.next(p)) {
         const std::uint32_t v = shard.slots[p];
         if (v == 0) {
             return std::nullopt;
@@ -343,7 +347,7 @@ std::optional<std::uint32_t> KeyedLimiter::find_or_create_locked(Shard& shard, s
         r.heap_pos = kNone;
         shard.insert(Shard::slot_value(hash, i));
         if (shard.looks.size() == shard.looks.capacity()) { // its look goes in without failing
-            shard.looks.reserve(std::max<std::size_t>(16, 2 * shard.looks.capacity()));
+            shard.looks.reserve(std::max<std::size_t>(16, shard.looks.capacity() * 3 / 2));
         }
     } catch (...) {
         shard.free(i);
