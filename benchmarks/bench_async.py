@@ -35,7 +35,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 Round = Callable[[int], Coroutine[Any, Any, float]]
@@ -75,16 +75,25 @@ async def settle(check: Callable[[], bool], what: str) -> None:
     raise RuntimeError(f"the waiters did not all queue: {what}")
 
 
+async def queue_waiters(
+    n: int, wait: Callable[[int], Awaitable[Any]], what: str, queued: Callable[[], bool] | None = None
+) -> tuple[Finish, list[asyncio.Task[None]]]:
+    """Starts N tasks, task i doing ``fin.one(await wait(i))``, and lets them run until
+    ``queued()`` holds (by default: until they have run, none of them done)."""
+    fin = Finish(n)
+
+    async def waiter(i: int) -> None:
+        fin.one(await wait(i))
+
+    tasks = [asyncio.create_task(waiter(i)) for i in range(n)]
+    await settle(queued or (lambda: all(not t.done() for t in tasks)), what)
+    return fin, tasks
+
+
 async def floor_round(n: int) -> float:
     loop = asyncio.get_running_loop()
-    fin = Finish(n)
-    futs = [loop.create_future() for _ in range(n)]
-
-    async def waiter(fut: asyncio.Future[int]) -> None:
-        fin.one(await fut)
-
-    tasks = [asyncio.create_task(waiter(f)) for f in futs]
-    await settle(lambda: all(not t.done() for t in tasks), "floor")
+    futs: list[asyncio.Future[int]] = [loop.create_future() for _ in range(n)]
+    fin, _ = await queue_waiters(n, futs.__getitem__, "floor")
     go = threading.Event()
     started: list[float] = []
 
@@ -105,14 +114,8 @@ async def floor_round(n: int) -> float:
 
 async def in_loop_round(n: int) -> float:
     loop = asyncio.get_running_loop()
-    fin = Finish(n)
-    futs = [loop.create_future() for _ in range(n)]
-
-    async def waiter(fut: asyncio.Future[int]) -> None:
-        fin.one(await fut)
-
-    tasks = [asyncio.create_task(waiter(f)) for f in futs]
-    await settle(lambda: all(not t.done() for t in tasks), "in-loop")
+    futs: list[asyncio.Future[int]] = [loop.create_future() for _ in range(n)]
+    fin, _ = await queue_waiters(n, futs.__getitem__, "in-loop")
     start = time.perf_counter()
     for i, fut in enumerate(futs):
         loop.call_soon(fut.set_result, i)
@@ -127,13 +130,9 @@ def permits_concurrency_round() -> Round:
         lim = permits.ConcurrencyLimiter(n, queue_limit=n)
         big = lim.acquire(n)
         assert big
-        fin = Finish(n)
-
-        async def waiter() -> None:
-            fin.one(await lim.wait_async())
-
-        tasks = [asyncio.create_task(waiter()) for _ in range(n)]
-        await settle(lambda: lim.statistics().current_queued_count == n, "permits concurrency")
+        fin, tasks = await queue_waiters(
+            n, lambda _: lim.wait_async(), "permits concurrency", lambda: lim.statistics().current_queued_count == n
+        )
         start = time.perf_counter()
         big.release()
         end = await fin.done
@@ -151,13 +150,9 @@ def permits_token_bucket_round() -> Round:
         clock = permits.ManualClock()
         lim = permits.TokenBucketLimiter(n, n, 1.0, queue_limit=n, clock=clock)
         assert lim.acquire(n)
-        fin = Finish(n)
-
-        async def waiter() -> None:
-            fin.one(await lim.wait_async())
-
-        tasks = [asyncio.create_task(waiter()) for _ in range(n)]
-        await settle(lambda: lim.statistics().current_queued_count == n, "permits token bucket")
+        fin, tasks = await queue_waiters(
+            n, lambda _: lim.wait_async(), "permits token bucket", lambda: lim.statistics().current_queued_count == n
+        )
         start = time.perf_counter()
         clock.advance(1.0)
         end = await fin.done
@@ -177,14 +172,8 @@ def aiolimiter_round() -> Round:
         assert isinstance(loop, JumpLoop)
         lim = AsyncLimiter(n, period)
         await lim.acquire(n)  # the bucket is full
-        fin = Finish(n)
-
-        async def waiter() -> None:
-            await lim.acquire()
-            fin.one(True)
-
-        tasks = [asyncio.create_task(waiter()) for _ in range(n)]
-        await settle(lambda: len(lim._waiters) >= n, "aiolimiter")  # its heap of blocked waiters
+        # Queued: all N in its heap of blocked waiters.
+        fin, tasks = await queue_waiters(n, lambda _: lim.acquire(), "aiolimiter", lambda: len(lim._waiters) >= n)
         assert not any(t.done() for t in tasks)
         start = time.perf_counter()
         loop.offset += period  # a whole period passes: the bucket is empty, its waker timer is due

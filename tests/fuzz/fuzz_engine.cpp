@@ -41,12 +41,16 @@
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
 
+#include "fuzz_support.hpp"
+
 namespace {
 
 using permits::Nanos;
 using permits::Outcome;
 using permits::Reason;
 using permits::Waiter;
+using permits_fuzz::Kind;
+using permits_fuzz::ll;
 
 constexpr Nanos kMax = std::numeric_limits<Nanos>::max();
 
@@ -54,35 +58,6 @@ constexpr Nanos kMax = std::numeric_limits<Nanos>::max();
 Nanos clock_ceiling() {
     return permits::kMaxTime;
 }
-
-// Set PERMITS_FUZZ_VERBOSE=1 to print which invariant broke before the trap (for triage).
-bool verbose() {
-    static const bool v = std::getenv("PERMITS_FUZZ_VERBOSE") != nullptr;
-    return v;
-}
-
-long long ll(std::int64_t v) {
-    return static_cast<long long>(v);
-}
-
-#define trace(...)                                                                                                     \
-    do {                                                                                                               \
-        if (verbose()) {                                                                                               \
-            std::fprintf(stderr, __VA_ARGS__);                                                                         \
-        }                                                                                                              \
-    } while (0)
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            if (verbose()) {                                                                                           \
-                std::fprintf(stderr, "invariant broken at line %d: %s\n", __LINE__, #cond);                            \
-            }                                                                                                          \
-            __builtin_trap();                                                                                          \
-        }                                                                                                              \
-    } while (0)
-
-enum class Kind { Concurrency, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowCounter };
 
 struct Tracked {
     std::shared_ptr<Waiter> waiter;
@@ -592,11 +567,5 @@ private:
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    if (size < 6) {
-        return 0;
-    }
-    FuzzedDataProvider in(data, size);
-    Harness h(in);
-    h.run();
-    return 0;
+    return permits_fuzz::run_input<Harness>(data, size, 6);
 }

@@ -32,6 +32,8 @@
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
 
+#include "fuzz_support.hpp"
+
 namespace {
 
 using permits::KeyedLimiter;
@@ -42,23 +44,8 @@ using permits::Outcome;
 using permits::Pair;
 using permits::QueueOptions;
 using permits::Statistics;
-
-bool verbose() {
-    static const bool v = std::getenv("PERMITS_FUZZ_VERBOSE") != nullptr;
-    return v;
-}
-
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            if (verbose()) {                                                                                           \
-                std::fprintf(stderr, "invariant broken at line %d: %s\n", __LINE__, #cond);                            \
-            }                                                                                                          \
-            __builtin_trap();                                                                                          \
-        }                                                                                                              \
-    } while (0)
-
-enum class Kind { Concurrency, TokenBucket, FixedWindow, SlidingWindow, SlidingWindowCounter };
+using permits_fuzz::Kind;
+using permits_fuzz::ll;
 
 bool same(const Outcome& a, const Outcome& b) {
     return a.acquired == b.acquired && a.reason == b.reason && a.retry_after == b.retry_after &&
@@ -98,12 +85,8 @@ public:
             bound_ = in_.ConsumeIntegralInRange<std::int64_t>(0, 4);
         }
         keyed_ = std::make_shared<KeyedLimiter>(clock_, make_template(), idle_, bound_);
-        if (verbose()) {
-            std::fprintf(stderr, "setup queues=%d kind=%d limit=%lld per=%lld segments=%lld period=%lld idle=%lld\n",
-                         queues_, static_cast<int>(kind_), static_cast<long long>(limit_),
-                         static_cast<long long>(per_period_), static_cast<long long>(segments_),
-                         static_cast<long long>(period_), static_cast<long long>(idle_));
-        }
+        trace("setup queues=%d kind=%d limit=%lld per=%lld segments=%lld period=%lld idle=%lld\n", queues_,
+              static_cast<int>(kind_), ll(limit_), ll(per_period_), ll(segments_), ll(period_), ll(idle_));
         static const char* const kKeys[] = {"", "a", "b", "user-12345", "abcdefghijklmn", "abcdefghijklmno"};
         for (const char* k : kKeys) {
             keys_.emplace_back(k);
@@ -196,10 +179,7 @@ private:
     }
     void advance(Nanos delta) {
         delta = std::clamp<Nanos>(delta, 0, permits::kMaxTime - clock_->now());
-        if (verbose()) {
-            std::fprintf(stderr, "advance %lld to %lld\n", static_cast<long long>(delta),
-                         static_cast<long long>(clock_->now() + delta));
-        }
+        trace("advance %lld to %lld\n", ll(delta), ll(clock_->now() + delta));
         clock_->advance(delta); // the table's looks run here
         evict_reference();
     }
@@ -223,12 +203,9 @@ private:
             }
             const Outcome got = keyed_->acquire(key, n).outcome;
             const Outcome want = reference(key)->acquire(n);
-            if (verbose()) {
-                std::fprintf(stderr, "acquire key=%zu n=%lld now=%lld: got %d/%d/%lld want %d/%d/%lld\n", key.size(),
-                             static_cast<long long>(n), static_cast<long long>(clock_->now()), got.acquired,
-                             static_cast<int>(got.reason), static_cast<long long>(got.retry_after), want.acquired,
-                             static_cast<int>(want.reason), static_cast<long long>(want.retry_after));
-            }
+            trace("acquire key=%zu n=%lld now=%lld: got %d/%d/%lld want %d/%d/%lld\n", key.size(), ll(n),
+                  ll(clock_->now()), got.acquired, static_cast<int>(got.reason), ll(got.retry_after), want.acquired,
+                  static_cast<int>(want.reason), ll(want.retry_after));
             CHECK(same(got, want));
             if (got.acquired && n > 0) {
                 grants_.push_back({key, n, got.tag});
@@ -256,10 +233,7 @@ private:
             const std::size_t i = in_.ConsumeIntegralInRange<std::size_t>(0, grants_.size() - 1);
             const Grant g = grants_[i];
             grants_.erase(grants_.begin() + static_cast<std::ptrdiff_t>(i));
-            if (verbose()) {
-                std::fprintf(stderr, "give_back key=%zu n=%lld tag=%lld\n", g.key.size(), static_cast<long long>(g.n),
-                             static_cast<long long>(g.tag));
-            }
+            trace("give_back key=%zu n=%lld tag=%lld\n", g.key.size(), ll(g.n), ll(g.tag));
             keyed_->give_back(g.key, g.n, g.tag);
             // A key evicted since has nothing to give back to (it was full); neither has the reference.
             if (auto it = ref_.find(g.key); it != ref_.end()) {
@@ -284,9 +258,7 @@ private:
     }
 
     void compare_all() {
-        if (verbose()) {
-            std::fprintf(stderr, "  sizes %lld %zu\n", static_cast<long long>(keyed_->size()), ref_.size());
-        }
+        trace("  sizes %lld %zu\n", ll(keyed_->size()), ref_.size());
         CHECK(keyed_->size() == static_cast<std::int64_t>(ref_.size()));
         keyed_->check_invariants(); // throws (a crash to the fuzzer) naming what is inconsistent
         Statistics want{0, 0, ref_dropped_successful_, ref_dropped_failed_};
@@ -399,11 +371,5 @@ private:
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    if (size < 8) {
-        return 0;
-    }
-    FuzzedDataProvider in(data, size);
-    Harness h(in);
-    h.run();
-    return 0;
+    return permits_fuzz::run_input<Harness>(data, size, 8);
 }

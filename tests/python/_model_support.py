@@ -1,12 +1,13 @@
 """What the property tests share (test_model_properties*.py): hypothesis settings, drawing a
-limiter's configuration, building the real limiter (or a partition template) and its model from
-one configuration, and comparing leases with the model's outcomes.
+limiter's configuration and a sequence of operations, building the real limiter (or a partition
+template) and its model from one configuration, comparing leases with the model's outcomes, and
+the driver's bookkeeping (ModelRun: waiters, leases, the run of a scenario).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 import permits
 
+from _support import SAFETY, Waiter
 from model import (
     ConcurrencyModel,
     FixedWindowModel,
@@ -91,6 +93,15 @@ def configs(
         scale=scale,
         manual=manual and kind != "concurrency" and draw(st.booleans()),
     )
+
+
+def draw_ops(draw: st.DrawFn, op: st.SearchStrategy[tuple[Any, ...]], *, max_size: int) -> list[tuple[Any, ...]]:
+    """10 to ``max_size`` operations, and sometimes a ("close",) among them (or first or last)."""
+    ops = draw(st.lists(op, min_size=10, max_size=max_size))
+    close_at = draw(st.one_of(st.none(), st.integers(0, len(ops))))
+    if close_at is not None:
+        ops.insert(close_at, ("close",))
+    return ops
 
 
 def durations(config: Config) -> st.SearchStrategy[int]:
@@ -192,3 +203,97 @@ def idle_view(seconds: float | None) -> int | None:
 async def drain(rounds: int = DRAIN_ROUNDS) -> None:
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+class ModelRun:
+    """What the drivers of the property tests share: the ManualClock, the asynchronous waiters
+    (tasks) and blocking ones (threads), the leases, the history of steps, and the run of a
+    scenario. A driver builds its limiter(s) and model(s), and provides step(), check() and
+    close() (finish() too when closing differs)."""
+
+    #: Event-loop rounds after each step and before the end.
+    drain_rounds = DRAIN_ROUNDS
+
+    def __init__(self, anchor_ns: int) -> None:
+        self.clock = permits.ManualClock()
+        self.clock.advance_ns(anchor_ns)
+        self.tasks: dict[int, asyncio.Task[Any]] = {}
+        self.completed: list[tuple[int, LeaseView]] = []
+        #: Every granted lease, kept alive (no GC release), after what the driver gives back to
+        #: the model when it is released (its key, its id, ...).
+        self.leases: list[tuple[Any, permits.Lease]] = []
+        self.released: set[int] = set()
+        self.history: list[tuple[Any, ...]] = []
+        self.blocking: dict[int, Waiter] = {}  # blocking wait(..., timeout=...) calls, in threads
+        self.joined: set[int] = set()
+
+    async def step(self, op: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Closes the real limiter(s)."""
+        raise NotImplementedError
+
+    async def _waiter(self, wid: int, awaitable: Any, tag: Any) -> None:
+        lease = await awaitable
+        self.completed.append((wid, lease_view(lease)))
+        if lease:
+            self.leases.append((tag, lease))
+
+    def _cancel(self, slot: int, pending: Iterable[int], cancel: Callable[[int], None]) -> None:
+        """Cancels one of the model's pending waiters, by ``slot``: an asynchronous one (a blocking
+        one cannot be cancelled); ``cancel(wid)`` cancels it in the model."""
+        asynchronous = [wid for wid in pending if wid not in self.blocking]
+        if asynchronous:
+            wid = asynchronous[slot % len(asynchronous)]
+            cancel(wid)
+            self.tasks[wid].cancel()
+
+    def _release(self, slot: int, give_back: Callable[[Any, permits.Lease], None]) -> None:
+        """Releases one of the leases, by ``slot``; the first time, ``give_back(tag, lease)``
+        releases it in the model."""
+        if self.leases:
+            i = slot % len(self.leases)
+            tag, lease = self.leases[i]
+            if i not in self.released:
+                self.released.add(i)
+                give_back(tag, lease)
+            lease.release()  # a second release is a no-op
+
+    def _waiting(self) -> list[int]:
+        """The waiters not done yet, asynchronous and blocking, in order."""
+        waiting = [wid for wid, task in self.tasks.items() if not task.done()]
+        waiting += [wid for wid, waiter in self.blocking.items() if not waiter.done.is_set()]
+        return sorted(waiting)
+
+    def _let_go(self) -> None:
+        """At the end: every waiter is done; every lease is released."""
+        assert all(task.done() for task in self.tasks.values())
+        assert all(not waiter.is_alive() for waiter in self.blocking.values())
+        for _, lease in self.leases:
+            lease.release()
+
+    async def finish(self) -> None:
+        """Closes both (queued waiters fail with "closed"), checks, and lets every task end."""
+        await self.step(("close",))
+        self.check()
+        self._let_go()
+
+    async def drive(self, ops: list[tuple[Any, ...]]) -> None:
+        """Checks, then each operation followed by a check, then finish()."""
+        try:
+            self.check()
+            for op in ops:
+                await self.step(op)
+                self.check()
+            await self.finish()
+        finally:  # a failed check leaves no waiting task or thread behind
+            self.close()
+            for task in self.tasks.values():
+                task.cancel()
+            await drain(self.drain_rounds)
+            for waiter in self.blocking.values():
+                waiter.join(SAFETY)

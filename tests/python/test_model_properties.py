@@ -29,16 +29,18 @@ from _model_support import (
     KINDS,
     ORDERS,
     Config,
+    ModelRun,
     build_limiter,
     configs,
     drain,
+    draw_ops,
     durations,
     lease_view,
     limiter_model,
     outcome_view,
     property_settings,
 )
-from _support import SAFETY, Waiter, start_waiter, stats, wait_until
+from _support import Waiter, start_waiter, stats, wait_until
 from model import Closed, LimiterModel
 
 SETTINGS = property_settings(max_examples=250)
@@ -91,11 +93,7 @@ def scenarios(draw: st.DrawFn, kind: str, order: permits.QueueOrder) -> Scenario
         st.tuples(st.just("advance"), dts),
         st.tuples(st.just("advance"), short),
     )
-    ops = draw(st.lists(op, min_size=10, max_size=40))
-    close_at = draw(st.one_of(st.none(), st.integers(0, len(ops))))
-    if close_at is not None:
-        ops.insert(close_at, ("close",))
-    return Scenario(config, ops)
+    return Scenario(config, draw_ops(draw, op, max_size=40))
 
 
 def build(config: Config, clock: permits.ManualClock) -> tuple[Any, LimiterModel]:
@@ -105,26 +103,15 @@ def build(config: Config, clock: permits.ManualClock) -> tuple[Any, LimiterModel
 # --------------------------------------------------------------------------------- the driver
 
 
-class Run:
+class Run(ModelRun):
     """One scenario: the real limiter and the model side by side."""
 
     def __init__(self, config: Config) -> None:
-        self.clock = permits.ManualClock()
-        self.clock.advance_ns(config.anchor_ns)
+        super().__init__(config.anchor_ns)
         self.limiter, self.model = build(config, self.clock)
-        self.tasks: dict[int, asyncio.Task[Any]] = {}
-        self.completed: list[tuple[int, tuple[bool, int, str | None, int | None]]] = []
-        self.leases: list[permits.Lease] = []  # every granted lease, kept alive (no GC release)
-        self.released: set[int] = set()
-        self.history: list[tuple[Any, ...]] = []
-        self.blocking: dict[int, Waiter] = {}  # blocking wait(timeout=...) calls, in threads
-        self.joined: set[int] = set()
 
-    async def _waiter(self, wid: int, awaitable: Any) -> None:
-        lease = await awaitable
-        self.completed.append((wid, lease_view(lease)))
-        if lease:
-            self.leases.append(lease)
+    def close(self) -> None:
+        self.limiter.close()
 
     async def step(self, op: tuple[Any, ...]) -> None:
         self.history.append(op)
@@ -140,7 +127,7 @@ class Run:
             lease = self.limiter.acquire(n)
             assert lease_view(lease) == outcome_view(expected), self.history
             if lease:
-                self.leases.append(lease)
+                self.leases.append((None, lease))
         elif name == "wait":
             n = op[1]
             wid = len(self.history)
@@ -150,21 +137,11 @@ class Run:
                 with pytest.raises(permits.LimiterClosedError):
                     self.limiter.wait_async(n)
                 return
-            self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, self.limiter.wait_async(n)))
-        elif name == "cancel":  # an asynchronous waiter (a blocking one cannot be cancelled)
-            pending = [wid for wid in self.model.pending_ids() if wid not in self.blocking]
-            if pending:
-                wid = pending[op[1] % len(pending)]
-                self.model.cancel(wid)
-                self.tasks[wid].cancel()
+            self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, self.limiter.wait_async(n), None))
+        elif name == "cancel":
+            self._cancel(op[1], self.model.pending_ids(), self.model.cancel)
         elif name == "release":
-            if self.leases:
-                i = op[1] % len(self.leases)
-                lease = self.leases[i]
-                if i not in self.released:
-                    self.released.add(i)
-                    self.model.release(lease.permit_count)
-                lease.release()  # a second release is a no-op
+            self._release(op[1], lambda _, lease: self.model.release(lease.permit_count))
         elif name == "block":
             n, timeout = op[1], op[2]
             wid = len(self.history)
@@ -211,10 +188,8 @@ class Run:
                 lease = self.blocking[wid].outcome()  # joins (a wall-clock safety net: it should be done)
                 assert lease_view(lease) == blocking_done[wid], (wid, where)
                 if lease:
-                    self.leases.append(lease)
-        waiting = sorted(wid for wid, task in self.tasks.items() if not task.done())
-        waiting += [wid for wid, waiter in self.blocking.items() if not waiter.done.is_set()]
-        assert sorted(waiting) == sorted(model.pending_ids()), where
+                    self.leases.append((None, lease))
+        assert self._waiting() == sorted(model.pending_ids()), where
         if model.closed:
             with pytest.raises(permits.LimiterClosedError):
                 limiter.statistics()
@@ -226,31 +201,9 @@ class Run:
         idle = limiter.idle_duration
         assert (None if idle is None else round(idle * 1e9)) == model.idle_duration(), where
 
-    async def finish(self) -> None:
-        """Closes both (queued waiters fail with "closed"), checks, and lets every task end."""
-        await self.step(("close",))
-        self.check()
-        assert all(task.done() for task in self.tasks.values())
-        assert all(not waiter.is_alive() for waiter in self.blocking.values())
-        for lease in self.leases:
-            lease.release()
-
 
 async def run_scenario(scenario: Scenario) -> None:
-    run = Run(scenario.config)
-    try:
-        run.check()
-        for op in scenario.ops:
-            await run.step(op)
-            run.check()
-        await run.finish()
-    finally:  # a failed check leaves no waiting task or thread behind
-        run.limiter.close()
-        for task in run.tasks.values():
-            task.cancel()
-        await drain()
-        for waiter in run.blocking.values():
-            waiter.join(SAFETY)
+    await Run(scenario.config).drive(scenario.ops)
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=["oldest_first", "newest_first"])
@@ -294,11 +247,7 @@ def timeout_scenarios(draw: st.DrawFn) -> Scenario:
         st.tuples(st.just("advance"), durations(config)),
         st.tuples(st.just("advance"), durations(config)),
     )
-    ops = draw(st.lists(op, min_size=10, max_size=30))
-    close_at = draw(st.one_of(st.none(), st.integers(0, len(ops))))
-    if close_at is not None:
-        ops.insert(close_at, ("close",))
-    return Scenario(config, ops)
+    return Scenario(config, draw_ops(draw, op, max_size=30))
 
 
 @property_settings(max_examples=150)

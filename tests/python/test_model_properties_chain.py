@@ -29,10 +29,11 @@ import permits
 from _model_support import (
     KEYS,
     Config,
-    LeaseView,
+    ModelRun,
     build_limiter,
     configs,
     drain,
+    draw_ops,
     durations,
     idle_view,
     lease_view,
@@ -95,17 +96,14 @@ def chain_scenarios(draw: st.DrawFn, keyed: bool = False) -> ChainScenario:
         st.one_of([st.tuples(st.just("advance"), durations(c)) for c in limiters]),
         st.one_of([st.tuples(st.just("advance"), durations(c)) for c in limiters]),
     )
-    ops = draw(st.lists(op, min_size=10, max_size=40))
-    close_at = draw(st.one_of(st.none(), st.integers(0, len(ops))))
-    if close_at is not None:
-        ops.insert(close_at, ("close",))
-    return ChainScenario(limiters, ops, index, keys)
+    return ChainScenario(limiters, draw_ops(draw, op, max_size=40), index, keys)
 
 
-class ChainRun:
+class ChainRun(ModelRun):
+    drain_rounds = CHAIN_DRAIN_ROUNDS
+
     def __init__(self, scenario: ChainScenario) -> None:
-        self.clock = permits.ManualClock()
-        self.clock.advance_ns(scenario.configs[0].anchor_ns)
+        super().__init__(scenario.configs[0].anchor_ns)
         now = self.clock.now_ns()
         self.keyed, self.keys = scenario.keyed, scenario.keys
         self.limiters: list[Any] = []
@@ -125,12 +123,11 @@ class ChainRun:
         partitioned = self.keyed is not None
         assert isinstance(self.chain, permits.ChainedPartitionedLimiter if partitioned else permits.ChainedLimiter)
         self.model = ChainModel(models)
-        self.tasks: dict[int, asyncio.Task[Any]] = {}
-        self.completed: list[tuple[int, LeaseView]] = []
-        #: Every granted lease, kept alive (no GC release), with its id in the model.
-        self.leases: list[tuple[object, permits.Lease]] = []
-        self.released: set[int] = set()
-        self.history: list[tuple[Any, ...]] = []
+        # The leases are kept with their id in the model; no blocking waits here.
+
+    def close(self) -> None:
+        for limiter in self.limiters:
+            limiter.close()
 
     def _key(self, op: tuple[Any, ...], at: int) -> Hashable:
         return self.keys[op[at] % len(self.keys)] if len(op) > at else self.keys[0]
@@ -138,12 +135,6 @@ class ChainRun:
     def _args(self, key: Hashable, *args: Any) -> tuple[Any, ...]:
         """A partitioned chain takes the resource first."""
         return args if self.keyed is None else (key, *args)
-
-    async def _waiter(self, wid: int, awaitable: Any) -> None:
-        lease = await awaitable
-        self.completed.append((wid, lease_view(lease)))
-        if lease:
-            self.leases.append((wid, lease))
 
     async def step(self, op: tuple[Any, ...]) -> None:
         self.history.append(op)
@@ -169,13 +160,9 @@ class ChainRun:
                 with pytest.raises(permits.LimiterClosedError):
                     await self.chain.wait_async(*self._args(key, n))  # a partitioned chain raises here
                 return
-            self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, self.chain.wait_async(*self._args(key, n))))
+            self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, self.chain.wait_async(*self._args(key, n)), wid))
         elif name == "cancel":
-            pending = model.pending_ids()
-            if pending:
-                wid = pending[op[1] % len(pending)]
-                model.cancel(wid)
-                self.tasks[wid].cancel()
+            self._cancel(op[1], model.pending_ids(), model.cancel)
         elif name == "direct":
             i, n, key = op[1], op[2], self._key(op, 3)
             expected = model.at(i, key).acquire(n)
@@ -184,17 +171,7 @@ class ChainRun:
             if lease:
                 self.leases.append((("direct", i, key), lease))
         elif name == "release":
-            if self.leases:
-                k = op[1] % len(self.leases)
-                lease_id, lease = self.leases[k]
-                if k not in self.released:
-                    self.released.add(k)
-                    if isinstance(lease_id, tuple) and lease_id[0] == "direct":
-                        model.at(lease_id[1], lease_id[2]).release(lease.permit_count)
-                        model.follow_up()
-                    else:
-                        model.release(lease_id)
-                lease.release()  # a second release is a no-op
+            self._release(op[1], self._release_in_model)
         elif name == "advance":
             model.advance(op[1])
             self.clock.advance(op[1] / 1e9)
@@ -205,6 +182,13 @@ class ChainRun:
             raise AssertionError(op)
         await drain(CHAIN_DRAIN_ROUNDS)
 
+    def _release_in_model(self, lease_id: Any, lease: permits.Lease) -> None:
+        if isinstance(lease_id, tuple) and lease_id[0] == "direct":
+            self.model.at(lease_id[1], lease_id[2]).release(lease.permit_count)
+            self.model.follow_up()
+        else:
+            self.model.release(lease_id)
+
     def _live_keys(self) -> list[Hashable]:
         keyed = self.model.models[self.keyed] if self.keyed is not None else None
         return [None] if keyed is None else [k for k in self.keys if k in keyed.parts]
@@ -213,8 +197,7 @@ class ChainRun:
         model, where = self.model, self.history
         assert self.clock.now_ns() == model.models[0].now, where
         assert self.completed == [(wid, outcome_view(o)) for wid, o in model.completions], where
-        waiting = sorted(wid for wid, task in self.tasks.items() if not task.done())
-        assert waiting == model.pending_ids(), where
+        assert self._waiting() == model.pending_ids(), where
         for i, (limiter, m) in enumerate(zip(self.limiters, model.models, strict=True)):
             if i == self.keyed:  # every partition there is: no statistics(key) creates one
                 assert limiter.partition_count == m.partition_count(), (i, where)
@@ -248,25 +231,11 @@ class ChainRun:
         self.model.follow_up()
         await drain(CHAIN_DRAIN_ROUNDS)
         assert self.completed == [(wid, outcome_view(o)) for wid, o in self.model.completions], self.history
-        assert all(task.done() for task in self.tasks.values())
-        for _, lease in self.leases:
-            lease.release()
+        self._let_go()
 
 
 async def run_chain(scenario: ChainScenario) -> None:
-    run = ChainRun(scenario)
-    try:
-        run.check()
-        for op in scenario.ops:
-            await run.step(op)
-            run.check()
-        await run.finish()
-    finally:  # a failed check leaves no waiting task behind
-        for limiter in run.limiters:
-            limiter.close()
-        for task in run.tasks.values():
-            task.cancel()
-        await drain(CHAIN_DRAIN_ROUNDS)
+    await ChainRun(scenario).drive(scenario.ops)
 
 
 def _late_refund(first: Config) -> ChainScenario:

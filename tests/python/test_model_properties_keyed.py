@@ -36,8 +36,10 @@ from _model_support import (
     KEYS,
     Config,
     LeaseView,
+    ModelRun,
     configs,
     drain,
+    draw_ops,
     durations,
     lease_view,
     limiter_model,
@@ -86,11 +88,7 @@ def keyed_scenarios(draw: st.DrawFn) -> KeyedScenario:
         st.tuples(st.just("advance"), durations(config)),
         st.tuples(st.just("advance"), durations(config)),
     )
-    ops = draw(st.lists(op, min_size=10, max_size=40))
-    close_at = draw(st.one_of(st.none(), st.integers(0, len(ops))))
-    if close_at is not None:
-        ops.insert(close_at, ("close",))
-    return KeyedScenario(config, keys, idle_timeout, max_partitions, ops)
+    return KeyedScenario(config, keys, idle_timeout, max_partitions, draw_ops(draw, op, max_size=40))
 
 
 CLOSED = "LimiterClosedError"
@@ -106,15 +104,14 @@ class _KeyOf:
         return self.limiter.wait(self.key, n, timeout)
 
 
-class KeyedRun:
+class KeyedRun(ModelRun):
     """One scenario: the real partitioned limiter and every model fork still consistent with it."""
 
     def __init__(self, scenario: KeyedScenario, path: str) -> None:
         config = scenario.config
+        super().__init__(config.anchor_ns)
         self.config = config
         self.keys = scenario.keys
-        self.clock = permits.ManualClock()
-        self.clock.advance_ns(config.anchor_ns)
         options: dict[str, Any] = dict(
             idle_timeout=scenario.idle_timeout_ns / 1e9, max_partitions=scenario.max_partitions, clock=self.clock
         )
@@ -132,14 +129,10 @@ class KeyedRun:
                 now=config.anchor_ns,
             )
         ]
-        self.tasks: dict[int, asyncio.Task[Any]] = {}
-        self.waiter_key: dict[int, Hashable] = {}
-        self.blocking: dict[int, Waiter] = {}  # blocking wait(key, n, timeout) calls, in threads
-        self.joined: set[int] = set()
-        self.completed: list[tuple[int, LeaseView]] = []
-        self.leases: list[tuple[Hashable, permits.Lease]] = []  # kept alive (no GC release)
-        self.released: set[int] = set()
-        self.history: list[tuple[Any, ...]] = []
+        self.waiter_key: dict[int, Hashable] = {}  # the key of each waiter
+
+    def close(self) -> None:
+        self.limiter.close()
 
     # ---- forks ----
     def _fork(self, key: Hashable) -> None:
@@ -161,6 +154,14 @@ class KeyedRun:
         assert kept, f"{what}: limiter {observed!r}, model {predicted[0]!r}; steps {self.history}"
         self.models = kept
 
+    def _cancel_in_models(self, wid: int) -> None:
+        for m in self.models:
+            m.cancel(wid)
+
+    def _release_in_models(self, key: Hashable, lease: permits.Lease) -> None:
+        for m in self.models:
+            m.release(key, lease.permit_count)
+
     @staticmethod
     def _call(f: Any, *args: Any) -> Any:
         try:
@@ -169,12 +170,6 @@ class KeyedRun:
             return CLOSED
 
     # ---- steps ----
-    async def _waiter(self, wid: int, key: Hashable, awaitable: Any) -> None:
-        lease = await awaitable
-        self.completed.append((wid, lease_view(lease)))
-        if lease:
-            self.leases.append((key, lease))
-
     async def step(self, op: tuple[Any, ...]) -> None:
         self.history.append(op)
         name = op[0]
@@ -203,7 +198,7 @@ class KeyedRun:
             else:
                 self._keep(predicted, False, "wait_async raises")
                 self.waiter_key[wid] = key
-                self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, key, awaitable))
+                self.tasks[wid] = asyncio.ensure_future(self._waiter(wid, awaitable, key))
         elif name == "block":
             key, n, timeout = self.keys[op[1]], op[2], op[3]
             wid = len(self.history)
@@ -222,22 +217,10 @@ class KeyedRun:
                 # Until the call has returned or joined the queue (the totals show it).
                 expected = [m.totals() for m in self.models]
                 wait_until(lambda: waiter.done.is_set() or stats_view(self.limiter.statistics()) in expected)
-        elif name == "cancel":  # an asynchronous waiter (a blocking one cannot be cancelled)
-            pending = [wid for wid in self.models[0].pending_ids() if wid not in self.blocking]
-            if pending:
-                wid = pending[op[1] % len(pending)]
-                for m in self.models:
-                    m.cancel(wid)
-                self.tasks[wid].cancel()
+        elif name == "cancel":
+            self._cancel(op[1], self.models[0].pending_ids(), self._cancel_in_models)
         elif name == "release":
-            if self.leases:
-                i = op[1] % len(self.leases)
-                key, lease = self.leases[i]
-                if i not in self.released:
-                    self.released.add(i)
-                    for m in self.models:
-                        m.release(key, lease.permit_count)
-                lease.release()  # a second release is a no-op
+            self._release(op[1], self._release_in_models)
         elif name == "query":
             key = self.keys[op[1]]
             self._fork(key)
@@ -300,10 +283,7 @@ class KeyedRun:
             {wid: lease_view(self.blocking[wid].outcome()) for wid in sorted(self.joined)},
             "blocking waits",
         )
-        waiting = sorted(wid for wid, task in self.tasks.items() if not task.done())
-        waiting += [wid for wid, waiter in self.blocking.items() if not waiter.done.is_set()]
-        waiting.sort()
-        self._keep([m.pending_ids() for m in self.models], waiting, "queued waiters")
+        self._keep([m.pending_ids() for m in self.models], self._waiting(), "queued waiters")
         if self.models[0].closed:
             with pytest.raises(permits.LimiterClosedError):
                 self.limiter.statistics()
@@ -317,30 +297,9 @@ class KeyedRun:
             observed = (stats_view(self.limiter.statistics(key)), self.limiter.available_permits(key))
             self._keep(predicted, observed, f"statistics/available_permits of {key!r}")
 
-    async def finish(self) -> None:
-        await self.step(("close",))
-        self.check()
-        assert all(task.done() for task in self.tasks.values())
-        assert all(not waiter.is_alive() for waiter in self.blocking.values())
-        for _, lease in self.leases:
-            lease.release()
-
 
 async def run_keyed(scenario: KeyedScenario, path: str) -> None:
-    run = KeyedRun(scenario, path)
-    try:
-        run.check()
-        for op in scenario.ops:
-            await run.step(op)
-            run.check()
-        await run.finish()
-    finally:  # a failed check leaves no waiting task or thread behind
-        run.limiter.close()
-        for task in run.tasks.values():
-            task.cancel()
-        await drain()
-        for waiter in run.blocking.values():
-            waiter.join(SAFETY)
+    await KeyedRun(scenario, path).drive(scenario.ops)
 
 
 @pytest.mark.parametrize("path", PATHS)
