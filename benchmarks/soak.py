@@ -21,6 +21,8 @@ import permits
 from permits import Partition, PartitionedLimiter
 
 HOLDERS_LIMIT = 8
+KEY_HOLDERS_LIMIT = 2  # per key, in a per-key concurrency limiter
+IDLE_TIMEOUT = 0.5
 
 
 def rss_mb() -> float:
@@ -47,8 +49,14 @@ class Soak:
             permits.SlidingWindowCounterLimiter(300, 0.5, queue_limit=100),
         ]
         self.per_key = PartitionedLimiter.per_key(
-            Partition.token_bucket(None, 5, 5, 0.1, queue_limit=5), idle_timeout=0.5, max_partitions=20_000
+            Partition.token_bucket(None, 5, 5, 0.1, queue_limit=5), idle_timeout=IDLE_TIMEOUT, max_partitions=20_000
         )
+        # Few keys, held and queued for: keys move to full limiters, waits time out and are
+        # cancelled, keys are evicted once idle and created again.
+        self.per_key_pool = PartitionedLimiter.per_key(
+            Partition.concurrency(None, KEY_HOLDERS_LIMIT, queue_limit=4), idle_timeout=IDLE_TIMEOUT
+        )
+        self.key_holders: dict[str, int] = {}
         self.both = permits.chain(self.rate, self.per_key)
         self.doomed = permits.TokenBucketLimiter(1, 1, 60.0, queue_limit=1000)  # closed and recreated often
 
@@ -70,6 +78,16 @@ class Soak:
             self.holders -= 1
         lease.release()
 
+    def hold_key(self, key: str, lease: permits.Lease) -> None:
+        with self.lock:
+            self.key_holders[key] = self.key_holders.get(key, 0) + 1
+            if self.key_holders[key] > KEY_HOLDERS_LIMIT:
+                self.errors.append(f"{self.key_holders[key]} holders of key {key} > {KEY_HOLDERS_LIMIT}")
+        time.sleep(random.random() * 0.001)
+        with self.lock:
+            self.key_holders[key] -= 1
+        lease.release()
+
     def sync_worker(self, seed: int) -> None:
         rng = random.Random(seed)
         while self.running():
@@ -81,10 +99,18 @@ class Soak:
                     self.hold(lease)
                 else:
                     self.count("timeouts" if lease.reason == "timeout" else "refused")
-            elif choice < 0.6:
+            elif choice < 0.5:
                 lease = self.both.acquire(f"user-{rng.randrange(30_000)}")
                 self.count("granted" if lease else "refused")
                 lease.release()
+            elif choice < 0.6:
+                key = f"k{rng.randrange(20)}"
+                lease = self.per_key_pool.wait(key, timeout=rng.choice([0, 0.001, 0.01]))
+                if lease:
+                    self.count("granted")
+                    self.hold_key(key, lease)
+                else:
+                    self.count("timeouts" if lease.reason == "timeout" else "refused")
             elif choice < 0.9:
                 limiter = rng.choice(self.windows)
                 lease = limiter.wait(rng.randint(1, 3), timeout=0.005)
@@ -94,6 +120,9 @@ class Soak:
                 self.count("closed" if lease.reason == "closed" else "granted" if lease else "timeouts")
 
     async def async_one(self, rng: random.Random) -> None:
+        if rng.random() < 0.2:
+            await self.async_key(rng)
+            return
         limiter = rng.choice([self.pool, self.rate, *self.windows])
         try:
             async with asyncio.timeout(rng.choice([0.0005, 0.002, 0.02])):
@@ -105,6 +134,27 @@ class Soak:
                         self.count("refused")
         except TimeoutError:
             self.count("cancelled")
+
+    async def async_key(self, rng: random.Random) -> None:
+        key = f"k{rng.randrange(20)}"
+        try:
+            async with asyncio.timeout(rng.choice([0.0005, 0.002, 0.02])):
+                lease = await self.per_key_pool.wait_async(key)
+        except TimeoutError:
+            self.count("cancelled")
+            return
+        if not lease:
+            self.count("refused")
+            return
+        self.count("granted")
+        with self.lock:
+            self.key_holders[key] = self.key_holders.get(key, 0) + 1
+            if self.key_holders[key] > KEY_HOLDERS_LIMIT:
+                self.errors.append(f"{self.key_holders[key]} holders of key {key} > {KEY_HOLDERS_LIMIT}")
+        await asyncio.sleep(0)
+        with self.lock:
+            self.key_holders[key] -= 1
+        lease.release()
 
     async def async_load(self, seed: int) -> None:
         rng = random.Random(seed)
@@ -127,6 +177,15 @@ class Soak:
             queued = limiter.statistics().current_queued_count
             if queued:
                 self.errors.append(f"{limiter!r}: {queued} permits still queued")
+        for key in (f"k{i}" for i in range(20)):
+            stats = self.per_key_pool.statistics(key)
+            if stats.current_available_permits != KEY_HOLDERS_LIMIT or stats.current_queued_count:
+                self.errors.append(f"per-key pool, key {key}: {stats} once quiet")
+        # Every key idle now: all are evicted once the idle timeout has passed.
+        time.sleep(IDLE_TIMEOUT + 0.5)
+        for limiter in (self.per_key, self.per_key_pool):
+            if limiter.partition_count:
+                self.errors.append(f"{limiter.partition_count} partitions left after every key went idle")
 
 
 def main() -> int:
