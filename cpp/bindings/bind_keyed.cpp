@@ -7,6 +7,7 @@
 #include <string>
 
 #include "args.hpp"
+#include "async_wait.hpp"
 #include "fastcall.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
@@ -105,6 +106,40 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
     });
 }
 
+// wait_async(resource, permit_count=1) -> AsyncWait: the count and the key checked now, the
+// engine asked when it is awaited.
+PyObject* keyed_wait_async(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs < 1 || nargs + nkw > 2) {
+        PyErr_SetString(PyExc_TypeError, "takes a resource and at most a permit_count");
+        return nullptr;
+    }
+    if (!only_permit_count_keyword(kwnames)) {
+        return nullptr;
+    }
+    return guarded([&]() -> PyObject* {
+        const std::int64_t n = nargs + nkw == 2 ? int_arg(args[1], "permit_count") : 1;
+        if (n < 0) {
+            throw std::invalid_argument("permit_count must not be negative, got " + std::to_string(n));
+        }
+        WaitTarget target;
+        if (!encode_key(args[0], target.encoded)) {
+            return nullptr;
+        }
+        const auto* keyed = holder_of<KeyedLimiter>(self);
+        if (keyed == nullptr) {
+            return nullptr;
+        }
+        if ((*keyed)->closed()) {
+            throw ClosedError();
+        }
+        target.owner = Py_NewRef(self);
+        target.keyed = keyed->get();
+        target.key = Py_NewRef(args[0]);
+        return new_async_wait(std::move(target), n);
+    });
+}
+
 template <FastCall kind> void install(py::handle cls, const char* name, const char* doc) {
     static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&keyed_call<kind>)),
                               METH_FASTCALL | METH_KEYWORDS, doc};
@@ -162,6 +197,11 @@ void bind_keyed(py::module_& m) {
             .def_property_readonly("closed", &KeyedLimiter::closed);
     install<FastCall::Acquire>(cls, "acquire", "acquire(resource, permit_count=1) -> Lease");
     install<FastCall::TryNow>(cls, "_try_now", "_try_now(resource, permit_count=1) -> Lease | None");
+    static PyMethodDef wait = {
+        "wait_async", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&keyed_wait_async)),
+        METH_FASTCALL | METH_KEYWORDS,
+        "wait_async(resource, permit_count=1) -> AsyncWait: waits in the key's queue (asyncio)."};
+    install_method(cls, wait);
 }
 
 } // namespace permits::bind

@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "args.hpp"
+#include "async_wait.hpp"
 #include "fastcall.hpp"
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
@@ -72,15 +73,19 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
     });
 }
 
-// _check_wait(permit_count=1) -> int: what wait_async checks before it returns its awaitable (a
-// valid count, within the limit, the limiter open), in one C call rather than three Python steps.
-template <class T> PyObject* check_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs > 1) {
+// wait_async(permit_count=1) -> AsyncWait: the checks (a valid count, within the limit, the
+// limiter open) and the awaitable in one C call; the awaitable asks the engine when awaited.
+template <class T> PyObject* wait_async(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1) {
         PyErr_SetString(PyExc_TypeError, "takes at most one argument (permit_count)");
         return nullptr;
     }
+    if (!only_permit_count_keyword(kwnames)) {
+        return nullptr;
+    }
     return guarded([&]() -> PyObject* {
-        const std::int64_t n = nargs == 1 ? int_arg(args[0], "permit_count") : 1;
+        const std::int64_t n = nargs + nkw == 1 ? int_arg(args[0], "permit_count") : 1;
         const auto* holder = holder_of<T>(self);
         if (holder == nullptr) {
             return nullptr;
@@ -89,7 +94,10 @@ template <class T> PyObject* check_wait(PyObject* self, PyObject* const* args, P
         if ((*holder)->closed()) {
             throw ClosedError();
         }
-        return PyLong_FromLongLong(n);
+        WaitTarget target;
+        target.owner = Py_NewRef(self);
+        target.limiter = holder->get();
+        return new_async_wait(std::move(target), n);
     });
 }
 
@@ -105,10 +113,12 @@ template <class T> void install_fast_acquire(py::handle cls) {
                                        "lease; never blocks or queues.");
     install_fast<T, FastCall::TryNow>(cls, "_try_now",
                                       "_try_now(permit_count=1) -> Lease | None: a wait's immediate grant, or None.");
-    static PyMethodDef check = {"_check_wait",
-                                reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&check_wait<T>)),
-                                METH_FASTCALL, "_check_wait(permit_count=1) -> int: wait_async's argument checks."};
-    install_method(cls, check);
+    static PyMethodDef wait = {"wait_async",
+                               reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&wait_async<T>)),
+                               METH_FASTCALL | METH_KEYWORDS,
+                               "wait_async(permit_count=1) -> AsyncWait: waits in the queue (asyncio); also an "
+                               "async context manager releasing the lease on exit."};
+    install_method(cls, wait);
 }
 
 QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
@@ -126,17 +136,6 @@ void bind_limiters(py::module_& m) {
             [](const std::shared_ptr<Limiter>& self, py::handle n) -> py::object {
                 const auto o = self->try_now(int_arg(n, "permit_count"));
                 return o ? to_lease(*o, self) : py::none();
-            },
-            py::arg("permit_count") = 1)
-        .def(
-            "_check_wait", // each engine class installs a faster one
-            [](Limiter& self, py::handle n) {
-                const std::int64_t count = int_arg(n, "permit_count");
-                detail::check_permit_count(count, self.max_permits());
-                if (self.closed()) {
-                    throw ClosedError();
-                }
-                return count;
             },
             py::arg("permit_count") = 1)
         .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))

@@ -11,6 +11,7 @@ void bind_clock(py::module_& m);
 void bind_limiters(py::module_& m);
 void bind_notifier(py::module_& m);
 void bind_keyed(py::module_& m);
+void bind_async_wait(py::module_& m);
 } // namespace permits::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -23,4 +24,5 @@ PYBIND11_MODULE(_core, m) {
     permits::bind::bind_limiters(m);
     permits::bind::bind_notifier(m);
     permits::bind::bind_keyed(m);
+    permits::bind::bind_async_wait(m);
 }

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
-from .limiter import RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
+from .limiter import LeaseWait, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
 from .partitioned import PartitionedLimiter
 
 
@@ -151,7 +151,7 @@ class ChainedLimiter(RateLimiter):
         self._check_open()
         return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)))
 
-    def wait_async(self, permit_count: int = 1) -> WaitAsync:
+    def wait_async(self, permit_count: int = 1) -> LeaseWait:
         _check_permit_count(permit_count)
         self._check_open()
         return WaitAsync(self, permit_count)
@@ -242,7 +242,7 @@ class ChainedPartitionedLimiter(PartitionedLimiter):
 
         return _acquire_each(self._limiters, n, step)
 
-    def wait_async(self, resource: object, permit_count: int = 1) -> WaitAsync:
+    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         n = _check_permit_count(permit_count)
         self._check_open()
         return WaitAsync(_ChainKeyView(self, resource), n)

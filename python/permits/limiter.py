@@ -45,6 +45,18 @@ def _check_permit_count(permit_count: object) -> int:
     return n
 
 
+class LeaseWait(Protocol):
+    """What ``wait_async`` returns: ``await`` it for a lease, or ``async with`` it to have the
+    lease released on exit. (The engine's limiters return a C type, ``permits._core.AsyncWait``;
+    custom limiters, chains and partitions a Python one.)"""
+
+    def __await__(self) -> Generator[Any, None, Lease]: ...
+    def __aenter__(self) -> Awaitable[Lease]: ...
+    def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> Awaitable[None]: ...
+
+
 class _Ready:
     """An awaitable that is already complete (acquire_async in process); also usable as
     ``async with`` like a wait, releasing the lease on exit."""
@@ -178,7 +190,7 @@ class RateLimiter:
                 pause = min(pause, left)
             time.sleep(pause)
 
-    def wait_async(self, permit_count: int = 1) -> WaitAsync:
+    def wait_async(self, permit_count: int = 1) -> LeaseWait:
         """Waits in the queue (asyncio). Also an async context manager releasing the lease on exit."""
         _check_permit_count(permit_count)
         self._check_open()

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Hashable
 from types import TracebackType
 from typing import Any
 
-from . import _asyncio, _core
+from . import _core
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns, timeout_ns
 from .clock import ManualClock, resolve
-from .limiter import QueueOrder, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
+from .limiter import LeaseWait, QueueOrder, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
 from .limiters import (
     ConcurrencyLimiter,
     FixedWindowLimiter,
@@ -397,7 +397,7 @@ class PartitionedLimiter:
                 return lease
             lease._give_back()
 
-    def wait_async(self, resource: object, permit_count: int = 1) -> WaitAsync | _Ready:
+    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         n = _check_permit_count(permit_count)
         if self._closed:
             raise LimiterClosedError("the limiter is closed")
@@ -525,25 +525,6 @@ class _PartitionView:
         return await found[1].limiter.wait_async(permit_count)
 
 
-class _KeyView:
-    """One key of a PerKeyLimiter, seen as a limiter by WaitAsync."""
-
-    __slots__ = ("_keyed", "_resource")
-
-    def __init__(self, keyed: PerKeyLimiter, resource: object) -> None:
-        self._keyed = keyed
-        self._resource = resource
-
-    def _try_now(self, permit_count: int) -> Lease | None:
-        return self._keyed._try_now(self._resource, permit_count)
-
-    async def _wait_async(self, permit_count: int) -> Lease:
-        resource, keyed = self._resource, self._keyed
-        return await _asyncio.wait_enqueued(
-            lambda notifier, wid: keyed._enqueue(resource, permit_count, -1, notifier, wid)
-        )
-
-
 class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
     """What ``PartitionedLimiter.per_key`` returns for the engine's limiter kinds: every key's
     limiter lives in the engine's table; ``acquire`` makes no Python call per key."""
@@ -589,12 +570,6 @@ class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
         n = _check_permit_count(permit_count)
         result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None, 0)
         return result if isinstance(result, Lease) else result.block()
-
-    def wait_async(self, resource: object, permit_count: int = 1) -> WaitAsync | _Ready:
-        n = _check_permit_count(permit_count)
-        if self._core_self().closed:
-            raise LimiterClosedError("the limiter is closed")
-        return WaitAsync(_KeyView(self, resource), n)
 
     def available_permits(self, resource: object) -> int:
         stats = self._core_self()._statistics(resource)

@@ -1,0 +1,149 @@
+"""The awaitable that ``wait_async`` returns for the engine's limiters and per-key tables
+(``permits._core.AsyncWait``): the generator protocol a task drives (send, throw, close), one
+await per object, ``async with``, and the checks made when it is created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+
+import pytest
+
+import permits
+from permits import _asyncio
+
+from _support import SAFETY, until
+
+
+def _engine_waitables(clock: permits.ManualClock) -> list[tuple[object, tuple[object, ...]]]:
+    """(limiter, leading args of wait_async): a concurrency limit of one, a queue of one."""
+    per_key = permits.PartitionedLimiter.per_key(permits.Partition.concurrency(None, 1, queue_limit=1), clock=clock)
+    return [
+        (permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock), ()),
+        (permits.TokenBucketLimiter(1, 1, 1.0, queue_limit=1, clock=clock), ()),
+        (per_key, ("k",)),
+    ]
+
+
+def _hold_all(limiter: object, args: tuple[object, ...]) -> permits.Lease:
+    lease = limiter.acquire(*args)  # type: ignore[attr-defined]
+    assert lease
+    return lease
+
+
+def _queued(limiter: object, args: tuple[object, ...]) -> int:
+    return limiter.statistics(*args).current_queued_count  # type: ignore[attr-defined,no-any-return]
+
+
+async def test_wait_async_is_an_awaitable_and_an_async_context_manager(clock):
+    lim = permits.TokenBucketLimiter(5, 5, 1.0, clock=clock)
+    w = lim.wait_async()
+    assert isinstance(w, collections.abc.Awaitable)
+    async with w as lease:
+        assert lease.acquired
+    assert lim.available_permits() == 4
+
+
+async def test_an_awaitable_is_awaited_once(clock):
+    for limiter, args in _engine_waitables(clock):
+        w = limiter.wait_async(*args)  # type: ignore[attr-defined]
+        lease = await w
+        assert lease.acquired
+        with pytest.raises(RuntimeError, match="already awaited"):
+            await w
+        lease.release()
+
+
+async def test_closing_a_coroutine_suspended_in_wait_async_leaves_the_queue(clock):
+    # What a coroutine's close() does (a task garbage-collected while pending, an async
+    # generator closed): the request leaves the engine's queue and the bridge forgets it.
+    for limiter, args in _engine_waitables(clock):
+        held = _hold_all(limiter, args)
+
+        async def waiter(limiter: object = limiter, args: tuple[object, ...] = args) -> permits.Lease:
+            return await limiter.wait_async(*args)  # type: ignore[attr-defined,no-any-return]
+
+        coro = waiter()
+        fut = coro.send(None)  # runs up to the queued wait: the future a task would wait on
+        assert isinstance(fut, asyncio.Future)
+        assert _queued(limiter, args) == 1
+        coro.close()
+        assert _queued(limiter, args) == 0
+        assert _asyncio._bridges[asyncio.get_running_loop()].pending == 0
+        held.release()
+        clock.advance(1.0)
+        again = limiter.acquire(*args)  # type: ignore[attr-defined]
+        assert again.acquired  # nothing was granted to the closed wait
+        again.release()
+
+
+async def test_an_exception_thrown_into_a_queued_wait_leaves_the_queue_and_propagates(clock):
+    for limiter, args in _engine_waitables(clock):
+        held = _hold_all(limiter, args)
+
+        async def waiter(limiter: object = limiter, args: tuple[object, ...] = args) -> permits.Lease:
+            return await limiter.wait_async(*args)  # type: ignore[attr-defined,no-any-return]
+
+        coro = waiter()
+        coro.send(None)
+        with pytest.raises(KeyError, match="boom"):
+            coro.throw(KeyError("boom"))
+        assert _queued(limiter, args) == 0
+        held.release()
+
+
+async def test_a_grant_that_arrives_after_the_task_was_cancelled_goes_back():
+    # The engine grants the request and the bridge hands the lease to the future, but the task
+    # is cancelled before it resumes: the awaitable gives the permit back.
+    lim = permits.ConcurrencyLimiter(1, queue_limit=1)
+    held = lim.acquire()
+    task = asyncio.ensure_future(lim.wait_async())
+    await until(lambda: lim.statistics().current_queued_count == 1)
+    bridge = _asyncio._bridges[asyncio.get_running_loop()]
+    held.release()  # the engine grants the queued request in this thread
+    bridge.drain()  # what the loop's reader does: the lease goes into the task's future
+    assert bridge.pending == 0
+    assert lim.available_permits() == 0
+    task.cancel()  # before the task resumes: it never sees the lease
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, SAFETY)
+    assert lim.available_permits() == 1
+
+
+async def test_wait_async_checks_its_arguments_when_called(clock):
+    lim = permits.ConcurrencyLimiter(2, clock=clock)
+    with pytest.raises(TypeError, match="permit_count"):
+        lim.wait_async("1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="permit_count"):
+        lim.wait_async(3)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        lim.wait_async(count=1)  # type: ignore[call-arg]
+    per_key = permits.PartitionedLimiter.per_key(permits.Partition.concurrency(None, 1), clock=clock)
+    with pytest.raises(TypeError):
+        per_key.wait_async(["unhashable"])
+    with pytest.raises(ValueError, match="permit_count"):
+        per_key.wait_async("k", -1)
+    assert per_key.partition_count == 0  # a refused call creates no partition
+    lim.close()
+    per_key.close()
+    with pytest.raises(permits.LimiterClosedError):
+        lim.wait_async()
+    with pytest.raises(permits.LimiterClosedError):
+        per_key.wait_async("k")
+
+
+def test_wait_async_needs_a_running_loop_only_to_queue(clock):
+    lim = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock)
+    # Granted at once: no event loop is asked.
+    gen = lim.wait_async().__await__()
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    first = stop.value.value
+    assert first.acquired
+    # Queued: asyncio's running loop is needed, as for any future.
+    gen = lim.wait_async().__await__()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        next(gen)
+    assert lim.statistics().current_queued_count == 0
+    first.release()
