@@ -23,6 +23,8 @@ class Goal:
     at_most: bool
     """True: the ratio must be <= target; False: >= target."""
     detail: str = ""
+    unit: str = "x"
+    """How value and target are shown: "x" for a ratio, " B" for bytes."""
 
     @property
     def met(self) -> bool | None:
@@ -32,7 +34,7 @@ class Goal:
 
     @property
     def target_text(self) -> str:
-        return f"{'<=' if self.at_most else '>='} {self.target:g}x"
+        return f"{'<=' if self.at_most else '>='} {self.target:g}{self.unit}"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -76,6 +78,17 @@ def per_key_goals(data: dict[str, Any]) -> Iterator[Goal]:
     for row in sizes:
         value = _ratio(row.get("per_key_ns"), row.get("dict_ns"))
         yield Goal(f"per-key `acquire(key)` / `dict.get` over the same {row['n']:,} keys", value, 6, True)
+    for row in sizes:
+        mem = row.get("memory") or {}
+        if "engine_state_bytes" in mem:
+            yield Goal(
+                f"engine state per live key, {row['n']:,} keys (the table's accounting)",
+                mem["engine_state_bytes"],
+                64,
+                True,
+                f"plus the key's own {mem['key_bytes']:.1f} B",
+                unit=" B",
+            )
 
 
 def cpp_goals(data: dict[str, Any]) -> Iterator[Goal]:

@@ -64,7 +64,7 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
 def goals_table(goals: list[Goal]) -> list[str]:
     lines = ["| goal (ratio in the same run) | measured | target | met |", "|---|---:|---|---|"]
     for g in goals:
-        value = "-" if g.value is None else f"{g.value:.2f}x"
+        value = "-" if g.value is None else f"{g.value:.2f}{g.unit}"
         met = {True: "met", False: "**missed**", None: "not measured"}[g.met]
         detail = f" ({g.detail})" if g.detail else ""
         lines.append(f"| {g.name}{detail} | {value} | {g.target_text} | {met} |")
@@ -103,6 +103,13 @@ def _per_key_rows(data: dict[str, Any]) -> Iterator[tuple[str, str, str, str]]:
                 (f"{mem['per_key_bytes']:,.0f} B ({mem['dict_bytes']:,.0f} B)"),
                 "",
             )
+            if "engine_state_bytes" in mem:
+                yield (
+                    "per-key",
+                    f"engine state per key (+ the key's bytes), {n} keys, by the table's accounting",
+                    f"{mem['engine_state_bytes']:,.1f} B (+ {mem['key_bytes']:,.1f} B)",
+                    "",
+                )
     if sizes:
         last = sizes[-1]
         for name, ns in last.get("peers", {}).items():

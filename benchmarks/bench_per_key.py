@@ -112,11 +112,20 @@ def memory_per_key(n: int) -> dict[str, float]:
     per_key = per_key_limiter(permits.ManualClock())
     gc.collect()
     before = rss_kib()
+    empty_bytes, _ = per_key._memory()
     for key in keys:
         per_key.acquire(key)
     per_key_bytes = (rss_kib() - before) * 1024 / n
+    table_bytes, key_bytes = per_key._memory()
     assert per_key.partition_count == n and len(table) == n
-    return {"dict_bytes": dict_bytes, "per_key_bytes": per_key_bytes}
+    return {
+        "dict_bytes": dict_bytes,
+        "per_key_bytes": per_key_bytes,
+        # The table's own accounting of what it allocated: the engine's state per key (records,
+        # index, eviction heap, less the keys' bytes), and the keys' encoded bytes.
+        "engine_state_bytes": (table_bytes - empty_bytes - key_bytes) / n,
+        "key_bytes": key_bytes / n,
+    }
 
 
 def memory_in_subprocess(n: int) -> dict[str, float] | None:
@@ -184,6 +193,13 @@ def print_size(row: dict[str, Any]) -> None:
     mem = row["memory"]
     if mem is not None:
         rows.append(("permits per_key: process memory per live key (fresh process)", f"{mem['per_key_bytes']:,.0f} B"))
+        if "engine_state_bytes" in mem:
+            rows.append(
+                (
+                    "permits per_key: engine state per key, by the table's accounting (+ the key's bytes)",
+                    f"{mem['engine_state_bytes']:,.1f} B (+ {mem['key_bytes']:,.1f} B)",
+                )
+            )
         rows.append(("dict {key: 1}: process memory per key (same process)", f"{mem['dict_bytes']:,.0f} B"))
     rows.append(("permits per_key: evicting every key (clock.advance)", f"{row['evict_all_s']:.3f} s in all"))
     if "general_ns" in row:

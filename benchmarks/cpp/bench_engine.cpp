@@ -19,10 +19,13 @@ namespace {
 constexpr std::int64_t kHuge = 2147483647;
 
 // The floor: what any lock-free limiter must do per check.
+// The floor reads the clock the limiters read (the engine's MonotonicClock: the TSC where the
+// kernel trusts it, else CLOCK_MONOTONIC), so that the ratio compares like with like.
 void BM_Floor_ClockPlusCas(benchmark::State& state) {
     static std::atomic<std::int64_t> word{0};
+    const std::shared_ptr<Clock> clock = MonotonicClock::instance(); // called as the limiters call it
     for (auto _ : state) {
-        const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+        const auto now = clock->now();
         std::int64_t seen = word.load(std::memory_order_relaxed);
         word.compare_exchange_strong(seen, seen + (now & 1) + 1);
         benchmark::DoNotOptimize(seen);

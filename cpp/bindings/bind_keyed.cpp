@@ -191,6 +191,13 @@ void bind_keyed(py::module_& m) {
                      return py::make_tuple(s.current_available_permits, s.current_queued_count,
                                            s.total_successful_leases, s.total_failed_leases);
                  })
+            .def(
+                "_memory",
+                [](KeyedLimiter& self) {
+                    const auto m = self.memory();
+                    return py::make_tuple(m.bytes, m.key_bytes);
+                },
+                "(bytes the table has allocated, of which key bytes); full limiters not counted.")
             .def("evict_idle", &KeyedLimiter::evict_idle,
                  "Drops every partition idle for longer than the idle timeout now.")
             .def("close", &KeyedLimiter::close)

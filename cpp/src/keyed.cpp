@@ -692,6 +692,26 @@ std::optional<Statistics> KeyedLimiter::statistics(std::string_view key) {
     return Statistics{tmpl_.rule->available(r.state, r.anchor, clock_->now()), 0, r.successful, r.failed};
 }
 
+KeyedLimiter::Memory KeyedLimiter::memory() {
+    Memory m{sizeof(KeyedLimiter) + sizeof(*shards_), 0};
+    for (auto& shard : *shards_) {
+        std::lock_guard<std::mutex> lock(shard.mu);
+        m.bytes += shard.chunks.capacity() * sizeof(void*) + shard.chunks.size() * kChunk * sizeof(Record) +
+                   shard.slots.capacity() * sizeof(std::uint32_t) + shard.looks.capacity() * sizeof(std::uint32_t);
+        for (std::uint32_t i = 0; i < shard.used; ++i) {
+            const Record& r = shard.at(i);
+            if (r.live()) {
+                const std::size_t len = r.key.view().size();
+                m.key_bytes += len;
+                if (len > 14) {
+                    m.bytes += len; // on the heap, beside the record's 16 bytes
+                }
+            }
+        }
+    }
+    return m;
+}
+
 Statistics KeyedLimiter::totals() {
     if (closed_.load()) {
         throw ClosedError();

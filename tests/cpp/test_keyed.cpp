@@ -386,3 +386,31 @@ TEST(Keyed, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
     EXPECT_EQ(k->size(), 0);
     k->check_invariants();
 }
+
+TEST(Keyed, MemoryCountsRecordsIndexLooksAndLongKeysAndComesBackWhenAllAreGone) {
+    auto clock = make_clock();
+    auto k = make_keyed(clock, 1, 1 * kSec);
+    const auto empty = k->memory();
+    EXPECT_EQ(empty.key_bytes, 0U);
+    constexpr int kKeys = 10'000;
+    std::size_t key_bytes = 0;
+    for (int i = 0; i < kKeys; ++i) {
+        // Every tenth key too long to sit in its record.
+        const std::string key = (i % 10 == 0 ? std::string(40, 'x') : std::string("user-")) + std::to_string(i);
+        key_bytes += key.size();
+        ASSERT_TRUE(k->acquire(key, 1).outcome.acquired);
+    }
+    const auto full = k->memory();
+    EXPECT_EQ(full.key_bytes, key_bytes);
+    const double per_key = static_cast<double>(full.bytes - empty.bytes) / kKeys;
+    // A 64-byte record each, plus index slots and look entries (4 bytes each, tables run 57-85%
+    // full) and the long keys' heap bytes; chunks of 64 records across 64 shards add up to 63
+    // unused records a shard.
+    const double long_keys = 45.0 / 10;
+    EXPECT_GT(per_key, 64 + 8 + long_keys);
+    EXPECT_LT(per_key, 64 + 2 * 4 / 0.57 + long_keys + 64.0 * 63 * 64 / kKeys);
+    clock->advance(12 * kSec); // every key idle for longer than the timeout: all evicted
+    EXPECT_EQ(k->size(), 0);
+    EXPECT_EQ(k->memory().key_bytes, 0U);
+    EXPECT_EQ(k->memory().bytes, empty.bytes);
+}

@@ -86,6 +86,13 @@ public:
     /// A key's success and failure counts are 32-bit in its record; at this count the key moves
     /// to a full limiter, whose counts are 64-bit. Lowered only by tests.
     void set_count_limit_for_testing(std::uint32_t limit) noexcept { count_limit_ = limit; }
+    /// The table's own memory, by what it has allocated (records, index slots, look heap, keys
+    /// too long to sit in their record, full limiters not counted): for benchmarks and tests.
+    struct Memory {
+        std::size_t bytes = 0;     ///< all of it
+        std::size_t key_bytes = 0; ///< of which the keys' bytes (inline or on the heap)
+    };
+    Memory memory();
     /// Checks the table's own consistency (index, records, look heap); throws std::logic_error
     /// naming what is wrong. O(keys): for tests and fuzzing.
     void check_invariants();
