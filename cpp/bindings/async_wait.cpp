@@ -148,6 +148,7 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
             throw py::error_already_set();
         }
         LoopBridge* bridge = bridge_of(loop.ptr());
+        invalid_state_error(); // looked up now: the bridge's drain needs it with an error pending
         const std::uint64_t id = bridge->next_id();
         Limiter::Enqueued q;
         std::shared_ptr<Limiter> owner;
@@ -421,11 +422,18 @@ void LoopBridge::drain() {
             if (r != nullptr) {
                 Py_DECREF(r);
                 Py_XSETREF(c.result, lease.release().ptr()); // the task takes it from here
-            } else if (PyErr_ExceptionMatches(invalid_state_error()) != 0) {
-                PyErr_Clear();
-                py_lease::give_back(lease.ptr());
             } else {
-                PyErr_WriteUnraisable(c.future);
+                PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+                PyErr_Fetch(&type, &value, &tb);
+                if (PyErr_GivenExceptionMatches(type, invalid_state_error()) != 0) {
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
+                    py_lease::give_back(lease.ptr());
+                } else {
+                    PyErr_Restore(type, value, tb);
+                    PyErr_WriteUnraisable(c.future);
+                }
             }
         } catch (py::error_already_set& e) {
             e.discard_as_unraisable(py::reinterpret_borrow<py::object>(obj));

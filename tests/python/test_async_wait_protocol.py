@@ -147,3 +147,20 @@ def test_wait_async_needs_a_running_loop_only_to_queue(clock):
         next(gen)
     assert lim.statistics().current_queued_count == 0
     first.release()
+
+
+async def test_a_grant_drained_into_a_cancelled_future_goes_back_at_once():
+    # The task is cancelled (its future with it) after the engine granted the request but before
+    # the loop drained it: the drain finds the future cancelled and gives the permit back itself.
+    lim = permits.ConcurrencyLimiter(1, queue_limit=1)
+    held = lim.acquire()
+    task = asyncio.ensure_future(lim.wait_async())
+    await until(lambda: lim.statistics().current_queued_count == 1)
+    bridge = _asyncio._bridges[asyncio.get_running_loop()]
+    held.release()  # granted in the engine, waiting in the bridge's notifier
+    task.cancel()  # cancels the future the task waits on; the task itself runs later
+    bridge.drain()
+    assert lim.available_permits() == 1  # before the cancelled task has run at all
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, SAFETY)
+    assert lim.available_permits() == 1
