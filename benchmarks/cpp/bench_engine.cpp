@@ -3,7 +3,6 @@
 #include <benchmark/benchmark.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 
 #include "permits/concurrency.hpp"

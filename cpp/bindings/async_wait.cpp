@@ -42,6 +42,8 @@ struct Names {
     PyObject* create_future = PyUnicode_InternFromString("create_future");
     PyObject* blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
     PyObject* release = PyUnicode_InternFromString("release");
+    // Looked up with the names, before any drain: a drain needs it while an error is pending.
+    PyObject* invalid_state = py::object(py::module_::import("asyncio").attr("InvalidStateError")).release().ptr();
 };
 const Names& names() {
     static const Names* n = new Names(); // for the process's lifetime, like the interned strings
@@ -73,11 +75,6 @@ LoopBridge* bridge_of(PyObject* loop) {
     Py_XSETREF(cache.loop_ref, ref);
     cache.bridge = b;
     return b;
-}
-
-PyObject* invalid_state_error() {
-    static PyObject* type = py::object(py::module_::import("asyncio").attr("InvalidStateError")).release().ptr();
-    return type;
 }
 
 PyObject* running_loop() {
@@ -112,6 +109,18 @@ void withdraw(Core& c) {
     }
 }
 
+/// Ends the wait for good: a request still queued leaves the queue (a lease the bridge kept for
+/// it is given back by withdraw()), and the future and the handle are let go.
+void end(Core& c) {
+    if (c.phase == Phase::Waiting) {
+        withdraw(c);
+        Py_CLEAR(c.result);
+    }
+    c.phase = Phase::Done;
+    Py_CLEAR(c.future);
+    c.handle.reset();
+}
+
 /// Done with `value` (a new reference, handed to the caller).
 PySendResult finish(Core& c, PyObject* value, PyObject** out) {
     c.phase = Phase::Done;
@@ -124,10 +133,12 @@ PySendResult finish(Core& c, PyObject* value, PyObject** out) {
     return PYGEN_RETURN;
 }
 
+/// Ends the wait with the Python error that is set (kept across the withdrawal).
 PySendResult fail(Core& c) {
-    c.phase = Phase::Done;
-    Py_CLEAR(c.future);
-    c.handle.reset();
+    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+    PyErr_Fetch(&type, &value, &tb);
+    end(c);
+    PyErr_Restore(type, value, tb);
     return PYGEN_ERROR;
 }
 
@@ -148,7 +159,6 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
             throw py::error_already_set();
         }
         LoopBridge* bridge = bridge_of(loop.ptr());
-        invalid_state_error(); // looked up now: the bridge's drain needs it with an error pending
         const std::uint64_t id = bridge->next_id();
         Limiter::Enqueued q;
         std::shared_ptr<Limiter> owner;
@@ -199,10 +209,6 @@ PySendResult aw_send(PyObject* self, PyObject* /*arg*/, PyObject** out) {
         PyObject* lease = c.result != nullptr ? std::exchange(c.result, nullptr)
                                               : PyObject_CallMethodNoArgs(c.future, names().result);
         if (lease == nullptr) {
-            PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-            PyErr_Fetch(&type, &value, &tb);
-            withdraw(c);
-            PyErr_Restore(type, value, tb);
             return fail(c);
         }
         return finish(c, lease, out);
@@ -253,14 +259,7 @@ PyObject* aw_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
         return nullptr;
     }
-    Core& c = core_of(self);
-    if (c.phase == Phase::Waiting) {
-        withdraw(c);
-        Py_CLEAR(c.result); // a lease the bridge kept for this wait: given back by withdraw()
-    }
-    c.phase = Phase::Done;
-    Py_CLEAR(c.future);
-    c.handle.reset();
+    end(core_of(self));
     PyObject* typ = args[0];
     PyObject* val = nargs > 1 ? args[1] : Py_None;
     PyObject* tb = nargs > 2 ? args[2] : Py_None;
@@ -278,14 +277,7 @@ PyObject* aw_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* aw_close(PyObject* self, PyObject*) {
-    Core& c = core_of(self);
-    if (c.phase == Phase::Waiting) {
-        withdraw(c);
-        Py_CLEAR(c.result); // a lease the bridge kept for this wait: given back by withdraw()
-    }
-    c.phase = Phase::Done;
-    Py_CLEAR(c.future);
-    c.handle.reset();
+    end(core_of(self));
     Py_RETURN_NONE;
 }
 
@@ -320,9 +312,7 @@ PyObject* aw_aexit(PyObject* self, PyObject* const* /*args*/, Py_ssize_t /*nargs
 
 void aw_dealloc(PyObject* self) {
     Core& c = core_of(self);
-    if (c.phase == Phase::Waiting) {
-        withdraw(c); // not reached while a bridge holds it; kept for a request dropped some other way
-    }
+    end(c); // a queued wait is not freed while a bridge holds it; this is for one dropped otherwise
     Py_XDECREF(c.future);
     Py_XDECREF(c.result);
     Py_XDECREF(c.target.owner);
@@ -425,7 +415,7 @@ void LoopBridge::drain() {
             } else {
                 PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
                 PyErr_Fetch(&type, &value, &tb);
-                if (PyErr_GivenExceptionMatches(type, invalid_state_error()) != 0) {
+                if (PyErr_GivenExceptionMatches(type, names().invalid_state) != 0) {
                     Py_XDECREF(type);
                     Py_XDECREF(value);
                     Py_XDECREF(tb);
@@ -466,8 +456,7 @@ void bind_async_wait(py::module_& m) {
         .def_property_readonly("fd", [](const LoopBridge& b) { return b.notifier()->fd(); })
         .def_property_readonly("wakeups", [](const LoopBridge& b) { return b.notifier()->wakeups(); })
         .def_property_readonly("pending", &LoopBridge::pending, "Waits queued from this loop, not yet resolved.")
-        .def("drain", &LoopBridge::drain, "Resolves the futures of the waits the engine completed.")
-        .def_property_readonly("_notifier", &LoopBridge::notifier);
+        .def("drain", &LoopBridge::drain, "Resolves the futures of the waits the engine completed.");
 }
 
 } // namespace permits::bind

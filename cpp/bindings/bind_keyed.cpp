@@ -73,7 +73,8 @@ KeyedTemplate make_template(const std::shared_ptr<Clock>& clock, const std::stri
     throw py::value_error("no engine per-key limiter of kind " + kind);
 }
 
-// acquire(resource, permit_count=1) as a METH_FASTCALL method: the per-key hot path.
+// acquire(resource, permit_count=1) (and _try_now, wait_async) as a METH_FASTCALL method: the
+// per-key hot path.
 template <FastCall kind>
 PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
@@ -99,44 +100,20 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
         }
         if constexpr (kind == FastCall::Acquire) {
             return lease_of((*keyed)->acquire(key, n).outcome, **keyed, args[0]);
-        } else {
+        } else if constexpr (kind == FastCall::TryNow) {
             const auto r = (*keyed)->try_now(key, n);
             return r ? lease_of(r->outcome, **keyed, args[0]) : Py_NewRef(Py_None);
+        } else {
+            if ((*keyed)->closed()) {
+                throw ClosedError();
+            }
+            WaitTarget target;
+            target.owner = Py_NewRef(self);
+            target.keyed = keyed->get();
+            target.key = Py_NewRef(args[0]);
+            target.encoded = std::move(key);
+            return new_async_wait(std::move(target), n);
         }
-    });
-}
-
-// wait_async(resource, permit_count=1) -> AsyncWait: the count and the key checked now, the
-// engine asked when it is awaited.
-PyObject* keyed_wait_async(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-    if (nargs < 1 || nargs + nkw > 2) {
-        PyErr_SetString(PyExc_TypeError, "takes a resource and at most a permit_count");
-        return nullptr;
-    }
-    if (!only_permit_count_keyword(kwnames)) {
-        return nullptr;
-    }
-    return guarded([&]() -> PyObject* {
-        const std::int64_t n = nargs + nkw == 2 ? int_arg(args[1], "permit_count") : 1;
-        if (n < 0) {
-            throw std::invalid_argument("permit_count must not be negative, got " + std::to_string(n));
-        }
-        WaitTarget target;
-        if (!encode_key(args[0], target.encoded)) {
-            return nullptr;
-        }
-        const auto* keyed = holder_of<KeyedLimiter>(self);
-        if (keyed == nullptr) {
-            return nullptr;
-        }
-        if ((*keyed)->closed()) {
-            throw ClosedError();
-        }
-        target.owner = Py_NewRef(self);
-        target.keyed = keyed->get();
-        target.key = Py_NewRef(args[0]);
-        return new_async_wait(std::move(target), n);
     });
 }
 
@@ -204,11 +181,9 @@ void bind_keyed(py::module_& m) {
             .def_property_readonly("closed", &KeyedLimiter::closed);
     install<FastCall::Acquire>(cls, "acquire", "acquire(resource, permit_count=1) -> Lease");
     install<FastCall::TryNow>(cls, "_try_now", "_try_now(resource, permit_count=1) -> Lease | None");
-    static PyMethodDef wait = {
-        "wait_async", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&keyed_wait_async)),
-        METH_FASTCALL | METH_KEYWORDS,
-        "wait_async(resource, permit_count=1) -> AsyncWait: waits in the key's queue (asyncio)."};
-    install_method(cls, wait);
+    install<FastCall::WaitAsync>(cls, "wait_async",
+                                 "wait_async(resource, permit_count=1) -> AsyncWait: waits in the key's queue "
+                                 "(asyncio).");
 }
 
 } // namespace permits::bind

@@ -45,7 +45,8 @@ py::object wait(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeou
     return WaitHandle(self, q.waiter).block();
 }
 
-// ---- acquire(): the hot path, as a METH_FASTCALL method on each limiter type ----
+// ---- acquire(): the hot path, as a METH_FASTCALL method on each limiter type (so are _try_now
+// and wait_async) ----
 // pybind11's generic dispatch costs more than the whole engine call; this entry point reads the
 // C++ object straight from the pybind11 instance (its value and shared_ptr holder).
 template <class T, FastCall kind>
@@ -66,38 +67,19 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
         }
         if constexpr (kind == FastCall::Acquire) {
             return py_lease::from_outcome((*holder)->acquire(n), holder->get());
-        } else {
+        } else if constexpr (kind == FastCall::TryNow) {
             const auto o = (*holder)->try_now(n);
             return o ? py_lease::from_outcome(*o, holder->get()) : Py_NewRef(Py_None);
+        } else {
+            detail::check_permit_count(n, (*holder)->max_permits()); // before "closed", as everywhere
+            if ((*holder)->closed()) {
+                throw ClosedError();
+            }
+            WaitTarget target;
+            target.owner = Py_NewRef(self);
+            target.limiter = holder->get();
+            return new_async_wait(std::move(target), n);
         }
-    });
-}
-
-// wait_async(permit_count=1) -> AsyncWait: the checks (a valid count, within the limit, the
-// limiter open) and the awaitable in one C call; the awaitable asks the engine when awaited.
-template <class T> PyObject* wait_async(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-    if (nargs + nkw > 1) {
-        PyErr_SetString(PyExc_TypeError, "takes at most one argument (permit_count)");
-        return nullptr;
-    }
-    if (!only_permit_count_keyword(kwnames)) {
-        return nullptr;
-    }
-    return guarded([&]() -> PyObject* {
-        const std::int64_t n = nargs + nkw == 1 ? int_arg(args[0], "permit_count") : 1;
-        const auto* holder = holder_of<T>(self);
-        if (holder == nullptr) {
-            return nullptr;
-        }
-        detail::check_permit_count(n, (*holder)->max_permits()); // before "closed", as everywhere
-        if ((*holder)->closed()) {
-            throw ClosedError();
-        }
-        WaitTarget target;
-        target.owner = Py_NewRef(self);
-        target.limiter = holder->get();
-        return new_async_wait(std::move(target), n);
     });
 }
 
@@ -113,12 +95,9 @@ template <class T> void install_fast_acquire(py::handle cls) {
                                        "lease; never blocks or queues.");
     install_fast<T, FastCall::TryNow>(cls, "_try_now",
                                       "_try_now(permit_count=1) -> Lease | None: a wait's immediate grant, or None.");
-    static PyMethodDef wait = {"wait_async",
-                               reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&wait_async<T>)),
-                               METH_FASTCALL | METH_KEYWORDS,
-                               "wait_async(permit_count=1) -> AsyncWait: waits in the queue (asyncio); also an "
-                               "async context manager releasing the lease on exit."};
-    install_method(cls, wait);
+    install_fast<T, FastCall::WaitAsync>(cls, "wait_async",
+                                         "wait_async(permit_count=1) -> AsyncWait: waits in the queue (asyncio); "
+                                         "also an async context manager releasing the lease on exit.");
 }
 
 QueueOptions queue_options(py::handle queue_limit, bool newest_first) {

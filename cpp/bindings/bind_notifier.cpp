@@ -1,5 +1,4 @@
 #include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
 
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
@@ -59,20 +58,9 @@ py::object WaitHandle::block() {
 }
 
 void bind_notifier(py::module_& m) {
-    py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
-        .def(py::init<>())
-        .def_property_readonly("fd", &Notifier::fd)
-        .def_property_readonly("wakeups", &Notifier::wakeups)
-        .def(
-            "drain",
-            [](Notifier& n) {
-                std::vector<std::uint64_t> ids;
-                for (const auto& w : n.drain()) {
-                    ids.push_back(w->id());
-                }
-                return ids;
-            },
-            "Ids of the waiters completed since the last drain.");
+    // Only as the type of _enqueue's `notifier` argument (None there): each loop's notifier lives
+    // in its LoopBridge (async_wait.cpp).
+    py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier").def(py::init<>());
 
     py::class_<WaitHandle>(m, "WaitHandle")
         .def_property_readonly("id", [](const WaitHandle& h) { return h.waiter()->id(); })

@@ -13,7 +13,9 @@
 
 namespace permits::bind {
 
-enum class FastCall { Acquire, TryNow };
+/// acquire, _try_now, and wait_async (the checks and the awaitable; the engine is asked when it
+/// is awaited).
+enum class FastCall { Acquire, TryNow, WaitAsync };
 
 /// The shared_ptr holder of `self`, or nullptr with a TypeError set.
 template <class T> const std::shared_ptr<T>* holder_of(PyObject* self) {

@@ -63,6 +63,8 @@ public:
         std::memcpy(&len, b_ + 8, sizeof len);
         return {heap, len};
     }
+    /// Bytes kept on the heap for a key too long to sit inline.
+    std::size_t heap_bytes() const noexcept { return b_[14] == 0xff ? view().size() : 0; }
     std::uint8_t flags() const noexcept { return b_[15]; }
     void set_flags(std::uint8_t f) noexcept { b_[15] = f; }
 
@@ -701,11 +703,8 @@ KeyedLimiter::Memory KeyedLimiter::memory() {
         for (std::uint32_t i = 0; i < shard.used; ++i) {
             const Record& r = shard.at(i);
             if (r.live()) {
-                const std::size_t len = r.key.view().size();
-                m.key_bytes += len;
-                if (len > 14) {
-                    m.bytes += len; // on the heap, beside the record's 16 bytes
-                }
+                m.key_bytes += r.key.view().size();
+                m.bytes += r.key.heap_bytes();
             }
         }
     }

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,17 @@ def _queued(limiter: object, args: tuple[object, ...]) -> int:
     return limiter.statistics(*args).current_queued_count  # type: ignore[attr-defined,no-any-return]
 
 
+def _suspended_in_wait(limiter: object, args: tuple[object, ...]) -> tuple[Coroutine[Any, Any, Any], object]:
+    """A coroutine awaiting ``limiter.wait_async(*args)``, run up to its queued wait (the limit is
+    held), and the future it yielded there: what a task would wait on."""
+
+    async def waiter() -> permits.Lease:
+        return await limiter.wait_async(*args)  # type: ignore[attr-defined,no-any-return]
+
+    coro = waiter()
+    return coro, coro.send(None)
+
+
 async def test_wait_async_is_an_awaitable_and_an_async_context_manager(clock):
     lim = permits.TokenBucketLimiter(5, 5, 1.0, clock=clock)
     w = lim.wait_async()
@@ -60,12 +73,7 @@ async def test_closing_a_coroutine_suspended_in_wait_async_leaves_the_queue(cloc
     # generator closed): the request leaves the engine's queue and the bridge forgets it.
     for limiter, args in _engine_waitables(clock):
         held = _hold_all(limiter, args)
-
-        async def waiter(limiter: object = limiter, args: tuple[object, ...] = args) -> permits.Lease:
-            return await limiter.wait_async(*args)  # type: ignore[attr-defined,no-any-return]
-
-        coro = waiter()
-        fut = coro.send(None)  # runs up to the queued wait: the future a task would wait on
+        coro, fut = _suspended_in_wait(limiter, args)
         assert isinstance(fut, asyncio.Future)
         assert _queued(limiter, args) == 1
         coro.close()
@@ -81,12 +89,8 @@ async def test_closing_a_coroutine_suspended_in_wait_async_leaves_the_queue(cloc
 async def test_an_exception_thrown_into_a_queued_wait_leaves_the_queue_and_propagates(clock):
     for limiter, args in _engine_waitables(clock):
         held = _hold_all(limiter, args)
-
-        async def waiter(limiter: object = limiter, args: tuple[object, ...] = args) -> permits.Lease:
-            return await limiter.wait_async(*args)  # type: ignore[attr-defined,no-any-return]
-
-        coro = waiter()
-        coro.send(None)
+        coro, _ = _suspended_in_wait(limiter, args)
+        assert _queued(limiter, args) == 1
         with pytest.raises(KeyError, match="boom"):
             coro.throw(KeyError("boom"))
         assert _queued(limiter, args) == 0
