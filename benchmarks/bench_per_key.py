@@ -128,6 +128,30 @@ def memory_per_key(n: int) -> dict[str, float]:
     }
 
 
+def memory_sweep() -> int:
+    """Engine state per key by the table's accounting at 31 key counts from 20k to 2M, log-spaced:
+    where the index and the look heap stand in their growth changes the figure by a few bytes."""
+    counts = [int(20_000 * 100 ** (i / 30)) for i in range(31)]
+    keys = make_keys(counts[-1])
+    values = []
+    print("| keys | engine state per key | key bytes |\n|---:|---:|---:|")
+    for n in counts:
+        per_key = per_key_limiter(permits.ManualClock())
+        empty_bytes, _ = per_key._memory()
+        for key in keys[:n]:
+            per_key.acquire(key)
+        table_bytes, key_bytes = per_key._memory()
+        values.append((table_bytes - empty_bytes - key_bytes) / n)
+        print(f"| {n:,} | {values[-1]:.1f} B | {key_bytes / n:.1f} B |")
+        per_key.close()
+    over = [n for n, v in zip(counts, values, strict=True) if v > 64]
+    print(
+        f"\nmin {min(values):.1f} B, mean {sum(values) / len(values):.1f} B, max {max(values):.1f} B; "
+        f"over 64 B at: {', '.join(f'{n:,}' for n in over) or 'none'}"
+    )
+    return 0
+
+
 def memory_in_subprocess(n: int) -> dict[str, float] | None:
     if n < MEMORY_MIN_KEYS:
         return None
@@ -237,8 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--memory-sweep", action="store_true", help="engine state per key at 31 key counts from 20k to 2M"
+    )
     parser.add_argument("--memory-of", type=int, help=argparse.SUPPRESS)  # the fresh-process memory probe
     args = parser.parse_args(argv)
+    if args.memory_sweep:
+        return memory_sweep()
     if args.memory_of:
         print(json.dumps(memory_per_key(args.memory_of)))
         return 0

@@ -1,4 +1,4 @@
-// Per-key limits in the engine. Each key is a 64-byte record in a sharded hash table: the rule's
+// Per-key limits in the engine. Each key is a 60-byte record in a sharded hash table: the rule's
 // state word, its anchor, its counters, its key and when eviction next looks at it; the table's
 // index adds a 4-byte slot and the eviction heap a 4-byte entry. A key becomes a full Limiter only
 // when one of its requests has to queue (or for kinds without a rule, the sliding window), and
