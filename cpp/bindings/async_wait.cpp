@@ -394,7 +394,22 @@ void LoopBridge::forget(std::uint64_t id) {
 }
 
 void LoopBridge::drain() {
-    for (const auto& w : notifier_->drain()) {
+    // The bridge's own buffer, unless a drain is already under way (a loop calling back in).
+    std::vector<std::shared_ptr<Waiter>> own;
+    auto& batch = draining_ ? own : batch_;
+    struct Done {
+        LoopBridge& b;
+        std::vector<std::shared_ptr<Waiter>>& batch;
+        bool outer;
+        ~Done() {
+            batch.clear();
+            if (outer) {
+                b.draining_ = false;
+            }
+        }
+    } done{*this, batch, !std::exchange(draining_, true)};
+    notifier_->drain_into(batch);
+    for (const auto& w : batch) {
         auto it = waiting_.find(w->id());
         if (it == waiting_.end()) {
             continue; // withdrawn: whoever withdrew it gave back what it was granted

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
@@ -44,6 +45,8 @@ public:
 private:
     std::shared_ptr<Notifier> notifier_;
     std::unordered_map<std::uint64_t, PyObject*> waiting_;
+    std::vector<std::shared_ptr<Waiter>> batch_; // the batch being drained; kept for its capacity
+    bool draining_ = false;
     std::uint64_t next_id_ = 1;
 };
 

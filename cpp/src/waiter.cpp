@@ -56,14 +56,19 @@ void Notifier::push(std::shared_ptr<Waiter> w) {
 }
 
 std::vector<std::shared_ptr<Waiter>> Notifier::drain() {
+    std::vector<std::shared_ptr<Waiter>> out;
+    drain_into(out);
+    return out;
+}
+
+void Notifier::drain_into(std::vector<std::shared_ptr<Waiter>>& out) {
+    out.clear();
     char buf[64];
     while (::read(read_fd_, buf, sizeof buf) > 0) {
     }
-    std::vector<std::shared_ptr<Waiter>> out;
     std::lock_guard<std::mutex> lock(mu_);
     out.swap(ready_);
     signalled_ = false;
-    return out;
 }
 
 bool Waiter::complete(const Outcome& o) {
