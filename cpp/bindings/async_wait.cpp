@@ -15,13 +15,27 @@ namespace {
 
 enum class Phase : std::uint8_t { New, Waiting, Done, Ready };
 
+// Queued, the awaitable is itself the future-like object its task waits on (asyncio's duck-typed
+// protocol: _asyncio_future_blocking, get_loop, add_done_callback, cancel, result), so a grant
+// wakes the task without an asyncio future: the bridge runs a whole batch's wake-ups in one loop
+// callback instead of one loop.call_soon (a Python Handle) per waiter. Measured on 100k waiters:
+// 1.63 -> 0.85 us per waiter.
+struct Callback {
+    PyObject* fn = nullptr;
+    PyObject* context = nullptr;
+};
+
 struct Core {
     WaitTarget target;
     std::int64_t permits = 0;
     Phase phase = Phase::New;
     bool entered = false;       // used by `async with`: the lease is kept for __aexit__
-    PyObject* future = nullptr; // while waiting: the asyncio future yielded to the task
-    PyObject* result = nullptr; // Ready: the value to return; after `async with` entry: the lease
+    bool blocking = false;      // asyncio's _asyncio_future_blocking, set when yielded to the task
+    bool resolved = false;      // queued and its outcome is in: `result` (the lease) or `error`
+    PyObject* result = nullptr; // Ready: the value to return; resolved: the lease; after `async with` entry: the lease
+    PyObject* error = nullptr;  // resolved with an exception (a cancellation)
+    PyObject* loop = nullptr;   // while queued: the loop it waits in
+    std::vector<Callback> callbacks; // while queued: what to call once resolved (the task's wake-up)
     LoopBridge* bridge = nullptr;
     std::uint64_t id = 0;
     std::unique_ptr<WaitHandle> handle;
@@ -39,11 +53,14 @@ Core& core_of(PyObject* op) {
 struct Names {
     PyObject* result = PyUnicode_InternFromString("result");
     PyObject* set_result = PyUnicode_InternFromString("set_result");
-    PyObject* create_future = PyUnicode_InternFromString("create_future");
+    PyObject* call_soon = PyUnicode_InternFromString("call_soon");
+    PyObject* context = PyUnicode_InternFromString("context");
+    PyObject* resume = PyUnicode_InternFromString("resume");
     PyObject* blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
     PyObject* release = PyUnicode_InternFromString("release");
     // Looked up with the names, before any drain: a drain needs it while an error is pending.
     PyObject* invalid_state = py::object(py::module_::import("asyncio").attr("InvalidStateError")).release().ptr();
+    PyObject* cancelled_error = py::object(py::module_::import("asyncio").attr("CancelledError")).release().ptr();
 };
 const Names& names() {
     static const Names* n = new Names(); // for the process's lifetime, like the interned strings
@@ -90,6 +107,37 @@ PyObject* lease_for(const WaitTarget& t, const Outcome& o) {
     return py_lease::from_outcome(o, t.limiter);
 }
 
+/// loop.call_soon(fn, arg, context=ctx): how a callback runs when no batch is being resumed.
+bool call_soon(PyObject* loop, PyObject* fn, PyObject* arg, PyObject* ctx) {
+    static PyObject* context_kw = PyTuple_Pack(1, names().context); // for the process's lifetime
+    PyObject* args[] = {loop, fn, arg, ctx};
+    PyObject* r = PyObject_VectorcallMethod(names().call_soon, args, 3, ctx != nullptr ? context_kw : nullptr);
+    Py_XDECREF(r);
+    return r != nullptr;
+}
+
+/// Drops the callbacks (a task's wake-up references the task, which references this awaitable).
+void clear_callbacks(Core& c) {
+    for (auto& cb : c.callbacks) {
+        Py_DECREF(cb.fn);
+        Py_XDECREF(cb.context);
+    }
+    c.callbacks.clear();
+}
+
+/// Schedules every callback with loop.call_soon (as an asyncio future does when it is done).
+void schedule_callbacks(PyObject* self, Core& c) {
+    auto callbacks = std::move(c.callbacks);
+    c.callbacks.clear();
+    for (auto& cb : callbacks) {
+        if (!call_soon(c.loop, cb.fn, self, cb.context)) {
+            PyErr_WriteUnraisable(cb.fn); // a closed loop: its tasks never run again anyway
+        }
+        Py_DECREF(cb.fn);
+        Py_XDECREF(cb.context);
+    }
+}
+
 /// The request leaves the engine's queue; if it was granted meanwhile, its permits go back
 /// (the lease is built once, so giving it back twice is harmless).
 void withdraw(Core& c) {
@@ -105,26 +153,33 @@ void withdraw(Core& c) {
         std::this_thread::yield();
     }
     if (waiter->state() == Waiter::Completed) {
-        py_lease::give_back(c.handle->lease().ptr());
+        try {
+            py_lease::give_back(c.handle->lease().ptr());
+        } catch (py::error_already_set& e) {
+            e.discard_as_unraisable(__func__); // out of memory building the lease: nothing else to do
+        }
     }
 }
 
 /// Ends the wait for good: a request still queued leaves the queue (a lease the bridge kept for
-/// it is given back by withdraw()), and the future and the handle are let go.
+/// it is given back by withdraw()), and the loop, the callbacks and the handle are let go.
 void end(Core& c) {
     if (c.phase == Phase::Waiting) {
         withdraw(c);
         Py_CLEAR(c.result);
     }
     c.phase = Phase::Done;
-    Py_CLEAR(c.future);
+    Py_CLEAR(c.error);
+    Py_CLEAR(c.loop);
+    clear_callbacks(c);
     c.handle.reset();
 }
 
 /// Done with `value` (a new reference, handed to the caller).
 PySendResult finish(Core& c, PyObject* value, PyObject** out) {
     c.phase = Phase::Done;
-    Py_CLEAR(c.future);
+    Py_CLEAR(c.loop);
+    clear_callbacks(c);
     c.handle.reset();
     if (c.entered) {
         Py_XSETREF(c.result, Py_NewRef(value));
@@ -142,8 +197,15 @@ PySendResult fail(Core& c) {
     return PYGEN_ERROR;
 }
 
-// First step: granted now, or refused for good (a full queue...), or queued with a future that is
-// yielded to the task.
+/// Yields the awaitable itself to the task, as a future it blocks on.
+PySendResult block(PyObject* self, Core& c, PyObject** out) {
+    c.blocking = true;
+    *out = Py_NewRef(self);
+    return PYGEN_NEXT;
+}
+
+// First step: granted now, or refused for good (a full queue...), or queued: then the awaitable
+// is yielded to the task as the future it waits on.
 PySendResult start(PyObject* self, Core& c, PyObject** out) {
     PyObject* lease = guarded([&]() -> PyObject* {
         const WaitTarget& t = c.target;
@@ -177,13 +239,7 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
                        ? std::make_unique<WaitHandle>(std::move(owner), q.waiter, t.keyed->shared_from_this(),
                                                       py::reinterpret_borrow<py::object>(t.key))
                        : std::make_unique<WaitHandle>(std::move(owner), q.waiter);
-        PyObject* fut = PyObject_CallMethodNoArgs(loop.ptr(), names().create_future);
-        if (fut == nullptr || PyObject_SetAttr(fut, names().blocking, Py_True) != 0) {
-            Py_XDECREF(fut);
-            withdraw(c);
-            throw py::error_already_set();
-        }
-        c.future = fut;
+        c.loop = loop.release().ptr();
         c.id = id;
         c.bridge = bridge;
         bridge->hold(id, self);
@@ -191,8 +247,7 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
         return nullptr; // queued: no lease yet
     });
     if (c.phase == Phase::Waiting) {
-        *out = Py_NewRef(c.future);
-        return PYGEN_NEXT;
+        return block(self, c, out);
     }
     if (lease == nullptr) {
         return fail(c);
@@ -205,13 +260,14 @@ PySendResult aw_send(PyObject* self, PyObject* /*arg*/, PyObject** out) {
     switch (c.phase) {
     case Phase::New: return start(self, c, out);
     case Phase::Waiting: {
-        // The bridge resolved the future and kept its result, the lease.
-        PyObject* lease = c.result != nullptr ? std::exchange(c.result, nullptr)
-                                              : PyObject_CallMethodNoArgs(c.future, names().result);
-        if (lease == nullptr) {
+        if (!c.resolved) {
+            return block(self, c, out); // resumed early (not by a task): wait on
+        }
+        if (c.error != nullptr) {
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(c.error)), c.error);
             return fail(c);
         }
-        return finish(c, lease, out);
+        return finish(c, std::exchange(c.result, nullptr), out);
     }
     case Phase::Ready: {
         PyObject* value = c.result;
@@ -313,7 +369,6 @@ PyObject* aw_aexit(PyObject* self, PyObject* const* /*args*/, Py_ssize_t /*nargs
 void aw_dealloc(PyObject* self) {
     Core& c = core_of(self);
     end(c); // a queued wait is not freed while a bridge holds it; this is for one dropped otherwise
-    Py_XDECREF(c.future);
     Py_XDECREF(c.result);
     Py_XDECREF(c.target.owner);
     Py_XDECREF(c.target.key);
@@ -321,16 +376,174 @@ void aw_dealloc(PyObject* self) {
     Py_TYPE(self)->tp_free(self);
 }
 
+// ---- The future-like side, for the task that waits on it (asyncio's duck-typed futures).
+
+bool is_blocking_name(PyObject* name) {
+    return name == names().blocking || (PyUnicode_Check(name) != 0 && PyUnicode_Compare(name, names().blocking) == 0);
+}
+
+// `_asyncio_future_blocking` lives on instances only: a class attribute would make
+// asyncio.isfuture() true, and ensure_future() / gather() would then take the awaitable for a
+// running future instead of wrapping it in a task.
+PyObject* aw_getattro(PyObject* self, PyObject* name) {
+    if (is_blocking_name(name)) {
+        return PyBool_FromLong(core_of(self).blocking ? 1 : 0);
+    }
+    return PyObject_GenericGetAttr(self, name);
+}
+
+int aw_setattro(PyObject* self, PyObject* name, PyObject* value) {
+    if (value != nullptr && is_blocking_name(name)) {
+        const int truth = PyObject_IsTrue(value);
+        if (truth < 0) {
+            return -1;
+        }
+        core_of(self).blocking = truth != 0;
+        return 0;
+    }
+    return PyObject_GenericSetAttr(self, name, value);
+}
+
+bool is_done(const Core& c) {
+    return c.resolved || c.phase == Phase::Done || c.phase == Phase::Ready;
+}
+
+PyObject* aw_get_loop(PyObject* self, PyObject*) {
+    Core& c = core_of(self);
+    if (c.loop == nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "wait_async() is not waiting in an event loop");
+        return nullptr;
+    }
+    return Py_NewRef(c.loop);
+}
+
+PyObject* aw_add_done_callback(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    Core& c = core_of(self);
+    const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject* ctx = nullptr;
+    for (Py_ssize_t k = 0; k < nkw; ++k) {
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, k), names().context) != 0) {
+            PyErr_Format(PyExc_TypeError, "add_done_callback() got an unexpected keyword argument '%U'",
+                         PyTuple_GET_ITEM(kwnames, k));
+            return nullptr;
+        }
+        ctx = args[nargs + k];
+    }
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "add_done_callback() takes one positional argument (fn)");
+        return nullptr;
+    }
+    if (c.loop == nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "wait_async() is not waiting in an event loop");
+        return nullptr;
+    }
+    PyObject* context = ctx != nullptr && ctx != Py_None ? Py_NewRef(ctx) : PyContext_CopyCurrent();
+    if (context == nullptr) {
+        return nullptr;
+    }
+    if (c.resolved) { // already done: it runs soon, as for a done future
+        const bool ok = call_soon(c.loop, args[0], self, context);
+        Py_DECREF(context);
+        if (!ok) {
+            return nullptr;
+        }
+        Py_RETURN_NONE;
+    }
+    c.callbacks.push_back({Py_NewRef(args[0]), context});
+    Py_RETURN_NONE;
+}
+
+PyObject* aw_remove_done_callback(PyObject* self, PyObject* fn) {
+    Core& c = core_of(self);
+    Py_ssize_t removed = 0;
+    std::vector<Callback> kept;
+    for (auto& cb : c.callbacks) {
+        const int same = PyObject_RichCompareBool(cb.fn, fn, Py_EQ);
+        if (same < 0) {
+            return nullptr;
+        }
+        if (same != 0) {
+            Py_DECREF(cb.fn);
+            Py_XDECREF(cb.context);
+            ++removed;
+        } else {
+            kept.push_back(cb);
+        }
+    }
+    c.callbacks = std::move(kept);
+    return PyLong_FromSsize_t(removed);
+}
+
+// cancel(msg=None): what task.cancel() calls on the future its task waits on. A queued request
+// leaves the queue (a grant not yet handed over goes back); the task wakes to CancelledError.
+PyObject* aw_cancel(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    Core& c = core_of(self);
+    const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs + nkw > 1) {
+        PyErr_SetString(PyExc_TypeError, "cancel() takes at most one argument (msg)");
+        return nullptr;
+    }
+    if (c.phase != Phase::Waiting || c.resolved) {
+        Py_RETURN_FALSE;
+    }
+    PyObject* msg = nargs + nkw == 1 ? args[0] : Py_None;
+    PyObject* error = msg == Py_None ? PyObject_CallNoArgs(names().cancelled_error)
+                                     : PyObject_CallOneArg(names().cancelled_error, msg);
+    if (error == nullptr) {
+        return nullptr;
+    }
+    withdraw(c);
+    c.handle.reset();
+    c.resolved = true;
+    c.error = error;
+    schedule_callbacks(self, c);
+    Py_RETURN_TRUE;
+}
+
+PyObject* aw_result(PyObject* self, PyObject*) {
+    Core& c = core_of(self);
+    if (!is_done(c)) {
+        PyErr_SetString(names().invalid_state, "Result is not ready.");
+        return nullptr;
+    }
+    if (c.error != nullptr) {
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(c.error)), c.error);
+        return nullptr;
+    }
+    // The lease is handed over by the await itself (send); a task only asks whether it raises.
+    Py_RETURN_NONE;
+}
+
+PyObject* aw_done(PyObject* self, PyObject*) {
+    return PyBool_FromLong(is_done(core_of(self)) ? 1 : 0);
+}
+
+PyObject* aw_cancelled(PyObject* self, PyObject*) {
+    const Core& c = core_of(self);
+    return PyBool_FromLong(c.error != nullptr &&
+                           PyObject_TypeCheck(c.error, reinterpret_cast<PyTypeObject*>(names().cancelled_error)));
+}
+
 PyAsyncMethods aw_async = {aw_await, nullptr, nullptr, aw_send};
 
-PyMethodDef aw_methods[] = {{"send", aw_send_method, METH_O, "send(value): resumes the wait (asyncio drives this)."},
-                            {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_throw)),
-                             METH_FASTCALL, "throw(exc): ends the wait with exc; a queued request leaves the queue."},
-                            {"close", aw_close, METH_NOARGS, "Ends the wait; a queued request leaves the queue."},
-                            {"__aenter__", aw_aenter, METH_NOARGS, "async with: waits for the lease."},
-                            {"__aexit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_aexit)),
-                             METH_FASTCALL, "async with: releases the lease."},
-                            {nullptr, nullptr, 0, nullptr}};
+PyMethodDef aw_methods[] = {
+    {"send", aw_send_method, METH_O, "send(value): resumes the wait (asyncio drives this)."},
+    {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_throw)), METH_FASTCALL,
+     "throw(exc): ends the wait with exc; a queued request leaves the queue."},
+    {"close", aw_close, METH_NOARGS, "Ends the wait; a queued request leaves the queue."},
+    {"__aenter__", aw_aenter, METH_NOARGS, "async with: waits for the lease."},
+    {"__aexit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_aexit)), METH_FASTCALL,
+     "async with: releases the lease."},
+    {"get_loop", aw_get_loop, METH_NOARGS, "The event loop a queued wait waits in."},
+    {"add_done_callback", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_add_done_callback)),
+     METH_FASTCALL | METH_KEYWORDS, "As asyncio.Future's: called once the wait is resolved."},
+    {"remove_done_callback", aw_remove_done_callback, METH_O, "As asyncio.Future's: returns how many were removed."},
+    {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_cancel)), METH_FASTCALL | METH_KEYWORDS,
+     "cancel(msg=None): a queued request leaves the queue; the waiting task gets CancelledError."},
+    {"result", aw_result, METH_NOARGS, "None once resolved (the lease comes with the await); raises if cancelled."},
+    {"done", aw_done, METH_NOARGS, "True once resolved, cancelled or awaited."},
+    {"cancelled", aw_cancelled, METH_NOARGS, "True once cancelled by cancel()."},
+    {nullptr, nullptr, 0, nullptr}};
 
 PyTypeObject AsyncWaitType = [] {
     PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -343,6 +556,8 @@ PyTypeObject AsyncWaitType = [] {
     t.tp_iter = PyObject_SelfIter;
     t.tp_iternext = aw_next;
     t.tp_methods = aw_methods;
+    t.tp_getattro = aw_getattro;
+    t.tp_setattro = aw_setattro;
     return t;
 }();
 
@@ -409,54 +624,93 @@ void LoopBridge::drain() {
         }
     } done{*this, batch, !std::exchange(draining_, true)};
     notifier_->drain_into(batch);
+    const bool scheduled = !wakeups_.empty(); // a resume() is already due
+    PyObject* loop = nullptr;
     for (const auto& w : batch) {
         auto it = waiting_.find(w->id());
         if (it == waiting_.end()) {
             continue; // withdrawn: whoever withdrew it gave back what it was granted
         }
-        PyObject* obj = it->second;
+        PyObject* obj = it->second; // the bridge's reference, handed on to wakeups_ or dropped
         waiting_.erase(it);
         Core& c = core_of(obj);
         c.bridge = nullptr;
-        // Each waiter on its own: an error on one is reported and the others still get theirs.
         try {
-            py::object lease = c.handle->lease();
-            // set_result fails only on a future that is done: its task was cancelled, nobody
-            // will take the lease (cheaper than asking done() of every future).
-            PyObject* r = PyObject_CallMethodOneArg(c.future, names().set_result, lease.ptr());
-            if (r != nullptr) {
-                Py_DECREF(r);
-                Py_XSETREF(c.result, lease.release().ptr()); // the task takes it from here
-            } else {
-                PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-                PyErr_Fetch(&type, &value, &tb);
-                if (PyErr_GivenExceptionMatches(type, names().invalid_state) != 0) {
-                    Py_XDECREF(type);
-                    Py_XDECREF(value);
-                    Py_XDECREF(tb);
-                    py_lease::give_back(lease.ptr());
-                } else {
-                    PyErr_Restore(type, value, tb);
-                    PyErr_WriteUnraisable(c.future);
-                }
-            }
-        } catch (py::error_already_set& e) {
-            e.discard_as_unraisable(py::reinterpret_borrow<py::object>(obj));
+            c.result = c.handle->lease().release().ptr();
+        } catch (py::error_already_set& e) { // out of memory: the task gets the error
+            c.error = Py_NewRef(e.value().ptr());
         }
+        c.resolved = true;
+        loop = c.loop;
+        for (const auto& cb : c.callbacks) {
+            wakeups_.push_back({Py_NewRef(obj), cb.fn, cb.context}); // the callback's references move
+        }
+        c.callbacks.clear();
         Py_DECREF(obj);
+    }
+    if (!scheduled && !wakeups_.empty()) {
+        // One loop callback wakes the whole batch's tasks, in the order the engine completed them.
+        py::object resume = py::cast(this).attr(names().resume);
+        if (!call_soon(loop, resume.ptr(), Py_None, nullptr)) {
+            throw py::error_already_set();
+        }
     }
 }
 
+void LoopBridge::resume(py::handle /*unused*/) {
+    std::vector<Wakeup> run;
+    run.swap(wakeups_);
+    for (std::size_t k = 0; k < run.size(); ++k) {
+        const Wakeup& w = run[k];
+        PyObject* r = nullptr;
+        if (w.context == nullptr || PyContext_Enter(w.context) == 0) {
+            r = PyObject_CallOneArg(w.fn, w.awaitable);
+            if (w.context != nullptr && PyContext_Exit(w.context) != 0) {
+                Py_CLEAR(r);
+            }
+        }
+        if (r == nullptr && PyErr_ExceptionMatches(PyExc_Exception) == 0) {
+            // KeyboardInterrupt or SystemExit out of a task: it stops the loop. The other tasks
+            // still wake, one loop callback each, whenever the loop runs again.
+            PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+            PyErr_Fetch(&type, &value, &tb);
+            for (std::size_t j = k + 1; j < run.size(); ++j) {
+                const Wakeup& rest = run[j];
+                if (!call_soon(core_of(rest.awaitable).loop != nullptr ? core_of(rest.awaitable).loop : Py_None,
+                               rest.fn, rest.awaitable, rest.context)) {
+                    PyErr_WriteUnraisable(rest.fn);
+                }
+            }
+            for (std::size_t j = k; j < run.size(); ++j) {
+                release(run[j]);
+            }
+            PyErr_Restore(type, value, tb);
+            throw py::error_already_set();
+        }
+        if (r == nullptr) {
+            PyErr_WriteUnraisable(w.fn); // a task's wake-up does not raise Exception: report it
+        }
+        Py_XDECREF(r);
+        release(w);
+    }
+}
+
+void LoopBridge::release(const Wakeup& w) {
+    Py_DECREF(w.awaitable);
+    Py_DECREF(w.fn);
+    Py_XDECREF(w.context);
+}
+
 LoopBridge::~LoopBridge() {
+    for (const auto& w : wakeups_) {
+        release(w);
+    }
     auto waiting = std::move(waiting_);
     for (auto& [id, obj] : waiting) {
         Core& c = core_of(obj);
         c.bridge = nullptr;
-        try {
-            withdraw(c);
-        } catch (py::error_already_set& e) {
-            e.discard_as_unraisable(py::reinterpret_borrow<py::object>(obj));
-        }
+        withdraw(c);
+        clear_callbacks(c); // its task is never woken: the loop is gone
         Py_DECREF(obj);
     }
 }
@@ -471,7 +725,9 @@ void bind_async_wait(py::module_& m) {
         .def_property_readonly("fd", [](const LoopBridge& b) { return b.notifier()->fd(); })
         .def_property_readonly("wakeups", [](const LoopBridge& b) { return b.notifier()->wakeups(); })
         .def_property_readonly("pending", &LoopBridge::pending, "Waits queued from this loop, not yet resolved.")
-        .def("drain", &LoopBridge::drain, "Resolves the futures of the waits the engine completed.");
+        .def("drain", &LoopBridge::drain, "Resolves the waits the engine completed; their tasks wake in resume().")
+        .def("resume", &LoopBridge::resume, py::arg("unused") = py::none(),
+             "Wakes the tasks of the waits drain() resolved (a loop callback drain() schedules).");
 }
 
 } // namespace permits::bind

@@ -31,8 +31,11 @@ public:
     LoopBridge& operator=(const LoopBridge&) = delete;
 
     const std::shared_ptr<Notifier>& notifier() const { return notifier_; }
-    /// Resolves the futures of every waiter the engine completed since the last drain.
+    /// Resolves every wait the engine completed since the last drain, and schedules one resume()
+    /// for their tasks' wake-ups.
     void drain();
+    /// Runs the wake-ups drain() collected, each in its task's context.
+    void resume(pybind11::handle unused);
     std::size_t pending() const { return waiting_.size(); }
 
     /// The id of the next request queued from this loop (the engine hands it back when done).
@@ -45,8 +48,15 @@ public:
 private:
     std::shared_ptr<Notifier> notifier_;
     std::unordered_map<std::uint64_t, PyObject*> waiting_;
+    struct Wakeup {
+        PyObject* awaitable; // each a strong reference
+        PyObject* fn;
+        PyObject* context; // may be null
+    };
+    static void release(const Wakeup& w);
     std::vector<std::shared_ptr<Waiter>> batch_; // the batch being drained; kept for its capacity
     bool draining_ = false;
+    std::vector<Wakeup> wakeups_; // due in the next resume()
     std::uint64_t next_id_ = 1;
 };
 

@@ -2,7 +2,8 @@
 
 Each event loop gets one bridge (``_core.LoopBridge``): the engine pushes completed waiters to it
 and writes one byte to a pipe per batch; the loop's reader callback (the bridge's ``drain``, in C++)
-resolves the batch's futures. ``wait_async`` (``_core.AsyncWait``) finds the bridge here.
+resolves the batch's waits and schedules one ``resume`` that wakes their tasks. ``wait_async``
+(``_core.AsyncWait``) finds the bridge here; queued, it is itself the future its task waits on.
 """
 
 from __future__ import annotations

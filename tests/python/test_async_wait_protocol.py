@@ -40,7 +40,7 @@ def _queued(limiter: object, args: tuple[object, ...]) -> int:
 
 def _suspended_in_wait(limiter: object, args: tuple[object, ...]) -> tuple[Coroutine[Any, Any, Any], object]:
     """A coroutine awaiting ``limiter.wait_async(*args)``, run up to its queued wait (the limit is
-    held), and the future it yielded there: what a task would wait on."""
+    held), and what it yielded there: the awaitable itself, as the future a task would wait on."""
 
     async def waiter() -> permits.Lease:
         return await limiter.wait_async(*args)  # type: ignore[attr-defined,no-any-return]
@@ -74,7 +74,8 @@ async def test_closing_a_coroutine_suspended_in_wait_async_leaves_the_queue(cloc
     for limiter, args in _engine_waitables(clock):
         held = _hold_all(limiter, args)
         coro, fut = _suspended_in_wait(limiter, args)
-        assert isinstance(fut, asyncio.Future)
+        assert fut._asyncio_future_blocking is True  # type: ignore[attr-defined]
+        assert fut.get_loop() is asyncio.get_running_loop() and not fut.done()  # type: ignore[attr-defined]
         assert _queued(limiter, args) == 1
         coro.close()
         assert _queued(limiter, args) == 0
@@ -168,3 +169,108 @@ async def test_a_grant_drained_into_a_cancelled_future_goes_back_at_once():
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, SAFETY)
     assert lim.available_permits() == 1
+
+
+# ---- The awaitable as the future its task waits on (asyncio's duck-typed future protocol).
+
+
+async def test_a_queued_wait_is_not_taken_for_a_future_by_asyncio(clock):
+    # isfuture() looks at the class: were it true, ensure_future() and gather() would take the
+    # awaitable for a running future and never drive it.
+    lim = permits.ConcurrencyLimiter(2, queue_limit=2, clock=clock)
+    held = lim.acquire(2)
+    first, second = lim.wait_async(), lim.wait_async()
+    assert not asyncio.isfuture(first)
+    gathered = asyncio.gather(first, second)
+    await until(lambda: lim.statistics().current_queued_count == 2)
+    held.release()
+    leases = await asyncio.wait_for(gathered, SAFETY)
+    assert [lease.acquired for lease in leases] == [True, True]
+    assert lim.available_permits() == 0
+
+
+async def test_cancel_with_a_message_reaches_the_task_and_leaves_the_queue(clock):
+    lim = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock)
+    held = lim.acquire()
+    task = asyncio.ensure_future(lim.wait_async())
+    await until(lambda: lim.statistics().current_queued_count == 1)
+    assert task.cancel("shutting down")
+    with pytest.raises(asyncio.CancelledError, match="shutting down"):
+        await asyncio.wait_for(task, SAFETY)
+    assert lim.statistics().current_queued_count == 0
+    held.release()
+    assert lim.available_permits() == 1
+
+
+async def test_the_future_side_reports_its_state_and_runs_callbacks_in_their_context(clock):
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="outside")
+    lim = permits.TokenBucketLimiter(1, 1, 1.0, queue_limit=1, clock=clock)
+    assert lim.acquire().acquired
+    coro, fut = _suspended_in_wait(lim, ())
+    with pytest.raises(asyncio.InvalidStateError):
+        fut.result()  # type: ignore[attr-defined]
+    seen: list[tuple[object, str]] = []
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "inside")
+    fut.add_done_callback(lambda f: seen.append((f, var.get())), context=ctx)  # type: ignore[attr-defined]
+    dropped = fut.add_done_callback(lambda f: seen.append((f, "dropped")))  # type: ignore[attr-defined]
+    assert dropped is None
+    assert fut.remove_done_callback(seen.append) == 0  # type: ignore[attr-defined]
+    clock.advance(1.0)  # the engine grants the request; the loop's reader drains, then resumes
+    await until(lambda: len(seen) == 2)
+    assert seen == [(fut, "inside"), (fut, "dropped")]
+    assert fut.done() and not fut.cancelled() and fut.result() is None  # type: ignore[attr-defined]
+    late: list[object] = []
+    fut.add_done_callback(late.append)  # type: ignore[attr-defined]
+    await until(lambda: late == [fut])  # added once done: called soon, as for a done future
+    with pytest.raises(StopIteration) as stop:
+        coro.send(None)  # the coroutine resumes with the lease
+    assert stop.value.value.acquired
+    assert not fut.cancel()  # type: ignore[attr-defined]
+
+
+async def test_removed_callbacks_are_not_called_and_cancel_wakes_the_others(clock):
+    lim = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock)
+    held = lim.acquire()
+    coro, fut = _suspended_in_wait(lim, ())
+    called: list[str] = []
+
+    def gone(_: object) -> None:
+        called.append("gone")
+
+    fut.add_done_callback(gone)  # type: ignore[attr-defined]
+    fut.add_done_callback(lambda _: called.append("kept"))  # type: ignore[attr-defined]
+    assert fut.remove_done_callback(gone) == 1  # type: ignore[attr-defined]
+    assert fut.cancel("stop")  # type: ignore[attr-defined]
+    assert fut.cancelled() and fut.done()  # type: ignore[attr-defined]
+    assert lim.statistics().current_queued_count == 0
+    with pytest.raises(asyncio.CancelledError, match="stop"):
+        fut.result()  # type: ignore[attr-defined]
+    await until(lambda: called == ["kept"])
+    with pytest.raises(asyncio.CancelledError):
+        coro.send(None)
+    held.release()
+    assert lim.available_permits() == 1
+
+
+async def test_a_raising_callback_is_reported_and_the_other_tasks_still_wake(clock, monkeypatch):
+    import sys
+
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+    lim = permits.ConcurrencyLimiter(2, queue_limit=2, clock=clock)
+    held = lim.acquire(2)
+    _, fut = _suspended_in_wait(lim, ())
+
+    def boom(_: object) -> None:
+        raise ValueError("boom")
+
+    fut.add_done_callback(boom)  # type: ignore[attr-defined]
+    task = asyncio.ensure_future(lim.wait_async())
+    await until(lambda: lim.statistics().current_queued_count == 2)
+    held.release()
+    lease = await asyncio.wait_for(task, SAFETY)
+    assert lease.acquired
+    assert len(reported) == 1 and isinstance(reported[0], ValueError)
