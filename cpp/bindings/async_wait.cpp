@@ -51,14 +51,12 @@ Core& core_of(PyObject* op) {
 
 // Interned names and asyncio's running-loop lookup, made once.
 struct Names {
-    PyObject* result = PyUnicode_InternFromString("result");
-    PyObject* set_result = PyUnicode_InternFromString("set_result");
     PyObject* call_soon = PyUnicode_InternFromString("call_soon");
     PyObject* context = PyUnicode_InternFromString("context");
     PyObject* resume = PyUnicode_InternFromString("resume");
     PyObject* blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
     PyObject* release = PyUnicode_InternFromString("release");
-    // Looked up with the names, before any drain: a drain needs it while an error is pending.
+    // asyncio's exceptions, for the future-like side (result(), cancel()).
     PyObject* invalid_state = py::object(py::module_::import("asyncio").attr("InvalidStateError")).release().ptr();
     PyObject* cancelled_error = py::object(py::module_::import("asyncio").attr("CancelledError")).release().ptr();
 };
@@ -116,11 +114,15 @@ bool call_soon(PyObject* loop, PyObject* fn, PyObject* arg, PyObject* ctx) {
     return r != nullptr;
 }
 
+void release(const Callback& cb) {
+    Py_DECREF(cb.fn);
+    Py_XDECREF(cb.context);
+}
+
 /// Drops the callbacks (a task's wake-up references the task, which references this awaitable).
 void clear_callbacks(Core& c) {
-    for (auto& cb : c.callbacks) {
-        Py_DECREF(cb.fn);
-        Py_XDECREF(cb.context);
+    for (const auto& cb : c.callbacks) {
+        release(cb);
     }
     c.callbacks.clear();
 }
@@ -133,8 +135,7 @@ void schedule_callbacks(PyObject* self, Core& c) {
         if (!call_soon(c.loop, cb.fn, self, cb.context)) {
             PyErr_WriteUnraisable(cb.fn); // a closed loop: its tasks never run again anyway
         }
-        Py_DECREF(cb.fn);
-        Py_XDECREF(cb.context);
+        release(cb);
     }
 }
 
@@ -463,8 +464,7 @@ PyObject* aw_remove_done_callback(PyObject* self, PyObject* fn) {
             return nullptr;
         }
         if (same != 0) {
-            Py_DECREF(cb.fn);
-            Py_XDECREF(cb.context);
+            release(cb);
             ++removed;
         } else {
             kept.push_back(cb);

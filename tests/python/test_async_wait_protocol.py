@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import permits
-from permits import _asyncio
+from permits import _asyncio, _core
 
 from _support import SAFETY, until
 
@@ -98,16 +98,23 @@ async def test_an_exception_thrown_into_a_queued_wait_leaves_the_queue_and_propa
         held.release()
 
 
-async def test_a_grant_that_arrives_after_the_task_was_cancelled_goes_back():
-    # The engine grants the request and the bridge hands the lease to the future, but the task
-    # is cancelled before it resumes: the awaitable gives the permit back.
+async def _task_queued_behind_a_held_permit() -> tuple[
+    permits.ConcurrencyLimiter, permits.Lease, asyncio.Future[permits.Lease], _core.LoopBridge
+]:
+    """A limit of one, held; a task queued in ``wait_async()``; the running loop's bridge."""
     lim = permits.ConcurrencyLimiter(1, queue_limit=1)
     held = lim.acquire()
     task = asyncio.ensure_future(lim.wait_async())
     await until(lambda: lim.statistics().current_queued_count == 1)
-    bridge = _asyncio._bridges[asyncio.get_running_loop()]
+    return lim, held, task, _asyncio._bridges[asyncio.get_running_loop()]
+
+
+async def test_a_grant_that_arrives_after_the_task_was_cancelled_goes_back():
+    # The engine grants the request and the bridge resolves the wait, but the task is cancelled
+    # before it resumes: the awaitable gives the permit back when the cancellation is thrown in.
+    lim, held, task, bridge = await _task_queued_behind_a_held_permit()
     held.release()  # the engine grants the queued request in this thread
-    bridge.drain()  # what the loop's reader does: the lease goes into the task's future
+    bridge.drain()  # what the loop's reader does: the wait is resolved, its task not yet woken
     assert bridge.pending == 0
     assert lim.available_permits() == 0
     task.cancel()  # before the task resumes: it never sees the lease
@@ -155,15 +162,11 @@ def test_wait_async_needs_a_running_loop_only_to_queue(clock):
 
 
 async def test_a_grant_drained_into_a_cancelled_future_goes_back_at_once():
-    # The task is cancelled (its future with it) after the engine granted the request but before
-    # the loop drained it: the drain finds the future cancelled and gives the permit back itself.
-    lim = permits.ConcurrencyLimiter(1, queue_limit=1)
-    held = lim.acquire()
-    task = asyncio.ensure_future(lim.wait_async())
-    await until(lambda: lim.statistics().current_queued_count == 1)
-    bridge = _asyncio._bridges[asyncio.get_running_loop()]
+    # The task is cancelled after the engine granted the request but before the loop drained it:
+    # the cancel takes the wait out of the bridge and gives the permit back; the drain skips it.
+    lim, held, task, bridge = await _task_queued_behind_a_held_permit()
     held.release()  # granted in the engine, waiting in the bridge's notifier
-    task.cancel()  # cancels the future the task waits on; the task itself runs later
+    task.cancel()  # cancels the wait the task waits on; the task itself runs later
     bridge.drain()
     assert lim.available_permits() == 1  # before the cancelled task has run at all
     with pytest.raises(asyncio.CancelledError):
@@ -189,11 +192,8 @@ async def test_a_queued_wait_is_not_taken_for_a_future_by_asyncio(clock):
     assert lim.available_permits() == 0
 
 
-async def test_cancel_with_a_message_reaches_the_task_and_leaves_the_queue(clock):
-    lim = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock)
-    held = lim.acquire()
-    task = asyncio.ensure_future(lim.wait_async())
-    await until(lambda: lim.statistics().current_queued_count == 1)
+async def test_cancel_with_a_message_reaches_the_task_and_leaves_the_queue():
+    lim, held, task, _ = await _task_queued_behind_a_held_permit()
     assert task.cancel("shutting down")
     with pytest.raises(asyncio.CancelledError, match="shutting down"):
         await asyncio.wait_for(task, SAFETY)
