@@ -2,11 +2,17 @@
 // thread and two, on one limiter and on separate limiters. Google Benchmark; see README.md.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
+#include "permits/keyed.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -74,6 +80,49 @@ void BM_Concurrency_AcquireRelease(benchmark::State& state) {
     }
 }
 
+// Per-key checks over N keys, as the bindings pass them ('s' + the str's UTF-8), in a shuffled
+// order repeated to at least 200,000 checks (a real key mix misses the caches).
+std::vector<std::string> keyed_order(std::int64_t n) {
+    std::vector<std::string> order;
+    const std::int64_t repeats = std::max<std::int64_t>(1, (200'000 + n - 1) / n);
+    for (std::int64_t r = 0; r < repeats; ++r) {
+        for (std::int64_t i = 0; i < n; ++i) {
+            order.push_back("suser-" + std::to_string(i));
+        }
+    }
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<std::uint64_t>(n)));
+    return order;
+}
+
+void BM_Keyed_TokenBucket(benchmark::State& state) {
+    const auto order = keyed_order(state.range(0));
+    auto clock = std::make_shared<ManualClock>();
+    const auto tmpl = KeyedTemplate::of<TokenBucket>(clock, TokenBucketRule(kHuge, kHuge, 1'000'000'000), {});
+    auto keyed = std::make_shared<KeyedLimiter>(clock, tmpl, 1'000'000'000, 0);
+    for (const auto& key : order) {
+        keyed->acquire(key, 1);
+    }
+    std::size_t i = 0;
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(keyed->acquire(order[i], 1));
+        i = i + 1 == order.size() ? 0 : i + 1;
+    }
+}
+
+// The per-key floor: a standard hash map's find over the same keys.
+void BM_Floor_UnorderedMapFind(benchmark::State& state) {
+    const auto order = keyed_order(state.range(0));
+    std::unordered_map<std::string, std::int64_t> map;
+    for (const auto& key : order) {
+        map.emplace(key, 1);
+    }
+    std::size_t i = 0;
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(map.find(order[i]));
+        i = i + 1 == order.size() ? 0 : i + 1;
+    }
+}
+
 } // namespace
 
 BENCHMARK(BM_Floor_ClockPlusCas)->Threads(1);
@@ -84,5 +133,7 @@ BENCHMARK(BM_Separate<FixedWindow>)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_Separate<SlidingWindow>)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_Separate<SlidingWindowCounter>)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_Concurrency_AcquireRelease)->Threads(1);
+BENCHMARK(BM_Floor_UnorderedMapFind)->Arg(1)->Arg(100'000)->Arg(1'000'000);
+BENCHMARK(BM_Keyed_TokenBucket)->Arg(1)->Arg(100'000)->Arg(1'000'000);
 
 BENCHMARK_MAIN();

@@ -28,6 +28,16 @@ inline std::pair<std::uint32_t, std::uint32_t> chunk_of(std::uint32_t i) {
 constexpr std::uint8_t kLive = 1;
 constexpr std::uint8_t kPromoted = 2;
 
+/// `p` read as two 8-byte loads. A rule writes its out-parameter with two 8-byte stores; copied
+/// whole, the compiler loads it with one 16-byte load, which cannot be forwarded from those
+/// stores and waits for them to reach the cache.
+inline Pair gpr_pair(const Pair& p) noexcept {
+    std::int64_t a = p.a;
+    std::int64_t b = p.b;
+    asm("" : "+r"(a), "+r"(b)); // keeps them in general registers: no 16-byte load
+    return {a, b};
+}
+
 std::uint64_t hash_of(std::string_view key) {
     return std::hash<std::string_view>{}(key);
 }
@@ -293,7 +303,8 @@ struct KeyedLimiter::Shard {
 struct KeyedLimiter::Located {
     Shard& shard;
     std::unique_lock<std::mutex> lock;
-    std::optional<std::uint32_t> index;
+    std::uint32_t index = kNoRecord;
+    bool found() const noexcept { return index != kNoRecord; }
 };
 
 KeyedLimiter::KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nanos idle_timeout,
@@ -322,15 +333,15 @@ KeyedLimiter::~KeyedLimiter() {
     }
 }
 
-std::optional<std::uint32_t> KeyedLimiter::find_locked(const Shard& shard, std::string_view key, std::uint64_t hash) {
+std::uint32_t KeyedLimiter::find_locked(const Shard& shard, std::string_view key, std::uint64_t hash) {
     if (shard.slots.empty()) {
-        return std::nullopt;
+        return kNoRecord;
     }
     const std::uint32_t tag = Shard::tag_of(hash);
     for (std::size_t p = Shard::scale(Shard::high_of(hash), shard.slots.size());; p = shard.next(p)) {
         const std::uint32_t v = shard.slots[p];
         if (v == 0) {
-            return std::nullopt;
+            return kNoRecord;
         }
         if (v >> 24 == tag) {
             const std::uint32_t i = Shard::index_of(v);
@@ -342,9 +353,8 @@ std::optional<std::uint32_t> KeyedLimiter::find_locked(const Shard& shard, std::
     }
 }
 
-std::optional<std::uint32_t> KeyedLimiter::find_or_create_locked(Shard& shard, std::string_view key,
-                                                                 std::uint64_t hash) {
-    if (auto found = find_locked(shard, key, hash)) {
+std::uint32_t KeyedLimiter::find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash) {
+    if (const std::uint32_t found = find_locked(shard, key, hash); found != kNoRecord) {
         return found;
     }
     if (closed_.load()) {
@@ -353,11 +363,11 @@ std::optional<std::uint32_t> KeyedLimiter::find_or_create_locked(Shard& shard, s
     const Nanos now = clock_->now();
     // Reserve the new partition's place first: shards insert concurrently, the bound is global.
     if (!reserve_place() && !(free_a_place_locked(shard, now) && reserve_place())) {
-        return std::nullopt;
+        return kNoRecord;
     }
     if (shard.full() && !free_a_place_locked(shard, now)) {
         size_.fetch_sub(1); // 16.7 million keys in one shard (a billion in all): treated as the bound
-        return std::nullopt;
+        return kNoRecord;
     }
     const std::uint32_t i = shard.allocate();
     Record& r = shard.at(i);
@@ -570,20 +580,19 @@ std::shared_ptr<Limiter>& KeyedLimiter::promote_locked(Record& r) {
     return *r.full();
 }
 
-std::optional<Outcome> KeyedLimiter::grant_locked(Record& r, std::int64_t n, Nanos now) {
+bool KeyedLimiter::grant_locked(Record& r, std::int64_t n, Nanos now, std::int64_t& tag) {
     const Rule& rule = *tmpl_.rule;
     detail::check_permit_count(n, rule.max_permits());
-    std::int64_t tag = 0;
     // A record has no queue: nothing waits ahead, a request is decided on the state alone.
     Pair next{};
     if (n == 0 ? rule.available(r.state, r.anchor, now) <= 0 : !rule.take(r.state, r.anchor, n, now, next, tag)) {
-        return std::nullopt;
+        return false;
     }
     if (n > 0) {
-        r.state = next;
+        r.state = gpr_pair(next);
     }
     ++r.successful;
-    return Outcome::granted(n, tag);
+    return true;
 }
 
 i128 KeyedLimiter::retry_after(const Record& r, std::int64_t n, Nanos now) const {
@@ -610,23 +619,23 @@ KeyedLimiter::Located KeyedLimiter::locate(std::string_view key, bool create) {
     }
     const std::uint64_t hash = hash_of(key);
     Shard& shard = (*shards_)[hash % kShards];
-    Located at{shard, std::unique_lock<std::mutex>(shard.mu), std::nullopt};
+    Located at{shard, std::unique_lock<std::mutex>(shard.mu)};
     at.index = create ? find_or_create_locked(shard, key, hash) : find_locked(shard, key, hash);
     return at;
 }
 
 KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n) {
     auto at = locate(key, true);
-    if (!at.index) {
+    if (!at.found()) {
         return {Outcome::failed(n, Reason::PartitionLimit), false};
     }
-    Record& r = at.shard.at(*at.index);
+    Record& r = at.shard.at(at.index);
     if (promoted_locked(r)) {
         return {r.limiter()->acquire(n), true};
     }
     const Nanos now = clock_->now();
-    if (auto granted = grant_locked(r, n, now)) {
-        return {*granted, false};
+    if (std::int64_t tag = 0; grant_locked(r, n, now, tag)) {
+        return {Outcome::granted(n, tag), false};
     }
     ++r.failed;
     return {Outcome::failed(n, Reason::LimitReached, retry_after(r, n, now)), false};
@@ -634,29 +643,30 @@ KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n)
 
 std::optional<KeyedLimiter::Result> KeyedLimiter::try_now(std::string_view key, std::int64_t n) {
     auto at = locate(key, true);
-    if (!at.index) {
+    if (!at.found()) {
         return Result{Outcome::failed(n, Reason::PartitionLimit), false};
     }
-    Record& r = at.shard.at(*at.index);
+    Record& r = at.shard.at(at.index);
     if (promoted_locked(r)) {
         auto o = r.limiter()->try_now(n);
         return o ? std::optional<Result>(Result{*o, true}) : std::nullopt;
     }
-    auto granted = grant_locked(r, n, clock_->now());
-    return granted ? std::optional<Result>(Result{*granted, false}) : std::nullopt;
+    std::int64_t tag = 0;
+    return grant_locked(r, n, clock_->now(), tag) ? std::optional<Result>(Result{Outcome::granted(n, tag), false})
+                                                  : std::nullopt;
 }
 
 KeyedLimiter::Queued KeyedLimiter::enqueue(std::string_view key, std::int64_t n, Nanos timeout,
                                            std::shared_ptr<Notifier> notifier, std::uint64_t id) {
     auto at = locate(key, true);
-    if (!at.index) {
+    if (!at.found()) {
         return {{Outcome::failed(n, Reason::PartitionLimit), nullptr}, nullptr};
     }
-    Record& r = at.shard.at(*at.index);
+    Record& r = at.shard.at(at.index);
     if (!promoted_locked(r)) {
         const Nanos now = clock_->now();
-        if (auto granted = grant_locked(r, n, now)) {
-            return {{*granted, nullptr}, nullptr};
+        if (std::int64_t tag = 0; grant_locked(r, n, now, tag)) {
+            return {{Outcome::granted(n, tag), nullptr}, nullptr};
         }
         // The queue is empty: a request fits iff it is within the queue limit (Limiter::enqueue).
         if (n > tmpl_.queue.queue_limit) {
@@ -677,10 +687,10 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
         return;
     }
     auto at = locate(key, false);
-    if (!at.index) {
+    if (!at.found()) {
         return; // evicted: it was full, nothing to give back to
     }
-    Record& r = at.shard.at(*at.index);
+    Record& r = at.shard.at(at.index);
     if (r.promoted()) {
         r.limiter()->give_back(n, tag);
     } else {
@@ -694,7 +704,7 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     bool poll = false;
     const Nanos when = full_at_locked(r, poll);
     if (when != kNever) {
-        look_at_locked(at.shard, *at.index, sat_add(when, sat_add(idle_timeout_, 1)));
+        look_at_locked(at.shard, at.index, sat_add(when, sat_add(idle_timeout_, 1)));
     }
 }
 
@@ -703,11 +713,11 @@ void KeyedLimiter::recheck(std::string_view key) {
         return;
     }
     auto at = locate(key, false);
-    if (at.index) {
+    if (at.found()) {
         bool poll = false;
-        const Nanos when = full_at_locked(at.shard.at(*at.index), poll);
+        const Nanos when = full_at_locked(at.shard.at(at.index), poll);
         if (when != kNever) {
-            look_at_locked(at.shard, *at.index, sat_add(when, sat_add(idle_timeout_, 1)));
+            look_at_locked(at.shard, at.index, sat_add(when, sat_add(idle_timeout_, 1)));
         }
     }
 }
@@ -718,10 +728,10 @@ bool KeyedLimiter::releases_permits() const noexcept {
 
 std::optional<Statistics> KeyedLimiter::statistics(std::string_view key) {
     auto at = locate(key, true);
-    if (!at.index) {
+    if (!at.found()) {
         return std::nullopt;
     }
-    Record& r = at.shard.at(*at.index);
+    Record& r = at.shard.at(at.index);
     if (r.promoted()) {
         Statistics s = r.limiter()->statistics();
         s.total_successful_leases += r.successful;
@@ -794,7 +804,7 @@ void KeyedLimiter::check_invariants() {
             }
             ++live;
             const std::uint64_t hash = hash_of(r.key.view());
-            require(find_locked(shard, r.key.view(), hash) == std::optional<std::uint32_t>(i),
+            require(find_locked(shard, r.key.view(), hash) == i,
                     "a key is not found at its record");
             require((r.look_at == kNever) == (r.heap_pos == kNone), "a record's look and heap place disagree");
             require(r.heap_pos == kNone || (r.heap_pos < shard.looks.size() && shard.looks[r.heap_pos] == i),

@@ -107,12 +107,16 @@ private:
     struct Located;
     static constexpr std::size_t kShards = 64;
 
-    /// The key's shard, locked, and its record's index: created if absent when `create` (nullopt
-    /// at the bound; ClosedError once closed), else nullopt when absent.
+    /// No record. Lookups return an index or this rather than a std::optional: an optional's
+    /// flag byte, stored and then read back with its 4-byte value in one 8-byte load, cannot be
+    /// store-forwarded (with the Outcome copy below, 38 -> 31 ns a keyed check, measured).
+    static constexpr std::uint32_t kNoRecord = 0xffffffffU;
+    /// The key's shard, locked, and its record's index: created if absent when `create`
+    /// (kNoRecord at the bound; ClosedError once closed), else kNoRecord when absent.
     Located locate(std::string_view key, bool create);
-    /// Under the shard's lock: the key's record index, created if absent; nullopt at the bound.
-    std::optional<std::uint32_t> find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash);
-    static std::optional<std::uint32_t> find_locked(const Shard& shard, std::string_view key, std::uint64_t hash);
+    /// Under the shard's lock: the key's record index, created if absent; kNoRecord at the bound.
+    std::uint32_t find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash);
+    static std::uint32_t find_locked(const Shard& shard, std::string_view key, std::uint64_t hash);
     bool reserve_place() noexcept;
     /// Under the shard's lock: one fully idle partition dropped to make room.
     bool free_a_place_locked(Shard& shard, Nanos now);
@@ -125,7 +129,9 @@ private:
     std::shared_ptr<Limiter>& promote_locked(Record& r);
     /// Promotes the record if its 32-bit counts are at their limit; true when promoted.
     bool promoted_locked(Record& r);
-    std::optional<Outcome> grant_locked(Record& r, std::int64_t n, Nanos now);
+    /// True when n permits were granted by the record's rule (with their tag). Not an
+    /// optional<Outcome>: the caller builds its result in place instead of copying one.
+    bool grant_locked(Record& r, std::int64_t n, Nanos now, std::int64_t& tag);
     i128 retry_after(const Record& r, std::int64_t n, Nanos now) const;
     void schedule(Nanos when);
 
