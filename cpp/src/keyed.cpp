@@ -804,8 +804,7 @@ void KeyedLimiter::check_invariants() {
             }
             ++live;
             const std::uint64_t hash = hash_of(r.key.view());
-            require(find_locked(shard, r.key.view(), hash) == i,
-                    "a key is not found at its record");
+            require(find_locked(shard, r.key.view(), hash) == i, "a key is not found at its record");
             require((r.look_at == kNever) == (r.heap_pos == kNone), "a record's look and heap place disagree");
             require(r.heap_pos == kNone || (r.heap_pos < shard.looks.size() && shard.looks[r.heap_pos] == i),
                     "a record's heap place does not hold it");
