@@ -80,26 +80,35 @@ void BM_Concurrency_AcquireRelease(benchmark::State& state) {
     }
 }
 
-// Per-key checks over N keys, as the bindings pass them ('s' + the str's UTF-8), in a shuffled
-// order repeated to at least 200,000 checks (a real key mix misses the caches).
-std::vector<std::string> keyed_order(std::int64_t n) {
-    std::vector<std::string> order;
-    const std::int64_t repeats = std::max<std::int64_t>(1, (200'000 + n - 1) / n);
-    for (std::int64_t r = 0; r < repeats; ++r) {
-        for (std::int64_t i = 0; i < n; ++i) {
-            order.push_back("suser-" + std::to_string(i));
-        }
+// Per-key checks over N keys, as the bindings pass them ('s' + the str's UTF-8).
+std::vector<std::string> keyed_keys(std::int64_t n) {
+    std::vector<std::string> keys;
+    for (std::int64_t i = 0; i < n; ++i) {
+        keys.push_back("suser-" + std::to_string(i));
     }
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<std::uint64_t>(n)));
+    return keys;
+}
+
+// The keys in a shuffled order, repeated to at least 200,000 checks (a real key mix misses the
+// caches). Keys are created in their own order, not this one, as bench_per_key.py does: records
+// created in the order they are then visited would be read one after the other.
+std::vector<std::string> keyed_order(const std::vector<std::string>& keys) {
+    std::vector<std::string> order;
+    const std::size_t repeats = std::max<std::size_t>(1, (200'000 + keys.size() - 1) / keys.size());
+    for (std::size_t r = 0; r < repeats; ++r) {
+        order.insert(order.end(), keys.begin(), keys.end());
+    }
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(keys.size()));
     return order;
 }
 
 void BM_Keyed_TokenBucket(benchmark::State& state) {
-    const auto order = keyed_order(state.range(0));
+    const auto keys = keyed_keys(state.range(0));
+    const auto order = keyed_order(keys);
     auto clock = std::make_shared<ManualClock>();
     const auto tmpl = KeyedTemplate::of<TokenBucket>(clock, TokenBucketRule(kHuge, kHuge, 1'000'000'000), {});
     auto keyed = std::make_shared<KeyedLimiter>(clock, tmpl, 1'000'000'000, 0);
-    for (const auto& key : order) {
+    for (const auto& key : keys) {
         keyed->acquire(key, 1);
     }
     std::size_t i = 0;
@@ -111,9 +120,10 @@ void BM_Keyed_TokenBucket(benchmark::State& state) {
 
 // The per-key floor: a standard hash map's find over the same keys.
 void BM_Floor_UnorderedMapFind(benchmark::State& state) {
-    const auto order = keyed_order(state.range(0));
+    const auto keys = keyed_keys(state.range(0));
+    const auto order = keyed_order(keys);
     std::unordered_map<std::string, std::int64_t> map;
-    for (const auto& key : order) {
+    for (const auto& key : keys) {
         map.emplace(key, 1);
     }
     std::size_t i = 0;

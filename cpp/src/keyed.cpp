@@ -1,5 +1,7 @@
 #include "permits/keyed.hpp"
 
+#include "permits/key_hash.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -39,7 +41,7 @@ inline Pair gpr_pair(const Pair& p) noexcept {
 }
 
 std::uint64_t hash_of(std::string_view key) {
-    return std::hash<std::string_view>{}(key);
+    return hash_key(key);
 }
 } // namespace
 
@@ -78,6 +80,27 @@ public:
         std::memcpy(&heap, b_, sizeof heap);
         std::memcpy(&len, b_ + 8, sizeof len);
         return {heap, len};
+    }
+    /// Equal to `key`; an inline key is compared a few words at a time (no memcmp call).
+    bool equals(std::string_view key) const noexcept {
+        if (b_[14] == 0xff) {
+            return view() == key;
+        }
+        const std::size_t n = key.size();
+        if (n != b_[14]) {
+            return false;
+        }
+        const char* a = reinterpret_cast<const char*>(b_);
+        const char* b = key.data();
+        using detail::load32;
+        using detail::load64;
+        if (n >= 8) { // two overlapping words cover 8..14 bytes
+            return ((load64(a) ^ load64(b)) | (load64(a + n - 8) ^ load64(b + n - 8))) == 0;
+        }
+        if (n >= 4) {
+            return ((load32(a) ^ load32(b)) | (load32(a + n - 4) ^ load32(b + n - 4))) == 0;
+        }
+        return n == 0 || (a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]); // all of 1..3 bytes
     }
     /// Bytes kept on the heap for a key too long to sit inline.
     std::size_t heap_bytes() const noexcept { return b_[14] == 0xff ? view().size() : 0; }
@@ -346,7 +369,7 @@ std::uint32_t KeyedLimiter::find_locked(const Shard& shard, std::string_view key
         if (v >> 24 == tag) {
             const std::uint32_t i = Shard::index_of(v);
             const Record& r = shard.at(i);
-            if (r.key.view() == key) {
+            if (r.key.equals(key)) {
                 return i;
             }
         }

@@ -260,6 +260,31 @@ TEST(Keyed, LongBinaryAndNearlyEqualKeysAreDistinct) {
     EXPECT_EQ(k->size(), 0);
 }
 
+// An inline key is compared a few words at a time: keys of every inline length that differ in a
+// single byte, at every position, are still different partitions.
+TEST(Keyed, InlineKeysDifferingInOneByteAreDistinct) {
+    auto clock = make_clock();
+    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
+    std::vector<std::string> keys;
+    for (std::size_t n = 1; n <= 14; ++n) {
+        const std::string base(n, 'k');
+        keys.push_back(base);
+        for (std::size_t at = 0; at < n; ++at) {
+            std::string other = base;
+            other[at] = 'K';
+            keys.push_back(other);
+        }
+    }
+    for (const auto& key : keys) {
+        ASSERT_TRUE(k->acquire(key, 1).outcome.acquired) << key;
+    }
+    for (const auto& key : keys) {
+        ASSERT_FALSE(k->acquire(key, 1).outcome.acquired) << key;
+    }
+    EXPECT_EQ(k->size(), static_cast<std::int64_t>(keys.size()));
+    k->check_invariants();
+}
+
 TEST(Keyed, KeysOutliveTheirNeighboursEvictionAndMemoryIsResetOnceAllAreGone) {
     auto clock = make_clock();
     auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 5 * kSec);
