@@ -52,6 +52,7 @@ PyObject* reason_string(Reason r) {
 constexpr int kFreelistSize = 128;
 LeaseObject* freelist[kFreelistSize];
 int freelist_len = 0;
+std::uint64_t allocator_calls = 0; // leases the freelist could not serve (tests read it)
 
 // Leases start untracked by the garbage collector: most hold no Python references (only the
 // engine's limiter); track() is called when one gets on_release or metadata.
@@ -65,6 +66,7 @@ LeaseObject* alloc_lease() {
         if (self == nullptr) {
             return nullptr;
         }
+        ++allocator_calls;
     }
     self->acquired = false;
     self->released = false;
@@ -515,6 +517,10 @@ PyObject* from_keyed_outcome(const Outcome& o, KeyedLimiter& keyed, PyObject* ke
         set_failure(self, o);
     }
     return reinterpret_cast<PyObject*>(self);
+}
+
+std::uint64_t allocations() noexcept {
+    return allocator_calls;
 }
 
 bool check(PyObject* obj) {

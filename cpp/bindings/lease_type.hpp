@@ -20,6 +20,8 @@ PyObject* from_outcome(const Outcome& o, Limiter* owner);
 /// A lease for `o` granted by the record of `key` in `keyed`: its permits go back to that key.
 PyObject* from_keyed_outcome(const Outcome& o, KeyedLimiter& keyed, PyObject* key);
 bool check(PyObject* obj);
+/// How many leases were allocated (not taken from the freelist) so far: for tests.
+std::uint64_t allocations() noexcept;
 /// Gives the lease's permits back (a concurrency release or a refund); idempotent with release().
 void give_back(PyObject* lease);
 

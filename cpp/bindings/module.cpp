@@ -19,6 +19,8 @@ PYBIND11_MODULE(_core, m) {
     if (!permits::py_lease::register_type(m.ptr())) {
         throw py::error_already_set();
     }
+    m.def("_lease_allocations", &permits::py_lease::allocations,
+          "Leases allocated so far rather than reused from the freelist (for tests).");
     py::register_exception<permits::ClosedError>(m, "LimiterClosedError", PyExc_RuntimeError);
     permits::bind::bind_clock(m);
     permits::bind::bind_limiters(m);

@@ -264,3 +264,43 @@ def test_a_refund_after_the_limiter_is_gone_does_nothing(clock):
         assert lease
         lease._give_back()
         lease.release()
+
+
+def _success_paths(clock):
+    big = 10**9
+    limiters = {
+        "token_bucket": permits.TokenBucketLimiter(big, big, 1.0, clock=clock),
+        "fixed_window": permits.FixedWindowLimiter(big, 1.0, clock=clock),
+        "sliding_window": permits.SlidingWindowLimiter(big, 1.0, 4, clock=clock),
+        "sliding_window_counter": permits.SlidingWindowCounterLimiter(big, 1.0, clock=clock),
+    }
+    paths = {name: lim.acquire for name, lim in limiters.items()}
+    concurrency = permits.ConcurrencyLimiter(big)
+    paths["concurrency acquire+release"] = lambda: concurrency.acquire().release()
+    per_key = permits.PartitionedLimiter.per_key(
+        permits.Partition.token_bucket(None, big, big, 1.0), idle_timeout=60.0, clock=clock
+    )
+    paths["per_key"] = lambda: per_key.acquire("user-1")
+    return paths
+
+
+@pytest.mark.parametrize("name", list(_success_paths(permits.ManualClock())))
+def test_the_success_path_allocates_no_lease(clock, name):
+    # Leases discarded as they are made go back to a freelist: after the first ones, a granted
+    # acquire calls no allocator (the "no allocation on the success path").
+    check = _success_paths(clock)[name]
+    for _ in range(10):
+        assert check() is not False
+    before = permits._core._lease_allocations()
+    for _ in range(10_000):
+        check()
+    assert permits._core._lease_allocations() == before
+
+
+def test_leases_kept_alive_are_allocated_and_counted(clock):
+    # The counter the test above reads does count: leases that stay alive need memory of their own.
+    lim = permits.TokenBucketLimiter(10**9, 10**9, 1.0, clock=clock)
+    before = permits._core._lease_allocations()
+    kept = [lim.acquire() for _ in range(1_000)]
+    assert all(kept)
+    assert permits._core._lease_allocations() - before >= 1_000 - 128  # at most the freelist's 128 reused
