@@ -148,6 +148,14 @@ def _cpp_rows(data: dict[str, Any]) -> Iterator[tuple[str, str, str, str]]:
             yield "C++", f"{lim}, 2 threads on one limiter (wall time per check)", _ns(e["shared_two_thread_ns"]), ""
     if "concurrency_acquire_release_ns" in s:
         yield "C++", "Concurrency acquire + give back", _ns(s["concurrency_acquire_release_ns"]), ""
+    for k in s.get("keyed", []):
+        if k["map_ns"]:
+            # libstdc++ compares up to 20 string keys one by one, without hashing
+            note = ", a scan: no hash" if k["keys"] <= 20 else ""
+            label = f"std::unordered_map find over {k['keys']:,} keys (per-key floor{note})"
+            yield "C++", label, _ns(k["map_ns"]), "1.0"
+        label = f"per-key TokenBucket check over {k['keys']:,} keys"
+        yield "C++", label, _ns(k["keyed_ns"]), _x(k["keyed_ns"], k["map_ns"])
 
 
 def measurements_table(collected: dict[str, dict[str, Any]]) -> list[str]:

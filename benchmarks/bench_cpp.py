@@ -104,6 +104,19 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     conc = find(rows, r"BM_Concurrency_AcquireRelease(/threads:1)?")
     if conc:
         out["concurrency_acquire_release_ns"] = conc["best_real_ns"]
+    # Per-key checks (a token bucket per key) against a std::unordered_map find over the same keys.
+    out["keyed"] = []
+    for row in rows:
+        m = re.fullmatch(r"BM_Keyed_TokenBucket/(\d+)", row["name"])
+        if m:
+            floor_row = find(rows, rf"BM_Floor_UnorderedMapFind/{m.group(1)}")
+            out["keyed"].append(
+                {
+                    "keys": int(m.group(1)),
+                    "keyed_ns": row["best_real_ns"],
+                    "map_ns": floor_row["best_real_ns"] if floor_row else None,
+                }
+            )
     return out
 
 
