@@ -68,7 +68,7 @@ def best_interleaved(checks: dict[str, Callable[[str], Any]], order: list[str], 
     """The best pass of each check, their passes taken in turn: a change of load on this shared
     machine (another tenant filling the L3 cache) then hits the floor and permits alike, where
     timing one after the other gave the dict and permits different caches (per-key / dict at
-    100k keys ranged 3.0-6.4x between runs timed in sequence, 2.8-3.7x interleaved)."""
+    100k keys ranged 3.0-6.4x between runs timed in sequence, 2.6-5.1x interleaved)."""
     best = dict.fromkeys(checks, float("inf"))
     for _ in range(rounds):
         for name, check in checks.items():
