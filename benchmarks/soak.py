@@ -183,9 +183,9 @@ class Soak:
                 self.errors.append(f"per-key pool, key {key}: {stats} once quiet")
         # Every key idle now: all are evicted once the idle timeout has passed.
         time.sleep(IDLE_TIMEOUT + 0.5)
-        for limiter in (self.per_key, self.per_key_pool):
-            if limiter.partition_count:
-                self.errors.append(f"{limiter.partition_count} partitions left after every key went idle")
+        for keyed in (self.per_key, self.per_key_pool):
+            if keyed.partition_count:
+                self.errors.append(f"{keyed.partition_count} partitions left after every key went idle")
 
 
 def main() -> int:

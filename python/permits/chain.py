@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, overload
 
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
@@ -292,6 +292,13 @@ class _ChainKeyView:
         return self._chain._wait_async_for(self._resource, permit_count)
 
 
+@overload
+def chain(*limiters: RateLimiter) -> ChainedLimiter: ...  # type: ignore[overload-overlap]
+@overload
+def chain(*limiters: RateLimiter | PartitionedLimiter) -> ChainedPartitionedLimiter: ...
+
+
+# Typed by overloads: chain(a, b).acquire("key") type-checks when any member is partitioned.
 def chain(*limiters: RateLimiter | PartitionedLimiter) -> ChainedLimiter | ChainedPartitionedLimiter:
     """Acquires from each limiter in order, all or nothing: a rejection by a later limiter gives
     back what the earlier ones granted. The combined lease releases them in reverse order.

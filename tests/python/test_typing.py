@@ -1,0 +1,32 @@
+"""The package's types as a user's type checker sees them (py.typed): mypy --strict on a snippet."""
+
+from __future__ import annotations
+
+import textwrap
+
+from mypy import api
+
+SNIPPET = textwrap.dedent(
+    """
+    import permits
+    from permits import Partition, PartitionedLimiter
+
+    rate = permits.TokenBucketLimiter(100, 10, 1.0)
+    per_user = PartitionedLimiter.per_key(Partition.token_bucket(None, 5, 5, 1.0))
+    both = permits.chain(rate, per_user)
+    plain = permits.chain(rate, permits.ConcurrencyLimiter(4))
+    reveal_type(both)
+    reveal_type(plain)
+    lease: permits.Lease = both.acquire("alice")
+    lease = plain.acquire(2)
+    """
+)
+
+
+def test_chain_of_a_partitioned_limiter_takes_a_resource(tmp_path):
+    source = tmp_path / "snippet.py"
+    source.write_text(SNIPPET)
+    out, err, status = api.run(["--strict", "--cache-dir", str(tmp_path / "cache"), str(source)])
+    assert status == 0, out + err
+    assert 'Revealed type is "permits.chain.ChainedPartitionedLimiter"' in out
+    assert 'Revealed type is "permits.chain.ChainedLimiter"' in out
