@@ -90,7 +90,7 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
         if (n < 0) { // before the key: a bad count creates no partition
             throw std::invalid_argument("permit_count must not be negative, got " + std::to_string(n));
         }
-        std::string key;
+        KeyBuffer key;
         if (!encode_key(args[0], key)) {
             return nullptr;
         }
@@ -99,9 +99,9 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
             return nullptr;
         }
         if constexpr (kind == FastCall::Acquire) {
-            return lease_of((*keyed)->acquire(key, n).outcome, **keyed, args[0]);
+            return lease_of((*keyed)->acquire(key.view(), n).outcome, **keyed, args[0]);
         } else if constexpr (kind == FastCall::TryNow) {
-            const auto r = (*keyed)->try_now(key, n);
+            const auto r = (*keyed)->try_now(key.view(), n);
             return r ? lease_of(r->outcome, **keyed, args[0]) : Py_NewRef(Py_None);
         } else {
             if ((*keyed)->closed()) {
@@ -111,7 +111,7 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
             target.owner = Py_NewRef(self);
             target.keyed = keyed->get();
             target.key = Py_NewRef(args[0]);
-            target.encoded = std::move(key);
+            target.encoded = std::string(key.view());
             return new_async_wait(std::move(target), n);
         }
     });

@@ -9,7 +9,7 @@ namespace {
 
 constexpr int kMaxKeyDepth = 16;
 
-void put_u32(std::string& out, std::size_t n) {
+void put_u32(KeyBuffer& out, std::size_t n) {
     const auto v = static_cast<std::uint32_t>(n);
     out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
@@ -18,7 +18,7 @@ void put_u32(std::string& out, std::size_t n) {
 
 // Lengths are written only inside tuples, where they keep the items apart: a top-level "user-42"
 // is 8 bytes, short enough for a record's inline key (no heap block per key).
-bool encode_key(PyObject* key, std::string& out, int depth) {
+bool encode_key(PyObject* key, KeyBuffer& out, int depth) {
     if (PyUnicode_CheckExact(key) || PyUnicode_Check(key)) {
         Py_ssize_t size = 0;
         const char* utf8 = PyUnicode_AsUTF8AndSize(key, &size); // cached in the str object
@@ -82,11 +82,11 @@ bool encode_key(PyObject* key, std::string& out, int depth) {
 }
 
 std::string key_of(py::handle resource) {
-    std::string key;
+    KeyBuffer key;
     if (!encode_key(resource.ptr(), key, 0)) {
         throw py::error_already_set();
     }
-    return key;
+    return std::string(key.view());
 }
 
 } // namespace permits::bind

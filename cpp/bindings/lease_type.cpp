@@ -127,9 +127,9 @@ void return_permits(LeaseObject* self) {
     if (t.limiter) {
         t.limiter->give_back(self->permit_count, self->tag);
     } else if (t.keyed) {
-        std::string key;
+        bind::KeyBuffer key;
         if (bind::encode_key(self->key, key)) { // it was encoded once already: it cannot fail
-            t.keyed->give_back(key, self->permit_count, self->tag);
+            t.keyed->give_back(key.view(), self->permit_count, self->tag);
         } else {
             PyErr_Clear();
         }

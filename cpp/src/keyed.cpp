@@ -332,7 +332,8 @@ struct KeyedLimiter::Located {
 
 KeyedLimiter::KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nanos idle_timeout,
                            std::int64_t max_partitions)
-    : clock_(std::move(clock)), tmpl_(std::move(tmpl)), idle_timeout_(idle_timeout), max_partitions_(max_partitions),
+    : clock_(std::move(clock)), tmpl_(std::move(tmpl)), releases_(tmpl_.rule && tmpl_.rule->releases_permits()),
+      idle_timeout_(idle_timeout), max_partitions_(max_partitions),
       shards_(std::make_unique<std::array<Shard, kShards>>()) {
     static_assert(sizeof(Record) == 60 && alignof(Record) == 4, "a record is 60 bytes");
     if (idle_timeout < 0) {
@@ -743,10 +744,6 @@ void KeyedLimiter::recheck(std::string_view key) {
             look_at_locked(at.shard, at.index, sat_add(when, sat_add(idle_timeout_, 1)));
         }
     }
-}
-
-bool KeyedLimiter::releases_permits() const noexcept {
-    return tmpl_.rule && tmpl_.rule->releases_permits();
 }
 
 std::optional<Statistics> KeyedLimiter::statistics(std::string_view key) {

@@ -152,6 +152,33 @@ def test_a_keys_concurrency_lease_comes_back_on_release_and_when_forgotten(make:
     assert limiter.statistics().total_successful_leases == 2
 
 
+# Encoded keys are built on the stack up to 120 bytes and on the heap beyond ('s' and the str's
+# bytes; a tuple adds a tag, a count and each item's length): keys on both sides of that edge
+# are distinct, and their leases find their key again when released.
+LONG_KEYS = [
+    "k" * 118,
+    "k" * 119,
+    "k" * 120,
+    "k" * 121,
+    "k" * 119 + "j",
+    "k" * 5000,
+    ("k" * 100, "x" * 40),
+    ("k" * 100, "x" * 41),
+    b"k" * 300,
+]
+
+
+def test_keys_past_the_encoding_buffer_are_distinct_and_released_to_their_key(make: Make) -> None:
+    limiter = make(Partition.concurrency(None, 1), idle_timeout=60.0, clock=permits.ManualClock())
+    leases = [limiter.acquire(key) for key in LONG_KEYS]
+    assert all(leases)
+    assert not any(limiter.acquire(key) for key in LONG_KEYS)
+    assert limiter.partition_count == len(LONG_KEYS)
+    for key, lease in zip(LONG_KEYS, leases, strict=True):
+        lease.release()
+        assert limiter.available_permits(key) == 1
+
+
 def test_wait_times_out_on_the_limiters_clock(make: Make) -> None:
     clock = permits.ManualClock()
     limiter = make(Partition.token_bucket(None, 1, 1, 60.0, queue_limit=1), clock=clock)

@@ -69,7 +69,7 @@ public:
     /// Something changed the key's full limiter behind the table's back (a queued request left):
     /// looks at it again when it will be idle.
     void recheck(std::string_view key);
-    bool releases_permits() const noexcept;
+    bool releases_permits() const noexcept { return releases_; }
 
     /// The key's statistics and available permits (the partition is created if absent, as
     /// .NET does); nullopt at the bound.
@@ -137,6 +137,7 @@ private:
 
     std::shared_ptr<Clock> clock_;
     const KeyedTemplate tmpl_;
+    const bool releases_; // the rule's, asked once: every per-key lease reads it
     const Nanos idle_timeout_;
     const std::int64_t max_partitions_;
     std::unique_ptr<std::array<Shard, kShards>> shards_;
