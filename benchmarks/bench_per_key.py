@@ -7,13 +7,12 @@ keyed in-memory checks, as the number of keys grows; memory per key; the time to
 
 Keys are visited in a shuffled order (a real key mix misses the caches); each case is the best of
 five passes over all keys (three with --quick; the shuffled order is repeated until a pass makes at
-least 200,000 checks, so that one key is timed as long as a million), in ns per check. The passes of
-the dict, permits and the general partitioned limiter are taken in turn, so that a change of load
-hits them alike. Memory per key is the
-growth of the process's RSS while every key gets its first check, divided by the keys, measured
-in a fresh subprocess (so no memory freed by an earlier case is reused). permits and the dict are
-timed for every size before any peer runs, while the process has never started a thread (limits
-does). Prints Markdown tables.
+least 200,000 checks, so that one key is timed as long as a million), in ns per check. The passes
+of the dict, permits and the general partitioned limiter are taken in turn, so that a change of
+load hits them alike. Memory per key is the growth of the process's RSS while every key gets its
+first check, divided by the keys, measured in a fresh subprocess (so no memory freed by an earlier
+case is reused). permits and the dict are timed for every size before any peer runs, while the
+process has never started a thread (limits does). Prints Markdown tables.
 """
 
 from __future__ import annotations
