@@ -17,7 +17,6 @@
 namespace permits {
 
 namespace {
-constexpr std::uint32_t kNone = 0xffffffffU;
 // Records never move: they are allocated 64 at a time (3.75 KiB), so a shard wastes at most 63 unused
 // records, where doubling chunks wasted up to half (10k keys: 162 -> 122 bytes a key, measured).
 constexpr std::uint32_t kChunkBits = 6;
@@ -30,18 +29,15 @@ inline std::pair<std::uint32_t, std::uint32_t> chunk_of(std::uint32_t i) {
 constexpr std::uint8_t kLive = 1;
 constexpr std::uint8_t kPromoted = 2;
 
-/// `p` read as two 8-byte loads. A rule writes its out-parameter with two 8-byte stores; copied
-/// whole, the compiler loads it with one 16-byte load, which cannot be forwarded from those
-/// stores and waits for them to reach the cache (37 -> 32 ns a keyed check in cache, measured).
+/// `p` read as two 8-byte loads. A rule writes its out-parameter (take's and put_back's next
+/// state) with two 8-byte stores; copied whole, the compiler loads it with one 16-byte load,
+/// which cannot be forwarded from those stores and waits for them to reach the cache
+/// (37 -> 32 ns a keyed check in cache, measured).
 inline Pair gpr_pair(const Pair& p) noexcept {
     std::int64_t a = p.a;
     std::int64_t b = p.b;
     asm("" : "+r"(a), "+r"(b)); // keeps them in general registers: no 16-byte load
     return {a, b};
-}
-
-std::uint64_t hash_of(std::string_view key) {
-    return hash_key(key);
 }
 } // namespace
 
@@ -226,7 +222,7 @@ struct KeyedLimiter::Shard {
     std::size_t next(std::size_t p) const { return p + 1 == slots.size() ? 0 : p + 1; }
     static std::uint32_t high_of(std::uint64_t hash) { return static_cast<std::uint32_t>(hash >> 32); }
     /// Where record i's key probes from (its hash is not stored: 4 bytes a key).
-    std::size_t home_of(std::uint32_t i) const { return scale(high_of(hash_of(at(i).key.view())), slots.size()); }
+    std::size_t home_of(std::uint32_t i) const { return scale(high_of(hash_key(at(i).key.view())), slots.size()); }
     std::size_t home(std::uint32_t v) const { return home_of(index_of(v)); }
     /// Indexes record i, whose key has this hash.
     void insert(std::uint32_t i, std::uint64_t hash) {
@@ -326,8 +322,8 @@ struct KeyedLimiter::Shard {
 struct KeyedLimiter::Located {
     Shard& shard;
     std::unique_lock<std::mutex> lock;
-    std::uint32_t index = kNoRecord;
-    bool found() const noexcept { return index != kNoRecord; }
+    std::uint32_t index = kNone;
+    bool found() const noexcept { return index != kNone; }
 };
 
 KeyedLimiter::KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nanos idle_timeout,
@@ -359,13 +355,13 @@ KeyedLimiter::~KeyedLimiter() {
 
 std::uint32_t KeyedLimiter::find_locked(const Shard& shard, std::string_view key, std::uint64_t hash) {
     if (shard.slots.empty()) {
-        return kNoRecord;
+        return kNone;
     }
     const std::uint32_t tag = Shard::tag_of(hash);
     for (std::size_t p = Shard::scale(Shard::high_of(hash), shard.slots.size());; p = shard.next(p)) {
         const std::uint32_t v = shard.slots[p];
         if (v == 0) {
-            return kNoRecord;
+            return kNone;
         }
         if (v >> 24 == tag) {
             const std::uint32_t i = Shard::index_of(v);
@@ -378,7 +374,7 @@ std::uint32_t KeyedLimiter::find_locked(const Shard& shard, std::string_view key
 }
 
 std::uint32_t KeyedLimiter::find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash) {
-    if (const std::uint32_t found = find_locked(shard, key, hash); found != kNoRecord) {
+    if (const std::uint32_t found = find_locked(shard, key, hash); found != kNone) {
         return found;
     }
     if (closed_.load()) {
@@ -387,11 +383,11 @@ std::uint32_t KeyedLimiter::find_or_create_locked(Shard& shard, std::string_view
     const Nanos now = clock_->now();
     // Reserve the new partition's place first: shards insert concurrently, the bound is global.
     if (!reserve_place() && !(free_a_place_locked(shard, now) && reserve_place())) {
-        return kNoRecord;
+        return kNone;
     }
     if (shard.full() && !free_a_place_locked(shard, now)) {
         size_.fetch_sub(1); // 16.7 million keys in one shard (a billion in all): treated as the bound
-        return kNoRecord;
+        return kNone;
     }
     const std::uint32_t i = shard.allocate();
     Record& r = shard.at(i);
@@ -641,7 +637,7 @@ KeyedLimiter::Located KeyedLimiter::locate(std::string_view key, bool create) {
     if (create && closed_.load()) {
         throw ClosedError();
     }
-    const std::uint64_t hash = hash_of(key);
+    const std::uint64_t hash = hash_key(key);
     Shard& shard = (*shards_)[hash % kShards];
     Located at{shard, std::unique_lock<std::mutex>(shard.mu)};
     at.index = create ? find_or_create_locked(shard, key, hash) : find_locked(shard, key, hash);
@@ -722,7 +718,7 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
         if (!tmpl_.rule->put_back(r.state, r.anchor, n, tag, clock_->now(), next)) {
             return;
         }
-        r.state = next;
+        r.state = gpr_pair(next);
     }
     // Idle sooner than the pending look expects (a release, a refund): look at it then.
     bool poll = false;
@@ -823,7 +819,7 @@ void KeyedLimiter::check_invariants() {
                 continue;
             }
             ++live;
-            const std::uint64_t hash = hash_of(r.key.view());
+            const std::uint64_t hash = hash_key(r.key.view());
             require(find_locked(shard, r.key.view(), hash) == i, "a key is not found at its record");
             require((r.look_at == kNever) == (r.heap_pos == kNone), "a record's look and heap place disagree");
             require(r.heap_pos == kNone || (r.heap_pos < shard.looks.size() && shard.looks[r.heap_pos] == i),
