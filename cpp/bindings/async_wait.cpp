@@ -162,6 +162,11 @@ void withdraw(Core& c) {
     }
 }
 
+/// Sets the exception the wait was resolved with (a cancellation) as the Python error.
+void raise_error(const Core& c) {
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(c.error)), c.error);
+}
+
 /// Ends the wait for good: a request still queued leaves the queue (a lease the bridge kept for
 /// it is given back by withdraw()), and the loop, the callbacks and the handle are let go.
 void end(Core& c) {
@@ -265,7 +270,7 @@ PySendResult aw_send(PyObject* self, PyObject* /*arg*/, PyObject** out) {
             return block(self, c, out); // resumed early (not by a task): wait on
         }
         if (c.error != nullptr) {
-            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(c.error)), c.error);
+            raise_error(c);
             return fail(c);
         }
         return finish(c, std::exchange(c.result, nullptr), out);
@@ -507,7 +512,7 @@ PyObject* aw_result(PyObject* self, PyObject*) {
         return nullptr;
     }
     if (c.error != nullptr) {
-        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(c.error)), c.error);
+        raise_error(c);
         return nullptr;
     }
     // The lease is handed over by the await itself (send); a task only asks whether it raises.
