@@ -116,6 +116,17 @@ def peers(keys: list[str]) -> dict[str, Callable[[str], Any]]:
     return found
 
 
+def fill_and_account(per_key: Any, keys: list[str]) -> tuple[float, float]:
+    """Gives every key its first check; returns, per key, the table's own accounting of what it
+    allocated: the engine's state (records, index, eviction heap, less the keys' bytes) and the
+    keys' encoded bytes."""
+    empty_bytes, _ = per_key._memory()
+    for key in keys:
+        per_key.acquire(key)
+    table_bytes, key_bytes = per_key._memory()
+    return (table_bytes - empty_bytes - key_bytes) / len(keys), key_bytes / len(keys)
+
+
 def memory_per_key(n: int) -> dict[str, float]:
     """Run in a fresh process: RSS growth per key for a dict and for permits' per_key table."""
     keys = make_keys(n)
@@ -126,19 +137,14 @@ def memory_per_key(n: int) -> dict[str, float]:
     per_key = per_key_limiter(permits.ManualClock())
     gc.collect()
     before = rss_kib()
-    empty_bytes, _ = per_key._memory()
-    for key in keys:
-        per_key.acquire(key)
+    engine_state_bytes, key_bytes = fill_and_account(per_key, keys)
     per_key_bytes = (rss_kib() - before) * 1024 / n
-    table_bytes, key_bytes = per_key._memory()
     assert per_key.partition_count == n and len(table) == n
     return {
         "dict_bytes": dict_bytes,
         "per_key_bytes": per_key_bytes,
-        # The table's own accounting of what it allocated: the engine's state per key (records,
-        # index, eviction heap, less the keys' bytes), and the keys' encoded bytes.
-        "engine_state_bytes": (table_bytes - empty_bytes - key_bytes) / n,
-        "key_bytes": key_bytes / n,
+        "engine_state_bytes": engine_state_bytes,
+        "key_bytes": key_bytes,
     }
 
 
@@ -151,12 +157,9 @@ def memory_sweep() -> int:
     print("| keys | engine state per key | key bytes |\n|---:|---:|---:|")
     for n in counts:
         per_key = per_key_limiter(permits.ManualClock())
-        empty_bytes, _ = per_key._memory()
-        for key in keys[:n]:
-            per_key.acquire(key)
-        table_bytes, key_bytes = per_key._memory()
-        values.append((table_bytes - empty_bytes - key_bytes) / n)
-        print(f"| {n:,} | {values[-1]:.1f} B | {key_bytes / n:.1f} B |")
+        engine_state_bytes, key_bytes = fill_and_account(per_key, keys[:n])
+        values.append(engine_state_bytes)
+        print(f"| {n:,} | {engine_state_bytes:.1f} B | {key_bytes:.1f} B |")
         per_key.close()
     over = [n for n, v in zip(counts, values, strict=True) if v > 64]
     print(
