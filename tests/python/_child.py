@@ -1,0 +1,55 @@
+"""Deployment scenarios run in a child interpreter under a time limit.
+
+What users do in production (threads each running ``asyncio.run``, ``os.fork()`` with work in
+flight, interpreter exit with threads blocked in the engine, loops closed by hand) can hang or
+crash a process. Each scenario runs in its own ``python -c`` child, so a hang or a crash fails
+the one test that found it, with what the child printed, instead of the whole run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+#: Wall-clock limit for one scenario: a safety net against hangs, never the thing under test.
+LIMIT = 60.0
+
+
+@dataclass
+class Child:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def lines(self) -> list[str]:
+        return self.stdout.splitlines()
+
+
+def run_child(code: str, *, timeout: float = LIMIT, env: dict[str, str] | None = None) -> Child:
+    """Runs ``code`` (dedented) in a fresh interpreter; fails the test on a hang, with the output."""
+    full_env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        raise AssertionError(f"the child hung (killed after {timeout} s)\nstdout:\n{out}\nstderr:\n{err}") from None
+    return Child(done.returncode, done.stdout, done.stderr)
+
+
+def run_ok(code: str, *, timeout: float = LIMIT, env: dict[str, str] | None = None) -> Child:
+    """Runs ``code`` in a child that must exit with status 0."""
+    child = run_child(code, timeout=timeout, env=env)
+    assert child.returncode == 0, (
+        f"the child exited with status {child.returncode}\nstdout:\n{child.stdout}\nstderr:\n{child.stderr}"
+    )
+    return child
