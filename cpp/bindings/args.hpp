@@ -24,10 +24,11 @@ inline std::int64_t int_arg(py::handle v, const char* name) {
     return n;
 }
 
-/// permits.LimiterClosedError, as registered by the module (a strong reference kept for good).
+/// permits.LimiterClosedError, as registered when the module is imported (a strong reference kept
+/// for good; set before any function of the module can run).
+inline PyObject* g_closed_error = nullptr;
 inline PyObject* closed_error_type() {
-    static PyObject* type = py::object(py::module_::import("permits._core").attr("LimiterClosedError")).release().ptr();
-    return type;
+    return g_closed_error;
 }
 
 } // namespace permits::bind

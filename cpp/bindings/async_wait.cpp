@@ -49,21 +49,28 @@ Core& core_of(PyObject* op) {
     return reinterpret_cast<AsyncWaitObject*>(op)->core;
 }
 
-// Interned names and asyncio's running-loop lookup, made once.
+// Python objects the awaitable needs, made once when the module is imported (init_names). Never in
+// a function-local static: its initializer would run Python code (an import releases the GIL), and
+// a second thread reaching the static meanwhile would wait on its guard while holding the GIL.
 struct Names {
     PyObject* call_soon = PyUnicode_InternFromString("call_soon");
     PyObject* context = PyUnicode_InternFromString("context");
     PyObject* resume = PyUnicode_InternFromString("resume");
     PyObject* blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
     PyObject* release = PyUnicode_InternFromString("release");
-    // asyncio's exceptions, for the future-like side (result(), cancel()).
+    PyObject* context_kw = PyTuple_Pack(1, context);
+    // asyncio's running-loop lookup (None when no loop runs) and exceptions.
+    PyObject* get_running_loop = py::object(py::module_::import("asyncio").attr("_get_running_loop")).release().ptr();
     PyObject* invalid_state = py::object(py::module_::import("asyncio").attr("InvalidStateError")).release().ptr();
     PyObject* cancelled_error = py::object(py::module_::import("asyncio").attr("CancelledError")).release().ptr();
 };
+const Names* g_names = nullptr; // for the process's lifetime, like the interned strings
 const Names& names() {
-    static const Names* n = new Names(); // for the process's lifetime, like the interned strings
-    return *n;
+    return *g_names;
 }
+
+// permits._asyncio._bridge, registered by that module when it is imported (permits imports it).
+PyObject* g_bridge_factory = nullptr;
 
 // The bridge of the running loop. The last one found is remembered with a weak reference to its
 // loop, so a wait that queues calls into Python (permits._asyncio) only when the loop changes.
@@ -71,18 +78,21 @@ struct BridgeCache {
     PyObject* loop_ref = nullptr; // weak reference
     LoopBridge* bridge = nullptr;
 };
+BridgeCache g_bridge_cache;
 
 LoopBridge* bridge_of(PyObject* loop) {
-    static BridgeCache cache;
+    BridgeCache& cache = g_bridge_cache;
     if (cache.loop_ref != nullptr && PyWeakref_GetObject(cache.loop_ref) == loop) {
         return cache.bridge;
     }
-    static PyObject* factory = py::object(py::module_::import("permits._asyncio").attr("_bridge")).release().ptr();
-    py::object bridge = py::reinterpret_steal<py::object>(PyObject_CallOneArg(factory, loop));
+    if (g_bridge_factory == nullptr) {
+        throw py::import_error("permits._asyncio is not imported: import permits first");
+    }
+    py::object bridge = py::reinterpret_steal<py::object>(PyObject_CallOneArg(g_bridge_factory, loop));
     if (!bridge) {
         throw py::error_already_set();
     }
-    auto* b = bridge.cast<LoopBridge*>(); // kept alive by permits._asyncio while its loop lives
+    auto* b = bridge.cast<LoopBridge*>(); // kept alive by the loop (permits._asyncio) while it lives
     PyObject* ref = PyWeakref_NewRef(loop, nullptr);
     if (ref == nullptr) {
         throw py::error_already_set();
@@ -92,9 +102,19 @@ LoopBridge* bridge_of(PyObject* loop) {
     return b;
 }
 
+/// The running asyncio loop (a new reference); nullptr with RuntimeError set when none runs in this
+/// thread: under trio (anyio's trio backend) too, so that a wait fails the same way whether or not
+/// a permit is free, instead of only once it has to queue.
 PyObject* running_loop() {
-    static PyObject* get = py::object(py::module_::import("asyncio").attr("get_running_loop")).release().ptr();
-    return PyObject_CallNoArgs(get);
+    PyObject* loop = PyObject_CallNoArgs(names().get_running_loop);
+    if (loop == Py_None) {
+        Py_DECREF(loop);
+        PyErr_SetString(PyExc_RuntimeError,
+                        "wait_async() needs a running asyncio event loop (no running event loop in this thread; "
+                        "trio and other async libraries are not supported: use acquire() or wait() there)");
+        return nullptr;
+    }
+    return loop;
 }
 
 // A lease for an outcome of the target: per-key grants go back through the table.
@@ -107,9 +127,8 @@ PyObject* lease_for(const WaitTarget& t, const Outcome& o) {
 
 /// loop.call_soon(fn, arg, context=ctx): how a callback runs when no batch is being resumed.
 bool call_soon(PyObject* loop, PyObject* fn, PyObject* arg, PyObject* ctx) {
-    static PyObject* context_kw = PyTuple_Pack(1, names().context); // for the process's lifetime
     PyObject* args[] = {loop, fn, arg, ctx};
-    PyObject* r = PyObject_VectorcallMethod(names().call_soon, args, 3, ctx != nullptr ? context_kw : nullptr);
+    PyObject* r = PyObject_VectorcallMethod(names().call_soon, args, 3, ctx != nullptr ? names().context_kw : nullptr);
     Py_XDECREF(r);
     return r != nullptr;
 }
@@ -214,6 +233,11 @@ PySendResult block(PyObject* self, Core& c, PyObject** out) {
 // is yielded to the task as the future it waits on.
 PySendResult start(PyObject* self, Core& c, PyObject** out) {
     PyObject* lease = guarded([&]() -> PyObject* {
+        // Asked first, granted at once or not: a wait outside asyncio fails the same way under any load.
+        py::object loop = py::reinterpret_steal<py::object>(running_loop());
+        if (!loop) {
+            throw py::error_already_set();
+        }
         const WaitTarget& t = c.target;
         if (t.keyed != nullptr) {
             if (auto r = t.keyed->try_now(t.encoded, c.permits)) {
@@ -221,10 +245,6 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
             }
         } else if (auto o = t.limiter->try_now(c.permits)) {
             return lease_for(t, *o);
-        }
-        py::object loop = py::reinterpret_steal<py::object>(running_loop());
-        if (!loop) {
-            throw py::error_already_set();
         }
         LoopBridge* bridge = bridge_of(loop.ptr());
         const std::uint64_t id = bridge->next_id();
@@ -250,7 +270,8 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
         c.bridge = bridge;
         bridge->hold(id, self);
         c.phase = Phase::Waiting;
-        return nullptr; // queued: no lease yet
+        PyObject_GC_Track(self); // queued, it holds its loop: see aw_traverse
+        return nullptr;          // queued: no lease yet
     });
     if (c.phase == Phase::Waiting) {
         return block(self, c, out);
@@ -372,14 +393,54 @@ PyObject* aw_aexit(PyObject* self, PyObject* const* /*args*/, Py_ssize_t /*nargs
     return new_ready(Py_None);
 }
 
+// A small freelist, as for leases: an awaitable is made on every wait_async(), and reusing a dead
+// one's memory keeps the allocator (and the GC's allocation count, which triggers collections) off
+// the immediate-grant path.
+constexpr int kFreelistSize = 64;
+AsyncWaitObject* g_freelist[kFreelistSize];
+int g_freelist_len = 0;
+
 void aw_dealloc(PyObject* self) {
+    PyObject_GC_UnTrack(self);
     Core& c = core_of(self);
     end(c); // a queued wait is not freed while a bridge holds it; this is for one dropped otherwise
     Py_XDECREF(c.result);
     Py_XDECREF(c.target.owner);
     Py_XDECREF(c.target.key);
     c.~Core();
-    Py_TYPE(self)->tp_free(self);
+    if (g_freelist_len < kFreelistSize) {
+        g_freelist[g_freelist_len++] = reinterpret_cast<AsyncWaitObject*>(self);
+    } else {
+        PyObject_GC_Del(self);
+    }
+}
+
+// The GC sees what a wait holds: a queued wait (held by its loop's bridge) references its loop and
+// its task's wake-up, so a loop dropped with waits still queued is a cycle the GC can collect, and
+// collecting it gives their permits back (aw_clear, LoopBridge's clear).
+int aw_traverse(PyObject* self, visitproc visit, void* arg) {
+    const Core& c = core_of(self);
+    Py_VISIT(c.target.owner);
+    Py_VISIT(c.target.key);
+    Py_VISIT(c.result);
+    Py_VISIT(c.error);
+    Py_VISIT(c.loop);
+    for (const auto& cb : c.callbacks) {
+        Py_VISIT(cb.fn);
+        Py_VISIT(cb.context);
+    }
+    return 0;
+}
+
+int aw_clear(PyObject* self) {
+    Core& c = core_of(self);
+    end(c); // a queued request leaves the queue; its permits go back
+    Py_CLEAR(c.result);
+    Py_CLEAR(c.target.owner); // Done: the target is never used again
+    Py_CLEAR(c.target.key);
+    c.target.limiter = nullptr;
+    c.target.keyed = nullptr;
+    return 0;
 }
 
 // ---- The future-like side, for the task that waits on it (asyncio's duck-typed futures).
@@ -555,8 +616,10 @@ PyTypeObject AsyncWaitType = [] {
     t.tp_name = "permits._core.AsyncWait";
     t.tp_doc = "What wait_async returns: await it for a lease, or `async with` it to release on exit.";
     t.tp_basicsize = sizeof(AsyncWaitObject);
-    t.tp_flags = Py_TPFLAGS_DEFAULT;
+    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
     t.tp_dealloc = aw_dealloc;
+    t.tp_traverse = aw_traverse;
+    t.tp_clear = aw_clear;
     t.tp_as_async = &aw_async;
     t.tp_iter = PyObject_SelfIter;
     t.tp_iternext = aw_next;
@@ -567,10 +630,17 @@ PyTypeObject AsyncWaitType = [] {
 }();
 
 AsyncWaitObject* alloc() {
-    auto* self = PyObject_New(AsyncWaitObject, &AsyncWaitType);
-    if (self != nullptr) {
-        new (&self->core) Core();
+    AsyncWaitObject* self = nullptr;
+    if (g_freelist_len > 0) {
+        self = g_freelist[--g_freelist_len];
+        PyObject_Init(reinterpret_cast<PyObject*>(self), &AsyncWaitType);
+    } else {
+        self = PyObject_GC_New(AsyncWaitObject, &AsyncWaitType);
+        if (self == nullptr) {
+            return nullptr;
+        }
     }
+    new (&self->core) Core();
     return self;
 }
 
@@ -707,32 +777,75 @@ void LoopBridge::release(const Wakeup& w) {
 }
 
 LoopBridge::~LoopBridge() {
-    for (const auto& w : wakeups_) {
-        release(w);
+    abandon();
+}
+
+void LoopBridge::abandon() {
+    auto wakeups = std::move(wakeups_);
+    wakeups_.clear();
+    for (const auto& w : wakeups) {
+        release(w); // those tasks are never woken: their loop is gone
     }
     auto waiting = std::move(waiting_);
+    waiting_.clear();
     for (auto& [id, obj] : waiting) {
         Core& c = core_of(obj);
         c.bridge = nullptr;
-        withdraw(c);
-        clear_callbacks(c); // its task is never woken: the loop is gone
+        end(c); // leaves the queue; a grant not handed over goes back
         Py_DECREF(obj);
     }
 }
 
+int LoopBridge::traverse(visitproc visit, void* arg) const {
+    for (const auto& [id, obj] : waiting_) {
+        Py_VISIT(obj);
+    }
+    for (const auto& w : wakeups_) {
+        Py_VISIT(w.awaitable);
+        Py_VISIT(w.fn);
+        Py_VISIT(w.context);
+    }
+    return 0;
+}
+
 void bind_async_wait(py::module_& m) {
+    g_names = new Names();
     if (PyType_Ready(&AsyncWaitType) < 0) {
         throw py::error_already_set();
     }
     m.add_object("AsyncWait", py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&AsyncWaitType)));
-    py::class_<LoopBridge, std::shared_ptr<LoopBridge>>(m, "LoopBridge")
+    // GC-aware: a bridge holds its queued waits, which hold their loop, which holds the bridge
+    // (permits._asyncio): collecting that cycle abandons the waits, giving their permits back.
+    auto setup = [](PyHeapTypeObject* heap_type) {
+        auto* type = &heap_type->ht_type;
+        type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+        type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) -> int {
+            Py_VISIT(Py_TYPE(self));
+            if (!py::detail::is_holder_constructed(self)) {
+                return 0;
+            }
+            return py::cast<const LoopBridge&>(py::handle(self)).traverse(visit, arg);
+        };
+        type->tp_clear = [](PyObject* self) -> int {
+            if (py::detail::is_holder_constructed(self)) {
+                py::cast<LoopBridge&>(py::handle(self)).abandon();
+            }
+            return 0;
+        };
+    };
+    py::class_<LoopBridge, std::shared_ptr<LoopBridge>>(m, "LoopBridge", py::custom_type_setup(setup))
         .def(py::init<>())
         .def_property_readonly("fd", [](const LoopBridge& b) { return b.notifier()->fd(); })
         .def_property_readonly("wakeups", [](const LoopBridge& b) { return b.notifier()->wakeups(); })
         .def_property_readonly("pending", &LoopBridge::pending, "Waits queued from this loop, not yet resolved.")
         .def("drain", &LoopBridge::drain, "Resolves the waits the engine completed; their tasks wake in resume().")
         .def("resume", &LoopBridge::resume, py::arg("unused") = py::none(),
-             "Wakes the tasks of the waits drain() resolved (a loop callback drain() schedules).");
+             "Wakes the tasks of the waits drain() resolved (a loop callback drain() schedules).")
+        .def("abandon", &LoopBridge::abandon,
+             "The loop is closed or gone: its queued waits leave their queues and their permits go back.");
+    m.def(
+        "_set_bridge_factory", [](py::object factory) { Py_XSETREF(g_bridge_factory, factory.release().ptr()); },
+        "Registers permits._asyncio._bridge(loop) -> LoopBridge (called once, by that module).");
 }
 
 } // namespace permits::bind

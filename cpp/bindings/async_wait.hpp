@@ -27,6 +27,11 @@ public:
     /// Requests still queued are taken out of the engine (granted ones given back): a loop that
     /// is gone can resolve nothing, and its waiters' permits must not be lost.
     ~LoopBridge();
+    /// The same while the bridge lives on: its loop was closed (its reader dropped) or the GC is
+    /// collecting the cycle through the loop. Their tasks are never woken.
+    void abandon();
+    /// Visits the Python objects the bridge holds (tp_traverse).
+    int traverse(visitproc visit, void* arg) const;
     LoopBridge(const LoopBridge&) = delete;
     LoopBridge& operator=(const LoopBridge&) = delete;
 

@@ -1,15 +1,38 @@
 #include <pybind11/pybind11.h>
 
+#include <pthread.h>
+#include <thread>
+
+#include "gil.hpp"
 #include "permits/clock.hpp"
 
 namespace py = pybind11;
 
 namespace permits::bind {
+namespace {
+
+// The real-time clock calibrates the TSC against CLOCK_MONOTONIC once per process, sleeping ~10 ms
+// (up to 200 ms on a noisy machine). Done on a thread of its own from import, so that the first
+// limiter does not wait for it with the GIL held (every thread of the process would stall, an event
+// loop with them); a caller that comes before it is done waits without the GIL.
+void calibrate_in_background() {
+    // A fork during the calibration would leave the child's clock half made (its initialization
+    // guard held by a thread the child does not have): the fork waits for it instead.
+    ::pthread_atfork([] { MonotonicClock::instance(); }, nullptr, nullptr);
+    std::thread([] { MonotonicClock::instance(); }).detach();
+}
+
+std::shared_ptr<MonotonicClock> monotonic_clock() {
+    return without_gil([] { return MonotonicClock::instance(); });
+}
+
+} // namespace
 
 void bind_clock(py::module_& m) {
+    calibrate_in_background();
     py::class_<Clock, std::shared_ptr<Clock>>(m, "Clock").def("now_ns", &Clock::now);
     py::class_<MonotonicClock, Clock, std::shared_ptr<MonotonicClock>>(m, "MonotonicClock")
-        .def(py::init([] { return MonotonicClock::instance(); }))
+        .def(py::init(&monotonic_clock))
         .def_property_readonly(
             "source",
             [](const MonotonicClock& c) { return c.source() == MonotonicClock::Source::Tsc ? "tsc" : "monotonic"; },

@@ -1,5 +1,6 @@
 #include <pybind11/pybind11.h>
 
+#include "gil.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
 #include "permits/limiter.hpp"
@@ -36,11 +37,7 @@ bool WaitHandle::cancel() {
 py::object WaitHandle::block() {
     constexpr Nanos kSlice = 50'000'000; // wakes every 50 ms to let signals in
     for (;;) {
-        bool done = false;
-        {
-            py::gil_scoped_release nogil;
-            done = waiter_->wait_for(kSlice);
-        }
+        const bool done = without_gil([&] { return waiter_->wait_for(kSlice); });
         if (done) {
             return lease();
         }

@@ -1,6 +1,7 @@
 // The extension module: the only C++ that knows Python. Conversions and the GIL, nothing else.
 #include <pybind11/pybind11.h>
 
+#include "args.hpp"
 #include "lease_type.hpp"
 #include "permits/outcome.hpp"
 
@@ -15,13 +16,16 @@ void bind_async_wait(py::module_& m);
 } // namespace permits::bind
 
 PYBIND11_MODULE(_core, m) {
+    // Imported in the main interpreter only: permits/_interpreter.py says why (a subinterpreter is
+    // refused before this module is loaded; on 3.12+ pybind11's module slot refuses it too).
     m.doc() = "permits' engine (private: use the names exported by the permits package).";
     if (!permits::py_lease::register_type(m.ptr())) {
         throw py::error_already_set();
     }
     m.def("_lease_allocations", &permits::py_lease::allocations,
           "Leases allocated so far rather than reused from the freelist (for tests).");
-    py::register_exception<permits::ClosedError>(m, "LimiterClosedError", PyExc_RuntimeError);
+    permits::bind::g_closed_error =
+        py::register_exception<permits::ClosedError>(m, "LimiterClosedError", PyExc_RuntimeError).inc_ref().ptr();
     permits::bind::bind_clock(m);
     permits::bind::bind_limiters(m);
     permits::bind::bind_notifier(m);

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from . import _interpreter  # noqa: F401  (refuses a subinterpreter before the extension is loaded)
+
+# isort: split
+from . import _asyncio  # noqa: F401  (registers the event loops' bridge with the engine)
 from ._core import Lease, LimiterClosedError
 from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock

@@ -79,7 +79,7 @@ async def test_closing_a_coroutine_suspended_in_wait_async_leaves_the_queue(cloc
         assert _queued(limiter, args) == 1
         coro.close()
         assert _queued(limiter, args) == 0
-        assert _asyncio._bridges[asyncio.get_running_loop()].pending == 0
+        assert _asyncio.bridge_of(asyncio.get_running_loop()).pending == 0
         held.release()
         clock.advance(1.0)
         again = limiter.acquire(*args)  # type: ignore[attr-defined]
@@ -106,7 +106,9 @@ async def _task_queued_behind_a_held_permit() -> tuple[
     held = lim.acquire()
     task = asyncio.ensure_future(lim.wait_async())
     await until(lambda: lim.statistics().current_queued_count == 1)
-    return lim, held, task, _asyncio._bridges[asyncio.get_running_loop()]
+    bridge = _asyncio.bridge_of(asyncio.get_running_loop())
+    assert bridge is not None
+    return lim, held, task, bridge
 
 
 async def test_a_grant_that_arrives_after_the_task_was_cancelled_goes_back():
@@ -145,20 +147,20 @@ async def test_wait_async_checks_its_arguments_when_called(clock):
         per_key.wait_async("k")
 
 
-def test_wait_async_needs_a_running_loop_only_to_queue(clock):
+def test_wait_async_needs_a_running_loop_granted_at_once_or_not(clock):
+    # Outside asyncio (no loop, or trio) a wait fails the same way whatever the load: not only
+    # once it has to queue, which a light test would never see.
     lim = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock)
-    # Granted at once: no event loop is asked.
-    gen = lim.wait_async().__await__()
-    with pytest.raises(StopIteration) as stop:
-        next(gen)
-    first = stop.value.value
-    assert first.acquired
-    # Queued: asyncio's running loop is needed, as for any future.
-    gen = lim.wait_async().__await__()
-    with pytest.raises(RuntimeError, match="no running event loop"):
-        next(gen)
-    assert lim.statistics().current_queued_count == 0
-    first.release()
+    for busy in (False, True):
+        held = lim.acquire() if busy else None
+        gen = lim.wait_async().__await__()
+        with pytest.raises(RuntimeError, match="needs a running asyncio event loop"):
+            next(gen)
+        assert lim.statistics().current_queued_count == 0
+        assert lim.statistics().current_available_permits == (0 if busy else 1)
+        if held is not None:
+            held.release()
+    assert lim.available_permits() == 1
 
 
 async def test_a_grant_drained_into_a_cancelled_future_goes_back_at_once():

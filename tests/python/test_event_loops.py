@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import weakref
 
 import permits
-from permits import _asyncio
+from permits import _asyncio, _core
 
 
 def test_event_loops_in_several_threads_share_one_limiter() -> None:
@@ -53,7 +54,8 @@ async def test_a_thousand_waiters_released_together_cost_one_wake_up() -> None:
     tasks = [asyncio.ensure_future(limiter.wait_async()) for _ in range(1000)]
     await asyncio.sleep(0)
     assert limiter.statistics().current_queued_count == 1000
-    bridge = _asyncio._bridges[asyncio.get_running_loop()]
+    bridge = _asyncio.bridge_of(asyncio.get_running_loop())
+    assert bridge is not None
     before = bridge.wakeups
     clock.advance(1.0)  # the engine grants all 1000 in one timer run
     leases = await asyncio.wait_for(asyncio.gather(*tasks), 10)
@@ -64,15 +66,18 @@ async def test_a_thousand_waiters_released_together_cost_one_wake_up() -> None:
 
 def test_a_finished_event_loop_leaves_no_bridge_behind() -> None:
     limiter = permits.ConcurrencyLimiter(1, queue_limit=1)
+    bridges: list[weakref.ref[_core.LoopBridge]] = []
 
     async def main() -> None:
         held = limiter.acquire()
         waiter = asyncio.ensure_future(limiter.wait_async())
         await asyncio.sleep(0)
+        bridge = _asyncio.bridge_of(asyncio.get_running_loop())
+        assert bridge is not None
+        bridges.append(weakref.ref(bridge))
         held.release()
         (await waiter).release()
 
-    before = len(_asyncio._bridges)
     asyncio.run(main())
     gc.collect()
-    assert len(_asyncio._bridges) == before
+    assert bridges[0]() is None
