@@ -8,6 +8,7 @@
 
 #include "fastcall.hpp"
 #include "lease_type.hpp"
+#include "self.hpp"
 #include "wait_handle.hpp"
 
 namespace permits::bind {
@@ -593,22 +594,28 @@ PyObject* aw_cancelled(PyObject* self, PyObject*) {
 PyAsyncMethods aw_async = {aw_await, nullptr, nullptr, aw_send};
 
 PyMethodDef aw_methods[] = {
-    {"send", aw_send_method, METH_O, "send(value): resumes the wait (asyncio drives this)."},
+    {"send", aw_send_method, METH_O, "send($self, value, /)\n--\n\nResumes the wait (asyncio drives this)."},
     {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_throw)), METH_FASTCALL,
-     "throw(exc): ends the wait with exc; a queued request leaves the queue."},
-    {"close", aw_close, METH_NOARGS, "Ends the wait; a queued request leaves the queue."},
-    {"__aenter__", aw_aenter, METH_NOARGS, "async with: waits for the lease."},
+     "throw($self, typ, val=None, tb=None, /)\n--\n\nEnds the wait with an exception; a queued request "
+     "leaves the queue."},
+    {"close", aw_close, METH_NOARGS, "close($self, /)\n--\n\nEnds the wait; a queued request leaves the queue."},
+    {"__aenter__", aw_aenter, METH_NOARGS, "__aenter__($self, /)\n--\n\nasync with: waits for the lease."},
     {"__aexit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_aexit)), METH_FASTCALL,
-     "async with: releases the lease."},
-    {"get_loop", aw_get_loop, METH_NOARGS, "The event loop a queued wait waits in."},
+     "__aexit__($self, exc_type, exc, tb, /)\n--\n\nasync with: releases the lease."},
+    {"get_loop", aw_get_loop, METH_NOARGS, "get_loop($self, /)\n--\n\nThe event loop a queued wait waits in."},
     {"add_done_callback", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_add_done_callback)),
-     METH_FASTCALL | METH_KEYWORDS, "As asyncio.Future's: called once the wait is resolved."},
-    {"remove_done_callback", aw_remove_done_callback, METH_O, "As asyncio.Future's: returns how many were removed."},
+     METH_FASTCALL | METH_KEYWORDS,
+     "add_done_callback($self, fn, /, *, context=None)\n--\n\nAs asyncio.Future's: called once the wait is "
+     "resolved."},
+    {"remove_done_callback", aw_remove_done_callback, METH_O,
+     "remove_done_callback($self, fn, /)\n--\n\nAs asyncio.Future's: returns how many "
+     "were removed."},
     {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_cancel)), METH_FASTCALL | METH_KEYWORDS,
-     "cancel(msg=None): a queued request leaves the queue; the waiting task gets CancelledError."},
-    {"result", aw_result, METH_NOARGS, "None once resolved (the lease comes with the await); raises if cancelled."},
-    {"done", aw_done, METH_NOARGS, "True once resolved, cancelled or awaited."},
-    {"cancelled", aw_cancelled, METH_NOARGS, "True once cancelled by cancel()."},
+     "cancel($self, /, msg=None)\n--\n\nA queued request leaves the queue; the waiting task gets CancelledError."},
+    {"result", aw_result, METH_NOARGS,
+     "result($self, /)\n--\n\nNone once resolved (the lease comes with the await); raises if cancelled."},
+    {"done", aw_done, METH_NOARGS, "done($self, /)\n--\n\nTrue once resolved, cancelled or awaited."},
+    {"cancelled", aw_cancelled, METH_NOARGS, "cancelled($self, /)\n--\n\nTrue once cancelled by cancel()."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyTypeObject AsyncWaitType = [] {
@@ -834,18 +841,29 @@ void bind_async_wait(py::module_& m) {
         };
     };
     py::class_<LoopBridge, std::shared_ptr<LoopBridge>>(m, "LoopBridge", py::custom_type_setup(setup))
-        .def(py::init<>())
-        .def_property_readonly("fd", [](const LoopBridge& b) { return b.notifier()->fd(); })
-        .def_property_readonly("wakeups", [](const LoopBridge& b) { return b.notifier()->wakeups(); })
-        .def_property_readonly("pending", &LoopBridge::pending, "Waits queued from this loop, not yet resolved.")
-        .def("drain", &LoopBridge::drain, "Resolves the waits the engine completed; their tasks wake in resume().")
-        .def("resume", &LoopBridge::resume, py::arg("unused") = py::none(),
-             "Wakes the tasks of the waits drain() resolved (a loop callback drain() schedules).")
-        .def("abandon", &LoopBridge::abandon,
-             "The loop is closed or gone: its queued waits leave their queues and their permits go back.");
+        .def(py::init<>(), "__init__(self, /)\n--\n\nA new bridge, with its own pipe.")
+        .def_property_readonly("fd", [](py::handle self) { return self_of<LoopBridge>(self).notifier()->fd(); })
+        .def_property_readonly("wakeups",
+                               [](py::handle self) { return self_of<LoopBridge>(self).notifier()->wakeups(); })
+        .def_property_readonly(
+            "pending", [](py::handle self) { return self_of<LoopBridge>(self).pending(); },
+            "Waits queued from this loop, not yet resolved.")
+        .def(
+            "drain", [](py::handle self) { self_of<LoopBridge>(self).drain(); },
+            "drain(self, /)\n--\n\nResolves the waits the engine completed; their tasks wake in resume().")
+        .def(
+            "resume", [](py::handle self, py::handle unused) { self_of<LoopBridge>(self).resume(unused); },
+            py::arg("unused") = py::none(),
+            "resume(self, unused=None)\n--\n\nWakes the tasks of the waits drain() resolved (a loop callback "
+            "drain() schedules).")
+        .def(
+            "abandon", [](py::handle self) { self_of<LoopBridge>(self).abandon(); },
+            "abandon(self, /)\n--\n\nThe loop is closed or gone: its queued waits leave their queues and their "
+            "permits go back.");
     m.def(
         "_set_bridge_factory", [](py::object factory) { Py_XSETREF(g_bridge_factory, factory.release().ptr()); },
-        "Registers permits._asyncio._bridge(loop) -> LoopBridge (called once, by that module).");
+        "_set_bridge_factory(factory, /)\n--\n\nRegisters permits._asyncio._bridge(loop) -> LoopBridge (called "
+        "once, by that module).");
 }
 
 } // namespace permits::bind

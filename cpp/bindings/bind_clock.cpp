@@ -5,6 +5,7 @@
 
 #include "gil.hpp"
 #include "permits/clock.hpp"
+#include "self.hpp"
 
 namespace py = pybind11;
 
@@ -30,18 +31,28 @@ std::shared_ptr<MonotonicClock> monotonic_clock() {
 
 void bind_clock(py::module_& m) {
     calibrate_in_background();
-    py::class_<Clock, std::shared_ptr<Clock>>(m, "Clock").def("now_ns", &Clock::now);
+    py::class_<Clock, std::shared_ptr<Clock>>(m, "Clock")
+        .def(
+            "now_ns", [](py::handle self) { return self_of<Clock>(self).now(); },
+            "now_ns(self, /)\n--\n\nThe clock's time, in integer nanoseconds.");
     py::class_<MonotonicClock, Clock, std::shared_ptr<MonotonicClock>>(m, "MonotonicClock")
-        .def(py::init(&monotonic_clock))
+        .def(py::init(&monotonic_clock), "__init__(self, /)\n--\n\nThe process's one real-time clock.")
         .def_property_readonly(
             "source",
-            [](const MonotonicClock& c) { return c.source() == MonotonicClock::Source::Tsc ? "tsc" : "monotonic"; },
+            [](py::handle self) {
+                return self_of<MonotonicClock>(self).source() == MonotonicClock::Source::Tsc ? "tsc" : "monotonic";
+            },
             "'tsc' (the CPU's time-stamp counter) or 'monotonic' (clock_gettime(CLOCK_MONOTONIC)).");
     py::class_<ManualClock, Clock, std::shared_ptr<ManualClock>>(m, "ManualClock")
-        .def(py::init<Nanos>(), py::arg("start_ns") = 0)
-        .def("advance_ns", &ManualClock::advance, py::arg("delta_ns"),
-             "Moves time forward and runs, in this thread, every timer that came due.")
-        .def("pending_timers", &ManualClock::pending);
+        .def(py::init<Nanos>(), py::arg("start_ns") = 0, "__init__(self, start_ns=0)\n--\n\n")
+        .def(
+            "advance_ns", [](py::handle self, Nanos delta) { self_of<ManualClock>(self).advance(delta); },
+            py::arg("delta_ns"),
+            "advance_ns(self, delta_ns)\n--\n\nMoves time forward and runs, in this thread, every timer that "
+            "came due.")
+        .def(
+            "pending_timers", [](py::handle self) { return self_of<ManualClock>(self).pending(); },
+            "pending_timers(self, /)\n--\n\nTimers waiting on this clock.");
 }
 
 } // namespace permits::bind

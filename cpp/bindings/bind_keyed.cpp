@@ -17,6 +17,7 @@
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
+#include "self.hpp"
 #include "wait_handle.hpp"
 
 namespace permits::bind {
@@ -139,8 +140,9 @@ void bind_keyed(py::module_& m) {
                  py::arg("idle_timeout_ns"), py::arg("max_partitions"))
             .def(
                 "_enqueue",
-                [](const std::shared_ptr<KeyedLimiter>& self, py::handle resource, py::handle n, Nanos timeout_ns,
+                [](py::handle self_obj, py::handle resource, py::handle n, Nanos timeout_ns,
                    std::shared_ptr<Notifier> notifier, std::uint64_t id) -> py::object {
+                    const auto self = shared_self_of<KeyedLimiter>(self_obj);
                     const std::string key = key_of(resource);
                     auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
                     if (q.enqueued.waiter) {
@@ -149,41 +151,55 @@ void bind_keyed(py::module_& m) {
                     }
                     return steal(lease_of(q.enqueued.outcome, *self, resource.ptr()));
                 },
-                py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
+                py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"),
+                "_enqueue(self, resource, permit_count, timeout_ns, notifier, id)\n--\n\nA lease now, or a "
+                "WaitHandle.")
             .def(
                 "_statistics",
-                [](KeyedLimiter& self, py::handle resource) -> py::object {
-                    const auto s = self.statistics(key_of(resource));
+                [](py::handle self, py::handle resource) -> py::object {
+                    const auto s = self_of<KeyedLimiter>(self).statistics(key_of(resource));
                     if (!s) {
                         return py::none();
                     }
                     return py::make_tuple(s->current_available_permits, s->current_queued_count,
                                           s->total_successful_leases, s->total_failed_leases);
                 },
-                "The key's statistics tuple (None at the partition bound).")
-            .def_property_readonly("partition_count", &KeyedLimiter::size)
-            .def("_totals",
-                 [](KeyedLimiter& self) {
-                     const Statistics s = self.totals();
-                     return py::make_tuple(s.current_available_permits, s.current_queued_count,
-                                           s.total_successful_leases, s.total_failed_leases);
-                 })
+                "_statistics(self, resource, /)\n--\n\nThe key's statistics tuple (None at the partition bound).")
+            .def_property_readonly("partition_count",
+                                   [](py::handle self) { return self_of<KeyedLimiter>(self).size(); })
+            .def(
+                "_totals",
+                [](py::handle self) {
+                    const Statistics s = self_of<KeyedLimiter>(self).totals();
+                    return py::make_tuple(s.current_available_permits, s.current_queued_count,
+                                          s.total_successful_leases, s.total_failed_leases);
+                },
+                "_totals(self, /)\n--\n\nThe statistics over every key, as a tuple.")
             .def(
                 "_memory",
-                [](KeyedLimiter& self) {
-                    const auto m = self.memory();
+                [](py::handle self) {
+                    const auto m = self_of<KeyedLimiter>(self).memory();
                     return py::make_tuple(m.bytes, m.key_bytes);
                 },
-                "(bytes the table has allocated, of which key bytes); full limiters not counted.")
-            .def("evict_idle", &KeyedLimiter::evict_idle,
-                 "Drops every partition idle for longer than the idle timeout now.")
-            .def("close", &KeyedLimiter::close)
-            .def_property_readonly("closed", &KeyedLimiter::closed);
-    install<FastCall::Acquire>(cls, "acquire", "acquire(resource, permit_count=1) -> Lease");
-    install<FastCall::TryNow>(cls, "_try_now", "_try_now(resource, permit_count=1) -> Lease | None");
+                "_memory(self, /)\n--\n\n(bytes the table has allocated, of which key bytes); full limiters not "
+                "counted.")
+            .def(
+                "evict_idle", [](py::handle self) { return self_of<KeyedLimiter>(self).evict_idle(); },
+                "evict_idle(self, /)\n--\n\nDrops every partition idle for longer than the idle timeout now; "
+                "returns how many.")
+            .def(
+                "close", [](py::handle self) { self_of<KeyedLimiter>(self).close(); },
+                "close(self, /)\n--\n\nFails every key's queued requests with reason 'closed'; later calls raise.")
+            .def_property_readonly("closed", [](py::handle self) { return self_of<KeyedLimiter>(self).closed(); });
+    install<FastCall::Acquire>(cls, "acquire",
+                               "acquire($self, resource, /, permit_count=1)\n--\n\nTakes permits of the "
+                               "resource's partition now or returns a failed lease; never blocks or queues.");
+    install<FastCall::TryNow>(cls, "_try_now",
+                              "_try_now($self, resource, /, permit_count=1)\n--\n\nA wait's immediate grant, or "
+                              "None.");
     install<FastCall::WaitAsync>(cls, "wait_async",
-                                 "wait_async(resource, permit_count=1) -> AsyncWait: waits in the key's queue "
-                                 "(asyncio).");
+                                 "wait_async($self, resource, /, permit_count=1)\n--\n\nWaits in the resource's "
+                                 "queue (asyncio); also an async context manager releasing the lease on exit.");
 }
 
 } // namespace permits::bind

@@ -10,6 +10,7 @@
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
+#include "self.hpp"
 #include "wait_handle.hpp"
 
 namespace permits::bind {
@@ -23,26 +24,41 @@ py::object to_lease(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
     return py::reinterpret_steal<py::object>(lease);
 }
 
-py::object acquire(const std::shared_ptr<Limiter>& self, py::handle n) {
-    return to_lease(self->acquire(int_arg(n, "permit_count")), self);
+py::object acquire(py::handle self, py::handle n) {
+    const auto limiter = shared_self_of<Limiter>(self);
+    return to_lease(limiter->acquire(int_arg(n, "permit_count")), limiter);
 }
 
-py::object enqueue(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeout_ns,
-                   std::shared_ptr<Notifier> notifier, std::uint64_t id) {
-    auto q = self->enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
+py::object try_now(py::handle self, py::handle n) {
+    const auto limiter = shared_self_of<Limiter>(self);
+    const auto o = limiter->try_now(int_arg(n, "permit_count"));
+    return o ? to_lease(*o, limiter) : py::none();
+}
+
+py::object enqueue(py::handle self, py::handle n, Nanos timeout_ns, std::shared_ptr<Notifier> notifier,
+                   std::uint64_t id) {
+    const auto limiter = shared_self_of<Limiter>(self);
+    auto q = limiter->enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
     if (!q.waiter) {
-        return to_lease(q.outcome, self);
+        return to_lease(q.outcome, limiter);
     }
-    return py::cast(WaitHandle(self, q.waiter));
+    return py::cast(WaitHandle(limiter, q.waiter));
 }
 
 // Blocks with the GIL released; wakes every 50 ms to let Ctrl-C (and other signals) in.
-py::object wait(const std::shared_ptr<Limiter>& self, py::handle n, Nanos timeout_ns) {
-    auto q = self->enqueue(int_arg(n, "permit_count"), timeout_ns);
+py::object wait(py::handle self, py::handle n, Nanos timeout_ns) {
+    const auto limiter = shared_self_of<Limiter>(self);
+    auto q = limiter->enqueue(int_arg(n, "permit_count"), timeout_ns);
     if (!q.waiter) {
-        return to_lease(q.outcome, self);
+        return to_lease(q.outcome, limiter);
     }
-    return WaitHandle(self, q.waiter).block();
+    return WaitHandle(limiter, q.waiter).block();
+}
+
+py::tuple statistics(py::handle self) {
+    const Statistics s = self_of<Limiter>(self).statistics();
+    return py::make_tuple(s.current_available_permits, s.current_queued_count, s.total_successful_leases,
+                          s.total_failed_leases);
 }
 
 // ---- acquire(): the hot path, as a METH_FASTCALL method on each limiter type (so are _try_now
@@ -91,13 +107,13 @@ template <class T, FastCall kind> void install_fast(py::handle cls, const char* 
 
 template <class T> void install_fast_acquire(py::handle cls) {
     install_fast<T, FastCall::Acquire>(cls, "acquire",
-                                       "acquire(permit_count=1) -> Lease: takes permits now or returns a failed "
-                                       "lease; never blocks or queues.");
+                                       "acquire($self, /, permit_count=1)\n--\n\nTakes permits now or returns a "
+                                       "failed lease; never blocks or queues.");
     install_fast<T, FastCall::TryNow>(cls, "_try_now",
-                                      "_try_now(permit_count=1) -> Lease | None: a wait's immediate grant, or None.");
+                                      "_try_now($self, /, permit_count=1)\n--\n\nA wait's immediate grant, or None.");
     install_fast<T, FastCall::WaitAsync>(cls, "wait_async",
-                                         "wait_async(permit_count=1) -> AsyncWait: waits in the queue (asyncio); "
-                                         "also an async context manager releasing the lease on exit.");
+                                         "wait_async($self, /, permit_count=1)\n--\n\nWaits in the queue "
+                                         "(asyncio); also an async context manager releasing the lease on exit.");
 }
 
 QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
@@ -107,32 +123,36 @@ QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
 } // namespace
 
 void bind_limiters(py::module_& m) {
+    // Signatures in the docstrings (name(...)\n--\n\n) give inspect.signature and help() what the
+    // docs show.
     py::class_<Limiter, std::shared_ptr<Limiter>>(m, "Limiter")
         .def("acquire", &acquire, py::arg("permit_count") = 1,
-             "Takes permits now or returns a failed lease; never blocks or queues.")
+             "acquire(self, permit_count=1)\n--\n\nTakes permits now or returns a failed lease; never blocks or "
+             "queues.")
+        .def("_try_now", &try_now, py::arg("permit_count") = 1,
+             "_try_now(self, permit_count=1)\n--\n\nA wait's immediate grant, or None.")
+        .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"),
+             "_enqueue(self, permit_count, timeout_ns, notifier, id)\n--\n\nA lease now, or a WaitHandle.")
+        .def("_wait", &wait, py::arg("permit_count"), py::arg("timeout_ns"),
+             "_wait(self, permit_count, timeout_ns)\n--\n\nWaits (GIL released) for a lease.")
         .def(
-            "_try_now",
-            [](const std::shared_ptr<Limiter>& self, py::handle n) -> py::object {
-                const auto o = self->try_now(int_arg(n, "permit_count"));
-                return o ? to_lease(*o, self) : py::none();
-            },
-            py::arg("permit_count") = 1)
-        .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"))
-        .def("_wait", &wait, py::arg("permit_count"), py::arg("timeout_ns"))
-        .def("available_permits", &Limiter::available_permits, "An estimate of the permits available now.")
-        .def("_statistics",
-             [](Limiter& l) {
-                 const Statistics s = l.statistics();
-                 return py::make_tuple(s.current_available_permits, s.current_queued_count, s.total_successful_leases,
-                                       s.total_failed_leases);
-             })
-        .def("_idle_duration_ns", &Limiter::idle_duration)
-        .def("try_replenish", &Limiter::try_replenish,
-             "Manual mode: applies the replenishment elapsed time allows and returns True; False in auto mode.")
-        .def("close", &Limiter::close, "Fails queued requests with reason 'closed'; later calls raise.")
-        .def_property_readonly("closed", &Limiter::closed)
-        .def_property_readonly("_max_permits", &Limiter::max_permits)
-        .def_property_readonly("_clock", &Limiter::clock, "The clock the limiter runs on.");
+            "available_permits", [](py::handle self) { return self_of<Limiter>(self).available_permits(); },
+            "available_permits(self, /)\n--\n\nAn estimate of the permits available now.")
+        .def("_statistics", &statistics, "_statistics(self, /)\n--\n\nThe statistics as a tuple.")
+        .def(
+            "_idle_duration_ns", [](py::handle self) { return self_of<Limiter>(self).idle_duration(); },
+            "_idle_duration_ns(self, /)\n--\n\nNanoseconds fully idle, or None while in use.")
+        .def(
+            "try_replenish", [](py::handle self) { return self_of<Limiter>(self).try_replenish(); },
+            "try_replenish(self, /)\n--\n\nManual mode: applies the replenishment elapsed time allows and "
+            "returns True; False in auto mode.")
+        .def(
+            "close", [](py::handle self) { self_of<Limiter>(self).close(); },
+            "close(self, /)\n--\n\nFails queued requests with reason 'closed'; later calls raise.")
+        .def_property_readonly("closed", [](py::handle self) { return self_of<Limiter>(self).closed(); })
+        .def_property_readonly("_max_permits", [](py::handle self) { return self_of<Limiter>(self).max_permits(); })
+        .def_property_readonly(
+            "_clock", [](py::handle self) { return self_of<Limiter>(self).clock(); }, "The clock the limiter runs on.");
 
     auto tokenbucket = py::class_<TokenBucket, Limiter, std::shared_ptr<TokenBucket>>(m, "TokenBucket");
     tokenbucket.def(py::init([](std::shared_ptr<Clock> clock, py::handle token_limit, py::handle tokens_per_period,

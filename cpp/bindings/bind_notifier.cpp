@@ -4,6 +4,7 @@
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
 #include "permits/limiter.hpp"
+#include "self.hpp"
 #include "wait_handle.hpp"
 
 namespace py = pybind11;
@@ -57,14 +58,22 @@ py::object WaitHandle::block() {
 void bind_notifier(py::module_& m) {
     // Only as the type of _enqueue's `notifier` argument (None there): each loop's notifier lives
     // in its LoopBridge (async_wait.cpp).
-    py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier").def(py::init<>());
+    py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier").def(py::init<>(), "__init__(self, /)\n--\n\n");
 
     py::class_<WaitHandle>(m, "WaitHandle")
-        .def_property_readonly("id", [](const WaitHandle& h) { return h.waiter()->id(); })
-        .def("done", [](const WaitHandle& h) { return !h.waiter()->pending(); })
-        .def("cancel", &WaitHandle::cancel, "Leaves the queue; False if the request had already completed.")
-        .def("lease", &WaitHandle::lease, "The completed request's lease (the same object each time).")
-        .def("block", &WaitHandle::block, "Waits (GIL released) for the request's lease.");
+        .def_property_readonly("id", [](py::handle self) { return self_of<WaitHandle>(self).waiter()->id(); })
+        .def(
+            "done", [](py::handle self) { return !self_of<WaitHandle>(self).waiter()->pending(); },
+            "done(self, /)\n--\n\nTrue once the request completed or was cancelled.")
+        .def(
+            "cancel", [](py::handle self) { return self_of<WaitHandle>(self).cancel(); },
+            "cancel(self, /)\n--\n\nLeaves the queue; False if the request had already completed.")
+        .def(
+            "lease", [](py::handle self) { return self_of<WaitHandle>(self).lease(); },
+            "lease(self, /)\n--\n\nThe completed request's lease (the same object each time).")
+        .def(
+            "block", [](py::handle self) { return self_of<WaitHandle>(self).block(); },
+            "block(self, /)\n--\n\nWaits (GIL released) for the request's lease.");
 }
 
 } // namespace permits::bind

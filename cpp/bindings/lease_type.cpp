@@ -426,18 +426,22 @@ PyObject* lease_with_permit_count(LeaseObject* self, PyObject* arg) {
 
 PyMethodDef lease_methods[] = {
     {"release", reinterpret_cast<PyCFunction>(lease_release), METH_NOARGS,
-     "Returns the lease's permits (concurrency limiters); idempotent. A no-op on time-based limiters."},
+     "release($self, /)\n--\n\nReturns the lease's permits (concurrency limiters); idempotent. A no-op on "
+     "time-based limiters."},
     {"_give_back", reinterpret_cast<PyCFunction>(lease_give_back), METH_NOARGS,
-     "Returns the permits to the limiter as if never taken (refund); idempotent with release()."},
-    {"_with_permit_count", reinterpret_cast<PyCFunction>(lease_with_permit_count), METH_O, nullptr},
-    {"__enter__", lease_enter, METH_NOARGS, nullptr},
-    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_exit)), METH_FASTCALL, nullptr},
+     "_give_back($self, /)\n--\n\nReturns the permits to the limiter as if never taken (refund); idempotent "
+     "with release()."},
+    {"_with_permit_count", reinterpret_cast<PyCFunction>(lease_with_permit_count), METH_O,
+     "_with_permit_count($self, permit_count, /)\n--\n\n"},
+    {"__enter__", lease_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n"},
+    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_exit)), METH_FASTCALL,
+     "__exit__($self, exc_type, exc, tb, /)\n--\n\nReleases the lease."},
     {"granted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_granted)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "granted(permit_count=1, *, on_release=None, metadata=None) -> Lease: a successful lease."},
+     "granted($type, /, permit_count=1, *, on_release=None, metadata=None)\n--\n\nA successful lease."},
     {"denied", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_denied)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "denied(reason='limit_reached', *, retry_after=None, metadata=None) -> Lease: a failed lease."},
+     "denied($type, /, reason='limit_reached', *, retry_after=None, metadata=None)\n--\n\nA failed lease."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyGetSetDef lease_getset[] = {

@@ -18,12 +18,16 @@ void bind_async_wait(py::module_& m);
 PYBIND11_MODULE(_core, m) {
     // Imported in the main interpreter only: permits/_interpreter.py says why (a subinterpreter is
     // refused before this module is loaded; on 3.12+ pybind11's module slot refuses it too).
+    // Every docstring starts with its signature (name(...)\n--\n\n), which inspect.signature and
+    // help() read: pybind11's own signature line would hide it.
+    py::options options;
+    options.disable_function_signatures();
     m.doc() = "permits' engine (private: use the names exported by the permits package).";
     if (!permits::py_lease::register_type(m.ptr())) {
         throw py::error_already_set();
     }
     m.def("_lease_allocations", &permits::py_lease::allocations,
-          "Leases allocated so far rather than reused from the freelist (for tests).");
+          "_lease_allocations()\n--\n\nLeases allocated so far rather than reused from the freelist (for tests).");
     permits::bind::g_closed_error =
         py::register_exception<permits::ClosedError>(m, "LimiterClosedError", PyExc_RuntimeError).inc_ref().ptr();
     permits::bind::bind_clock(m);
