@@ -14,7 +14,9 @@
 namespace permits::bind {
 namespace {
 
-enum class Phase : std::uint8_t { New, Waiting, Done, Ready };
+// Delegating: queued outside asyncio, the wait is a coroutine of permits._foreign (trio), which the
+// awaitable drives as `yield from` would.
+enum class Phase : std::uint8_t { New, Waiting, Delegating, Done, Ready };
 
 // Queued, the awaitable is itself the future-like object its task waits on (asyncio's duck-typed
 // protocol: _asyncio_future_blocking, get_loop, add_done_callback, cancel, result), so a grant
@@ -40,6 +42,7 @@ struct Core {
     LoopBridge* bridge = nullptr;
     std::uint64_t id = 0;
     std::unique_ptr<WaitHandle> handle;
+    PyObject* inner = nullptr; // Delegating: the coroutine waiting in another async library
 };
 
 struct AsyncWaitObject {
@@ -103,20 +106,9 @@ LoopBridge* bridge_of(PyObject* loop) {
     return b;
 }
 
-/// The running asyncio loop (a new reference); nullptr with RuntimeError set when none runs in this
-/// thread: under trio (anyio's trio backend) too, so that a wait fails the same way whether or not
-/// a permit is free, instead of only once it has to queue.
-PyObject* running_loop() {
-    PyObject* loop = PyObject_CallNoArgs(names().get_running_loop);
-    if (loop == Py_None) {
-        Py_DECREF(loop);
-        PyErr_SetString(PyExc_RuntimeError,
-                        "wait_async() needs a running asyncio event loop (no running event loop in this thread; "
-                        "trio and other async libraries are not supported: use acquire() or wait() there)");
-        return nullptr;
-    }
-    return loop;
-}
+// permits._foreign.queued_wait(owner, key, permit_count): a wait queued outside asyncio (trio),
+// registered by that module when it is imported (permits imports it).
+PyObject* g_foreign_wait = nullptr;
 
 // A lease for an outcome of the target: per-key grants go back through the table.
 PyObject* lease_for(const WaitTarget& t, const Outcome& o) {
@@ -187,6 +179,23 @@ void raise_error(const Core& c) {
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(c.error)), c.error);
 }
 
+/// Closes a delegated wait's coroutine: its request leaves the queue (its own `finally`).
+void close_inner(Core& c) {
+    if (c.inner == nullptr) {
+        return;
+    }
+    PyObject* inner = std::exchange(c.inner, nullptr);
+    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject* r = PyObject_CallMethod(inner, "close", nullptr);
+    if (r == nullptr) {
+        PyErr_WriteUnraisable(inner);
+    }
+    Py_XDECREF(r);
+    Py_DECREF(inner);
+    PyErr_Restore(type, value, tb);
+}
+
 /// Ends the wait for good: a request still queued leaves the queue (a lease the bridge kept for
 /// it is given back by withdraw()), and the loop, the callbacks and the handle are let go.
 void end(Core& c) {
@@ -194,6 +203,7 @@ void end(Core& c) {
         withdraw(c);
         Py_CLEAR(c.result);
     }
+    close_inner(c);
     c.phase = Phase::Done;
     Py_CLEAR(c.error);
     Py_CLEAR(c.loop);
@@ -232,13 +242,10 @@ PySendResult block(PyObject* self, Core& c, PyObject** out) {
 
 // First step: granted now, or refused for good (a full queue...), or queued: then the awaitable
 // is yielded to the task as the future it waits on.
+PySendResult delegate(Core& c, PyObject* arg, PyObject** out);
+
 PySendResult start(PyObject* self, Core& c, PyObject** out) {
     PyObject* lease = guarded([&]() -> PyObject* {
-        // Asked first, granted at once or not: a wait outside asyncio fails the same way under any load.
-        py::object loop = py::reinterpret_steal<py::object>(running_loop());
-        if (!loop) {
-            throw py::error_already_set();
-        }
         const WaitTarget& t = c.target;
         if (t.keyed != nullptr) {
             if (auto r = t.keyed->try_now(t.encoded, c.permits)) {
@@ -246,6 +253,24 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
             }
         } else if (auto o = t.limiter->try_now(c.permits)) {
             return lease_for(t, *o);
+        }
+        // Asked only now: asyncio's running-loop lookup costs a getpid() system call (3.11).
+        py::object loop = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(names().get_running_loop));
+        if (!loop) {
+            throw py::error_already_set();
+        }
+        if (loop.is_none()) {
+            // Not in asyncio: another async library (trio) waits its own way, or nothing runs (an error).
+            if (g_foreign_wait == nullptr) {
+                throw py::import_error("permits._foreign is not imported: import permits first");
+            }
+            PyObject* key = t.key != nullptr ? t.key : Py_None;
+            c.inner = PyObject_CallFunction(g_foreign_wait, "OOL", t.owner, key, static_cast<long long>(c.permits));
+            if (c.inner == nullptr) {
+                throw py::error_already_set();
+            }
+            c.phase = Phase::Delegating;
+            return nullptr;
         }
         LoopBridge* bridge = bridge_of(loop.ptr());
         const std::uint64_t id = bridge->next_id();
@@ -277,16 +302,36 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
     if (c.phase == Phase::Waiting) {
         return block(self, c, out);
     }
+    if (c.phase == Phase::Delegating) {
+        PyObject_GC_Track(self);
+        return delegate(c, Py_None, out);
+    }
     if (lease == nullptr) {
         return fail(c);
     }
     return finish(c, lease, out);
 }
 
-PySendResult aw_send(PyObject* self, PyObject* /*arg*/, PyObject** out) {
+/// One step of a delegated wait: sends `arg` into its coroutine, as `yield from` does.
+PySendResult delegate(Core& c, PyObject* arg, PyObject** out) {
+    PyObject* value = nullptr;
+    const PySendResult r = PyIter_Send(c.inner, arg, &value);
+    if (r == PYGEN_NEXT) {
+        *out = value;
+        return PYGEN_NEXT;
+    }
+    Py_CLEAR(c.inner); // finished: nothing to close
+    if (r == PYGEN_RETURN) {
+        return finish(c, value, out);
+    }
+    return fail(c);
+}
+
+PySendResult aw_send(PyObject* self, PyObject* arg, PyObject** out) {
     Core& c = core_of(self);
     switch (c.phase) {
     case Phase::New: return start(self, c, out);
+    case Phase::Delegating: return delegate(c, arg, out);
     case Phase::Waiting: {
         if (!c.resolved) {
             return block(self, c, out); // resumed early (not by a task): wait on
@@ -311,12 +356,12 @@ PySendResult aw_send(PyObject* self, PyObject* /*arg*/, PyObject** out) {
     return PYGEN_ERROR;
 }
 
-PyObject* aw_next(PyObject* self) {
-    PyObject* out = nullptr;
-    switch (aw_send(self, Py_None, &out)) {
+/// A step's outcome as the iterator protocol returns it: the value yielded, or nullptr with
+/// StopIteration(value) set for a return (as for a generator's return), or with the error set.
+PyObject* as_iteration(PySendResult r, PyObject* out) {
+    switch (r) {
     case PYGEN_NEXT: return out;
     case PYGEN_RETURN:
-        // The value travels in StopIteration, as for a generator's return.
         if (out == Py_None) {
             PyErr_SetNone(PyExc_StopIteration);
         } else {
@@ -333,8 +378,43 @@ PyObject* aw_next(PyObject* self) {
     return nullptr;
 }
 
-PyObject* aw_send_method(PyObject* self, PyObject* /*value*/) {
-    return aw_next(self);
+PyObject* aw_send_method(PyObject* self, PyObject* value) {
+    PyObject* out = nullptr;
+    const PySendResult r = aw_send(self, value, &out); // before `out` is read
+    return as_iteration(r, out);
+}
+
+PyObject* aw_next(PyObject* self) {
+    return aw_send_method(self, Py_None);
+}
+
+/// throw() into a delegated wait's coroutine (trio cancelling it): what it yields, returns or raises.
+PyObject* throw_into_inner(Core& c, PyObject* const* args, Py_ssize_t nargs) {
+    PyObject* method = PyObject_GetAttrString(c.inner, "throw");
+    PyObject* r = method != nullptr ? PyObject_Vectorcall(method, args, nargs, nullptr) : nullptr;
+    Py_XDECREF(method);
+    if (r != nullptr) {
+        return r; // it caught the exception and waits on
+    }
+    Py_CLEAR(c.inner);
+    if (!PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        fail(c);
+        return nullptr;
+    }
+    PyObject *type = nullptr, *stop = nullptr, *tb = nullptr;
+    PyErr_Fetch(&type, &stop, &tb);
+    PyErr_NormalizeException(&type, &stop, &tb);
+    PyObject* value = stop != nullptr ? PyObject_GetAttrString(stop, "value") : Py_NewRef(Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(stop);
+    Py_XDECREF(tb);
+    if (value == nullptr) {
+        fail(c);
+        return nullptr;
+    }
+    PyObject* out = nullptr;
+    const PySendResult done = finish(c, value, &out); // before `out` is read
+    return as_iteration(done, out);
 }
 
 // throw(exc) / throw(type[, value[, tb]]): what a task does when it is cancelled while waiting.
@@ -343,7 +423,11 @@ PyObject* aw_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
         return nullptr;
     }
-    end(core_of(self));
+    Core& c = core_of(self);
+    if (c.phase == Phase::Delegating && c.inner != nullptr) {
+        return throw_into_inner(c, args, nargs);
+    }
+    end(c);
     PyObject* typ = args[0];
     PyObject* val = nargs > 1 ? args[1] : Py_None;
     PyObject* tb = nargs > 2 ? args[2] : Py_None;
@@ -426,6 +510,7 @@ int aw_traverse(PyObject* self, visitproc visit, void* arg) {
     Py_VISIT(c.result);
     Py_VISIT(c.error);
     Py_VISIT(c.loop);
+    Py_VISIT(c.inner);
     for (const auto& cb : c.callbacks) {
         Py_VISIT(cb.fn);
         Py_VISIT(cb.context);
@@ -860,6 +945,10 @@ void bind_async_wait(py::module_& m) {
             "abandon", [](py::handle self) { self_of<LoopBridge>(self).abandon(); },
             "abandon(self, /)\n--\n\nThe loop is closed or gone: its queued waits leave their queues and their "
             "permits go back.");
+    m.def(
+        "_set_foreign_wait", [](py::object wait) { Py_XSETREF(g_foreign_wait, wait.release().ptr()); },
+        "_set_foreign_wait(wait, /)\n--\n\nRegisters permits._foreign.queued_wait(owner, key, permit_count) (called "
+        "once, by that module).");
     m.def(
         "_set_bridge_factory", [](py::object factory) { Py_XSETREF(g_bridge_factory, factory.release().ptr()); },
         "_set_bridge_factory(factory, /)\n--\n\nRegisters permits._asyncio._bridge(loop) -> LoopBridge (called "

@@ -56,9 +56,14 @@ py::object WaitHandle::block() {
 }
 
 void bind_notifier(py::module_& m) {
-    // Only as the type of _enqueue's `notifier` argument (None there): each loop's notifier lives
-    // in its LoopBridge (async_wait.cpp).
-    py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier").def(py::init<>(), "__init__(self, /)\n--\n\n");
+    // An asyncio loop's notifier lives in its LoopBridge (async_wait.cpp); a wait queued under another
+    // async library (permits._foreign) has a notifier of its own, whose fd that library watches.
+    py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
+        .def(py::init<>(), "__init__(self, /)\n--\n\nA pipe the engine writes a byte to when it completes a request.")
+        .def_property_readonly("fd", [](py::handle self) { return self_of<Notifier>(self).fd(); })
+        .def(
+            "drain", [](py::handle self) { self_of<Notifier>(self).drain(); },
+            "drain(self, /)\n--\n\nEmpties the pipe and forgets the completed requests.");
 
     py::class_<WaitHandle>(m, "WaitHandle")
         .def_property_readonly("id", [](py::handle self) { return self_of<WaitHandle>(self).waiter()->id(); })

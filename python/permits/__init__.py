@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import _interpreter  # noqa: F401  (refuses a subinterpreter before the extension is loaded)
 
 # isort: split
-from . import _asyncio  # noqa: F401  (registers the event loops' bridge with the engine)
+from . import _asyncio, _foreign  # noqa: F401  (register the event loops' bridge and other libraries' waits)
 from ._core import Lease, LimiterClosedError
 from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock

@@ -2,7 +2,7 @@
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import TracebackType
 from typing import Any, final
 
@@ -64,6 +64,9 @@ class ManualClock(Clock):
 
 class Notifier:
     def __init__(self) -> None: ...
+    @property
+    def fd(self) -> int: ...
+    def drain(self) -> None: ...
 
 class WaitHandle:
     @property
@@ -110,6 +113,7 @@ class LoopBridge:
     def resume(self, unused: object = None) -> None: ...
     def abandon(self) -> None: ...
 
+def _set_foreign_wait(wait: Callable[[Any, object, int], Coroutine[Any, Any, Lease]], /) -> None: ...
 def _set_bridge_factory(factory: Callable[[asyncio.AbstractEventLoop], LoopBridge], /) -> None: ...
 
 class Limiter:

@@ -147,20 +147,20 @@ async def test_wait_async_checks_its_arguments_when_called(clock):
         per_key.wait_async("k")
 
 
-def test_wait_async_needs_a_running_loop_granted_at_once_or_not(clock):
-    # Outside asyncio (no loop, or trio) a wait fails the same way whatever the load: not only
-    # once it has to queue, which a light test would never see.
+def test_wait_async_needs_a_running_loop_only_to_queue(clock):
     lim = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock)
-    for busy in (False, True):
-        held = lim.acquire() if busy else None
-        gen = lim.wait_async().__await__()
-        with pytest.raises(RuntimeError, match="needs a running asyncio event loop"):
-            next(gen)
-        assert lim.statistics().current_queued_count == 0
-        assert lim.statistics().current_available_permits == (0 if busy else 1)
-        if held is not None:
-            held.release()
-    assert lim.available_permits() == 1
+    # Granted at once: no event loop is asked.
+    gen = lim.wait_async().__await__()
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    first = stop.value.value
+    assert first.acquired
+    # Queued: a running event loop is needed (asyncio, or trio), as for any future.
+    gen = lim.wait_async().__await__()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        next(gen)
+    assert lim.statistics().current_queued_count == 0
+    first.release()
 
 
 async def test_a_grant_drained_into_a_cancelled_future_goes_back_at_once():
