@@ -178,6 +178,11 @@ void ManualClock::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
     heap_.push(when, std::move(target));
 }
 
+std::size_t ManualClock::cancel(const TimerTarget* target) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heap_.remove(target);
+}
+
 void ManualClock::advance(Nanos delta) {
     std::lock_guard<std::mutex> order(advance_mu_);
     if (delta < 0 || delta > kMaxTime - now_.load()) {
