@@ -606,7 +606,7 @@ void KeyedLimiter::fork_reset_child(bool timers_cleared, TimerHeap& engine) {
     }
     scheduled_at_.store(next);
     if (next != kNever) {
-        engine.push(next, weak_from_this());
+        engine.push(next, weak_from_this(), this);
     }
 }
 

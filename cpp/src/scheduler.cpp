@@ -6,8 +6,7 @@
 
 namespace permits {
 
-void TimerHeap::push(Nanos when, std::weak_ptr<TimerTarget> target) {
-    const TimerTarget* raw = target.lock().get();
+void TimerHeap::push(Nanos when, std::weak_ptr<TimerTarget> target, const TimerTarget* raw) {
     heap_.push_back({when, seq_++, std::move(target), raw});
     std::push_heap(heap_.begin(), heap_.end(), Later{});
 }
@@ -57,6 +56,7 @@ void EngineThread::start_locked() {
 }
 
 void EngineThread::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
+    const TimerTarget* raw = target.lock().get(); // not under mu_: this reference may be the last
     bool wake = false;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -64,7 +64,7 @@ void EngineThread::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
             start_locked();
         }
         wake = when < heap_.next();
-        heap_.push(when, std::move(target));
+        heap_.push(when, std::move(target), raw);
     }
     if (wake) {
         cv_.notify_one();

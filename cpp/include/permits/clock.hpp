@@ -28,7 +28,9 @@ public:
 /// A min-heap of (time, target). Stale or duplicate entries are harmless: targets re-check their state.
 class TimerHeap {
 public:
-    void push(Nanos when, std::weak_ptr<TimerTarget> target);
+    /// `raw` is the target's address (for remove()), read by the caller before taking the heap's lock.
+    void push(Nanos when, std::weak_ptr<TimerTarget> target, const TimerTarget* raw);
+    void push(Nanos when, const std::weak_ptr<TimerTarget>& target) { push(when, target, target.lock().get()); }
     /// Pops one entry due at `now` or earlier; false when none is due.
     bool pop_due(Nanos now, std::weak_ptr<TimerTarget>& out);
     /// Drops every entry for `target`; returns how many. O(entries).
