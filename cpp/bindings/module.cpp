@@ -3,6 +3,7 @@
 
 #include "args.hpp"
 #include "lease_type.hpp"
+#include "permits/clock.hpp"
 #include "permits/outcome.hpp"
 
 namespace py = pybind11;
@@ -35,4 +36,11 @@ PYBIND11_MODULE(_core, m) {
     permits::bind::bind_notifier(m);
     permits::bind::bind_keyed(m);
     permits::bind::bind_async_wait(m);
+    m.def(
+        "_engine_pending_timers", [] { return permits::EngineThread::instance().pending(); },
+        "Timers the engine thread holds (for tests).");
+    // A forked child has no engine thread: the per-key tables' eviction timers, set again by the
+    // fork handlers, need one before any new timer would start it.
+    py::module_::import("os").attr("register_at_fork")(
+        py::arg("after_in_child") = py::cpp_function([] { permits::EngineThread::instance().resume(); }));
 }

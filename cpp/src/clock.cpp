@@ -174,8 +174,14 @@ ManualClock::ManualClock(Nanos start) : now_(start) {
 }
 
 void ManualClock::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
+    const TimerTarget* raw = target.lock().get(); // not under mu_: this reference may be the last
     std::lock_guard<std::mutex> lock(mu_);
-    heap_.push(when, std::move(target));
+    heap_.push(when, std::move(target), raw);
+}
+
+std::size_t ManualClock::cancel(const TimerTarget* target) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heap_.remove(target);
 }
 
 void ManualClock::advance(Nanos delta) {

@@ -341,9 +341,12 @@ KeyedLimiter::KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nan
     if (!tmpl_.promote) {
         throw std::invalid_argument("a keyed limiter needs a way to build a key's limiter");
     }
+    detail::ForkRegistry::add(this);
 }
 
 KeyedLimiter::~KeyedLimiter() {
+    detail::ForkRegistry::remove(this);
+    clock_->scheduler().cancel(this);
     for (auto& shard : *shards_) {
         for (std::uint32_t i = 0; i < shard.used; ++i) {
             if (shard.at(i).live()) {
@@ -573,6 +576,38 @@ std::int64_t KeyedLimiter::evict_due(Nanos now) {
     }
 #endif
     return evicted;
+}
+
+bool KeyedLimiter::fork_try_lock() noexcept {
+    for (std::size_t i = 0; i < kShards; ++i) {
+        if (!(*shards_)[i].mu.try_lock()) {
+            while (i > 0) {
+                (*shards_)[--i].mu.unlock();
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
+void KeyedLimiter::fork_unlock() noexcept {
+    for (auto& shard : *shards_) {
+        shard.mu.unlock();
+    }
+}
+
+void KeyedLimiter::fork_reset_child(bool timers_cleared, TimerHeap& engine) {
+    if (!timers_cleared || closed_.load()) {
+        return; // a manual clock's timers are still there
+    }
+    Nanos next = kNever;
+    for (auto& shard : *shards_) {
+        next = std::min(next, shard.next_look());
+    }
+    scheduled_at_.store(next);
+    if (next != kNever) {
+        engine.push(next, weak_from_this(), this);
+    }
 }
 
 void KeyedLimiter::on_timer(Nanos now) {
@@ -860,6 +895,7 @@ void KeyedLimiter::close() {
         }
     }
     size_.store(0);
+    clock_->scheduler().cancel(this); // nothing left to evict: its timers would only pin it
 }
 
 } // namespace permits

@@ -23,6 +23,30 @@ Limiter::Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOp
     if (queue_.queue_limit < 0 || queue_.queue_limit > kMaxPermits) {
         throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits));
     }
+    detail::ForkRegistry::add(this);
+}
+
+Limiter::~Limiter() {
+    detail::ForkRegistry::remove(this);
+    if (timer_entries_ > 0) {
+        clock_->scheduler().cancel(this);
+    }
+}
+
+void Limiter::fork_reset_child(std::vector<std::shared_ptr<Waiter>>& dropped, bool timers_cleared) {
+    for (auto& w : queue_entries_) {
+        w->abandon();
+        dropped.push_back(std::move(w));
+    }
+    queue_entries_.clear();
+    queued_permits_.store(0);
+    queued_entries_.store(0);
+    timed_waiters_ = 0;
+    scheduled_at_ = kNever;
+    if (timers_cleared) {
+        timer_entries_ = 0;
+    }
+    invalidate_projection_locked();
 }
 
 void Limiter::validate(std::int64_t n) const {
@@ -170,6 +194,7 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
     // what can be served, so no wake-up is lost.
     process_queue_locked(state_now());
     schedule_locked(state_now());
+    drop_timers_if_idle_locked();
     return {Outcome{}, waiter};
 }
 
@@ -199,6 +224,7 @@ bool Limiter::cancel(Waiter& w) {
         process_queue_locked(state_now());
         schedule_locked(state_now());
     }
+    drop_timers_if_idle_locked();
     return true;
 }
 
@@ -264,6 +290,15 @@ void Limiter::schedule_locked(Nanos state_time) {
     }
     scheduled_at_ = when;
     clock_->scheduler().schedule(weak_from_this(), when);
+    ++timer_entries_;
+}
+
+void Limiter::drop_timers_if_idle_locked() {
+    if (queued_entries_.load() == 0 && timer_entries_ > 0) {
+        clock_->scheduler().cancel(this);
+        timer_entries_ = 0;
+        scheduled_at_ = kNever;
+    }
 }
 
 void Limiter::on_timer(Nanos now) {
@@ -273,6 +308,9 @@ void Limiter::on_timer(Nanos now) {
     // would, so no replenishment is lost to the cap while the timer was late.
     Nanos t = std::min(scheduled_at_, now);
     scheduled_at_ = kNever;
+    if (timer_entries_ > 0) {
+        --timer_entries_; // this one (none counted: it was dropped after the scheduler took it)
+    }
     if (closed_.load()) {
         return;
     }
@@ -284,6 +322,7 @@ void Limiter::on_timer(Nanos now) {
             process_queue_locked(state_now()); // an expired head may have unblocked others (fuzzer)
         }
         schedule_locked(state_now());
+        drop_timers_if_idle_locked();
         return;
     }
     for (;;) {
@@ -296,6 +335,7 @@ void Limiter::on_timer(Nanos now) {
         t = next > now ? now : next;
     }
     schedule_locked(now);
+    drop_timers_if_idle_locked();
 }
 
 Nanos Limiter::next_due_locked(Nanos state_time) const {
@@ -357,6 +397,7 @@ void Limiter::give_back(std::int64_t n, std::int64_t tag) {
             process_queue_locked(state_now());
             schedule_locked(state_now());
         }
+        drop_timers_if_idle_locked();
     }
 }
 
@@ -402,6 +443,7 @@ bool Limiter::try_replenish() {
     invalidate_projection_locked();
     process_queue_locked(manual_now_.load());
     schedule_locked(manual_now_.load());
+    drop_timers_if_idle_locked();
     return true;
 }
 
@@ -419,6 +461,7 @@ void Limiter::close() {
             finish_locked(*w, Outcome::failed(w->permits(), Reason::Closed));
         }
     }
+    drop_timers_if_idle_locked();
 }
 
 } // namespace permits

@@ -1,43 +1,45 @@
+#include <algorithm>
 #include <chrono>
-#include <new>
-#include <pthread.h>
 
 #include "permits/clock.hpp"
+#include "permits/fork.hpp"
 
 namespace permits {
 
-void TimerHeap::push(Nanos when, std::weak_ptr<TimerTarget> target) {
-    heap_.push({when, seq_++, std::move(target)});
+void TimerHeap::push(Nanos when, std::weak_ptr<TimerTarget> target, const TimerTarget* raw) {
+    heap_.push_back({when, seq_++, std::move(target), raw});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
 }
 
 bool TimerHeap::pop_due(Nanos now, std::weak_ptr<TimerTarget>& out) {
-    if (heap_.empty() || heap_.top().when > now) {
+    if (heap_.empty() || heap_.front().when > now) {
         return false;
     }
-    out = heap_.top().target;
-    heap_.pop();
+    std::pop_heap(heap_.begin(), heap_.end(), Later{});
+    out = std::move(heap_.back().target);
+    heap_.pop_back();
     return true;
 }
 
+std::size_t TimerHeap::remove(const TimerTarget* target) {
+    const std::size_t removed = std::erase_if(heap_, [target](const Entry& e) { return e.raw == target; });
+    if (removed > 0) {
+        std::make_heap(heap_.begin(), heap_.end(), Later{});
+    }
+    if (heap_.empty()) {
+        heap_.shrink_to_fit(); // a burst of timers leaves no buffer behind
+    }
+    return removed;
+}
+
 Nanos TimerHeap::next() const {
-    return heap_.empty() ? kNever : heap_.top().when;
+    return heap_.empty() ? kNever : heap_.front().when;
 }
 
 EngineThread& EngineThread::instance() {
     // Leaked on purpose: the thread must outlive every limiter, including those destroyed
     // during interpreter shutdown, and is never joined from a static destructor.
-    static EngineThread* engine = [] {
-        auto* e = new EngineThread();
-        // A forked child has no engine thread and may have inherited a locked mutex: start afresh
-        // (the thread is started again by the next timer).
-        ::pthread_atfork(nullptr, nullptr, [] {
-            EngineThread& self = instance();
-            new (&self.mu_) std::mutex();
-            new (&self.cv_) std::condition_variable();
-            self.started_ = false;
-        });
-        return e;
-    }();
+    static EngineThread* engine = new EngineThread();
     return *engine;
 }
 
@@ -46,21 +48,39 @@ std::size_t EngineThread::pending() const {
     return heap_.size();
 }
 
+void EngineThread::start_locked() {
+    // Started on first use and detached: it lives as long as the process.
+    std::thread([this] { run(); }).detach();
+    started_ = true;
+    threads_started_.fetch_add(1);
+}
+
 void EngineThread::schedule(std::weak_ptr<TimerTarget> target, Nanos when) {
+    const TimerTarget* raw = target.lock().get(); // not under mu_: this reference may be the last
     bool wake = false;
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (!started_) {
-            // Started on first use and detached: it lives as long as the process.
-            std::thread([this] { run(); }).detach();
-            started_ = true;
-            threads_started_.fetch_add(1);
+            start_locked();
         }
         wake = when < heap_.next();
-        heap_.push(when, std::move(target));
+        heap_.push(when, std::move(target), raw);
     }
     if (wake) {
         cv_.notify_one();
+    }
+}
+
+std::size_t EngineThread::cancel(const TimerTarget* target) {
+    // The thread may wake for a timer no longer there: it finds nothing due and sleeps again.
+    std::lock_guard<std::mutex> lock(mu_);
+    return heap_.remove(target);
+}
+
+void EngineThread::resume() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ && heap_.size() > 0) {
+        start_locked();
     }
 }
 
@@ -81,8 +101,12 @@ void EngineThread::run() {
         std::weak_ptr<TimerTarget> due;
         heap_.pop_due(now, due);
         lock.unlock(); // a timer takes its limiter's lock and may schedule again
-        if (auto target = due.lock()) {
-            target->on_timer(clock.now());
+        {
+            // Never taken with mu_ held: fork's prepare takes busy_ before mu_.
+            std::lock_guard<std::mutex> busy(busy_);
+            if (auto target = due.lock()) {
+                target->on_timer(clock.now());
+            } // the target may be destroyed here, still under busy_
         }
         lock.lock();
     }

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <chrono>
 #include <fcntl.h>
+#include <new>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -32,9 +33,11 @@ Notifier::Notifier() {
     }
     read_fd_ = fds[0];
     write_fd_ = fds[1];
+    detail::ForkRegistry::add(this);
 }
 
 Notifier::~Notifier() {
+    detail::ForkRegistry::remove(this);
     ::close(read_fd_);
     ::close(write_fd_);
 }
@@ -92,6 +95,13 @@ bool Waiter::complete(const Outcome& o) {
 bool Waiter::cancel() noexcept {
     int expected = Pending;
     return state_.compare_exchange_strong(expected, Cancelled);
+}
+
+void Waiter::abandon() noexcept {
+    int expected = Pending;
+    state_.compare_exchange_strong(expected, Cancelled);
+    new (&mu_) std::mutex();
+    new (&cv_) std::condition_variable();
 }
 
 bool Waiter::wait_for(Nanos timeout_ns) {

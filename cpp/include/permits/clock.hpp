@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <queue>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +13,10 @@
 #include "permits/time.hpp"
 
 namespace permits {
+
+namespace detail {
+class ForkRegistry;
+} // namespace detail
 
 /// Something the scheduler calls back when a requested time has come (a limiter with waiters).
 class TimerTarget {
@@ -25,9 +28,14 @@ public:
 /// A min-heap of (time, target). Stale or duplicate entries are harmless: targets re-check their state.
 class TimerHeap {
 public:
-    void push(Nanos when, std::weak_ptr<TimerTarget> target);
+    /// `raw` is the target's address (for remove()), read by the caller before taking the heap's lock.
+    void push(Nanos when, std::weak_ptr<TimerTarget> target, const TimerTarget* raw);
+    void push(Nanos when, const std::weak_ptr<TimerTarget>& target) { push(when, target, target.lock().get()); }
     /// Pops one entry due at `now` or earlier; false when none is due.
     bool pop_due(Nanos now, std::weak_ptr<TimerTarget>& out);
+    /// Drops every entry for `target`; returns how many. O(entries).
+    std::size_t remove(const TimerTarget* target);
+    void clear() noexcept { heap_.clear(); }
     Nanos next() const; // kNever when empty
     std::size_t size() const { return heap_.size(); }
 
@@ -36,13 +44,15 @@ private:
         Nanos when;
         std::uint64_t seq;
         std::weak_ptr<TimerTarget> target;
+        // Identifies the target for remove() even once it is expired (the weak pointer cannot).
+        const TimerTarget* raw;
     };
     struct Later {
         bool operator()(const Entry& a, const Entry& b) const {
             return a.when != b.when ? a.when > b.when : a.seq > b.seq;
         }
     };
-    std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
+    std::vector<Entry> heap_; // a heap under Later (std::push_heap and friends), so entries can be removed
     std::uint64_t seq_ = 0;
 };
 
@@ -52,6 +62,10 @@ public:
     virtual ~Scheduler() = default;
     /// Asks for target->on_timer() once the clock reaches `when`.
     virtual void schedule(std::weak_ptr<TimerTarget> target, Nanos when) = 0;
+    /// Forgets every timer asked for `target`: a weak pointer in the heap pins the target's
+    /// allocation (made with make_shared) until the timer is due, which can be years away.
+    /// Returns how many were dropped.
+    virtual std::size_t cancel(const TimerTarget* target) = 0;
 };
 
 class Clock {
@@ -67,15 +81,24 @@ class EngineThread final : public Scheduler {
 public:
     static EngineThread& instance();
     void schedule(std::weak_ptr<TimerTarget> target, Nanos when) override;
+    std::size_t cancel(const TimerTarget* target) override;
     /// Timers waiting, for tests and statistics.
     std::size_t pending() const;
+    /// Starts the thread if timers wait and it is not running: a forked child has no engine
+    /// thread until the next schedule(), or until this is called.
+    void resume();
     /// How many times the thread was started (once per process, again after a fork).
     static std::uint64_t threads_started() noexcept { return threads_started_.load(); }
 
 private:
+    friend class detail::ForkRegistry;
     EngineThread() = default;
     [[noreturn]] void run();
+    void start_locked();
     mutable std::mutex mu_; // guards heap_ and started_; released while a timer runs
+    // Held by the thread while it runs a timer (and drops its target): fork() takes it first, so
+    // the thread is between timers, holding no limiter's lock, when the process forks.
+    std::mutex busy_;
     std::condition_variable cv_;
     TimerHeap heap_;
     bool started_ = false;
@@ -146,6 +169,7 @@ public:
     Nanos now() const noexcept override { return now_.load(); }
     Scheduler& scheduler() noexcept override { return *this; }
     void schedule(std::weak_ptr<TimerTarget> target, Nanos when) override;
+    std::size_t cancel(const TimerTarget* target) override;
     /// Moves time forward by `delta` (>= 0) and runs the timers due.
     void advance(Nanos delta);
     /// Runs the timers due at the current time (advance(0)).

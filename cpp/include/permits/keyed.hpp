@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "permits/fork.hpp"
 #include "permits/limiter.hpp"
 #include "permits/rule.hpp"
 
@@ -101,6 +102,15 @@ public:
     std::uint64_t binding_tag = 0;
 
 private:
+    friend class detail::ForkRegistry;
+    /// fork(): every shard lock if all are free (prepare), let go (parent, and child once reset).
+    bool fork_try_lock() noexcept;
+    void fork_unlock() noexcept;
+    /// In a forked child, under every shard lock, the scheduler's timers gone (`timers_cleared`):
+    /// the eviction timer set again for the earliest look, into `engine`'s heap (the thread is
+    /// started later); the keys' full limiters are reset on their own.
+    void fork_reset_child(bool timers_cleared, TimerHeap& engine);
+
     class KeyBytes;
     struct Record;
     struct Shard;
@@ -148,6 +158,7 @@ private:
     std::atomic<std::int64_t> dropped_failed_{0};
     std::atomic<Nanos> scheduled_at_{kNever}; // the earliest look the clock's timer is set for
     std::uint32_t count_limit_ = 0xffffffffU;
+    detail::ForkLinks<KeyedLimiter> fork_links_;
 };
 
 } // namespace permits

@@ -8,8 +8,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "permits/clock.hpp"
+#include "permits/fork.hpp"
 #include "permits/outcome.hpp"
 #include "permits/rule.hpp"
 #include "permits/waiter.hpp"
@@ -42,7 +44,7 @@ class Limiter : public TimerTarget, public std::enable_shared_from_this<Limiter>
 public:
     /// `max_permits`: the most one request may ask for. `manual`: state advances only in try_replenish().
     Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOptions queue, bool manual);
-    ~Limiter() override = default;
+    ~Limiter() override;
     Limiter(const Limiter&) = delete;
     Limiter& operator=(const Limiter&) = delete;
 
@@ -109,6 +111,15 @@ protected:
     Nanos state_now() const noexcept { return manual_ ? manual_now_.load() : clock_->now(); }
 
 private:
+    friend class detail::ForkRegistry;
+    /// fork(): takes mu_ if free (prepare), lets it go (parent, and child once reset).
+    bool fork_try_lock() noexcept { return mu_.try_lock(); }
+    void fork_unlock() noexcept { mu_.unlock(); }
+    /// In a forked child, under mu_: the queued requests were the parent's threads'; they are
+    /// dropped, ungranted and unnotified, into `dropped` (destroyed once every lock is free).
+    /// `timers_cleared`: the scheduler's timers are gone too (the engine thread's are).
+    void fork_reset_child(std::vector<std::shared_ptr<Waiter>>& dropped, bool timers_cleared);
+
     void validate(std::int64_t n) const;
     /// The immediate grant shared by acquire, try_now and enqueue; nullopt (nothing counted) if not now.
     std::optional<Outcome> grant_now(std::int64_t n, Nanos now);
@@ -126,6 +137,9 @@ private:
     void process_queue_locked(Nanos state_time);
     void expire_locked(Nanos clock_now);
     void schedule_locked(Nanos state_time);
+    /// Once the queue is empty, its timers serve nothing: drops them from the scheduler, which
+    /// would otherwise keep this limiter's memory until they are due.
+    void drop_timers_if_idle_locked();
     Nanos next_due_locked(Nanos state_time) const;
     Nanos next_deadline_locked() const;
     std::shared_ptr<Waiter> next_waiter_locked() const;
@@ -153,10 +167,12 @@ private:
     std::list<std::shared_ptr<Waiter>> queue_entries_;
     std::int64_t timed_waiters_ = 0;
     Nanos scheduled_at_ = kNever;
+    std::int64_t timer_entries_ = 0; // timers asked of the scheduler and not yet run or dropped
     // The state once every queued request is served, and when the last one would be: makes an
     // exact retry_after O(1) per rejection. Rebuilt lazily after a cancel, eviction or refund.
     std::unique_ptr<Projection> tail_;
     i128 tail_time_ = 0;
+    detail::ForkLinks<Limiter> fork_links_;
 };
 
 } // namespace permits

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "permits/fork.hpp"
 #include "permits/outcome.hpp"
 
 namespace permits {
@@ -35,12 +36,14 @@ public:
     std::uint64_t wakeups() const noexcept { return wakeups_.load(); }
 
 private:
+    friend class detail::ForkRegistry;
     int read_fd_ = -1;
     int write_fd_ = -1;
     std::mutex mu_; // guards ready_/signalled_: held for a push_back or a swap, never while waiting
     std::vector<std::shared_ptr<Waiter>> ready_;
     bool signalled_ = false;
     std::atomic<std::uint64_t> wakeups_{0};
+    detail::ForkLinks<Notifier> fork_links_;
 };
 
 /// One queued request. Its state leaves Pending exactly once: granted, failed or cancelled.
@@ -65,6 +68,10 @@ public:
     bool cancel() noexcept;
     /// Blocks up to `timeout_ns` of real time for completion; true once completed.
     bool wait_for(Nanos timeout_ns);
+    /// In a forked child: the request was a parent thread's. Pending -> Cancelled without
+    /// notifying anyone, and the lock and condition variable made afresh (the thread that waited
+    /// on them is not in the child, and glibc would wait for it to leave before destroying them).
+    void abandon() noexcept;
 
 private:
     std::int64_t permits_;

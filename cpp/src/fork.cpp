@@ -1,0 +1,194 @@
+#include "permits/fork.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <pthread.h>
+#include <sched.h>
+#include <vector>
+
+#include "permits/clock.hpp"
+#include "permits/keyed.hpp"
+#include "permits/limiter.hpp"
+#include "permits/waiter.hpp"
+
+namespace permits::detail {
+
+namespace {
+
+template <class T> struct List { T* head = nullptr; };
+
+struct Lists {
+    std::mutex mu; // guards the lists; held from prepare to parent/child
+    List<Limiter> limiters;
+    List<KeyedLimiter> tables;
+    List<Notifier> notifiers;
+};
+
+Lists& lists() {
+    // Leaked on purpose, like the engine: objects unregister during static destruction.
+    static Lists* l = new Lists();
+    return *l;
+}
+
+template <class T> void link(List<T>& list, T* x) {
+    ForkRegistry::links(*x).next = list.head;
+    if (list.head != nullptr) {
+        ForkRegistry::links(*list.head).prev = x;
+    }
+    list.head = x;
+}
+
+template <class T> void unlink(List<T>& list, T* x) noexcept {
+    auto& links = ForkRegistry::links(*x);
+    (links.prev != nullptr ? ForkRegistry::links(*links.prev).next : list.head) = links.next;
+    if (links.next != nullptr) {
+        ForkRegistry::links(*links.next).prev = links.prev;
+    }
+    links = {};
+}
+
+template <class T, class F> void each(const List<T>& list, F&& f) {
+    for (T* x = list.head; x != nullptr; x = ForkRegistry::links(*x).next) {
+        f(*x);
+    }
+}
+
+} // namespace
+
+void ForkRegistry::install() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        EngineThread::instance(); // exists before any handler runs: they must not allocate it
+        ::pthread_atfork(&ForkRegistry::prepare, &ForkRegistry::parent, &ForkRegistry::child);
+    });
+}
+
+void ForkRegistry::add(Limiter* l) {
+    install();
+    std::lock_guard<std::mutex> lock(lists().mu);
+    link(lists().limiters, l);
+}
+
+void ForkRegistry::remove(Limiter* l) noexcept {
+    std::lock_guard<std::mutex> lock(lists().mu);
+    unlink(lists().limiters, l);
+}
+
+void ForkRegistry::add(KeyedLimiter* k) {
+    install();
+    std::lock_guard<std::mutex> lock(lists().mu);
+    link(lists().tables, k);
+}
+
+void ForkRegistry::remove(KeyedLimiter* k) noexcept {
+    std::lock_guard<std::mutex> lock(lists().mu);
+    unlink(lists().tables, k);
+}
+
+void ForkRegistry::add(Notifier* n) {
+    install();
+    std::lock_guard<std::mutex> lock(lists().mu);
+    link(lists().notifiers, n);
+}
+
+void ForkRegistry::remove(Notifier* n) noexcept {
+    std::lock_guard<std::mutex> lock(lists().mu);
+    unlink(lists().notifiers, n);
+}
+
+bool ForkRegistry::try_lock_all() noexcept {
+    // In lock order: a key's shard, then its full limiter (a request queues under both), then a
+    // notifier (a limiter completes a request under its own lock). On a miss, what was taken
+    // (everything before the one that missed) is let go; nothing is allocated either way.
+    Lists& l = lists();
+    KeyedLimiter* k_miss = nullptr;
+    Limiter* l_miss = nullptr;
+    Notifier* n_miss = nullptr;
+    for (KeyedLimiter* k = l.tables.head; k != nullptr && k_miss == nullptr; k = k->fork_links_.next) {
+        k_miss = k->fork_try_lock() ? nullptr : k;
+    }
+    for (Limiter* x = l.limiters.head; x != nullptr && k_miss == nullptr && l_miss == nullptr;
+         x = x->fork_links_.next) {
+        l_miss = x->fork_try_lock() ? nullptr : x;
+    }
+    for (Notifier* n = l.notifiers.head; n != nullptr && k_miss == nullptr && l_miss == nullptr && n_miss == nullptr;
+         n = n->fork_links_.next) {
+        n_miss = n->mu_.try_lock() ? nullptr : n;
+    }
+    if (k_miss == nullptr && l_miss == nullptr && n_miss == nullptr) {
+        return true;
+    }
+    for (KeyedLimiter* k = l.tables.head; k != k_miss; k = k->fork_links_.next) {
+        k->fork_unlock();
+    }
+    if (k_miss == nullptr) {
+        for (Limiter* x = l.limiters.head; x != l_miss; x = x->fork_links_.next) {
+            x->fork_unlock();
+        }
+    }
+    if (k_miss == nullptr && l_miss == nullptr) {
+        for (Notifier* n = l.notifiers.head; n != n_miss; n = n->fork_links_.next) {
+            n->mu_.unlock();
+        }
+    }
+    return false;
+}
+
+void ForkRegistry::unlock_all() noexcept {
+    Lists& l = lists();
+    each(l.notifiers, [](Notifier& n) { n.mu_.unlock(); });
+    each(l.limiters, [](Limiter& x) { x.fork_unlock(); });
+    each(l.tables, [](KeyedLimiter& k) { k.fork_unlock(); });
+}
+
+void ForkRegistry::prepare() noexcept {
+    EngineThread& engine = EngineThread::instance();
+    // The engine thread finishes the timer it is running, if any, and starts no other: it holds
+    // no limiter's lock from here on. Blocking here is safe: a timer waits on nothing fork holds.
+    engine.busy_.lock();
+    for (;;) {
+        lists().mu.lock();
+        if (try_lock_all()) {
+            break;
+        }
+        // A lock held by a thread that may want the registry next (a key's limiter made or
+        // destroyed under its shard lock): let it through and try again.
+        lists().mu.unlock();
+        ::sched_yield();
+    }
+    engine.mu_.lock(); // last: taken under limiter and shard locks, never the other way round
+}
+
+void ForkRegistry::parent() noexcept {
+    EngineThread& engine = EngineThread::instance();
+    engine.mu_.unlock();
+    unlock_all();
+    lists().mu.unlock();
+    engine.busy_.unlock();
+}
+
+void ForkRegistry::child() noexcept {
+    // Only this thread exists now. What the parent's other threads were doing is dropped: their
+    // queued requests (never granted: nobody here would release those permits) and the engine's
+    // timers (all were for them). Leases already granted stay held, and come back on release.
+    EngineThread& engine = EngineThread::instance();
+    engine.heap_.clear();
+    engine.started_ = false;                     // started again by the next timer, or by resume()
+    new (&engine.cv_) std::condition_variable(); // the parent's thread still counts as its waiter
+    std::vector<std::shared_ptr<Waiter>> dropped;
+    try {
+        Lists& l = lists();
+        each(l.limiters, [&](Limiter& x) { x.fork_reset_child(dropped, &x.clock()->scheduler() == &engine); });
+        each(l.tables, [&](KeyedLimiter& k) { k.fork_reset_child(&k.clock_->scheduler() == &engine, engine.heap_); });
+    } catch (...) {
+        // Out of memory for the list of dropped requests: those not yet reached stay queued.
+    }
+    engine.mu_.unlock();
+    unlock_all();
+    lists().mu.unlock();
+    engine.busy_.unlock();
+    // `dropped` goes here, every lock free: a request's last reference may take a notifier with it.
+}
+
+} // namespace permits::detail
