@@ -46,7 +46,7 @@ class _EngineLimiter(RateLimiter):
         return self  # type: ignore[return-value]
 
     def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
-        return _Ready(self._core_self().acquire(permit_count))
+        return _Ready(self.acquire(permit_count))  # the C++ class's acquire: no frame between
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         return self._core_self()._wait(_check_permit_count(permit_count), timeout_ns(timeout))
