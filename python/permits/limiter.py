@@ -9,7 +9,7 @@ from asyncio import _get_running_loop
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
@@ -56,6 +56,12 @@ class LeaseWait(Protocol):
     def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
     ) -> Awaitable[None]: ...
+
+
+def _no_copies(self: object, protocol: object = None) -> NoReturn:
+    """__reduce_ex__ of the limiters that refuse copies: a copy would share the original's state
+    (partitions, members) and could close it, or count apart from it."""
+    raise TypeError(f"cannot copy or pickle {type(self).__name__!r} object: share the limiter itself")
 
 
 def _no_loop(what: str) -> RuntimeError:
