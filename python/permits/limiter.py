@@ -127,11 +127,6 @@ class _Ready(_Steps):
             self._lease._give_back()  # cancelled before its first step: nobody gets the lease
         return super().throw(typ, val, tb)
 
-    def close(self) -> None:
-        if getattr(self, "_steps", None) is None:
-            self._lease._give_back()
-        super().close()
-
     async def __aenter__(self) -> Lease:
         return await self
 
