@@ -14,6 +14,32 @@ void put_u32(KeyBuffer& out, std::size_t n) {
     out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
+// A tag, the length inside tuples, the bytes (as for 's' and 'b' below).
+void put_tagged(KeyBuffer& out, char tag, const char* data, Py_ssize_t size, int depth) {
+    out.push_back(tag);
+    if (depth > 0) {
+        put_u32(out, static_cast<std::size_t>(size));
+    }
+    out.append(data, static_cast<std::size_t>(size));
+}
+
+// A str that UTF-8 cannot encode (lone surrogates: os.fsdecode, surrogateescape) is encoded with
+// its surrogates as code points, under a tag of its own: no other str (tag 's', always valid
+// UTF-8) nor bytes can share its encoding.
+bool encode_unencodable(PyObject* key, KeyBuffer& out, int depth) {
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+        return false; // MemoryError...
+    }
+    PyErr_Clear();
+    PyObject* bytes = PyUnicode_AsEncodedString(key, "utf-8", "surrogatepass");
+    if (bytes == nullptr) {
+        return false;
+    }
+    put_tagged(out, 'S', PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes), depth);
+    Py_DECREF(bytes);
+    return true;
+}
+
 } // namespace
 
 // Lengths are written only inside tuples, where they keep the items apart: a top-level "user-42"
@@ -23,7 +49,7 @@ bool encode_key(PyObject* key, KeyBuffer& out, int depth) {
         Py_ssize_t size = 0;
         const char* utf8 = PyUnicode_AsUTF8AndSize(key, &size); // cached in the str object
         if (utf8 == nullptr) {
-            return false;
+            return encode_unencodable(key, out, depth);
         }
         out.push_back('s');
         if (depth > 0) {
@@ -40,17 +66,19 @@ bool encode_key(PyObject* key, KeyBuffer& out, int depth) {
             out.append(reinterpret_cast<const char*>(&v), sizeof v);
             return true;
         }
-        PyObject* text = PyObject_Str(key); // large ints: their decimal digits
+        // Larger ints: their hex digits, read from the value (an int subclass's __str__ plays no
+        // part, and base 16 has no digit limit, unlike int -> str).
+        PyObject* text = PyNumber_ToBase(key, 16);
         if (text == nullptr) {
             return false;
         }
         Py_ssize_t size = 0;
-        const char* digits = PyUnicode_AsUTF8AndSize(text, &size);
-        out.push_back('I');
-        if (depth > 0) {
-            put_u32(out, static_cast<std::size_t>(size));
+        const char* digits = PyUnicode_AsUTF8AndSize(text, &size); // ASCII
+        if (digits == nullptr) {
+            Py_DECREF(text);
+            return false;
         }
-        out.append(digits, static_cast<std::size_t>(size));
+        put_tagged(out, 'I', digits, size, depth);
         Py_DECREF(text);
         return true;
     }

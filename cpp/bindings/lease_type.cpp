@@ -389,6 +389,7 @@ PyObject* lease_denied(PyObject*, PyObject* args, PyObject* kwargs) {
             PyErr_SetString(PyExc_ValueError, "retry_after must be a finite, non-negative number of seconds");
             return nullptr;
         }
+        retry_after = std::fabs(retry_after); // -0.0 passes the check above: it is 0.0
     }
     if (!check_metadata(metadata)) {
         return nullptr;

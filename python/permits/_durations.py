@@ -17,12 +17,14 @@ MAX_NS = 2**62
 MAX_CLOCK_NS = 2**63 - 2**60
 
 
-def _too_large(name: str, value: object) -> ValueError:
-    return ValueError(f"{name} is too large: {value!r} seconds (at most 2**62 ns, about 146 years)")
+def _too_large(name: str, value: object, maximum: int) -> ValueError:
+    limit = "2**62 ns, about 146 years" if maximum == MAX_NS else "2**63 - 2**60 ns, about 255 years"
+    return ValueError(f"{name} is too large: {value!r} seconds (at most {limit})")
 
 
-def duration_ns(value: object, name: str, *, allow_zero: bool = False) -> int:
-    """Seconds (int, float or timedelta) to integer nanoseconds, rounded to the nearest one."""
+def duration_ns(value: object, name: str, *, allow_zero: bool = False, maximum: int = MAX_NS) -> int:
+    """Seconds (int, float or timedelta) to integer nanoseconds, rounded to the nearest one
+    (at most ``maximum``: MAX_NS, or MAX_CLOCK_NS for a time on a clock)."""
     if isinstance(value, timedelta):
         ns = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1_000  # exact
         shown: object = value.total_seconds()
@@ -30,8 +32,8 @@ def duration_ns(value: object, name: str, *, allow_zero: bool = False) -> int:
         raise TypeError(f"{name} must be seconds (int or float) or a timedelta, got {type(value).__name__}")
     elif isinstance(value, int):
         whole = int.__int__(value)
-        if whole > MAX_NS // 1_000_000_000:
-            raise _too_large(name, whole)
+        if whole > maximum // 1_000_000_000:
+            raise _too_large(name, whole, maximum)
         ns, shown = whole * 1_000_000_000, whole
     else:
         seconds = float.__float__(value)
@@ -39,13 +41,13 @@ def duration_ns(value: object, name: str, *, allow_zero: bool = False) -> int:
             raise ValueError(f"{name} must be finite, got {seconds}")
         if seconds < 0:
             raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds, got {seconds}")
-        if seconds > MAX_NS / 1e9:
-            raise _too_large(name, seconds)
+        if seconds > maximum / 1e9:
+            raise _too_large(name, seconds, maximum)
         ns, shown = round(seconds * 1e9), seconds
     if ns < 0 or (ns == 0 and not allow_zero and shown == 0):
         raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds, got {shown}")
-    if ns > MAX_NS:
-        raise _too_large(name, shown)
+    if ns > maximum:
+        raise _too_large(name, shown, maximum)
     if ns == 0 and not allow_zero:
         raise ValueError(f"{name} must be at least 1 nanosecond, got {shown}")
     return ns

@@ -14,7 +14,7 @@ from typing import Any, overload
 
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
-from .limiter import LeaseWait, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
+from .limiter import LeaseWait, RateLimiter, Statistics, WaitAsync, _check_permit_count, _no_copies, _Ready
 from .partitioned import PartitionedLimiter
 
 
@@ -129,6 +129,8 @@ def _now_ns(clock: Any) -> int:
 class ChainedLimiter(RateLimiter):
     """What :func:`chain` returns for plain limiters."""
 
+    __reduce_ex__ = _no_copies
+
     def __init__(self, limiters: Sequence[RateLimiter], *, name: str | None = None) -> None:
         super().__init__(name=name)
         self._limiters = tuple(limiters)
@@ -209,7 +211,18 @@ class ChainedPartitionedLimiter(PartitionedLimiter):
         return sum(lim.partition_count for lim in self._limiters if isinstance(lim, PartitionedLimiter))
 
     def evict_idle(self) -> int:
-        return sum(lim.evict_idle() for lim in self._limiters if isinstance(lim, PartitionedLimiter))
+        """Every partitioned member's evict_idle(); one member's errors do not stop the others."""
+        evicted = 0
+        errors: list[Exception] = []
+        for lim in self._limiters:
+            if isinstance(lim, PartitionedLimiter):
+                try:
+                    evicted += lim.evict_idle()
+                except Exception as exc:
+                    errors.append(exc)
+        if errors:
+            raise ExceptionGroup("errors while closing evicted partitions", errors)
+        return evicted
 
     @property
     def limiters(self) -> tuple[RateLimiter | PartitionedLimiter, ...]:
@@ -270,6 +283,7 @@ class ChainedPartitionedLimiter(PartitionedLimiter):
         self._closed = True
 
     async def aclose(self) -> None:
+        """As close(): the chain only."""
         self.close()
 
     def __repr__(self) -> str:

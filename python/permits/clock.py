@@ -24,6 +24,9 @@ class MonotonicClock(_core.MonotonicClock):
         """Seconds since an arbitrary origin."""
         return self.now_ns() / 1e9
 
+    def __repr__(self) -> str:
+        return f"MonotonicClock(source={self.source!r})"
+
 
 class ManualClock(_core.ManualClock):
     """A clock that moves only when :meth:`advance` is called.
@@ -33,7 +36,7 @@ class ManualClock(_core.ManualClock):
     """
 
     def __init__(self, start: Duration = 0.0) -> None:
-        super().__init__(duration_ns(start, "start", allow_zero=True))  # at most MAX_NS
+        super().__init__(duration_ns(start, "start", allow_zero=True, maximum=MAX_CLOCK_NS))
         # Partitioned limiters on this clock, whose due evictions advance() performs.
         self._partitioned: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -43,12 +46,12 @@ class ManualClock(_core.ManualClock):
     def advance(self, seconds: Duration) -> None:
         """Moves time forward by ``seconds`` (rounded to the nearest nanosecond); the clock stops
         at 2**63 - 2**60 ns (about 255 years)."""
-        delta = duration_ns(seconds, "seconds", allow_zero=True)
+        delta = duration_ns(seconds, "seconds", allow_zero=True, maximum=MAX_CLOCK_NS)
         if delta > MAX_CLOCK_NS - self.now_ns():
             raise ValueError(f"seconds: advancing by {seconds!r} would take the clock past 2**63 - 2**60 ns")
         self.advance_ns(delta)
         for limiter in list(self._partitioned):
-            limiter.evict_idle()
+            limiter._evict_idle(report=True)  # as on the way in acquire: close errors are unraisable
 
     def _on_advance(self, limiter: Any) -> None:
         self._partitioned.add(limiter)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from asyncio import _get_running_loop
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
@@ -57,9 +58,55 @@ class LeaseWait(Protocol):
     ) -> Awaitable[None]: ...
 
 
-class _Ready:
-    """An awaitable that is already complete (acquire_async in process); also usable as
-    ``async with`` like a wait, releasing the lease on exit."""
+def _no_copies(self: object, protocol: object = None) -> NoReturn:
+    """__reduce_ex__ of the limiters that refuse copies: a copy would share the original's state
+    (partitions, members) and could close it, or count apart from it."""
+    raise TypeError(f"cannot copy or pickle {type(self).__name__!r} object: share the limiter itself")
+
+
+def _no_loop(what: str) -> RuntimeError:
+    return RuntimeError(
+        f"{what}() needs a running asyncio event loop (under trio, or another library without one, "
+        "call acquire(), or wait() in a worker thread)"
+    )
+
+
+class _Steps:
+    """``send``/``throw``/``close`` drive the object's own ``__await__``, as a coroutine's do: so
+    ``asyncio.create_task``, ``ensure_future``, ``TaskGroup.create_task``... take it (they accept
+    what ``asyncio.iscoroutine`` accepts). ``await`` calls ``__await__`` directly and never makes
+    this extra generator."""
+
+    __slots__ = ("_steps",)
+    _steps: Generator[Any, None, Lease]  # made by the first step; unset until then
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        raise NotImplementedError
+
+    def _started(self) -> Generator[Any, None, Lease]:
+        steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
+        if steps is None:
+            steps = self._steps = self.__await__()
+        return steps
+
+    def send(self, value: object) -> Any:
+        return self._started().send(value)  # type: ignore[arg-type]
+
+    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        steps = self._started()
+        if val is None and tb is None:
+            return steps.throw(typ)
+        return steps.throw(typ, val, tb)
+
+    def close(self) -> None:
+        steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
+        if steps is not None:
+            steps.close()
+
+
+class _Ready(_Steps):
+    """acquire_async's awaitable: the attempt is made at once, the lease is the result. Also
+    usable as ``async with``, releasing the lease on exit."""
 
     __slots__ = ("_lease",)
 
@@ -67,11 +114,21 @@ class _Ready:
         self._lease = lease
 
     def __await__(self) -> Generator[Any, None, Lease]:
+        # Under another async library this fails even though no waiting is needed, as a wait
+        # would: whether it works must not depend on the load.
+        if _get_running_loop() is None:
+            self._lease._give_back()
+            raise _no_loop("acquire_async")
         return self._lease
         yield  # makes this a generator
 
+    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        if getattr(self, "_steps", None) is None:
+            self._lease._give_back()  # cancelled before its first step: nobody gets the lease
+        return super().throw(typ, val, tb)
+
     async def __aenter__(self) -> Lease:
-        return self._lease
+        return await self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -86,8 +143,9 @@ class _Waitable(Protocol):
     def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]: ...
 
 
-class WaitAsync(Awaitable[Lease]):
-    """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit."""
+class WaitAsync(_Steps):
+    """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit;
+    ``asyncio.create_task`` and the like take it as they take a coroutine."""
 
     __slots__ = ("_lease", "_limiter", "_permit_count")
 
@@ -97,6 +155,9 @@ class WaitAsync(Awaitable[Lease]):
         self._lease: Lease | None = None
 
     def __await__(self) -> Generator[Any, None, Lease]:
+        # Checked before the immediate attempt: a wait needs asyncio whether or not it queues.
+        if _get_running_loop() is None:
+            raise _no_loop("wait_async")
         # Granted at once: no coroutine, no event loop round trip.
         lease = self._limiter._try_now(self._permit_count)
         if lease is not None:

@@ -9,7 +9,7 @@ from . import _core
 from ._core import Lease
 from ._durations import Duration, count, duration_ns, timeout_ns
 from .clock import resolve
-from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _Ready
+from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies, _Ready
 
 
 def _queue_order(value: object) -> bool:
@@ -22,6 +22,27 @@ def _flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
+
+
+def _segments(segments_per_window: object, window_ns: int) -> int:
+    segments = count(segments_per_window, "segments_per_window")  # a plain int from here on
+    if segments > 65536:
+        raise ValueError(f"segments_per_window must be <= 65536, got {segments}")
+    if window_ns // segments < 1:
+        raise ValueError("window must be at least segments_per_window nanoseconds")
+    return segments
+
+
+def _name(value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"name must be a str or None, got {type(value).__name__}")
+
+
+def _check_queue(queue_limit: object, queue_order: object, name: object) -> None:
+    """The options every engine limiter takes, checked as the constructors check them."""
+    count(queue_limit, "queue_limit", minimum=0)
+    _queue_order(queue_order)
+    _name(name)
 
 
 _NOT_REPLENISHING = object()  # what the concurrency limiter passes for auto_replenishment
@@ -46,7 +67,7 @@ class _EngineLimiter(RateLimiter):
         return self  # type: ignore[return-value]
 
     def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
-        return _Ready(self._core_self().acquire(permit_count))
+        return _Ready(self.acquire(permit_count))  # the C++ class's acquire: no frame between
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         return self._core_self()._wait(_check_permit_count(permit_count), timeout_ns(timeout))
@@ -153,11 +174,7 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
     ) -> None:
         ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
-        segments = count(segments_per_window, "segments_per_window")  # a plain int from here on
-        if segments > 65536:
-            raise ValueError(f"segments_per_window must be <= 65536, got {segments}")
-        if window_ns // segments < 1:
-            raise ValueError("window must be at least segments_per_window nanoseconds")
+        segments = _segments(segments_per_window, window_ns)
         _core.SlidingWindow.__init__(
             self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, segments, ql, newest, manual
         )
@@ -194,6 +211,8 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
 class NoLimiter(RateLimiter):
     """Grants every request, any count; never queues."""
 
+    __reduce_ex__ = _no_copies
+
     def __init__(self, *, name: str | None = None) -> None:
         super().__init__(name=name)
 
@@ -209,3 +228,6 @@ class NoLimiter(RateLimiter):
 
     def _statistics(self) -> Statistics:
         return Statistics(2**63 - 1, 0, self._rl_successful, 0)
+
+    def __repr__(self) -> str:
+        return f"<NoLimiter name={self.name!r}>"

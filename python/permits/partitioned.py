@@ -11,17 +11,30 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
+import sys
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
-from types import TracebackType
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from datetime import timedelta
+from types import SimpleNamespace, TracebackType
 from typing import Any
 
 from . import _core
 from ._core import Lease, LimiterClosedError
-from ._durations import duration_ns, timeout_ns
+from ._durations import count, duration_ns, timeout_ns
 from .clock import ManualClock, resolve
-from .limiter import LeaseWait, QueueOrder, RateLimiter, Statistics, WaitAsync, _check_permit_count, _Ready
+from .limiter import (
+    LeaseWait,
+    QueueOrder,
+    RateLimiter,
+    Statistics,
+    WaitAsync,
+    _check_permit_count,
+    _no_copies,
+    _Ready,
+)
 from .limiters import (
     ConcurrencyLimiter,
     FixedWindowLimiter,
@@ -29,6 +42,8 @@ from .limiters import (
     SlidingWindowCounterLimiter,
     SlidingWindowLimiter,
     TokenBucketLimiter,
+    _check_queue,
+    _segments,
 )
 
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
@@ -53,8 +68,60 @@ def _check_key(key: object, depth: int = 0) -> None:
 Factory = Callable[[Hashable, Any], RateLimiter]
 
 
+# The Partition factories check their options as the limiters' constructors do, when called. A
+# partitioner calls one on every request, mostly with the same options: those already found good
+# are remembered (with their exact types: True == 1 but is no count), up to a bound.
+_GOOD_OPTIONS: set[tuple[Any, ...]] = set()
+_PLAIN_TYPES = frozenset({int, float, str, type(None), QueueOrder, timedelta})
+
+
+def _check_once(check: Callable[..., None], options: tuple[Any, ...]) -> None:
+    types = tuple(map(type, options))
+    remembered = (check, options, types)
+    try:
+        if remembered in _GOOD_OPTIONS:
+            return
+    except TypeError:  # an unhashable option: check() says what is wrong with it
+        pass
+    check(*options)
+    if len(_GOOD_OPTIONS) < 256 and _PLAIN_TYPES.issuperset(types):
+        _GOOD_OPTIONS.add(remembered)
+
+
+def _check_token_bucket(
+    token_limit: object, tokens_per_period: object, period: object, queue_limit: object, order: object, name: object
+) -> None:
+    count(token_limit, "token_limit")
+    count(tokens_per_period, "tokens_per_period")
+    duration_ns(period, "replenishment_period")
+    _check_queue(queue_limit, order, name)
+
+
+def _check_window(permit_limit: object, window: object, queue_limit: object, order: object, name: object) -> None:
+    count(permit_limit, "permit_limit")
+    duration_ns(window, "window")
+    _check_queue(queue_limit, order, name)
+
+
+def _check_sliding_window(
+    permit_limit: object, window: object, segments: object, queue_limit: object, order: object, name: object
+) -> None:
+    count(permit_limit, "permit_limit")
+    _segments(segments, duration_ns(window, "window"))
+    _check_queue(queue_limit, order, name)
+
+
+def _check_concurrency(permit_limit: object, queue_limit: object, order: object, name: object) -> None:
+    count(permit_limit, "permit_limit")
+    _check_queue(queue_limit, order, name)
+
+
 class Partition:
-    """Which limiter a resource belongs to: a key and how to build that key's limiter."""
+    """Which limiter a resource belongs to: a key and how to build that key's limiter.
+
+    The factories check their options when called, as the limiters' constructors do. ``factory``
+    is public: ``partition.factory(key, clock)`` builds the limiter the partition describes.
+    """
 
     __slots__ = ("engine", "factory", "key", "kind")
 
@@ -102,6 +169,8 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        options = (token_limit, tokens_per_period, replenishment_period, queue_limit, queue_order, name)
+        _check_once(_check_token_bucket, options)
         limits = (token_limit, tokens_per_period, ("replenishment_period", replenishment_period))
         return Partition._engine(key, "token_bucket", TokenBucketLimiter, limits, queue_limit, queue_order, name)
 
@@ -115,6 +184,7 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        _check_once(_check_window, (permit_limit, window, queue_limit, queue_order, name))
         limits = (permit_limit, ("window", window))
         return Partition._engine(key, "fixed_window", FixedWindowLimiter, limits, queue_limit, queue_order, name)
 
@@ -129,6 +199,8 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        options = (permit_limit, window, segments_per_window, queue_limit, queue_order, name)
+        _check_once(_check_sliding_window, options)
         limits = (permit_limit, ("window", window), segments_per_window)
         return Partition._engine(key, "sliding_window", SlidingWindowLimiter, limits, queue_limit, queue_order, name)
 
@@ -142,6 +214,7 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        _check_once(_check_window, (permit_limit, window, queue_limit, queue_order, name))
         limits = (permit_limit, ("window", window))
         kind = "sliding_window_counter"
         return Partition._engine(key, kind, SlidingWindowCounterLimiter, limits, queue_limit, queue_order, name)
@@ -155,6 +228,7 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        _check_once(_check_concurrency, (permit_limit, queue_limit, queue_order, name))
         return Partition._engine(
             key, "concurrency", ConcurrencyLimiter, (permit_limit,), queue_limit, queue_order, name
         )
@@ -182,13 +256,14 @@ class Partition:
 class _Entry:
     """One partition: its limiter once built; concurrent first callers wait for the builder."""
 
-    __slots__ = ("error", "limiter", "ready", "touched")
+    __slots__ = ("builder", "error", "limiter", "ready", "touched")
 
     def __init__(self, now: int) -> None:
         self.limiter: RateLimiter | None = None
         self.error: BaseException | None = None
         self.ready = threading.Event()
         self.touched = now
+        self.builder = threading.get_ident()  # the thread that builds it (see _after_fork_in_child)
 
 
 def _check_options(max_partitions: object, name: object) -> None:
@@ -198,6 +273,38 @@ def _check_options(max_partitions: object, name: object) -> None:
         raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+
+
+def _report_unraisable(errors: Sequence[BaseException], limiters: Sequence[object]) -> None:
+    """Errors of closes nobody called directly (the evictions on the way): sys.unraisablehook,
+    as for an error in __del__."""
+    for exc, limiter in zip(errors, limiters, strict=True):
+        sys.unraisablehook(
+            SimpleNamespace(  # the fields of sys.UnraisableHookArgs
+                exc_type=type(exc),
+                exc_value=exc,
+                exc_traceback=exc.__traceback__,
+                err_msg="Exception ignored while closing an evicted partition",
+                object=limiter,
+            )
+        )
+
+
+def _close_all(limiters: Sequence[RateLimiter], *, report: bool) -> None:
+    """Closes every limiter, whatever the others raise; then raises an ExceptionGroup of the
+    errors, or with ``report`` hands them to sys.unraisablehook."""
+    errors: list[Exception] = []
+    failed: list[RateLimiter] = []
+    for limiter in limiters:
+        try:
+            limiter.close()
+        except Exception as exc:  # a custom limiter's close
+            errors.append(exc)
+            failed.append(limiter)
+    if errors and report:
+        _report_unraisable(errors, failed)
+    elif errors:
+        raise ExceptionGroup("errors while closing evicted partitions", errors)
 
 
 class PartitionedLimiter:
@@ -232,6 +339,10 @@ class PartitionedLimiter:
         self._evicted_failed = 0
         if isinstance(self._clock, ManualClock):
             self._clock._on_advance(self)
+        with _live_lock:
+            _live.add(self)
+
+    __reduce_ex__ = _no_copies
 
     # ---- partitions ----
     def _partition(self, resource: object) -> Partition:
@@ -241,22 +352,38 @@ class PartitionedLimiter:
         _check_key(partition.key)
         return partition
 
-    def _limiter(self, resource: object) -> RateLimiter | None:
-        """The resource's limiter, built on first use; None when max_partitions leaves no room."""
-        found = self._entry(resource)
-        return None if found is None else found[1].limiter
+    def _superseded(self, key: Hashable, entry: _Entry) -> bool:
+        """True when the entry was evicted (and its limiter closed) while a caller used it: the
+        caller asks the key's new limiter. Not once this limiter is closed: then it is closed."""
+        return not self._closed and self._entries.get(key) is not entry
+
+    def _on_limiter(self, resource: object, use: Callable[[RateLimiter], Any], none: Any) -> Any:
+        """use(the resource's limiter), asking the key's new limiter if the one found was
+        evicted and closed meanwhile; `none` when max_partitions leaves no room."""
+        while True:
+            found = self._entry(resource)
+            if found is None:
+                return none
+            key, entry = found
+            assert entry.limiter is not None
+            try:
+                return use(entry.limiter)
+            except LimiterClosedError:
+                if not self._superseded(key, entry):
+                    raise
 
     def _entry(self, resource: object) -> tuple[Hashable, _Entry] | None:
         if self._closed:
             raise LimiterClosedError("the limiter is closed")
         partition = self._partition(resource)
         now = self._clock.now_ns()
+        dropped: list[RateLimiter] = []
         with self._lock:
             entry = self._entries.get(partition.key)
             build = entry is None
             if entry is None:
                 full = self.max_partitions is not None and len(self._entries) >= self.max_partitions
-                if full and not self._free_a_place_locked(now):
+                if full and not self._free_a_place_locked(now, dropped):
                     return None
                 entry = self._entries[partition.key] = _Entry(now)
                 heapq.heappush(self._due, (now + self._idle_ns + 1, next(self._seq), partition.key, entry))
@@ -265,6 +392,8 @@ class PartitionedLimiter:
             else:
                 self._entries.move_to_end(partition.key)
                 entry.touched = now
+        if dropped:
+            _close_all(dropped, report=True)
         if build:
             self._build(partition, entry)
         elif not entry.ready.is_set():
@@ -272,7 +401,7 @@ class PartitionedLimiter:
         if entry.limiter is None:
             assert entry.error is not None
             raise entry.error
-        self._evict_due(now, _EVICT_BATCH)
+        self._evict_due(now, _EVICT_BATCH, report=True)
         return partition.key, entry
 
     def _build(self, partition: Partition, entry: _Entry) -> None:
@@ -297,33 +426,38 @@ class PartitionedLimiter:
         idle = limiter.idle_duration
         return None if idle is None else round(idle * 1e9)
 
-    def _evict(self, key: Hashable, entry: _Entry) -> None:
-        # Dropped, not closed: a caller that found it just before may still be using it (acquire
-        # then notices and asks the key's new limiter).
+    def _evict(self, key: Hashable, entry: _Entry, dropped: list[RateLimiter]) -> None:
+        # Closed by the caller once the lock is released (as .NET disposes it). A caller that
+        # found it just before may still be using it: it then asks the key's new limiter.
         del self._entries[key]
         assert entry.limiter is not None
         stats = entry.limiter.statistics()
         self._evicted_successful += stats.total_successful_leases
         self._evicted_failed += stats.total_failed_leases
+        dropped.append(entry.limiter)
 
-    def _evict_due(self, now: int, budget: int | None) -> int:
+    def _evict_due(self, now: int, budget: int | None, *, report: bool) -> int:
         """Evicts the partitions fully idle for longer than idle_timeout (at most `budget`)."""
-        evicted = 0
+        dropped: list[RateLimiter] = []
         with self._lock:
-            while self._due and self._due[0][0] <= now and (budget is None or evicted < budget):
-                _, _, key, entry = heapq.heappop(self._due)
-                if self._entries.get(key) is not entry:
-                    continue  # gone already (evicted to make room), perhaps built again since
-                idle = self._idle_ns_of(entry, now)
-                if idle is not None and idle > self._idle_ns:
-                    self._evict(key, entry)
-                    evicted += 1
-                    continue
-                # Idle, but not for long enough: exactly when it will have been; in use: later
-                # (evict_idle(), which ManualClock.advance calls, looks at every partition).
-                look_again = now + (self._idle_ns - idle + 1 if idle is not None else self._idle_ns + 1)
-                heapq.heappush(self._due, (look_again, next(self._seq), key, entry))
-        return evicted
+            self._evict_due_locked(now, budget, dropped)
+        if dropped:
+            _close_all(dropped, report=report)
+        return len(dropped)
+
+    def _evict_due_locked(self, now: int, budget: int | None, dropped: list[RateLimiter]) -> None:
+        while self._due and self._due[0][0] <= now and (budget is None or len(dropped) < budget):
+            _, _, key, entry = heapq.heappop(self._due)
+            if self._entries.get(key) is not entry:
+                continue  # gone already (evicted to make room), perhaps built again since
+            idle = self._idle_ns_of(entry, now)
+            if idle is not None and idle > self._idle_ns:
+                self._evict(key, entry, dropped)
+                continue
+            # Idle, but not for long enough: exactly when it will have been; in use: later
+            # (evict_idle(), which ManualClock.advance calls, looks at every partition).
+            look_again = now + (self._idle_ns - idle + 1 if idle is not None else self._idle_ns + 1)
+            heapq.heappush(self._due, (look_again, next(self._seq), key, entry))
 
     def _compact_due_locked(self) -> None:
         """Drops the looks pending for partitions gone to make room: amortized O(1) per new key,
@@ -331,33 +465,39 @@ class PartitionedLimiter:
         self._due = [item for item in self._due if self._entries.get(item[2]) is item[3]]
         heapq.heapify(self._due)
 
-    def _free_a_place_locked(self, now: int) -> bool:
+    def _free_a_place_locked(self, now: int, dropped: list[RateLimiter]) -> bool:
         """At the bound: a fully idle partition (however briefly) gives its place to a new key."""
         for i, (key, entry) in enumerate(self._entries.items()):
             if i >= _BOUND_SCAN:
                 break
             if entry.limiter is not None and self._idle_ns_of(entry, now) is not None:
-                self._evict(key, entry)
+                self._evict(key, entry, dropped)
                 return True
         return False
 
     def evict_idle(self) -> int:
-        """Evicts every partition idle for longer than idle_timeout now; returns how many.
-        (A look at every partition: the timely evictions on the way need no call.)"""
+        """Evicts every partition idle for longer than idle_timeout now, closing its limiter;
+        returns how many. (A look at every partition: the timely evictions on the way need no
+        call.) Closes that raise do not stop the others: an ExceptionGroup of their errors follows."""
+        return self._evict_idle(report=False)
+
+    def _evict_idle(self, *, report: bool) -> int:
         now = self._clock.now_ns()
-        evicted = 0
+        dropped: list[RateLimiter] = []
         with self._lock:
             for key, entry in list(self._entries.items()):
                 idle = self._idle_ns_of(entry, now)
                 if idle is not None and idle > self._idle_ns:
-                    self._evict(key, entry)
-                    evicted += 1
-        return evicted + self._evict_due(now, None)
+                    self._evict(key, entry, dropped)
+            self._evict_due_locked(now, None, dropped)
+        if dropped:
+            _close_all(dropped, report=report)
+        return len(dropped)
 
     @property
     def partition_count(self) -> int:
         """Live partitions (after the evictions that are due)."""
-        self._evict_due(self._clock.now_ns(), None)
+        self._evict_due(self._clock.now_ns(), None, report=True)
         return len(self._entries)
 
     # ---- the RateLimiter members, taking the resource first ----
@@ -369,7 +509,12 @@ class PartitionedLimiter:
                 return Lease.denied("partition_limit")._with_permit_count(n)
             key, entry = found
             assert entry.limiter is not None
-            lease = entry.limiter.acquire(n)
+            try:
+                lease = entry.limiter.acquire(n)
+            except LimiterClosedError:
+                if self._superseded(key, entry):
+                    continue  # evicted and closed meanwhile: ask the key's new limiter
+                raise
             # Evicted while we used it (it was idle)? A grant from the dropped limiter would not
             # count in the key's new one: give it back and ask the new one.
             if not lease or self._entries.get(key) is entry:
@@ -389,13 +534,24 @@ class PartitionedLimiter:
             assert entry.limiter is not None
             # As in acquire: an immediate grant by a limiter evicted meanwhile is given back and
             # the key's new limiter asked. A request that waits keeps its partition (not idle), so
-            # a later eviction says nothing about its grant.
-            lease = entry.limiter._try_now(n)
-            if lease is None:
-                return entry.limiter.wait(n, timeout)
-            if not lease or self._entries.get(key) is entry:
+            # a later eviction says nothing about its grant; but one that got in just as its
+            # partition was evicted is refused by the close ("closed"): it asks the new limiter.
+            try:
+                lease = entry.limiter._try_now(n)
+                waited = lease is None
+                if lease is None:
+                    lease = entry.limiter.wait(n, timeout)
+            except LimiterClosedError:
+                if self._superseded(key, entry):
+                    continue
+                raise
+            if waited:
+                if lease or lease.reason != "closed" or not self._superseded(key, entry):
+                    return lease
+            elif not lease or self._entries.get(key) is entry:
                 return lease
-            lease._give_back()
+            else:
+                lease._give_back()
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         n = _check_permit_count(permit_count)
@@ -404,20 +560,25 @@ class PartitionedLimiter:
         return WaitAsync(_PartitionView(self, resource), n)
 
     def available_permits(self, resource: object) -> int:
-        limiter = self._limiter(resource)
-        return 0 if limiter is None else limiter.available_permits()
+        return int(self._on_limiter(resource, lambda limiter: limiter.available_permits(), 0))
 
     def statistics(self, resource: object = None) -> Statistics:
         """One partition's statistics, or with no resource the totals over every partition
         (successes and failures of evicted partitions included)."""
         if resource is not None:
-            limiter = self._limiter(resource)
-            return Statistics(0, 0, 0, 0) if limiter is None else limiter.statistics()
+            stats = self._on_limiter(resource, lambda limiter: limiter.statistics(), None)
+            return Statistics(0, 0, 0, 0) if stats is None else stats
         if self._closed:
             raise LimiterClosedError("the limiter is closed")
         with self._lock:
             limiters = [e.limiter for e in self._entries.values() if e.limiter is not None]
-        stats = [limiter.statistics() for limiter in limiters]
+        stats = []
+        for limiter in limiters:
+            try:
+                stats.append(limiter.statistics())
+            except LimiterClosedError:  # evicted meanwhile: its counts are among the evicted ones
+                if self._closed:
+                    raise
         return Statistics(
             current_available_permits=sum(s.current_available_permits for s in stats),
             current_queued_count=sum(s.current_queued_count for s in stats),
@@ -425,27 +586,39 @@ class PartitionedLimiter:
             total_failed_leases=self._evicted_failed + sum(s.total_failed_leases for s in stats),
         )
 
-    def close(self) -> None:
-        """Closes every partition's limiter (their queued requests fail with "closed")."""
+    def _close_entries(self) -> list[RateLimiter]:
+        """Marks this limiter closed; the partitions' limiters to close (none the second time)."""
         with self._lock:
             if self._closed:
-                return
+                return []
             self._closed = True
             entries = list(self._entries.values())
             self._entries.clear()
             self._due.clear()
-        errors: list[BaseException] = []
-        for entry in entries:
-            if entry.limiter is not None:
-                try:
-                    entry.limiter.close()
-                except Exception as exc:  # a custom limiter's close: close the others all the same
-                    errors.append(exc)
+        return [entry.limiter for entry in entries if entry.limiter is not None]
+
+    def close(self) -> None:
+        """Closes every partition's limiter (their queued requests fail with "closed"); closes
+        that raise do not stop the others: an ExceptionGroup of their errors follows."""
+        errors: list[Exception] = []
+        for limiter in self._close_entries():
+            try:
+                limiter.close()
+            except Exception as exc:  # a custom limiter's close: close the others all the same
+                errors.append(exc)
         if errors:
-            raise BaseExceptionGroup("errors while closing partitions", errors)
+            raise ExceptionGroup("errors while closing partitions", errors)
 
     async def aclose(self) -> None:
-        self.close()
+        """As close(), awaiting each partition's aclose()."""
+        errors: list[Exception] = []
+        for limiter in self._close_entries():
+            try:
+                await limiter.aclose()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise ExceptionGroup("errors while closing partitions", errors)
 
     def __enter__(self) -> PartitionedLimiter:
         return self
@@ -461,7 +634,7 @@ class PartitionedLimiter:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<PartitionedLimiter name={self.name!r} partitions={len(self._entries)}>"
@@ -504,25 +677,42 @@ class _PartitionView:
         self._resource = resource
 
     def _try_now(self, permit_count: int) -> Lease | None:
-        found = self._owner._entry(self._resource)
+        owner = self._owner
+        found = owner._entry(self._resource)
         if found is None:
             return Lease.denied("partition_limit")._with_permit_count(permit_count)
         key, entry = found
         assert entry.limiter is not None
-        lease = entry.limiter._try_now(permit_count)
-        if lease is None or not lease or self._owner._entries.get(key) is entry:
+        try:
+            lease = entry.limiter._try_now(permit_count)
+        except LimiterClosedError:
+            if owner._superseded(key, entry):
+                return None  # _wait_async asks the key's new limiter
+            raise
+        if lease is None or not lease or owner._entries.get(key) is entry:
             return lease
         lease._give_back()
         return None  # _wait_async asks the key's new limiter
 
     async def _wait_async(self, permit_count: int) -> Lease:
         # _try_now has made (and checked) the immediate attempt: this request waits, and a waiting
-        # request keeps its partition, so a later eviction says nothing about its grant.
-        found = self._owner._entry(self._resource)
-        if found is None:
-            return Lease.denied("partition_limit")._with_permit_count(permit_count)
-        assert found[1].limiter is not None
-        return await found[1].limiter.wait_async(permit_count)
+        # request keeps its partition, so a later eviction says nothing about its grant; one that
+        # got in just as its partition was evicted is refused by the close: it asks again.
+        owner = self._owner
+        while True:
+            found = owner._entry(self._resource)
+            if found is None:
+                return Lease.denied("partition_limit")._with_permit_count(permit_count)
+            key, entry = found
+            assert entry.limiter is not None
+            try:
+                lease = await entry.limiter.wait_async(permit_count)
+            except LimiterClosedError:
+                if owner._superseded(key, entry):
+                    continue
+                raise
+            if lease or lease.reason != "closed" or not owner._superseded(key, entry):
+                return lease
 
 
 class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
@@ -563,6 +753,9 @@ class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
     def _core_self(self) -> _core.Keyed:
         return self
 
+    async def aclose(self) -> None:
+        self.close()  # the engine's table: no partition limiters of their own to await
+
     def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
         return _Ready(self._core_self().acquire(resource, permit_count))
 
@@ -583,6 +776,43 @@ class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
 
     def __repr__(self) -> str:
         return f"<PerKeyLimiter name={self.name!r} partitions={self._core_self().partition_count}>"
+
+
+# ---- fork: a thread holding a limiter's lock, or building a partition, is not in the child ----
+_live: weakref.WeakSet[PartitionedLimiter] = weakref.WeakSet()
+_live_lock = threading.Lock()
+_forking: list[PartitionedLimiter] = []
+
+
+def _before_fork() -> None:
+    # Every lock held by the forking thread: the child gets them in a known state (its own).
+    _live_lock.acquire()
+    _forking[:] = list(_live)
+    for limiter in _forking:
+        limiter._lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for limiter in _forking:
+        limiter._lock.release()
+    _forking.clear()
+    _live_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    me = threading.get_ident()
+    for limiter in _forking:
+        # A partition another thread was building never will be: the key's next caller builds it.
+        for key, entry in list(limiter._entries.items()):
+            if not entry.ready.is_set() and entry.builder != me:
+                del limiter._entries[key]
+        limiter._lock.release()
+    _forking.clear()
+    _live_lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 __all__ = ["Partition", "PartitionedLimiter", "PerKeyLimiter"]
