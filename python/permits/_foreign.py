@@ -10,6 +10,7 @@ awaiting an asyncio future is.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Coroutine
 from typing import Any
@@ -30,16 +31,30 @@ def _in_trio() -> Any:
     return trio
 
 
+def _no_loop() -> RuntimeError:
+    return RuntimeError(
+        "no running event loop: wait_async() waits in asyncio (or uvloop) or trio; use acquire() or wait() elsewhere"
+    )
+
+
 def queued_wait(owner: Any, key: object, permit_count: int) -> Coroutine[Any, Any, Lease]:
     """The wait of a request that could not be granted at once (called by the engine's awaitable,
     whose coroutine it then drives)."""
     trio = _in_trio()
     if trio is None:
-        raise RuntimeError(
-            "no running event loop: wait_async() waits in asyncio (or uvloop) or trio; "
-            "use acquire() or wait() elsewhere"
-        )
+        raise _no_loop()
     return _trio_wait(trio, owner, key, permit_count)
+
+
+async def sleep(seconds: float) -> None:
+    """asyncio.sleep, or trio.sleep under trio: how a custom limiter's default wait pauses."""
+    if asyncio._get_running_loop() is not None:  # only on a waiting path: the lookup costs a getpid()
+        await asyncio.sleep(seconds)
+        return
+    trio = _in_trio()
+    if trio is None:
+        raise _no_loop()
+    await trio.sleep(seconds)
 
 
 async def _trio_wait(trio: Any, owner: Any, key: object, permit_count: int) -> Lease:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import time
-from asyncio import _get_running_loop
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, Protocol
 
+from . import _foreign
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
 
@@ -64,13 +63,6 @@ def _no_copies(self: object, protocol: object = None) -> NoReturn:
     raise TypeError(f"cannot copy or pickle {type(self).__name__!r} object: share the limiter itself")
 
 
-def _no_loop(what: str) -> RuntimeError:
-    return RuntimeError(
-        f"{what}() needs a running asyncio event loop (under trio, or another library without one, "
-        "call acquire(), or wait() in a worker thread)"
-    )
-
-
 class _Steps:
     """``send``/``throw``/``close`` drive the object's own ``__await__``, as a coroutine's do: so
     ``asyncio.create_task``, ``ensure_future``, ``TaskGroup.create_task``... take it (they accept
@@ -114,11 +106,7 @@ class _Ready(_Steps):
         self._lease = lease
 
     def __await__(self) -> Generator[Any, None, Lease]:
-        # Under another async library this fails even though no waiting is needed, as a wait
-        # would: whether it works must not depend on the load.
-        if _get_running_loop() is None:
-            self._lease._give_back()
-            raise _no_loop("acquire_async")
+        # The attempt was made already: any event loop, or none, may take the result.
         return self._lease
         yield  # makes this a generator
 
@@ -155,10 +143,8 @@ class WaitAsync(_Steps):
         self._lease: Lease | None = None
 
     def __await__(self) -> Generator[Any, None, Lease]:
-        # Checked before the immediate attempt: a wait needs asyncio whether or not it queues.
-        if _get_running_loop() is None:
-            raise _no_loop("wait_async")
-        # Granted at once: no coroutine, no event loop round trip.
+        # Granted at once: no coroutine, no event loop round trip (and none asked: a wait works
+        # the same under asyncio and trio, granted at once or queued).
         lease = self._limiter._try_now(self._permit_count)
         if lease is not None:
             return lease
@@ -206,7 +192,7 @@ class RateLimiter:
             lease = self.acquire(permit_count)
             if lease or lease.reason in _FINAL_REASONS:
                 return lease
-            await asyncio.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
+            await _foreign.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
 
     def _statistics(self) -> Statistics:
         return Statistics(0, 0, self._rl_successful, self._rl_failed)

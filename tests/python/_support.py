@@ -8,6 +8,8 @@ nets against hangs, never the thing under test.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -211,3 +213,11 @@ def stats(limiter: Any) -> tuple[int, int, int, int]:
         s.total_successful_leases,
         s.total_failed_leases,
     )
+
+
+def need(module: str) -> Any:
+    """Imports an optional test dependency (uvloop, trio, anyio): ./scripts/test installs them, so
+    in CI (CI=true) a missing one fails; elsewhere the test skips, saying how to install it."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed: pip install {module}")

@@ -4,8 +4,8 @@ The engine's limiters return a C awaitable; chains, partitions, ``NoLimiter`` an
 a Python one; ``acquire_async`` a Python one everywhere. Each must work with ``await``, ``async
 with``, ``asyncio.create_task``, ``ensure_future``, ``TaskGroup.create_task``, ``gather`` and
 ``wait_for``: for an immediate grant, and for a queued wait granted later (by a release or by
-``ManualClock.advance``). Under trio there is no asyncio loop: the Python awaitables fail at once
-with a clear error, whether or not a permit is free.
+``ManualClock.advance``). Under trio (through anyio) every wait works too, granted at once or
+queued; with no event loop at all a wait is granted at once or refused once it must queue.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 import permits
 from permits import Partition, PartitionedLimiter
 
-from _support import KINDS, SAFETY, LimiterKit, settle
+from _support import KINDS, SAFETY, LimiterKit, need, settle
 
 
 class Gate(permits.RateLimiter):
@@ -224,11 +224,19 @@ async def test_acquire_async_granted_at_once(
     _check_granted(subject, lease, style)
 
 
+# NoLimiter and per_key over no_limiter grant every wait at once: they never queue or refuse.
+QUEUEING = [kind for kind in SUBJECTS if kind not in ("no_limiter", "per_key_no_limiter")]
+
+
+@pytest.fixture(params=QUEUEING)
+def queueing(request: pytest.FixtureRequest, clock: permits.ManualClock) -> Subject:
+    return SUBJECTS[request.param](clock)
+
+
 async def test_wait_async_queued_then_granted(
-    subject: Subject, style: Callable[[Any], Awaitable[permits.Lease]]
+    queueing: Subject, style: Callable[[Any], Awaitable[permits.Lease]]
 ) -> None:
-    if not subject.queues:
-        pytest.skip("never queues: every wait is granted at once")
+    subject = queueing
     held = subject.hold()
     runner = asyncio.ensure_future(style(subject.wait_async()))
     await settle()
@@ -238,9 +246,8 @@ async def test_wait_async_queued_then_granted(
     _check_granted(subject, lease, style)
 
 
-async def test_acquire_async_refused(subject: Subject, style: Callable[[Any], Awaitable[permits.Lease]]) -> None:
-    if not subject.queues:
-        pytest.skip("never refuses")
+async def test_acquire_async_refused(queueing: Subject, style: Callable[[Any], Awaitable[permits.Lease]]) -> None:
+    subject = queueing
     held = subject.hold()
     if style is _async_with:  # entered all the same: the lease says it failed
         async with subject.acquire_async() as lease:
@@ -274,52 +281,93 @@ async def test_a_queued_python_wait_cancelled_in_its_task_leaves_nothing_behind(
     assert subject.limiter.available_permits() == 1
 
 
-# ---- no asyncio loop (trio, or none at all) ----
-PYTHON_WAITS = ["no_limiter", "custom", "chain", "chain_partitioned", "partitioned", "per_key_no_limiter"]
-NO_LOOP = r"needs a running asyncio event loop"
+# ---- trio (through anyio), or no event loop at all ----
+class Polling(permits.RateLimiter):
+    """A custom limiter with the default _wait_async (asks again after retry_after), which must
+    pause in whichever library runs it."""
+
+    def __init__(self) -> None:
+        super().__init__(name="polling")
+        self.free = 1
+
+    def _acquire(self, permit_count: int) -> permits.Lease:
+        if permit_count <= self.free:
+            self.free -= permit_count
+            return permits.Lease.granted(permit_count, on_release=lambda: self._put(permit_count))
+        return permits.Lease.denied(retry_after=0.001)
+
+    def _put(self, permit_count: int) -> None:
+        self.free += permit_count
 
 
-@pytest.fixture(params=PYTHON_WAITS)
-def python_wait(request: pytest.FixtureRequest, clock: permits.ManualClock) -> Subject:
-    return SUBJECTS[request.param](clock)
+# Gate's own _wait_async is written for asyncio (asyncio.Event); Polling stands for custom limiters.
+TRIO_SUBJECTS = {
+    **{k: v for k, v in SUBJECTS.items() if k != "custom"},
+    "polling": lambda c: Subject(Polling(), (), _release),
+}
+
+
+@pytest.fixture(params=list(TRIO_SUBJECTS))
+def any_subject(request: pytest.FixtureRequest, clock: permits.ManualClock) -> Subject:
+    return TRIO_SUBJECTS[request.param](clock)
 
 
 def _under_trio(main: Callable[[], Awaitable[None]]) -> None:
-    anyio = pytest.importorskip("anyio")
-    pytest.importorskip("trio")
+    anyio = need("anyio")
+    need("trio")
     anyio.run(main, backend="trio")
 
 
-@pytest.mark.parametrize("busy", [False, True], ids=["free", "busy"])
-def test_under_trio_a_python_wait_fails_clearly_whatever_the_load(python_wait: Subject, busy: bool) -> None:
-    if busy and not python_wait.queues:
-        pytest.skip("never busy")
-    if busy:
-        python_wait.hold()
+@pytest.mark.parametrize(
+    ("kind", "busy"),
+    [(kind, False) for kind in TRIO_SUBJECTS]
+    + [(kind, True) for kind in TRIO_SUBJECTS if kind in [*QUEUEING, "polling"]],
+)
+def test_under_trio_a_wait_works_whatever_the_load(kind: str, busy: bool, clock: permits.ManualClock) -> None:
+    # Not only while a permit is free: a queued wait is woken under trio too.
+    import anyio
+
+    any_subject = TRIO_SUBJECTS[kind](clock)
+    got: list[permits.Lease] = []
+
+    async def waiter() -> None:
+        got.append(await any_subject.wait_async())
 
     async def main() -> None:
-        with pytest.raises(RuntimeError, match=r"^wait_async\(\) " + NO_LOOP):
-            await python_wait.wait_async()
+        held = any_subject.hold() if busy else None
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            if held is not None:
+                while any_subject.limiter.statistics(*any_subject.args).current_queued_count == 0 and not isinstance(
+                    any_subject.limiter, Polling
+                ):
+                    await anyio.sleep(0.001)
+                any_subject.free(held)
 
     _under_trio(main)
-    assert python_wait.limiter.statistics().current_queued_count == 0
+    assert got[0].acquired
+    got[0].release()
+    assert any_subject.limiter.statistics(*any_subject.args).current_queued_count == 0
 
 
-@pytest.mark.parametrize("kind", list(SUBJECTS))
-def test_under_trio_acquire_async_fails_clearly_and_gives_the_lease_back(kind: str) -> None:
-    subject = SUBJECTS[kind](permits.ManualClock())
+def test_under_trio_acquire_async_works(any_subject: Subject) -> None:
+    leases: list[permits.Lease] = []
 
     async def main() -> None:
-        with pytest.raises(RuntimeError, match=r"^acquire_async\(\) " + NO_LOOP):
-            await subject.acquire_async()
+        leases.append(await any_subject.acquire_async())
 
     _under_trio(main)
-    if subject.queues:
-        lease = subject.limiter.acquire(*subject.args)
-        assert lease, "the lease taken by the failed acquire_async was kept"
+    assert leases[0].acquired
 
 
-def test_without_any_loop_a_python_wait_fails_at_its_first_step(python_wait: Subject) -> None:
-    aw: Any = python_wait.wait_async()
-    with pytest.raises(RuntimeError, match=r"^wait_async\(\) " + NO_LOOP):
+def test_without_any_loop_a_wait_is_granted_at_once_and_refused_once_it_must_queue(any_subject: Subject) -> None:
+    aw: Any = any_subject.wait_async()
+    with pytest.raises(StopIteration) as stop:
         aw.send(None)
+    first = stop.value.value
+    assert first.acquired
+    if any_subject.queues:
+        aw = any_subject.wait_async()
+        with pytest.raises(RuntimeError, match="no running event loop"):
+            aw.send(None)
+        assert any_subject.limiter.statistics(*any_subject.args).current_queued_count == 0

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from _child import run_child, run_ok
+from _support import need
 
 
 def test_first_queued_waits_from_many_threads_each_with_its_own_loop() -> None:
@@ -138,13 +139,13 @@ def test_a_loop_closed_or_dropped_with_waits_queued_gives_their_permits_back(how
 
 @pytest.mark.parametrize("how", ["closed", "granted-then-closed"])
 def test_a_uvloop_loop_closed_with_waits_queued_gives_their_permits_back(how: str) -> None:
-    pytest.importorskip("uvloop")
+    need("uvloop")
     child = run_ok(_CLOSED_LOOP.format(kind="uvloop", how=how))
     assert child.lines() == ["queued 1 1 1", "queued 0 0 0", "available 1 1"]
 
 
 def test_waits_queued_from_a_uvloop_loop_are_granted() -> None:
-    pytest.importorskip("uvloop")
+    need("uvloop")
     child = run_ok(
         """
         import asyncio, uvloop, permits
@@ -223,7 +224,6 @@ def test_the_first_clock_does_not_hold_the_gil_while_it_calibrates() -> None:
         gaps = [b - a for a, b in zip(ticks, ticks[1:])]
         print(permits.MonotonicClock().source, max(gaps) * 1000)
     """
+    # (Where the TSC is not trusted nothing is calibrated, and this holds trivially.)
     results = [run_ok(code).lines()[0].split() for _ in range(3)]
-    if all(source == "monotonic" for source, _ in results):
-        pytest.skip("the TSC is not trusted here: nothing is calibrated")
     assert min(float(gap) for _, gap in results) < 9.0, results

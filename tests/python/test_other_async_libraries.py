@@ -9,8 +9,10 @@ import pytest
 
 import permits
 
-trio = pytest.importorskip("trio")
-anyio = pytest.importorskip("anyio")
+from _support import need
+
+trio = need("trio")
+anyio = need("anyio")
 
 
 def _limiters(clock: permits.ManualClock) -> list[tuple[Any, tuple[object, ...]]]:
