@@ -137,6 +137,30 @@ def test_a_loop_closed_or_dropped_with_waits_queued_gives_their_permits_back(how
     assert child.lines() == ["queued 1 1 1", "queued 0 0 0", "available 1 1"]
 
 
+def test_a_chain_waiting_in_a_closed_loop_gives_everything_back_once_collected() -> None:
+    # The chain holds its first member's permit while it waits on the second: the member's queued
+    # wait leaves at close; the chain's coroutine gives the first permit back when it is collected.
+    child = run_ok(
+        """
+        import asyncio, gc, warnings, permits
+        warnings.simplefilter("ignore")
+        a = permits.ConcurrencyLimiter(1, queue_limit=5)
+        b = permits.ConcurrencyLimiter(1, queue_limit=5)
+        held_b = b.acquire()
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(permits.chain(a, b).wait_async().__aenter__())
+        loop.run_until_complete(asyncio.sleep(0.01))
+        print(a.available_permits(), b.statistics().current_queued_count)
+        loop.close()
+        print(a.available_permits(), b.statistics().current_queued_count)
+        del task, loop
+        gc.collect()
+        print(a.available_permits(), b.statistics().current_queued_count)
+        """
+    )
+    assert child.lines() == ["0 1", "0 0", "1 0"]
+
+
 @pytest.mark.parametrize("how", ["closed", "granted-then-closed"])
 def test_a_uvloop_loop_closed_with_waits_queued_gives_their_permits_back(how: str) -> None:
     need("uvloop")
