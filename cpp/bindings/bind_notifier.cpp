@@ -7,7 +7,6 @@
 #include "self.hpp"
 #include "wait_handle.hpp"
 
-namespace py = pybind11;
 
 namespace permits::bind {
 
