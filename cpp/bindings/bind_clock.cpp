@@ -7,7 +7,6 @@
 #include "permits/clock.hpp"
 #include "self.hpp"
 
-
 namespace permits::bind {
 namespace {
 

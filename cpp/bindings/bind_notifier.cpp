@@ -7,7 +7,6 @@
 #include "self.hpp"
 #include "wait_handle.hpp"
 
-
 namespace permits::bind {
 
 py::object WaitHandle::lease() {
