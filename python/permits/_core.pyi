@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import TracebackType
 from typing import Any, final
 
+from permits.limiter import LeaseWait
+
 @final
 class Lease:
     """The outcome of an acquisition: acquired or failed, with retry_after and reason."""
@@ -78,7 +80,7 @@ class WaitHandle:
     def block(self) -> Lease: ...
 
 @final
-class AsyncWait:
+class AsyncWait(LeaseWait):
     """What wait_async returns: await it for a lease, or `async with` it to release on exit."""
 
     def __await__(self) -> Generator[Any, None, Lease]: ...

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import enum
 import time
+from abc import abstractmethod
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, Protocol
 
-from . import _foreign
+from . import _core, _foreign
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
 
@@ -45,16 +46,24 @@ def _check_permit_count(permit_count: object) -> int:
     return n
 
 
-class LeaseWait(Protocol):
+class LeaseWait(Coroutine[Any, Any, Lease]):
     """What ``wait_async`` returns: ``await`` it for a lease, or ``async with`` it to have the
-    lease released on exit. (The engine's limiters return a C type, ``permits._core.AsyncWait``;
-    custom limiters, chains and partitions a Python one.)"""
+    lease released on exit; ``asyncio.create_task`` and the like take it as a coroutine (so do type
+    checkers). The engine's limiters return a C type, ``permits._core.AsyncWait`` (registered as
+    one); custom limiters, chains and partitions a Python one."""
 
-    def __await__(self) -> Generator[Any, None, Lease]: ...
+    __slots__ = ()
+
+    @abstractmethod
     def __aenter__(self) -> Awaitable[Lease]: ...
+
+    @abstractmethod
     def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
     ) -> Awaitable[None]: ...
+
+
+LeaseWait.register(_core.AsyncWait)
 
 
 def _no_copies(self: object, protocol: object = None) -> NoReturn:
@@ -63,7 +72,7 @@ def _no_copies(self: object, protocol: object = None) -> NoReturn:
     raise TypeError(f"cannot copy or pickle {type(self).__name__!r} object: share the limiter itself")
 
 
-class _Steps:
+class _Steps(LeaseWait):
     """``send``/``throw``/``close`` drive the object's own ``__await__``, as a coroutine's do: so
     ``asyncio.create_task``, ``ensure_future``, ``TaskGroup.create_task``... take it (they accept
     what ``asyncio.iscoroutine`` accepts). ``await`` calls ``__await__`` directly and never makes

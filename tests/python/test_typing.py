@@ -19,6 +19,16 @@ SNIPPET = textwrap.dedent(
     reveal_type(plain)
     lease: permits.Lease = both.acquire("alice")
     lease = plain.acquire(2)
+
+    import asyncio
+
+    async def tasks() -> None:
+        # Every limiter's wait is a coroutine to the checker, as at runtime.
+        waits = [rate.wait_async(), plain.wait_async(), both.wait_async("bob"), per_user.wait_async("bob")]
+        for wait in waits:
+            got: permits.Lease = await asyncio.create_task(wait)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(permits.NoLimiter().wait_async())
     """
 )
 
