@@ -290,7 +290,9 @@ def _report_unraisable(errors: Sequence[BaseException], limiters: Sequence[objec
         )
 
 
-def _close_all(limiters: Sequence[RateLimiter], *, report: bool) -> None:
+def _close_all(
+    limiters: Sequence[RateLimiter], *, report: bool, message: str = "errors while closing evicted partitions"
+) -> None:
     """Closes every limiter, whatever the others raise; then raises an ExceptionGroup of the
     errors, or with ``report`` hands them to sys.unraisablehook."""
     errors: list[Exception] = []
@@ -304,7 +306,7 @@ def _close_all(limiters: Sequence[RateLimiter], *, report: bool) -> None:
     if errors and report:
         _report_unraisable(errors, failed)
     elif errors:
-        raise ExceptionGroup("errors while closing evicted partitions", errors)
+        raise ExceptionGroup(message, errors)
 
 
 class PartitionedLimiter:
@@ -600,14 +602,7 @@ class PartitionedLimiter:
     def close(self) -> None:
         """Closes every partition's limiter (their queued requests fail with "closed"); closes
         that raise do not stop the others: an ExceptionGroup of their errors follows."""
-        errors: list[Exception] = []
-        for limiter in self._close_entries():
-            try:
-                limiter.close()
-            except Exception as exc:  # a custom limiter's close: close the others all the same
-                errors.append(exc)
-        if errors:
-            raise ExceptionGroup("errors while closing partitions", errors)
+        _close_all(self._close_entries(), report=False, message="errors while closing partitions")
 
     async def aclose(self) -> None:
         """As close(), awaiting each partition's aclose()."""
