@@ -54,6 +54,21 @@ template <class T, class F> void each(const List<T>& list, F&& f) {
     }
 }
 
+/// try_lock on every object of `list`, in order; on a miss the ones taken are let go and false
+/// is returned. Nothing is allocated.
+template <class T, class TryLock, class Unlock>
+bool try_lock_each(const List<T>& list, TryLock try_lock, Unlock unlock) {
+    for (T* x = list.head; x != nullptr; x = ForkRegistry::links(*x).next) {
+        if (!try_lock(*x)) {
+            for (T* y = list.head; y != x; y = ForkRegistry::links(*y).next) {
+                unlock(*y);
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
 } // namespace
 
 void ForkRegistry::install() {
@@ -99,40 +114,27 @@ void ForkRegistry::remove(Notifier* n) noexcept {
 
 bool ForkRegistry::try_lock_all() noexcept {
     // In lock order: a key's shard, then its full limiter (a request queues under both), then a
-    // notifier (a limiter completes a request under its own lock). On a miss, what was taken
-    // (everything before the one that missed) is let go; nothing is allocated either way.
+    // notifier (a limiter completes a request under its own lock). On a miss, everything taken
+    // is let go; nothing is allocated either way.
     Lists& l = lists();
-    KeyedLimiter* k_miss = nullptr;
-    Limiter* l_miss = nullptr;
-    Notifier* n_miss = nullptr;
-    for (KeyedLimiter* k = l.tables.head; k != nullptr && k_miss == nullptr; k = k->fork_links_.next) {
-        k_miss = k->fork_try_lock() ? nullptr : k;
+    const auto lock_table = [](KeyedLimiter& k) { return k.fork_try_lock(); };
+    const auto unlock_table = [](KeyedLimiter& k) { k.fork_unlock(); };
+    const auto lock_limiter = [](Limiter& x) { return x.fork_try_lock(); };
+    const auto unlock_limiter = [](Limiter& x) { x.fork_unlock(); };
+    if (!try_lock_each(l.tables, lock_table, unlock_table)) {
+        return false;
     }
-    for (Limiter* x = l.limiters.head; x != nullptr && k_miss == nullptr && l_miss == nullptr;
-         x = x->fork_links_.next) {
-        l_miss = x->fork_try_lock() ? nullptr : x;
+    if (!try_lock_each(l.limiters, lock_limiter, unlock_limiter)) {
+        each(l.tables, unlock_table);
+        return false;
     }
-    for (Notifier* n = l.notifiers.head; n != nullptr && k_miss == nullptr && l_miss == nullptr && n_miss == nullptr;
-         n = n->fork_links_.next) {
-        n_miss = n->mu_.try_lock() ? nullptr : n;
+    if (!try_lock_each(
+            l.notifiers, [](Notifier& n) { return n.mu_.try_lock(); }, [](Notifier& n) { n.mu_.unlock(); })) {
+        each(l.limiters, unlock_limiter);
+        each(l.tables, unlock_table);
+        return false;
     }
-    if (k_miss == nullptr && l_miss == nullptr && n_miss == nullptr) {
-        return true;
-    }
-    for (KeyedLimiter* k = l.tables.head; k != k_miss; k = k->fork_links_.next) {
-        k->fork_unlock();
-    }
-    if (k_miss == nullptr) {
-        for (Limiter* x = l.limiters.head; x != l_miss; x = x->fork_links_.next) {
-            x->fork_unlock();
-        }
-    }
-    if (k_miss == nullptr && l_miss == nullptr) {
-        for (Notifier* n = l.notifiers.head; n != n_miss; n = n->fork_links_.next) {
-            n->mu_.unlock();
-        }
-    }
-    return false;
+    return true;
 }
 
 void ForkRegistry::unlock_all() noexcept {
