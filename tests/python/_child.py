@@ -53,3 +53,35 @@ def run_ok(code: str, *, timeout: float = LIMIT, env: dict[str, str] | None = No
         f"the child exited with status {child.returncode}\nstdout:\n{child.stdout}\nstderr:\n{child.stderr}"
     )
     return child
+
+
+#: Source for a scenario that forks again: ``in_fork(body)`` runs ``body`` in a forked child and
+#: fails (in the parent) on a hang or on the child's failed assertion, printing its traceback.
+IN_FORK = """
+import os, sys, time, traceback
+
+def in_fork(body):
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            body()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    give_up = time.monotonic() + 30  # a safety net, never the thing under test
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > give_up:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise SystemExit("the forked child hung")
+        time.sleep(0.005)
+    assert os.waitstatus_to_exitcode(status) == 0, f"the forked child failed: {status}"
+"""

@@ -12,38 +12,15 @@ from __future__ import annotations
 
 import textwrap
 
-from _child import run_ok
+from _child import IN_FORK, run_ok
 
 # What every scenario shares: fork, run `body` in the child, fail on a hang or a failed assertion.
-PRELUDE = """
-import asyncio, gc, os, sys, threading, time, traceback
+PRELUDE = (
+    IN_FORK
+    + """
+import asyncio, gc, threading
 import permits
 from permits import _core, Partition, PartitionedLimiter
-
-def in_fork(body):
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            body()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    give_up = time.monotonic() + 30  # a safety net, never the thing under test
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > give_up:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise SystemExit("the forked child hung")
-        time.sleep(0.005)
-    assert os.waitstatus_to_exitcode(status) == 0, f"the forked child failed: {status}"
 
 def until(predicate, what):
     give_up = time.monotonic() + 10
@@ -60,6 +37,7 @@ def kinds(queue_limit):
         permits.SlidingWindowCounterLimiter(1, 3600.0, queue_limit=queue_limit),
     ]
 """
+)
 
 
 def scenario(body: str) -> None:

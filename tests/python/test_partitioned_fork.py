@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 
 import pytest
 
-from _child import run_ok
+from _child import IN_FORK, run_ok
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="needs os.fork")
 
 
 def test_a_child_forked_mid_build_and_mid_acquire_uses_the_same_keys() -> None:
     child = run_ok(
-        """
+        IN_FORK
+        + textwrap.dedent(
+            """
         import os, threading, time
         import permits
         from permits import Partition, PartitionedLimiter
@@ -47,27 +50,13 @@ def test_a_child_forked_mid_build_and_mid_acquire_uses_the_same_keys() -> None:
         hammerer.start()
         assert hammered.wait(10)
 
+        def child():  # only this thread exists here
+            assert limiter.acquire("slow")
+            for i in range(64):
+                assert limiter.acquire(f"k{i}")
+
         for _ in range(20):
-            pid = os.fork()
-            if pid == 0:  # the child: only this thread exists here
-                try:
-                    assert limiter.acquire("slow")
-                    for i in range(64):
-                        assert limiter.acquire(f"k{i}")
-                    os._exit(0)
-                except BaseException:
-                    os._exit(1)
-            deadline = time.monotonic() + 10
-            while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    break
-                if time.monotonic() > deadline:
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
-                    raise SystemExit("a child hung")
-                time.sleep(0.001)  # polls the child: not a way to let limiter time pass
-            assert os.waitstatus_to_exitcode(status) == 0, status
+            in_fork(child)
         stop.set()
         hammerer.join(10)
         # The parent is unaffected: its own builder still owns "slow".
@@ -76,5 +65,6 @@ def test_a_child_forked_mid_build_and_mid_acquire_uses_the_same_keys() -> None:
         assert limiter.acquire("slow")
         print("ok")
         """
+        )
     )
     assert child.lines() == ["ok"]
