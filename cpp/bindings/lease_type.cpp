@@ -21,6 +21,7 @@ struct LeaseObject {
     PyObject* reason;     // str or nullptr
     PyObject* extra;      // dict of further metadata or nullptr
     PyObject* on_release; // callable or nullptr (leases of custom limiters)
+    PyObject* on_refund;  // callable or nullptr: called instead of on_release by a refund
     bool releases;        // its permits come back on release (concurrency); else only on a refund
     // A plain concurrency lease owns its limiter: every release must reach it.
     std::shared_ptr<Limiter> owner;
@@ -76,6 +77,7 @@ LeaseObject* alloc_lease() {
     self->reason = nullptr;
     self->extra = nullptr;
     self->on_release = nullptr;
+    self->on_refund = nullptr;
     self->releases = false;
     new (&self->owner) std::shared_ptr<Limiter>();
     self->target = 0;
@@ -163,9 +165,12 @@ int do_release(LeaseObject* self, bool refund) {
     if (refund || self->releases) {
         return_permits(self);
     }
-    if (self->on_release != nullptr) {
-        PyObject* cb = self->on_release;
-        self->on_release = nullptr;
+    // A refund is an undo (the permits were never used): on_refund when the lease has one.
+    PyObject* cb = refund && self->on_refund != nullptr ? self->on_refund : self->on_release;
+    Py_XINCREF(cb);
+    Py_CLEAR(self->on_release);
+    Py_CLEAR(self->on_refund);
+    if (cb != nullptr) {
         PyObject* r = PyObject_CallNoArgs(cb);
         Py_DECREF(cb);
         if (r == nullptr) {
@@ -179,6 +184,7 @@ int do_release(LeaseObject* self, bool refund) {
 int lease_traverse(LeaseObject* self, visitproc visit, void* arg) {
     Py_VISIT(self->extra);
     Py_VISIT(self->on_release);
+    Py_VISIT(self->on_refund);
     return 0;
 }
 
@@ -186,6 +192,7 @@ int lease_clear(LeaseObject* self) {
     Py_CLEAR(self->reason);
     Py_CLEAR(self->extra);
     Py_CLEAR(self->on_release);
+    Py_CLEAR(self->on_refund);
     return 0;
 }
 
@@ -311,14 +318,15 @@ PyObject* lease_repr(LeaseObject* self) {
     return r;
 }
 
-// Lease.granted(permit_count=1, *, on_release=None, metadata=None)
+// Lease.granted(permit_count=1, *, on_release=None, on_refund=None, metadata=None)
 PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
-    static const char* kw[] = {"permit_count", "on_release", "metadata", nullptr};
+    static const char* kw[] = {"permit_count", "on_release", "on_refund", "metadata", nullptr};
     PyObject* count = nullptr;
     PyObject* on_release = Py_None;
+    PyObject* on_refund = Py_None;
     PyObject* metadata = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OO:granted", const_cast<char**>(kw), &count, &on_release,
-                                     &metadata)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOO:granted", const_cast<char**>(kw), &count, &on_release,
+                                     &on_refund, &metadata)) {
         return nullptr;
     }
     long long n = 1;
@@ -338,6 +346,10 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
         PyErr_SetString(PyExc_TypeError, "on_release must be callable or None");
         return nullptr;
     }
+    if (on_refund != Py_None && !PyCallable_Check(on_refund)) {
+        PyErr_SetString(PyExc_TypeError, "on_refund must be callable or None");
+        return nullptr;
+    }
     if (!check_metadata(metadata)) {
         return nullptr;
     }
@@ -350,6 +362,11 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
     if (on_release != Py_None) {
         Py_INCREF(on_release);
         self->on_release = on_release;
+        track(self);
+    }
+    if (on_refund != Py_None) {
+        Py_INCREF(on_refund);
+        self->on_refund = on_refund;
         track(self);
     }
     if (!attach_metadata(self, metadata)) {
@@ -439,7 +456,8 @@ PyMethodDef lease_methods[] = {
      "__exit__($self, exc_type, exc, tb, /)\n--\n\nReleases the lease."},
     {"granted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_granted)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "granted($type, /, permit_count=1, *, on_release=None, metadata=None)\n--\n\nA successful lease."},
+     "granted($type, /, permit_count=1, *, on_release=None, on_refund=None, metadata=None)\n--\n\nA successful lease: "
+     "on_release() runs on its first release(), on_refund() (default: on_release) when a chain gives it back unused."},
     {"denied", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_denied)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "denied($type, /, reason='limit_reached', *, retry_after=None, metadata=None)\n--\n\nA failed lease."},

@@ -9,6 +9,7 @@ from . import _asyncio, _foreign  # noqa: F401  (register the event loops' bridg
 from ._core import Lease, LimiterClosedError
 from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
+from .keyed_limiter import KeyedRateLimiter
 from .limiter import QueueOrder, RateLimiter, Statistics
 from .limiters import (
     ConcurrencyLimiter,
@@ -27,6 +28,7 @@ __all__ = [
     "ChainedPartitionedLimiter",
     "ConcurrencyLimiter",
     "FixedWindowLimiter",
+    "KeyedRateLimiter",
     "Lease",
     "LimiterClosedError",
     "ManualClock",

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import TracebackType
 from typing import Any, final
 
-from permits.limiter import LeaseWait
+from permits.awaitables import LeaseWait
 
 @final
 class Lease:
@@ -36,6 +36,7 @@ class Lease:
         permit_count: int = 1,
         *,
         on_release: Callable[[], object] | None = None,
+        on_refund: Callable[[], object] | None = None,
         metadata: Mapping[str, object] | None = None,
     ) -> Lease: ...
     @classmethod

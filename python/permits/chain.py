@@ -3,19 +3,22 @@
 Acquires from each limiter in order; at the first failure it gives back what the earlier ones
 granted (tokens return to buckets, window counts are decremented while their window or segment
 is current, concurrency permits are released) and returns that failed lease, so a rejected
-request costs nothing anywhere (semantics.md item 8, unlike .NET's chained limiters).
+request costs nothing anywhere (unlike .NET's chained limiters). Giving back a lease calls its
+``on_refund`` (an undo), not its ``on_release``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, overload
 
-from ._core import Lease, LimiterClosedError
+from . import _core
+from ._core import Lease
 from ._durations import timeout_ns
-from .limiter import LeaseWait, RateLimiter, Statistics, WaitAsync, _check_permit_count, _no_copies, _Ready
-from .partitioned import PartitionedLimiter
+from .keyed_limiter import KeyedRateLimiter
+from .limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
+
+Member = RateLimiter | KeyedRateLimiter
 
 
 def _give_back_all(leases: Sequence[Lease]) -> list[BaseException]:
@@ -56,7 +59,10 @@ def _combine(leases: Sequence[Lease], permit_count: int) -> Lease:
                 errors.append(exc)
         _raise_with(errors, None)
 
-    return Lease.granted(permit_count, on_release=release_all, metadata=metadata or None)
+    def give_back_all() -> None:  # the chain's own lease given back (a chain in a chain): undo each
+        _raise_with(_give_back_all(leases), None)
+
+    return Lease.granted(permit_count, on_release=release_all, on_refund=give_back_all, metadata=metadata or None)
 
 
 def _acquire_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Lease]) -> Lease:
@@ -75,9 +81,10 @@ def _acquire_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Lease])
     return _combine(taken, n)
 
 
-async def _wait_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Awaitable[Lease]]) -> Lease:
-    """The same, waiting: each limiter is asked only once the previous one granted (a queued wait
-    in the first does not touch the second); cancellation gives back what was taken."""
+async def _await_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Awaitable[Lease]]) -> Lease:
+    """The same, awaiting each (an asynchronous attempt, or a wait): each limiter is asked only
+    once the previous one granted (a queued wait in the first does not touch the second);
+    cancellation gives back what was taken."""
     taken: list[Lease] = []
     for limiter in limiters:
         try:
@@ -103,27 +110,22 @@ def _combined_statistics(stats: Sequence[Statistics]) -> Statistics:
 
 class _Deadline:
     """A chain's blocking wait: how long each next limiter may still wait, measured on that
-    limiter's own clock (a ManualClock in tests: timeouts run on the limiter's clock), or on the
-    monotonic clock for a limiter without one."""
+    limiter's own clock (a ManualClock in tests: timeouts run on the limiter's clock)."""
 
-    def __init__(self, timeout: float | None, limiters: Sequence[Any]) -> None:
+    def __init__(self, timeout: float | None, limiters: Sequence[Member]) -> None:
         limit = timeout_ns(timeout)
         self._limit = None if limit < 0 else limit
-        self._starts: dict[int, tuple[Any, int]] = {}
+        self._starts: dict[int, tuple[_core.Clock, int]] = {}
         if self._limit is not None:
             for limiter in limiters:
-                clock = getattr(limiter, "_clock", None)
-                self._starts[id(limiter)] = (clock, _now_ns(clock))
+                clock = limiter._rl_clock
+                self._starts[id(limiter)] = (clock, clock.now_ns())
 
-    def left(self, limiter: Any) -> float | None:
+    def left(self, limiter: Member) -> float | None:
         if self._limit is None:
             return None
         clock, start = self._starts[id(limiter)]
-        return max(0, self._limit - (_now_ns(clock) - start)) / 1e9
-
-
-def _now_ns(clock: Any) -> int:
-    return int(clock.now_ns()) if clock is not None else time.monotonic_ns()
+        return max(0, self._limit - (clock.now_ns() - start)) / 1e9
 
 
 class ChainedLimiter(RateLimiter):
@@ -132,41 +134,30 @@ class ChainedLimiter(RateLimiter):
     __reduce_ex__ = _no_copies
 
     def __init__(self, limiters: Sequence[RateLimiter], *, name: str | None = None) -> None:
-        super().__init__(name=name)
+        super().__init__(name=name, clock=limiters[0]._rl_clock)
         self._limiters = tuple(limiters)
 
     @property
     def limiters(self) -> tuple[RateLimiter, ...]:
         return self._limiters
 
-    def acquire(self, permit_count: int = 1) -> Lease:
-        n = _check_permit_count(permit_count)
-        self._check_open()
-        return _acquire_each(self._limiters, n, lambda limiter: limiter.acquire(n))
+    def _acquire(self, permit_count: int) -> Lease:
+        return _acquire_each(self._limiters, permit_count, lambda limiter: limiter.acquire(permit_count))
 
-    def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
-        return _Ready(self.acquire(permit_count))
+    async def _acquire_async(self, permit_count: int) -> Lease:
+        return await _await_each(self._limiters, permit_count, lambda limiter: limiter.acquire_async(permit_count))
+
+    async def _wait_async(self, permit_count: int) -> Lease:
+        return await _await_each(self._limiters, permit_count, lambda limiter: limiter.wait_async(permit_count))
+
+    def _statistics(self) -> Statistics:
+        return _combined_statistics([limiter.statistics() for limiter in self._limiters])
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()
         return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)))
-
-    def wait_async(self, permit_count: int = 1) -> LeaseWait:
-        _check_permit_count(permit_count)
-        self._check_open()
-        return WaitAsync(self, permit_count)
-
-    async def _wait_async(self, permit_count: int) -> Lease:
-        return await _wait_each(self._limiters, permit_count, lambda limiter: limiter.wait_async(permit_count))
-
-    def available_permits(self) -> int:
-        return self.statistics().current_available_permits
-
-    def statistics(self) -> Statistics:
-        self._check_open()
-        return _combined_statistics([limiter.statistics() for limiter in self._limiters])
 
     @property
     def idle_duration(self) -> float | None:
@@ -192,30 +183,33 @@ class ChainedLimiter(RateLimiter):
         return f"<ChainedLimiter of {len(self._limiters)} limiters>"
 
 
-class ChainedPartitionedLimiter(PartitionedLimiter):
-    """What :func:`chain` returns when any of its limiters is partitioned: a PartitionedLimiter
-    whose every member takes the resource first; partitioned limiters get it, plain ones ignore it.
-    It keeps no partitions of its own: ``partition_count`` and ``evict_idle`` add up those of its
-    partitioned members."""
+class ChainedPartitionedLimiter(KeyedRateLimiter):
+    """What :func:`chain` returns when any of its limiters is keyed: a keyed limiter whose every
+    member takes the resource first; keyed members get it, plain ones ignore it. It keeps no
+    partitions of its own: ``partition_count`` and ``evict_idle`` add up those of its keyed members."""
 
-    def __init__(self, limiters: Sequence[RateLimiter | PartitionedLimiter], *, name: str | None = None) -> None:
-        # Not PartitionedLimiter.__init__: there is no partitioner, the members keep the partitions.
-        self.name = "default" if name is None else name
+    __reduce_ex__ = _no_copies
+
+    def __init__(self, limiters: Sequence[Member], *, name: str | None = None) -> None:
+        super().__init__(name=name, clock=limiters[0]._rl_clock)
         self._limiters = tuple(limiters)
-        self._closed = False
-        self.idle_timeout = None  # type: ignore[assignment]
+        self.idle_timeout = None
         self.max_partitions = None
 
     @property
+    def limiters(self) -> tuple[Member, ...]:
+        return self._limiters
+
+    @property
     def partition_count(self) -> int:
-        return sum(lim.partition_count for lim in self._limiters if isinstance(lim, PartitionedLimiter))
+        return sum(lim.partition_count for lim in self._limiters if isinstance(lim, KeyedRateLimiter))
 
     def evict_idle(self) -> int:
-        """Every partitioned member's evict_idle(); one member's errors do not stop the others."""
+        """Every keyed member's evict_idle(); one member's errors do not stop the others."""
         evicted = 0
         errors: list[Exception] = []
         for lim in self._limiters:
-            if isinstance(lim, PartitionedLimiter):
+            if isinstance(lim, KeyedRateLimiter):
                 try:
                     evicted += lim.evict_idle()
                 except Exception as exc:
@@ -224,108 +218,72 @@ class ChainedPartitionedLimiter(PartitionedLimiter):
             raise ExceptionGroup("errors while closing evicted partitions", errors)
         return evicted
 
-    @property
-    def limiters(self) -> tuple[RateLimiter | PartitionedLimiter, ...]:
-        return self._limiters
+    def _acquire(self, resource: object, permit_count: int) -> Lease:
+        def step(lim: Member) -> Lease:
+            if isinstance(lim, KeyedRateLimiter):
+                return lim.acquire(resource, permit_count)
+            return lim.acquire(permit_count)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LimiterClosedError("the limiter is closed")
+        return _acquire_each(self._limiters, permit_count, step)
 
-    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
-        n = _check_permit_count(permit_count)
-        self._check_open()
-        return _acquire_each(
-            self._limiters,
-            n,
-            lambda lim: lim.acquire(resource, n) if isinstance(lim, PartitionedLimiter) else lim.acquire(n),
+    async def _acquire_async(self, resource: object, permit_count: int) -> Lease:
+        def step(lim: Member) -> Awaitable[Lease]:
+            if isinstance(lim, KeyedRateLimiter):
+                return lim.acquire_async(resource, permit_count)
+            return lim.acquire_async(permit_count)
+
+        return await _await_each(self._limiters, permit_count, step)
+
+    async def _wait_async(self, resource: object, permit_count: int) -> Lease:
+        def step(lim: Member) -> Awaitable[Lease]:
+            if isinstance(lim, KeyedRateLimiter):
+                return lim.wait_async(resource, permit_count)
+            return lim.wait_async(permit_count)
+
+        return await _await_each(self._limiters, permit_count, step)
+
+    def _statistics(self, resource: object) -> Statistics:
+        return _combined_statistics(
+            [
+                lim.statistics(resource) if isinstance(lim, KeyedRateLimiter) else lim.statistics()
+                for lim in self._limiters
+            ]
         )
-
-    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
-        return _Ready(self.acquire(resource, permit_count))
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()
 
-        def step(lim: RateLimiter | PartitionedLimiter) -> Lease:
+        def step(lim: Member) -> Lease:
             left = deadline.left(lim)
-            return lim.wait(resource, n, left) if isinstance(lim, PartitionedLimiter) else lim.wait(n, left)
+            return lim.wait(resource, n, left) if isinstance(lim, KeyedRateLimiter) else lim.wait(n, left)
 
         return _acquire_each(self._limiters, n, step)
-
-    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
-        n = _check_permit_count(permit_count)
-        self._check_open()
-        return WaitAsync(_ChainKeyView(self, resource), n)
-
-    async def _wait_async_for(self, resource: object, n: int) -> Lease:
-        def step(lim: RateLimiter | PartitionedLimiter) -> Awaitable[Lease]:
-            return lim.wait_async(resource, n) if isinstance(lim, PartitionedLimiter) else lim.wait_async(n)
-
-        return await _wait_each(self._limiters, n, step)
-
-    def available_permits(self, resource: object) -> int:
-        return self.statistics(resource).current_available_permits
-
-    def statistics(self, resource: object = None) -> Statistics:
-        self._check_open()
-        return _combined_statistics(
-            [
-                lim.statistics(resource) if isinstance(lim, PartitionedLimiter) else lim.statistics()
-                for lim in self._limiters
-            ]
-        )
-
-    def close(self) -> None:
-        """Closes the chain only: the limiters in it stay open (they may be shared)."""
-        self._closed = True
-
-    async def aclose(self) -> None:
-        """As close(): the chain only."""
-        self.close()
 
     def __repr__(self) -> str:
         return f"<ChainedPartitionedLimiter of {len(self._limiters)} limiters>"
 
 
-class _ChainKeyView:
-    """One resource of a partitioned chain, seen as a limiter by WaitAsync."""
-
-    __slots__ = ("_chain", "_resource")
-
-    def __init__(self, chain: ChainedPartitionedLimiter, resource: object) -> None:
-        self._chain = chain
-        self._resource = resource
-
-    def _try_now(self, permit_count: int) -> Lease | None:
-        return None  # each member is asked in turn, waiting for the one before
-
-    def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]:
-        return self._chain._wait_async_for(self._resource, permit_count)
-
-
 @overload
 def chain(*limiters: RateLimiter) -> ChainedLimiter: ...  # type: ignore[overload-overlap]
 @overload
-def chain(*limiters: RateLimiter | PartitionedLimiter) -> ChainedPartitionedLimiter: ...
+def chain(*limiters: Member) -> ChainedPartitionedLimiter: ...
 
 
-# Typed by overloads: chain(a, b).acquire("key") type-checks when any member is partitioned.
-def chain(*limiters: RateLimiter | PartitionedLimiter) -> ChainedLimiter | ChainedPartitionedLimiter:
+# Typed by overloads: chain(a, b).acquire("key") type-checks when any member is keyed.
+def chain(*limiters: Member) -> ChainedLimiter | ChainedPartitionedLimiter:
     """Acquires from each limiter in order, all or nothing: a rejection by a later limiter gives
     back what the earlier ones granted. The combined lease releases them in reverse order.
-    With any partitioned limiter in it, the chain takes the resource first, as they do."""
+    With any keyed limiter in it, the chain takes the resource first, as they do."""
     if not limiters:
         raise ValueError("chain() needs at least one limiter")
     for i, limiter in enumerate(limiters):
-        if not isinstance(limiter, (RateLimiter, PartitionedLimiter)):
+        if not isinstance(limiter, (RateLimiter, KeyedRateLimiter)):
             raise TypeError(
-                f"chain() argument {i} must be a permits.RateLimiter or PartitionedLimiter, "
-                f"got {type(limiter).__name__}"
+                f"chain() argument {i} must be a permits.RateLimiter or KeyedRateLimiter, got {type(limiter).__name__}"
             )
-    if any(isinstance(limiter, PartitionedLimiter) for limiter in limiters):
+    if any(isinstance(limiter, KeyedRateLimiter) for limiter in limiters):
         return ChainedPartitionedLimiter(limiters)
     return ChainedLimiter(limiters)  # type: ignore[arg-type]
 

@@ -1,18 +1,19 @@
-"""RateLimiter: the base of every limiter, and what a custom limiter written in Python subclasses."""
+"""RateLimiter: the interface of every limiter, and what a custom limiter written in Python subclasses."""
 
 from __future__ import annotations
 
 import enum
 import time
-from abc import abstractmethod
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn, Protocol
+from typing import NoReturn, Self
 
-from . import _core, _foreign
+from . import _foreign
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
+from .awaitables import Attempt, LeaseWait, WaitAsync
+from .clock import resolve
 
 #: Reasons for which waiting longer cannot help: wait() and wait_async() return the failed lease.
 _FINAL_REASONS = frozenset({"queue_full", "evicted", "closed", "timeout", "partition_limit"})
@@ -46,162 +47,52 @@ def _check_permit_count(permit_count: object) -> int:
     return n
 
 
-class LeaseWait(Coroutine[Any, Any, Lease]):
-    """What ``wait_async`` returns: ``await`` it for a lease, or ``async with`` it to have the
-    lease released on exit; ``asyncio.create_task`` and the like take it as a coroutine (so do type
-    checkers). The engine's limiters return a C type, ``permits._core.AsyncWait`` (registered as
-    one); custom limiters, chains and partitions a Python one."""
-
-    __slots__ = ()
-
-    @abstractmethod
-    def __aenter__(self) -> Awaitable[Lease]: ...
-
-    @abstractmethod
-    def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
-    ) -> Awaitable[None]: ...
-
-
-LeaseWait.register(_core.AsyncWait)
-
-
 def _no_copies(self: object, protocol: object = None) -> NoReturn:
     """__reduce_ex__ of the limiters that refuse copies: a copy would share the original's state
     (partitions, members) and could close it, or count apart from it."""
     raise TypeError(f"cannot copy or pickle {type(self).__name__!r} object: share the limiter itself")
 
 
-class _Steps(LeaseWait):
-    """``send``/``throw``/``close`` drive the object's own ``__await__``, as a coroutine's do: so
-    ``asyncio.create_task``, ``ensure_future``, ``TaskGroup.create_task``... take it (they accept
-    what ``asyncio.iscoroutine`` accepts). ``await`` calls ``__await__`` directly and never makes
-    this extra generator."""
-
-    __slots__ = ("_steps",)
-    _steps: Generator[Any, None, Lease]  # made by the first step; unset until then
-
-    def __await__(self) -> Generator[Any, None, Lease]:
-        raise NotImplementedError
-
-    def _started(self) -> Generator[Any, None, Lease]:
-        steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
-        if steps is None:
-            steps = self._steps = self.__await__()
-        return steps
-
-    def send(self, value: object) -> Any:
-        return self._started().send(value)  # type: ignore[arg-type]
-
-    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
-        steps = self._started()
-        if val is None and tb is None:
-            return steps.throw(typ)
-        return steps.throw(typ, val, tb)
-
-    def close(self) -> None:
-        steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
-        if steps is not None:
-            steps.close()
-
-
-class _Ready(_Steps):
-    """acquire_async's awaitable: the attempt is made at once, the lease is the result. Also
-    usable as ``async with``, releasing the lease on exit."""
-
-    __slots__ = ("_lease",)
-
-    def __init__(self, lease: Lease) -> None:
-        self._lease = lease
-
-    def __await__(self) -> Generator[Any, None, Lease]:
-        # The attempt was made already: any event loop, or none, may take the result.
-        return self._lease
-        yield  # makes this a generator
-
-    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
-        if getattr(self, "_steps", None) is None:
-            self._lease._give_back()  # cancelled before its first step: nobody gets the lease
-        return super().throw(typ, val, tb)
-
-    async def __aenter__(self) -> Lease:
-        return await self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._lease.release()
-
-
-class _Waitable(Protocol):
-    """What WaitAsync waits on: a limiter, or one key of a per-key limiter."""
-
-    def _try_now(self, permit_count: int) -> Lease | None: ...
-    def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]: ...
-
-
-class WaitAsync(_Steps):
-    """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit;
-    ``asyncio.create_task`` and the like take it as they take a coroutine."""
-
-    __slots__ = ("_lease", "_limiter", "_permit_count")
-
-    def __init__(self, limiter: _Waitable, permit_count: int) -> None:
-        self._limiter = limiter
-        self._permit_count = permit_count
-        self._lease: Lease | None = None
-
-    def __await__(self) -> Generator[Any, None, Lease]:
-        # Granted at once: no coroutine, no event loop round trip (and none asked: a wait works
-        # the same under asyncio and trio, granted at once or queued).
-        lease = self._limiter._try_now(self._permit_count)
-        if lease is not None:
-            return lease
-        return (yield from self._limiter._wait_async(self._permit_count).__await__())
-
-    async def __aenter__(self) -> Lease:
-        self._lease = await self
-        return self._lease
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._lease is not None:
-            self._lease.release()
-
-
 class RateLimiter:
     """The interface of every limiter.
 
     A custom limiter subclasses it, calls ``super().__init__()`` and implements
-    ``_acquire(permit_count) -> Lease``; optionally ``_wait_async``, ``_statistics`` and
-    ``idle_duration``. Every public member then works.
+    ``_acquire(permit_count) -> Lease``; optionally ``_acquire_async`` (a coroutine: a limiter
+    that asks a server over the network), ``_wait_async``, ``_statistics`` and ``idle_duration``.
+    The public members validate their arguments, then call these hooks.
     """
 
-    def __init__(self, *, name: str | None = None) -> None:
+    def __init__(self, *, name: str | None = None, clock: object = None) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
         self.name = "default" if name is None else name
+        #: The clock a chain measures this limiter's share of a wait's timeout on.
+        self._rl_clock = resolve(clock)
         self._rl_closed = False
         self._rl_successful = 0
         self._rl_failed = 0
 
     # ---- hooks for custom limiters ----
-    def _try_now(self, permit_count: int) -> Lease | None:
-        """A wait's immediate grant; None sends the wait to ``_wait_async``."""
-        return None
-
     def _acquire(self, permit_count: int) -> Lease:
         raise NotImplementedError(f"{type(self).__name__} must implement _acquire(permit_count)")
+
+    async def _acquire_async(self, permit_count: int) -> Lease:
+        """The attempt of :meth:`acquire_async`; by default :meth:`_acquire`'s."""
+        return self._acquire(permit_count)
 
     async def _wait_async(self, permit_count: int) -> Lease:
         # Ask, sleep for the lease's retry_after (or a short pause), ask again; a denial that
         # waiting cannot cure (a full queue, a closed limiter...) ends the wait.
         while True:
-            lease = self.acquire(permit_count)
+            lease = await self.acquire_async(permit_count)
             if lease or lease.reason in _FINAL_REASONS:
                 return lease
             await _foreign.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        """A wait's immediate grant, made without an event loop; None sends the wait to
+        ``_wait_async`` (which then makes the first attempt too)."""
+        return None
 
     def _statistics(self) -> Statistics:
         return Statistics(0, 0, self._rl_successful, self._rl_failed)
@@ -211,23 +102,34 @@ class RateLimiter:
         if self._rl_closed:
             raise LimiterClosedError("the limiter is closed")
 
-    def acquire(self, permit_count: int = 1) -> Lease:
-        """Takes permits now or returns a failed lease; never blocks, never queues."""
-        n = _check_permit_count(permit_count)
-        self._check_open()
-        lease = self._acquire(n)
+    def _counted(self, lease: object, permit_count: int) -> Lease:
+        """A hook's lease, checked and counted (a failed one gets the requested permit_count)."""
         if not isinstance(lease, Lease):
             raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
         if lease:
             self._rl_successful += 1
         else:
             self._rl_failed += 1
-            lease._with_permit_count(n)
+            lease._with_permit_count(permit_count)
         return lease
 
+    def acquire(self, permit_count: int = 1) -> Lease:
+        """Takes permits now or returns a failed lease; never blocks, never queues."""
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        return self._counted(self._acquire(n), n)
+
     def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
-        """The same attempt as :meth:`acquire`, as an awaitable."""
-        return _Ready(self.acquire(permit_count))
+        """The same attempt as :meth:`acquire`, as an awaitable that asks through
+        ``_acquire_async`` (so a limiter asking a server never blocks the event loop)."""
+        n = _check_permit_count(permit_count)
+        self._check_open()
+
+        async def attempt() -> Lease:
+            self._check_open()
+            return self._counted(await self._acquire_async(n), n)
+
+        return Attempt(attempt)
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
@@ -273,7 +175,7 @@ class RateLimiter:
     async def aclose(self) -> None:
         self.close()
 
-    def __enter__(self) -> RateLimiter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -281,7 +183,7 @@ class RateLimiter:
     ) -> None:
         self.close()
 
-    async def __aenter__(self) -> RateLimiter:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

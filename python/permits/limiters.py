@@ -8,8 +8,8 @@ from typing import Any
 from . import _core
 from ._core import Lease
 from ._durations import Duration, count, duration_ns, timeout_ns
-from .clock import resolve
-from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies, _Ready
+from .awaitables import _Ready
+from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
 
 
 def _queue_order(value: object) -> bool:
@@ -53,10 +53,15 @@ class _EngineLimiter(RateLimiter):
     acquire, wait_async, available_permits, try_replenish and close directly (no Python frame on those calls)."""
 
     def _setup(
-        self, name: str | None, queue_limit: object, queue_order: object, auto_replenishment: object = _NOT_REPLENISHING
+        self,
+        name: str | None,
+        clock: object,
+        queue_limit: object,
+        queue_order: object,
+        auto_replenishment: object = _NOT_REPLENISHING,
     ) -> tuple[int, bool, bool]:
         """Checks the options the engine limiters share: (queue_limit, newest_first, manual)."""
-        RateLimiter.__init__(self, name=name)
+        RateLimiter.__init__(self, name=name, clock=clock)
         manual = False
         if auto_replenishment is not _NOT_REPLENISHING:  # the replenishing limiters
             self.auto_replenishment = _flag(auto_replenishment, "auto_replenishment")
@@ -96,8 +101,8 @@ class ConcurrencyLimiter(_core.Concurrency, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, _ = self._setup(name, queue_limit, queue_order)
-        _core.Concurrency.__init__(self, resolve(clock), count(permit_limit, "permit_limit"), ql, newest)
+        ql, newest, _ = self._setup(name, clock, queue_limit, queue_order)
+        _core.Concurrency.__init__(self, self._rl_clock, count(permit_limit, "permit_limit"), ql, newest)
         self.permit_limit = permit_limit
 
 
@@ -116,11 +121,11 @@ class TokenBucketLimiter(_core.TokenBucket, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
+        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
         period_ns = duration_ns(replenishment_period, "replenishment_period")
         _core.TokenBucket.__init__(
             self,
-            resolve(clock),
+            self._rl_clock,
             count(token_limit, "token_limit"),
             count(tokens_per_period, "tokens_per_period"),
             period_ns,
@@ -147,10 +152,10 @@ class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
+        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
         _core.FixedWindow.__init__(
-            self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
+            self, self._rl_clock, count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
         )
         self.permit_limit = permit_limit
         self.window = window_ns / 1e9
@@ -172,11 +177,11 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
+        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
         segments = _segments(segments_per_window, window_ns)
         _core.SlidingWindow.__init__(
-            self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, segments, ql, newest, manual
+            self, self._rl_clock, count(permit_limit, "permit_limit"), window_ns, segments, ql, newest, manual
         )
         self.permit_limit = permit_limit
         self.window = window_ns / 1e9
@@ -198,10 +203,10 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, queue_limit, queue_order, auto_replenishment)
+        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
         window_ns = duration_ns(window, "window")
         _core.SlidingWindowCounter.__init__(
-            self, resolve(clock), count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
+            self, self._rl_clock, count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
         )
         self.permit_limit = permit_limit
         self.window = window_ns / 1e9
@@ -209,18 +214,31 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
 
 
 class NoLimiter(RateLimiter):
-    """Grants every request, any count; never queues."""
+    """Grants every request, any count; never queues. Idle since its last grant (as a partition,
+    it is evicted once unused for the idle timeout)."""
 
     __reduce_ex__ = _no_copies
 
-    def __init__(self, *, name: str | None = None) -> None:
-        super().__init__(name=name)
+    def __init__(self, *, name: str | None = None, clock: Any = None) -> None:
+        super().__init__(name=name, clock=clock)
+        self._last_used_ns = self._rl_clock.now_ns()
 
     def _acquire(self, permit_count: int) -> Lease:
+        self._last_used_ns = self._rl_clock.now_ns()
         return Lease.granted(permit_count)
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        return self.acquire(permit_count)
+
+    def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
+        return _Ready(self.acquire(permit_count))
 
     async def _wait_async(self, permit_count: int) -> Lease:
         return self.acquire(permit_count)
+
+    @property
+    def idle_duration(self) -> float | None:
+        return max(0, self._rl_clock.now_ns() - self._last_used_ns) / 1e9
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         timeout_ns(timeout)

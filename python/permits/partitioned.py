@@ -18,23 +18,16 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from datetime import timedelta
-from types import SimpleNamespace, TracebackType
+from types import SimpleNamespace
 from typing import Any
 
 from . import _core
 from ._core import Lease, LimiterClosedError
 from ._durations import count, duration_ns, timeout_ns
+from .awaitables import _Ready
 from .clock import ManualClock, resolve
-from .limiter import (
-    LeaseWait,
-    QueueOrder,
-    RateLimiter,
-    Statistics,
-    WaitAsync,
-    _check_permit_count,
-    _no_copies,
-    _Ready,
-)
+from .keyed_limiter import KeyedRateLimiter
+from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
 from .limiters import (
     ConcurrencyLimiter,
     FixedWindowLimiter,
@@ -235,7 +228,7 @@ class Partition:
 
     @staticmethod
     def no_limiter(key: Hashable) -> Partition:
-        return Partition(key, "no_limiter", lambda _key, _clock: NoLimiter())
+        return Partition(key, "no_limiter", lambda _key, clock: NoLimiter(clock=clock))
 
     @staticmethod
     def custom(key: Hashable, factory: Callable[[Hashable], RateLimiter]) -> Partition:
@@ -309,7 +302,7 @@ def _close_all(
         raise ExceptionGroup(message, errors)
 
 
-class PartitionedLimiter:
+class PartitionedLimiter(KeyedRateLimiter):
     """A limiter per key: ``partitioner(resource) -> Partition`` runs on every call."""
 
     def __init__(
@@ -324,19 +317,18 @@ class PartitionedLimiter:
         if not callable(partitioner):
             raise TypeError("partitioner must be callable: partitioner(resource) -> Partition")
         _check_options(max_partitions, name)
-        self.name = "default" if name is None else name
+        super().__init__(name=name, clock=clock)
         self._partitioner = partitioner
         self._idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
         self.idle_timeout = self._idle_ns / 1e9
         self.max_partitions = max_partitions
-        self._clock = resolve(clock)
+        self._clock = self._rl_clock
         # Guards the map's structure only; never held while a factory or a limiter runs.
         self._lock = threading.Lock()
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()  # least recently used first
         # (when to look at a partition again, seq, key, its entry): one item per live partition.
         self._due: list[tuple[int, int, Hashable, _Entry]] = []
         self._seq = itertools.count()
-        self._closed = False
         self._evicted_successful = 0
         self._evicted_failed = 0
         if isinstance(self._clock, ManualClock):
@@ -357,7 +349,7 @@ class PartitionedLimiter:
     def _superseded(self, key: Hashable, entry: _Entry) -> bool:
         """True when the entry was evicted (and its limiter closed) while a caller used it: the
         caller asks the key's new limiter. Not once this limiter is closed: then it is closed."""
-        return not self._closed and self._entries.get(key) is not entry
+        return not self._rl_closed and self._entries.get(key) is not entry
 
     def _on_limiter(self, resource: object, use: Callable[[RateLimiter], Any], none: Any) -> Any:
         """use(the resource's limiter), asking the key's new limiter if the one found was
@@ -375,7 +367,7 @@ class PartitionedLimiter:
                     raise
 
     def _entry(self, resource: object) -> tuple[Hashable, _Entry] | None:
-        if self._closed:
+        if self._rl_closed:
             raise LimiterClosedError("the limiter is closed")
         partition = self._partition(resource)
         now = self._clock.now_ns()
@@ -423,8 +415,6 @@ class PartitionedLimiter:
         limiter = entry.limiter
         if limiter is None:
             return None
-        if isinstance(limiter, NoLimiter):
-            return now - entry.touched  # a no-op partition is idle since its last use
         idle = limiter.idle_duration
         return None if idle is None else round(idle * 1e9)
 
@@ -502,17 +492,16 @@ class PartitionedLimiter:
         self._evict_due(self._clock.now_ns(), None, report=True)
         return len(self._entries)
 
-    # ---- the RateLimiter members, taking the resource first ----
-    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
-        n = _check_permit_count(permit_count)
+    # ---- the KeyedRateLimiter hooks (the public members validate, then call these) ----
+    def _acquire(self, resource: object, permit_count: int) -> Lease:
         while True:
             found = self._entry(resource)
             if found is None:
-                return Lease.denied("partition_limit")._with_permit_count(n)
+                return Lease.denied("partition_limit")
             key, entry = found
             assert entry.limiter is not None
             try:
-                lease = entry.limiter.acquire(n)
+                lease = entry.limiter.acquire(permit_count)
             except LimiterClosedError:
                 if self._superseded(key, entry):
                     continue  # evicted and closed meanwhile: ask the key's new limiter
@@ -523,8 +512,59 @@ class PartitionedLimiter:
                 return lease
             lease._give_back()
 
-    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
-        return _Ready(self.acquire(resource, permit_count))
+    async def _acquire_async(self, resource: object, permit_count: int) -> Lease:
+        # As _acquire, awaiting the partition's own attempt (a custom limiter may ask a server).
+        while True:
+            found = self._entry(resource)
+            if found is None:
+                return Lease.denied("partition_limit")
+            key, entry = found
+            assert entry.limiter is not None
+            try:
+                lease = await entry.limiter.acquire_async(permit_count)
+            except LimiterClosedError:
+                if self._superseded(key, entry):
+                    continue
+                raise
+            if not lease or self._entries.get(key) is entry:
+                return lease
+            lease._give_back()
+
+    def _try_now(self, resource: object, permit_count: int) -> Lease | None:
+        found = self._entry(resource)
+        if found is None:
+            return Lease.denied("partition_limit")._with_permit_count(permit_count)
+        key, entry = found
+        assert entry.limiter is not None
+        try:
+            lease = entry.limiter._try_now(permit_count)
+        except LimiterClosedError:
+            if self._superseded(key, entry):
+                return None  # _wait_async asks the key's new limiter
+            raise
+        if lease is None or not lease or self._entries.get(key) is entry:
+            return lease
+        lease._give_back()
+        return None  # _wait_async asks the key's new limiter
+
+    async def _wait_async(self, resource: object, permit_count: int) -> Lease:
+        # _try_now has made (and checked) the immediate attempt: this request waits, and a waiting
+        # request keeps its partition, so a later eviction says nothing about its grant; one that
+        # got in just as its partition was evicted is refused by the close: it asks again.
+        while True:
+            found = self._entry(resource)
+            if found is None:
+                return Lease.denied("partition_limit")._with_permit_count(permit_count)
+            key, entry = found
+            assert entry.limiter is not None
+            try:
+                lease = await entry.limiter.wait_async(permit_count)
+            except LimiterClosedError:
+                if self._superseded(key, entry):
+                    continue
+                raise
+            if lease or lease.reason != "closed" or not self._superseded(key, entry):
+                return lease
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
@@ -555,23 +595,15 @@ class PartitionedLimiter:
             else:
                 lease._give_back()
 
-    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
-        n = _check_permit_count(permit_count)
-        if self._closed:
-            raise LimiterClosedError("the limiter is closed")
-        return WaitAsync(_PartitionView(self, resource), n)
-
     def available_permits(self, resource: object) -> int:
         return int(self._on_limiter(resource, lambda limiter: limiter.available_permits(), 0))
 
-    def statistics(self, resource: object = None) -> Statistics:
+    def _statistics(self, resource: object) -> Statistics:
         """One partition's statistics, or with no resource the totals over every partition
         (successes and failures of evicted partitions included)."""
         if resource is not None:
             stats = self._on_limiter(resource, lambda limiter: limiter.statistics(), None)
             return Statistics(0, 0, 0, 0) if stats is None else stats
-        if self._closed:
-            raise LimiterClosedError("the limiter is closed")
         with self._lock:
             limiters = [e.limiter for e in self._entries.values() if e.limiter is not None]
         stats = []
@@ -579,7 +611,7 @@ class PartitionedLimiter:
             try:
                 stats.append(limiter.statistics())
             except LimiterClosedError:  # evicted meanwhile: its counts are among the evicted ones
-                if self._closed:
+                if self._rl_closed:
                     raise
         return Statistics(
             current_available_permits=sum(s.current_available_permits for s in stats),
@@ -591,9 +623,9 @@ class PartitionedLimiter:
     def _close_entries(self) -> list[RateLimiter]:
         """Marks this limiter closed; the partitions' limiters to close (none the second time)."""
         with self._lock:
-            if self._closed:
+            if self._rl_closed:
                 return []
-            self._closed = True
+            self._rl_closed = True
             entries = list(self._entries.values())
             self._entries.clear()
             self._due.clear()
@@ -615,22 +647,6 @@ class PartitionedLimiter:
         if errors:
             raise ExceptionGroup("errors while closing partitions", errors)
 
-    def __enter__(self) -> PartitionedLimiter:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> PartitionedLimiter:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
     def __repr__(self) -> str:
         return f"<PartitionedLimiter name={self.name!r} partitions={len(self._entries)}>"
 
@@ -643,7 +659,7 @@ class PartitionedLimiter:
         max_partitions: int | None = None,
         clock: Any = None,
         name: str | None = None,
-    ) -> PartitionedLimiter:
+    ) -> PerKeyLimiter | PartitionedLimiter:
         """A limit per key: the resource itself is the key, every key gets ``template``'s limiter."""
         if not isinstance(template, Partition):
             raise TypeError(f"template must be a permits.Partition, got {type(template).__name__}")
@@ -661,56 +677,7 @@ class PartitionedLimiter:
         return cls(partitioner, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
 
 
-class _PartitionView:
-    """One key of a general PartitionedLimiter, seen as a limiter by WaitAsync. As in acquire, a
-    grant by a limiter evicted meanwhile is given back and the key's new limiter asked."""
-
-    __slots__ = ("_owner", "_resource")
-
-    def __init__(self, owner: PartitionedLimiter, resource: object) -> None:
-        self._owner = owner
-        self._resource = resource
-
-    def _try_now(self, permit_count: int) -> Lease | None:
-        owner = self._owner
-        found = owner._entry(self._resource)
-        if found is None:
-            return Lease.denied("partition_limit")._with_permit_count(permit_count)
-        key, entry = found
-        assert entry.limiter is not None
-        try:
-            lease = entry.limiter._try_now(permit_count)
-        except LimiterClosedError:
-            if owner._superseded(key, entry):
-                return None  # _wait_async asks the key's new limiter
-            raise
-        if lease is None or not lease or owner._entries.get(key) is entry:
-            return lease
-        lease._give_back()
-        return None  # _wait_async asks the key's new limiter
-
-    async def _wait_async(self, permit_count: int) -> Lease:
-        # _try_now has made (and checked) the immediate attempt: this request waits, and a waiting
-        # request keeps its partition, so a later eviction says nothing about its grant; one that
-        # got in just as its partition was evicted is refused by the close: it asks again.
-        owner = self._owner
-        while True:
-            found = owner._entry(self._resource)
-            if found is None:
-                return Lease.denied("partition_limit")._with_permit_count(permit_count)
-            key, entry = found
-            assert entry.limiter is not None
-            try:
-                lease = await entry.limiter.wait_async(permit_count)
-            except LimiterClosedError:
-                if owner._superseded(key, entry):
-                    continue
-                raise
-            if lease or lease.reason != "closed" or not owner._superseded(key, entry):
-                return lease
-
-
-class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
+class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
     """What ``PartitionedLimiter.per_key`` returns for the engine's limiter kinds: every key's
     limiter lives in the engine's table; ``acquire`` makes no Python call per key."""
 
@@ -740,13 +707,16 @@ class PerKeyLimiter(_core.Keyed, PartitionedLimiter):
             idle_ns,
             max_partitions or 0,
         )
-        self.name = "default" if name is None else name
+        KeyedRateLimiter.__init__(self, name=name, clock=clock)
         self.idle_timeout = idle_ns / 1e9
         self.max_partitions = max_partitions
-        self._clock = resolve(clock)
 
     def _core_self(self) -> _core.Keyed:
         return self
+
+    def _check_open(self) -> None:
+        if self._core_self().closed:
+            raise LimiterClosedError("the limiter is closed")
 
     async def aclose(self) -> None:
         self.close()  # the engine's table: no partition limiters of their own to await

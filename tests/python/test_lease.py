@@ -306,3 +306,60 @@ def test_leases_kept_alive_are_allocated_and_counted(clock):
     kept = [lim.acquire() for _ in range(1_000)]
     assert all(kept)
     assert permits._core._lease_allocations() - before >= 1_000 - 128  # at most the freelist's 128 reused
+
+
+def test_on_refund_is_called_instead_of_on_release_when_a_chain_gives_a_lease_back():
+    calls: list[str] = []
+    lease = permits.Lease.granted(2, on_release=lambda: calls.append("release"), on_refund=lambda: calls.append("undo"))
+    lease._give_back()
+    lease.release()
+    lease._give_back()
+    assert calls == ["undo"]
+
+
+def test_release_calls_on_release_not_on_refund():
+    calls: list[str] = []
+    lease = permits.Lease.granted(on_release=lambda: calls.append("release"), on_refund=lambda: calls.append("undo"))
+    lease.release()
+    lease._give_back()
+    assert calls == ["release"]
+
+
+def test_without_on_refund_a_refund_calls_on_release():
+    calls: list[str] = []
+    lease = permits.Lease.granted(on_release=lambda: calls.append("release"))
+    lease._give_back()
+    assert calls == ["release"]
+
+
+def test_on_refund_alone():
+    calls: list[str] = []
+    released = permits.Lease.granted(on_refund=lambda: calls.append("undo"))
+    released.release()
+    refunded = permits.Lease.granted(on_refund=lambda: calls.append("undo"))
+    refunded._give_back()
+    assert calls == ["undo"]
+
+
+def test_on_refund_must_be_callable():
+    with pytest.raises(TypeError, match="on_refund must be callable"):
+        permits.Lease.granted(on_refund=1)  # type: ignore[arg-type]
+
+
+def test_a_chain_refund_reaches_on_refund():
+    calls: list[str] = []
+
+    class Custom(permits.RateLimiter):
+        def _acquire(self, permit_count: int) -> permits.Lease:
+            return permits.Lease.granted(
+                permit_count, on_release=lambda: calls.append("release"), on_refund=lambda: calls.append("undo")
+            )
+
+    full = permits.ConcurrencyLimiter(1)
+    held = full.acquire()
+    assert not permits.chain(Custom(), full).acquire()
+    assert calls == ["undo"]
+    held.release()
+    lease = permits.chain(Custom(), full).acquire()
+    lease.release()
+    assert calls == ["undo", "release"]

@@ -338,8 +338,8 @@ async def test_a_partitioned_chains_wait_async_is_an_async_context_manager() -> 
     assert per_key.available_permits("k") == 1
 
 
-def test_a_partitioned_chain_is_a_partitioned_limiter() -> None:
+def test_a_partitioned_chain_is_a_keyed_limiter() -> None:
     per_key = permits.PartitionedLimiter.per_key(permits.Partition.concurrency(None, 1))
     chained = permits.chain(per_key, permits.NoLimiter())
-    assert isinstance(chained, permits.PartitionedLimiter)
+    assert isinstance(chained, permits.KeyedRateLimiter)
     assert permits.chain(chained, permits.NoLimiter()).acquire("k")

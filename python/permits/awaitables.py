@@ -1,0 +1,155 @@
+"""What ``acquire_async`` and ``wait_async`` return: awaitables that are also async context
+managers and that ``asyncio.create_task`` and the like accept as coroutines."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from types import TracebackType
+from typing import Any, Protocol
+
+from . import _core
+from ._core import Lease
+
+
+class LeaseWait(Coroutine[Any, Any, Lease]):
+    """What ``wait_async`` returns: ``await`` it for a lease, or ``async with`` it to have the
+    lease released on exit; ``asyncio.create_task`` and the like take it as a coroutine (so do type
+    checkers). The engine's limiters return a C type, ``permits._core.AsyncWait`` (registered as
+    one); custom limiters, chains and partitions a Python one."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def __aenter__(self) -> Awaitable[Lease]: ...
+
+    @abstractmethod
+    def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> Awaitable[None]: ...
+
+
+LeaseWait.register(_core.AsyncWait)
+
+
+class _Steps(LeaseWait):
+    """``send``/``throw``/``close`` drive the object's own ``__await__``, as a coroutine's do: so
+    ``asyncio.create_task``, ``ensure_future``, ``TaskGroup.create_task``... take it (they accept
+    what ``asyncio.iscoroutine`` accepts). ``await`` calls ``__await__`` directly and never makes
+    this extra generator."""
+
+    __slots__ = ("_steps",)
+    _steps: Generator[Any, None, Lease]  # made by the first step; unset until then
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        raise NotImplementedError
+
+    def _started(self) -> Generator[Any, None, Lease]:
+        steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
+        if steps is None:
+            steps = self._steps = self.__await__()
+        return steps
+
+    def send(self, value: object) -> Any:
+        return self._started().send(value)  # type: ignore[arg-type]
+
+    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        steps = self._started()
+        if val is None and tb is None:
+            return steps.throw(typ)
+        return steps.throw(typ, val, tb)
+
+    def close(self) -> None:
+        steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
+        if steps is not None:
+            steps.close()
+
+
+class _Ready(_Steps):
+    """acquire_async's awaitable: the attempt is made at once, the lease is the result. Also
+    usable as ``async with``, releasing the lease on exit."""
+
+    __slots__ = ("_lease",)
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        # The attempt was made already: any event loop, or none, may take the result.
+        return self._lease
+        yield  # makes this a generator
+
+    def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        if getattr(self, "_steps", None) is None:
+            self._lease._give_back()  # cancelled before its first step: nobody gets the lease
+        return super().throw(typ, val, tb)
+
+    async def __aenter__(self) -> Lease:
+        return await self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._lease.release()
+
+
+class _Waitable(Protocol):
+    """What WaitAsync waits on: a limiter, or one key of a per-key limiter."""
+
+    def _try_now(self, permit_count: int) -> Lease | None: ...
+    def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]: ...
+
+
+class WaitAsync(_Steps):
+    """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit;
+    ``asyncio.create_task`` and the like take it as they take a coroutine."""
+
+    __slots__ = ("_lease", "_limiter", "_permit_count")
+
+    def __init__(self, limiter: _Waitable, permit_count: int) -> None:
+        self._limiter = limiter
+        self._permit_count = permit_count
+        self._lease: Lease | None = None
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        # Granted at once: no coroutine, no event loop round trip (and none asked: a wait works
+        # the same under asyncio and trio, granted at once or queued).
+        lease = self._limiter._try_now(self._permit_count)
+        if lease is not None:
+            return lease
+        return (yield from self._limiter._wait_async(self._permit_count).__await__())
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self
+        return self._lease
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lease is not None:
+            self._lease.release()
+
+
+class Attempt(_Steps):
+    """``acquire_async``'s awaitable for a limiter that asks elsewhere (a custom limiter's
+    ``_acquire_async``, a chain, a partition): the attempt is made when awaited, so one never
+    awaited asks nothing and holds nothing. Also usable as ``async with``."""
+
+    __slots__ = ("_ask", "_lease")
+
+    def __init__(self, ask: Callable[[], Coroutine[Any, Any, Lease]]) -> None:
+        self._ask = ask
+        self._lease: Lease | None = None
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        return (yield from self._ask().__await__())
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self
+        return self._lease
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lease is not None:
+            self._lease.release()

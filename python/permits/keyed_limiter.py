@@ -1,0 +1,175 @@
+"""KeyedRateLimiter: the interface of every limiter that keeps a limit per resource (key), and
+what a custom keyed limiter written in Python subclasses."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Coroutine
+from types import TracebackType
+from typing import Any, Self
+
+from . import _foreign
+from ._core import Lease, LimiterClosedError
+from ._durations import timeout_ns
+from .awaitables import Attempt, LeaseWait, WaitAsync
+from .clock import resolve
+from .limiter import _FINAL_REASONS, Statistics, _check_permit_count
+
+
+class KeyedRateLimiter:
+    """The interface of every keyed limiter: the members of :class:`RateLimiter`, each taking
+    the resource first.
+
+    A custom keyed limiter subclasses it, calls ``super().__init__()`` and implements
+    ``_acquire(resource, permit_count) -> Lease``; optionally ``_acquire_async``,
+    ``_wait_async`` and ``_statistics(resource)`` (``resource`` None: the totals). The public
+    members validate their arguments, then call these hooks.
+    """
+
+    def __init__(self, *, name: str | None = None, clock: object = None) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        self.name = "default" if name is None else name
+        self._rl_clock = resolve(clock)
+        self._rl_closed = False
+        self._rl_successful = 0
+        self._rl_failed = 0
+
+    # ---- hooks for custom keyed limiters ----
+    def _acquire(self, resource: object, permit_count: int) -> Lease:
+        raise NotImplementedError(f"{type(self).__name__} must implement _acquire(resource, permit_count)")
+
+    async def _acquire_async(self, resource: object, permit_count: int) -> Lease:
+        """The attempt of :meth:`acquire_async`; by default :meth:`_acquire`'s."""
+        return self._acquire(resource, permit_count)
+
+    async def _wait_async(self, resource: object, permit_count: int) -> Lease:
+        # As RateLimiter's: ask, sleep for retry_after (or a short pause), ask again.
+        while True:
+            lease = await self.acquire_async(resource, permit_count)
+            if lease or lease.reason in _FINAL_REASONS:
+                return lease
+            await _foreign.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
+
+    def _try_now(self, resource: object, permit_count: int) -> Lease | None:
+        """A wait's immediate grant, made without an event loop; None sends it to ``_wait_async``."""
+        return None
+
+    def _statistics(self, resource: object) -> Statistics:
+        """Without an override: the counts of successful and failed leases over every resource."""
+        if resource is None:
+            return Statistics(0, 0, self._rl_successful, self._rl_failed)
+        return Statistics(0, 0, 0, 0)
+
+    # ---- the public API ----
+    def _check_open(self) -> None:
+        if self._rl_closed:
+            raise LimiterClosedError("the limiter is closed")
+
+    def _counted(self, lease: object, permit_count: int) -> Lease:
+        if not isinstance(lease, Lease):
+            raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
+        if lease:
+            self._rl_successful += 1
+        else:
+            self._rl_failed += 1
+            lease._with_permit_count(permit_count)
+        return lease
+
+    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
+        """Takes permits for ``resource`` now or returns a failed lease; never blocks."""
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        return self._counted(self._acquire(resource, n), n)
+
+    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
+        """The same attempt as :meth:`acquire`, as an awaitable asking through ``_acquire_async``."""
+        n = _check_permit_count(permit_count)
+        self._check_open()
+
+        async def attempt() -> Lease:
+            self._check_open()
+            return self._counted(await self._acquire_async(resource, n), n)
+
+        return Attempt(attempt)
+
+    def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
+        n = _check_permit_count(permit_count)
+        limit = timeout_ns(timeout)
+        deadline = None if limit < 0 else time.monotonic() + limit / 1e9
+        while True:
+            lease = self.acquire(resource, n)
+            if lease or lease.reason in _FINAL_REASONS:
+                return lease
+            pause = lease.retry_after if lease.retry_after is not None else 0.01
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return Lease.denied("timeout")._with_permit_count(n)
+                pause = min(pause, left)
+            time.sleep(pause)
+
+    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """Waits for ``resource``'s permits (asyncio or trio); also an async context manager."""
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        return WaitAsync(_OneResource(self, resource), n)
+
+    def available_permits(self, resource: object) -> int:
+        return self.statistics(resource).current_available_permits
+
+    def statistics(self, resource: object = None) -> Statistics:
+        """One resource's statistics, or with no resource the totals."""
+        self._check_open()
+        return self._statistics(resource)
+
+    @property
+    def partition_count(self) -> int:
+        """Live partitions (per-key states); 0 for a limiter that keeps none."""
+        return 0
+
+    def evict_idle(self) -> int:
+        """Evicts the partitions idle for longer than the idle timeout; returns how many."""
+        return 0
+
+    def close(self) -> None:
+        self._rl_closed = True
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _OneResource:
+    """One resource of a keyed limiter, seen as a limiter by WaitAsync."""
+
+    __slots__ = ("_owner", "_resource")
+
+    def __init__(self, owner: KeyedRateLimiter, resource: object) -> None:
+        self._owner = owner
+        self._resource = resource
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        return self._owner._try_now(self._resource, permit_count)
+
+    def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]:
+        return self._owner._wait_async(self._resource, permit_count)
+
+
+__all__ = ["KeyedRateLimiter"]
