@@ -165,6 +165,9 @@ int do_release(LeaseObject* self, bool refund) {
     if (refund || self->releases) {
         return_permits(self);
     }
+    if (self->on_release == nullptr && self->on_refund == nullptr) {
+        return 0; // an engine lease: no callbacks
+    }
     // A refund is an undo (the permits were never used): on_refund when the lease has one.
     PyObject* cb = refund && self->on_refund != nullptr ? self->on_refund : self->on_release;
     Py_XINCREF(cb);
