@@ -1,0 +1,100 @@
+"""Instructions per call of permits' fast paths, for one or more installs: load-independent.
+
+Timings on a shared machine move with its load; instruction counts do not. For each case this runs
+a child under ``valgrind --tool=callgrind`` twice, making SMALL and then LARGE calls, and divides the
+difference of the totals by LARGE - SMALL (so the import and set-up cancel out; the loop's own
+bytecode is included). ``PYTHONHASHSEED=0`` keeps the import's own count the same between runs.
+
+    python benchmarks/count_instructions.py /path/to/old/venv/bin/python .venv/bin/python
+
+Needs valgrind (Debian: ``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SMALL, LARGE = 20_000, 120_000
+
+CHILD = r"""
+import asyncio, sys
+import permits
+
+case, calls = sys.argv[1], int(sys.argv[2])
+bucket = permits.TokenBucketLimiter(10**9, 10**9, 1.0)
+conc = permits.ConcurrencyLimiter(10**6)
+per_key = permits.PartitionedLimiter.per_key(permits.Partition.token_bucket(None, 10**9, 10**9, 1.0))
+
+if case == "acquire":
+    for _ in range(calls):
+        bucket.acquire()
+elif case == "acquire_release":
+    for _ in range(calls):
+        conc.acquire().release()
+elif case == "per_key":
+    for _ in range(calls):
+        per_key.acquire("user-42")
+elif case == "wait_async":
+    async def main():
+        for _ in range(calls):
+            await bucket.wait_async()
+    asyncio.run(main())
+elif case == "async_with":
+    async def main():
+        for _ in range(calls):
+            async with conc.wait_async():
+                pass
+    asyncio.run(main())
+"""
+
+CASES = {
+    "acquire": "TokenBucketLimiter.acquire()",
+    "acquire_release": "ConcurrencyLimiter.acquire().release()",
+    "per_key": 'per_key acquire("user-42")',
+    "wait_async": "await wait_async() granted (token bucket)",
+    "async_with": "async with wait_async() (concurrency)",
+}
+
+
+def total(python: str, case: str, calls: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-c", CHILD, case, str(calls)],
+            check=True,
+            capture_output=True,
+            env=env,
+            cwd="/",
+        )
+        with open(out) as f:
+            match = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M)
+        if match is None:
+            raise RuntimeError("no total in callgrind's output")
+        return int(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pythons", nargs="+", help="interpreters, each with permits installed")
+    args = parser.parse_args()
+    rows = []
+    for case, label in CASES.items():
+        per_call = []
+        for python in args.pythons:
+            per_call.append((total(python, case, LARGE) - total(python, case, SMALL)) / (LARGE - SMALL))
+            print(f"{label}: {python}: {per_call[-1]:,.0f}", file=sys.stderr)
+        rows.append((label, per_call))
+    print("| case | " + " | ".join(args.pythons) + " |")
+    print("|---|" + "---:|" * len(args.pythons))
+    for label, per_call in rows:
+        print(f"| {label} | " + " | ".join(f"{n:,.0f}" for n in per_call) + " |")
+
+
+if __name__ == "__main__":
+    main()
