@@ -4,7 +4,7 @@ what a custom keyed limiter written in Python subclasses."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Self
 
@@ -82,7 +82,7 @@ class KeyedRateLimiter:
         self._check_open()
         return self._counted(self._acquire(resource, n), n)
 
-    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
+    def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """The same attempt as :meth:`acquire`, as an awaitable asking through ``_acquire_async``."""
         n = _check_permit_count(permit_count)
         self._check_open()

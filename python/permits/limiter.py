@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn, Self
@@ -119,7 +118,7 @@ class RateLimiter:
         self._check_open()
         return self._counted(self._acquire(n), n)
 
-    def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
+    def acquire_async(self, permit_count: int = 1) -> LeaseWait:
         """The same attempt as :meth:`acquire`, as an awaitable that asks through
         ``_acquire_async`` (so a limiter asking a server never blocks the event loop)."""
         n = _check_permit_count(permit_count)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
 from . import _core
 from ._core import Lease
 from ._durations import Duration, count, duration_ns, timeout_ns
-from .awaitables import _Ready
+from .awaitables import LeaseWait, _Ready
 from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
 
 
@@ -71,7 +70,7 @@ class _EngineLimiter(RateLimiter):
     def _core_self(self) -> _core.Limiter:
         return self  # type: ignore[return-value]
 
-    def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
+    def acquire_async(self, permit_count: int = 1) -> LeaseWait:
         return _Ready(self.acquire(permit_count))  # the C++ class's acquire: no frame between
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
@@ -230,7 +229,7 @@ class NoLimiter(RateLimiter):
     def _try_now(self, permit_count: int) -> Lease | None:
         return self.acquire(permit_count)
 
-    def acquire_async(self, permit_count: int = 1) -> Awaitable[Lease]:
+    def acquire_async(self, permit_count: int = 1) -> LeaseWait:
         return _Ready(self.acquire(permit_count))
 
     async def _wait_async(self, permit_count: int) -> Lease:

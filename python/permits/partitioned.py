@@ -16,7 +16,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 from . import _core
 from ._core import Lease, LimiterClosedError
 from ._durations import count, duration_ns, timeout_ns
-from .awaitables import _Ready
+from .awaitables import LeaseWait, _Ready
 from .clock import ManualClock, resolve
 from .keyed_limiter import KeyedRateLimiter
 from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
@@ -721,7 +721,7 @@ class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
     async def aclose(self) -> None:
         self.close()  # the engine's table: no partition limiters of their own to await
 
-    def acquire_async(self, resource: object, permit_count: int = 1) -> Awaitable[Lease]:
+    def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         return _Ready(self._core_self().acquire(resource, permit_count))
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:

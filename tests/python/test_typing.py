@@ -29,6 +29,24 @@ SNIPPET = textwrap.dedent(
             got: permits.Lease = await asyncio.create_task(wait)
         async with asyncio.TaskGroup() as group:
             group.create_task(permits.NoLimiter().wait_async())
+            # acquire_async too, of a plain and of a keyed limiter
+            group.create_task(rate.acquire_async())
+            group.create_task(both.acquire_async("carol"))
+
+    class Remote(permits.RateLimiter):
+        def _acquire(self, permit_count: int) -> permits.Lease:
+            return permits.Lease.granted(permit_count, on_refund=lambda: None)
+
+        async def _acquire_async(self, permit_count: int) -> permits.Lease:
+            return self._acquire(permit_count)
+
+    class PerUser(permits.KeyedRateLimiter):
+        def _acquire(self, resource: object, permit_count: int) -> permits.Lease:
+            return permits.Lease.denied("user_limit")
+
+    keyed: permits.KeyedRateLimiter = permits.chain(Remote(), PerUser())
+    with PerUser() as users:
+        reveal_type(users)
     """
 )
 
@@ -40,3 +58,4 @@ def test_chain_of_a_partitioned_limiter_takes_a_resource(tmp_path):
     assert status == 0, out + err
     assert 'Revealed type is "permits.chain.ChainedPartitionedLimiter"' in out
     assert 'Revealed type is "permits.chain.ChainedLimiter"' in out
+    assert 'Revealed type is "snippet.PerUser"' in out
