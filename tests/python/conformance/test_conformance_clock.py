@@ -44,6 +44,15 @@ def test_a_long_pause_counts_once(make: Make) -> None:
     assert not subject.acquire()
 
 
+def test_retry_after_counts_the_time_already_waited(make: Make) -> None:
+    subject = make(2)
+    _held = subject.exhaust()
+    first = subject.acquire().retry_after
+    assert first is not None
+    subject.clock.advance(1.0)
+    assert subject.acquire().retry_after == pytest.approx(first - 1.0)
+
+
 @pytest.mark.parametrize("elapsed", [0.0, 2.5, 7.5])
 def test_the_same_request_is_granted_exactly_retry_after_later(make: Make, elapsed: float) -> None:
     subject = make(3)

@@ -3,6 +3,8 @@ limiter's clock (a ``ManualClock`` here: no wall-clock wait)."""
 
 from __future__ import annotations
 
+import pytest
+
 from _support import start_waiter, stats
 from subjects import CUSTOM, Implementation, Make, Subject, known_bug, needs
 
@@ -44,6 +46,15 @@ def test_a_timeout_is_not_a_failed_lease(make: Make, implementation: Implementat
     _held = subject.exhaust()
     assert subject.wait(1, timeout=0).reason == "timeout"
     assert stats(subject)[1:] == (0, 1, 0)
+
+
+@pytest.mark.parametrize("timeout", [-1.0, float("nan"), float("-inf")])
+def test_a_bad_timeout_is_a_value_error(make: Make, timeout: float) -> None:
+    subject = make(1)
+    _held = subject.exhaust()
+    with pytest.raises(ValueError, match="timeout"):
+        subject.wait(1, timeout=timeout)
+    assert stats(subject) == (0, 0, 1, 0)
 
 
 @needs("queues")
