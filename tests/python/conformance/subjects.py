@@ -203,6 +203,11 @@ class Subject:
         chain = permits.chain(*before, self.limiter, *after)
         return Subject(self.implementation, self.clock, self.limit, chain, self.key, self.members)
 
+    def with_key(self, key: Any) -> Subject:
+        """Another key of the same partitioned limiter."""
+        assert self.has("keyed")
+        return Subject(self.implementation, self.clock, self.limit, self.limiter, key, self.members)
+
     def close_all(self) -> None:
         """Closes the limiter and the members it does not close itself (teardown)."""
         for limiter in (self.limiter, *self.members):
