@@ -25,8 +25,11 @@ CAPABILITIES: dict[str, str] = {
     "timed": "permits come back with time (restore advances the clock); failed leases carry retry_after",
     "releases": "permits come back when leases are released (restore releases them); no retry_after",
     "queues": (
-        "a bounded wait queue (queue_limit, queue_order): waits that cannot be granted queue and are "
-        "served in order; without it, wait() and wait_async() ask again until granted (custom limiters)"
+        "a bounded wait queue (queue_limit, queue_order): waits that cannot be granted queue and are served in order"
+    ),
+    "polls": (
+        "no queue: wait() and wait_async() ask again until granted, pausing for retry_after (10 ms without one), "
+        "as RateLimiter's defaults do (custom limiters)"
     ),
     "close_fails_waiters": (
         "close() ends the waits queued in the limiter with a failed lease (a chain's close() closes "
@@ -101,6 +104,7 @@ class Implementation:
         assert not unknown, f"{self.id}: unknown capabilities {sorted(unknown)}"
         assert ("timed" in self.caps) != ("releases" in self.caps), f"{self.id}: timed or releases"
         assert ("plain" in self.caps) != ("keyed" in self.caps), f"{self.id}: plain or keyed"
+        assert ("queues" in self.caps) != ("polls" in self.caps), f"{self.id}: queues or polls"
         assert ("timed" in self.caps) == (self.recovery > 0), f"{self.id}: a recovery time iff timed"
 
     def __repr__(self) -> str:

@@ -9,8 +9,8 @@ import pytest
 
 import permits
 
-from _support import NEWEST, OLDEST, enqueue, result
-from subjects import Make, Subject, needs
+from _support import NEWEST, OLDEST, enqueue, result, settle, spawn
+from subjects import Make, Subject, known_bug, needs
 
 
 def _calls(subject: Subject) -> list[tuple[str, Callable[[], Any]]]:
@@ -110,4 +110,22 @@ async def test_close_after_a_cancellation(make: Make) -> None:
     subject.close()
     assert (await result(other)).reason == "closed"
     assert doomed.cancelled()
+    held.release()
+
+
+@needs("polls", "releases")  # no retry_after: the wait asks again every 10 ms and sees the close at once
+@known_bug(
+    "custom-concurrency",
+    reason="RateLimiter.wait_async() (and wait()) ask acquire() again, which raises LimiterClosedError once the "
+    "limiter is closed: the wait raises instead of returning a failed 'closed' lease",
+)
+async def test_close_ends_a_polling_wait_with_closed(make: Make) -> None:
+    subject = make(1)
+    held = subject.exhaust()
+    polling = spawn(subject.wait_async())
+    await settle()  # it has asked once and pauses before asking again
+    subject.close()
+    lease = await result(polling)
+    assert not lease.acquired
+    assert lease.reason == "closed"
     held.release()
