@@ -36,8 +36,8 @@ CAPABILITIES: dict[str, str] = {
         "the chain only: its members, which may be shared, keep their queues)"
     ),
     "refunds": (
-        "a chain that is refused further on gives this limiter's grant back (custom time-based "
-        "limiters cannot until Lease.granted(on_refund=...) exists)"
+        "a grant given back unused (a chain refused further on, an acquire_async cancelled before it runs) "
+        "returns its permits (custom time-based limiters cannot until Lease.granted(on_refund=...) exists)"
     ),
     "replenishes_manually": "auto_replenishment=False: permits come back only in try_replenish()",
 }
