@@ -42,10 +42,19 @@ CAPABILITIES: dict[str, str] = {
     "replenishes_manually": "auto_replenishment=False: permits come back only in try_replenish()",
 }
 
-needs = pytest.mark.needs
-#: ``@known_bug("impl-id", ..., reason="...")``: the test fails for those implementations because
-#: of a bug in them (a strict xfail: it must fail, so a fix shows).
-known_bug = pytest.mark.known_bug
+
+# The markers are registered by conftest.py's pytest_configure, which runs after this module is
+# imported (by that conftest): they are looked up when a test module applies them.
+def needs(*capabilities: str) -> pytest.MarkDecorator:
+    """``@needs(cap, ...)``: the test is generated only for implementations having every one."""
+    return pytest.mark.needs(*capabilities)
+
+
+def known_bug(*implementation_ids: str, reason: str) -> pytest.MarkDecorator:
+    """``@known_bug("impl-id", ..., reason="...")``: the test fails for those implementations because
+    of a bug in them (a strict xfail: it must fail, so a fix shows)."""
+    return pytest.mark.known_bug(*implementation_ids, reason=reason)
+
 
 #: The custom limiters of ``custom.py`` (their ids in conftest.IMPLEMENTATIONS).
 CUSTOM = ("custom-fixed_window", "custom-concurrency")
