@@ -23,7 +23,7 @@ import pytest
 import permits
 from permits import Partition, PartitionedLimiter
 
-from _support import KINDS, OLDEST, PERIOD, TIMED_KINDS, LimiterKit
+from _support import OLDEST, PERIOD, TIMED_KINDS, LimiterKit
 from custom import CustomConcurrency, CustomFixedWindow
 from subjects import CAPABILITIES, IDLE_TIMEOUT, KEY, Built, Factory, Implementation, Make, Spec, Subject
 
@@ -114,15 +114,18 @@ def _kinds(name: str, factory: Callable[[str], Factory], kinds: Iterable[str], *
 
 ENGINE = ("plain", "queues", "close_fails_waiters", "refunds")
 KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
+COLLECTED = "releases_dropped_leases"
 
 IMPLEMENTATIONS: list[Implementation] = [
-    *_kinds("engine", engine, ["concurrency"], *ENGINE),
+    *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
     *_kinds("engine", engine, TIMED_KINDS, *ENGINE, "replenishes_manually"),
-    *_kinds("per_key", per_key, KINDS, *KEYED),
-    *_kinds("general", general, ["fixed_window", "concurrency"], *KEYED),
+    *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED),
+    *_kinds("per_key", per_key, TIMED_KINDS, *KEYED),
+    *_kinds("general", general, ["fixed_window"], *KEYED),
+    *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED),
     # close() closes the chain only (its members may be shared): no close_fails_waiters.
     *_kinds("chain", chain, ["token_bucket"], "plain", "queues", "refunds", "replenishes_manually"),
-    *_kinds("chain", chain, ["concurrency"], "plain", "queues", "refunds"),
+    *_kinds("chain", chain, ["concurrency"], "plain", "queues", "refunds", COLLECTED),
     # A time-based custom lease cannot be refunded yet (no on_refund): no "refunds" for the window.
     Implementation("custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls"}), PERIOD),
     Implementation("custom-concurrency", custom_concurrency, frozenset({"releases", "plain", "polls", "refunds"})),

@@ -39,6 +39,10 @@ CAPABILITIES: dict[str, str] = {
         "a grant given back unused (a chain refused further on, an acquire_async cancelled before it runs) "
         "returns its permits (custom time-based limiters cannot until Lease.granted(on_refund=...) exists)"
     ),
+    "releases_dropped_leases": (
+        "a concurrency lease dropped without release() gives its permits back when collected, with a "
+        "ResourceWarning (leases the engine makes; a custom Lease.granted(on_release=...) has no such net)"
+    ),
     "replenishes_manually": "auto_replenishment=False: permits come back only in try_replenish()",
 }
 
@@ -114,6 +118,7 @@ class Implementation:
         assert ("timed" in self.caps) != ("releases" in self.caps), f"{self.id}: timed or releases"
         assert ("plain" in self.caps) != ("keyed" in self.caps), f"{self.id}: plain or keyed"
         assert ("queues" in self.caps) != ("polls" in self.caps), f"{self.id}: queues or polls"
+        assert "releases_dropped_leases" not in self.caps or "releases" in self.caps, self.id
         assert ("timed" in self.caps) == (self.recovery > 0), f"{self.id}: a recovery time iff timed"
 
     def __repr__(self) -> str:

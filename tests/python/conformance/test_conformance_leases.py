@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping
 
 import pytest
@@ -65,6 +66,17 @@ def test_release_gives_the_permits_back_once(make: Make) -> None:
     assert again
     assert not subject.acquire(1)
     subject.restore(again, other)
+
+
+@needs("releases", "releases_dropped_leases")
+def test_a_dropped_lease_is_released_when_collected_with_a_resource_warning(make: Make) -> None:
+    subject = make(2)
+    lease = subject.acquire(2)
+    assert subject.available_permits() == 0
+    with pytest.warns(ResourceWarning, match="without release"):
+        del lease
+        gc.collect()
+    assert subject.available_permits() == 2
 
 
 @needs("timed")
