@@ -6,7 +6,7 @@ import pytest
 
 import permits
 
-from _support import NEWEST, OLDEST, enqueue, result, settle, stats
+from _support import MAX_INT32, NEWEST, OLDEST, enqueue, result, settle, stats
 from subjects import Make, needs
 
 pytestmark = needs("queues")
@@ -153,3 +153,54 @@ async def test_one_restore_serves_every_waiter_that_fits(make: Make) -> None:
     assert (await result(first)).acquired
     assert (await result(second)).acquired
     assert stats(subject) == (0, 0, 3, 0)
+
+
+async def test_zero_permit_requests_pass_the_queue_while_a_permit_is_available(make: Make) -> None:
+    subject = make(2, queue_limit=2, queue_order=OLDEST)
+    held = subject.acquire(1)
+    big = await enqueue(subject, 2)  # waits: only 1 available
+    assert subject.acquire(0).acquired
+    probe = await result(subject.wait_async(0))
+    assert probe.acquired and probe.permit_count == 0
+    assert subject.statistics().current_queued_count == 2
+    subject.restore(held)
+    assert (await result(big)).acquired
+
+
+async def test_a_zero_permit_waiter_holds_no_room_in_the_queue(make: Make) -> None:
+    subject = make(1, queue_limit=1)
+    held = subject.exhaust()
+    probe = await enqueue(subject, 0)
+    waiting = await enqueue(subject, 1)
+    assert not waiting.done()
+    assert subject.statistics().current_queued_count == 1
+    subject.restore(held)
+    assert (await result(probe)).acquired
+    assert (await result(waiting)).acquired
+
+
+async def test_the_largest_limits_do_not_overflow_oldest_first(make: Make) -> None:
+    subject = make(MAX_INT32, queue_limit=MAX_INT32, queue_order=OLDEST)
+    held = subject.exhaust()
+    first = await enqueue(subject, 3)
+    second = await enqueue(subject, MAX_INT32 - 3)
+    assert subject.statistics().current_queued_count == MAX_INT32
+    assert (await result(subject.wait_async(1))).reason == "queue_full"
+    subject.restore(held)
+    assert (await result(first)).acquired
+    assert (await result(second)).acquired
+    assert stats(subject)[:2] == (0, 0)
+
+
+async def test_the_largest_limits_do_not_overflow_newest_first(make: Make) -> None:
+    subject = make(MAX_INT32, queue_limit=MAX_INT32, queue_order=NEWEST)
+    held = subject.exhaust()
+    first = await enqueue(subject, 3)
+    second = await enqueue(subject, MAX_INT32 - 3)
+    third = await enqueue(subject, 1)  # pushes the oldest out
+    assert (await result(first)).reason == "evicted"
+    assert subject.statistics().current_queued_count == MAX_INT32 - 2
+    subject.restore(held)
+    assert (await result(third)).acquired
+    assert (await result(second)).acquired
+    assert stats(subject)[:2] == (2, 0)
