@@ -4,13 +4,16 @@ Every test here takes the ``make`` fixture (``make(limit, queue_limit=..., queue
 builds a :class:`subjects.Subject`) and is generated once per implementation listed in
 ``IMPLEMENTATIONS`` below that has the capabilities the test asks for with ``@needs(...)``
 (``subjects.CAPABILITIES`` says what each means). Implementations lacking one are not generated
-for that test at all (nothing is skipped at run time).
+for that test at all (nothing is skipped at run time). ``@known_bug("impl-id", reason=...)`` on a
+test makes it a strict xfail for those implementations: a bug found, not yet fixed.
 
 To add an implementation (a shared-memory, Redis or PostgreSQL store...): write one factory
 ``(clock, spec) -> Built`` that builds it with ``spec.limit`` permits (and ``spec.queue_limit``,
-``spec.queue_order`` if it queues) on the ``ManualClock`` it is given, and append ONE line to
-``IMPLEMENTATIONS``: ``Implementation("store-kind", factory, caps, recovery)``. Nothing else
-changes: every test then runs against it.
+``spec.queue_order`` if it queues) on the ``ManualClock`` it is given, and append ONE entry to
+``IMPLEMENTATIONS``: ``Implementation("store-kind", factory, caps, recovery)``, where ``caps``
+holds "timed" or "releases", "plain" or "keyed", "queues" or "polls", and what else it can do, and
+``recovery`` is how long after a use (at a period boundary) all its permits are back. Nothing
+else changes: every test then runs against it.
 """
 
 from __future__ import annotations
