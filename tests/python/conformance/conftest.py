@@ -1,0 +1,195 @@
+"""The conformance suite: one set of tests that every implementation of the limiter model runs.
+
+Every test here takes the ``make`` fixture (``make(limit, queue_limit=..., queue_order=...)``
+builds a :class:`subjects.Subject`) and is generated once per implementation listed in
+``IMPLEMENTATIONS`` below that has the capabilities the test asks for with ``@needs(...)``
+(``subjects.CAPABILITIES`` says what each means). Implementations lacking one are not generated
+for that test at all (nothing is skipped at run time). ``@known_bug("impl-id", reason=...)`` on a
+test makes it a strict xfail for those implementations: a bug found, not yet fixed.
+
+To add an implementation (a shared-memory, Redis or PostgreSQL store...): write one factory
+``(clock, spec) -> Built`` that builds it with ``spec.limit`` permits (and ``spec.queue_limit``,
+``spec.queue_order`` if it queues) on the ``ManualClock`` it is given, and append ONE entry to
+``IMPLEMENTATIONS``: ``Implementation("store-kind", factory, caps, recovery)``, where ``caps``
+holds "timed" or "releases", "plain" or "keyed", "queues" or "polls", and what else it can do, and
+``recovery`` is how long after a use (at a period boundary) all its permits are back. Nothing
+else changes: every test then runs against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pytest
+
+import permits
+from permits import Partition, PartitionedLimiter
+
+from _support import OLDEST, PERIOD, TIMED_KINDS, LimiterKit
+from custom import CustomConcurrency, CustomFixedWindow
+from subjects import CAPABILITIES, IDLE_TIMEOUT, KEY, Built, Factory, Implementation, Make, Spec, Subject
+
+
+def _recovery(kind: str) -> float:
+    return float(LimiterKit(kind, permits.ManualClock()).recovery)
+
+
+def _caps(kind: str, *more: str) -> frozenset[str]:
+    return frozenset({"releases" if kind == "concurrency" else "timed", *more})
+
+
+# --------------------------------------------------------------------------- factories
+
+
+def engine(kind: str) -> Factory:
+    """The engine's limiter of that kind (``LimiterKit``'s shapes: one period refills it)."""
+
+    def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+        extra: dict[str, Any] = {} if kind == "concurrency" else {"auto_replenishment": spec.auto_replenishment}
+        return Built(LimiterKit(kind, clock).make(spec.limit, spec.queue_limit, spec.queue_order, **extra))
+
+    return factory
+
+
+def partition(kind: str, key: Any, spec: Spec) -> Partition:
+    """A partition of the engine's kind with ``LimiterKit``'s shape."""
+    queue: dict[str, Any] = {"queue_limit": spec.queue_limit, "queue_order": spec.queue_order}
+    if kind == "concurrency":
+        return Partition.concurrency(key, spec.limit, **queue)
+    if kind == "token_bucket":
+        return Partition.token_bucket(key, spec.limit, spec.limit, PERIOD, **queue)
+    if kind == "fixed_window":
+        return Partition.fixed_window(key, spec.limit, PERIOD, **queue)
+    if kind == "sliding_window":
+        return Partition.sliding_window(key, spec.limit, PERIOD, 2, **queue)
+    if kind == "sliding_window_counter":
+        return Partition.sliding_window_counter(key, spec.limit, PERIOD, **queue)
+    raise AssertionError(kind)
+
+
+def per_key(kind: str) -> Factory:
+    """One key of ``PartitionedLimiter.per_key``: every key's state in the engine's table."""
+
+    def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+        limiter = PartitionedLimiter.per_key(partition(kind, None, spec), idle_timeout=IDLE_TIMEOUT, clock=clock)
+        assert isinstance(limiter, permits.PerKeyLimiter)
+        return Built(limiter, KEY)
+
+    return factory
+
+
+def general(kind: str) -> Factory:
+    """One key of a general ``PartitionedLimiter``: a partitioner, an engine limiter per key."""
+
+    def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+        limiter = PartitionedLimiter(lambda r: partition(kind, r, spec), idle_timeout=IDLE_TIMEOUT, clock=clock)
+        return Built(limiter, KEY)
+
+    return factory
+
+
+def chain(kind: str) -> Factory:
+    """A chain of the engine's limiter of that kind and a NoLimiter."""
+
+    def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+        member = engine(kind)(clock, spec).limiter
+        return Built(permits.chain(member, permits.NoLimiter()), members=(member,))
+
+    return factory
+
+
+def custom_fixed_window(clock: permits.ManualClock, spec: Spec) -> Built:
+    return Built(CustomFixedWindow(spec.limit, PERIOD, clock=clock))
+
+
+def custom_concurrency(clock: permits.ManualClock, spec: Spec) -> Built:
+    return Built(CustomConcurrency(spec.limit))
+
+
+# --------------------------------------------------------------------------- the implementations
+
+
+def _kinds(name: str, factory: Callable[[str], Factory], kinds: Iterable[str], *caps: str) -> list[Implementation]:
+    """One implementation per limiter kind: releases or timed by kind, plus ``caps``."""
+    return [Implementation(f"{name}-{kind}", factory(kind), _caps(kind, *caps), _recovery(kind)) for kind in kinds]
+
+
+ENGINE = ("plain", "queues", "close_fails_waiters", "refunds")
+KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
+COLLECTED = "releases_dropped_leases"
+
+IMPLEMENTATIONS: list[Implementation] = [
+    *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
+    *_kinds("engine", engine, TIMED_KINDS, *ENGINE, "replenishes_manually"),
+    *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED),
+    *_kinds("per_key", per_key, TIMED_KINDS, *KEYED),
+    *_kinds("general", general, ["fixed_window"], *KEYED),
+    *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED),
+    # close() closes the chain only (its members may be shared): no close_fails_waiters.
+    *_kinds("chain", chain, ["token_bucket"], "plain", "queues", "refunds", "replenishes_manually"),
+    *_kinds("chain", chain, ["concurrency"], "plain", "queues", "refunds", COLLECTED),
+    # A time-based custom lease cannot be refunded yet (no on_refund): no "refunds" for the window.
+    Implementation("custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls"}), PERIOD),
+    Implementation("custom-concurrency", custom_concurrency, frozenset({"releases", "plain", "polls", "refunds"})),
+    # A store joins here, e.g.:
+    # Implementation("redis-token_bucket", redis_token_bucket, frozenset({"timed", "keyed", ...}), PERIOD),
+]
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs(*capabilities): generate the test only for implementations having them all"
+    )
+    config.addinivalue_line(
+        "markers",
+        "known_bug(*implementation_ids, reason): a bug in those implementations, expected to fail (strict xfail)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "implementation" not in metafunc.fixturenames:
+        return
+    wanted: set[str] = set()
+    for mark in metafunc.definition.iter_markers("needs"):
+        wanted.update(mark.args)
+    unknown = wanted - CAPABILITIES.keys()
+    assert not unknown, f"{metafunc.definition.nodeid}: unknown capabilities {sorted(unknown)}"
+    chosen = [impl for impl in IMPLEMENTATIONS if wanted <= impl.caps]
+    assert chosen, f"{metafunc.definition.nodeid}: no implementation has {sorted(wanted)}"
+    bugs: dict[str, str] = {}
+    for mark in metafunc.definition.iter_markers("known_bug"):
+        for impl_id in mark.args:
+            assert impl_id in {impl.id for impl in chosen}, f"known_bug: {impl_id} does not run this test"
+            bugs[impl_id] = mark.kwargs["reason"]
+    params = [
+        pytest.param(impl, id=impl.id, marks=[pytest.mark.xfail(strict=True, reason=bugs[impl.id])])
+        if impl.id in bugs
+        else pytest.param(impl, id=impl.id)
+        for impl in chosen
+    ]
+    metafunc.parametrize("implementation", params)
+
+
+@pytest.fixture
+def make(implementation: Implementation, clock: permits.ManualClock) -> Iterator[Make]:
+    """``make(limit, queue_limit=0, queue_order=OLDEST, auto_replenishment=True)``: a new subject
+    of this test's implementation on the test's clock; closed when the test ends."""
+    made: list[Subject] = []
+
+    def build(
+        limit: int,
+        queue_limit: int = 0,
+        queue_order: permits.QueueOrder = OLDEST,
+        auto_replenishment: bool = True,
+    ) -> Subject:
+        subject = implementation.make(clock, Spec(limit, queue_limit, queue_order, auto_replenishment))
+        made.append(subject)
+        return subject
+
+    yield build
+    for subject in made:
+        subject.close_all()

@@ -1,0 +1,109 @@
+"""Custom limiters written in Python, as a user would write them: subclasses of
+``permits.RateLimiter`` built only on the public hooks (``super().__init__()``, ``_acquire``,
+``_statistics``), thread-safe with a lock, reading time from a ``permits`` clock.
+
+* :class:`CustomFixedWindow`: at most ``permit_limit`` permits per window, windows following each
+  other from construction (the engine's ``FixedWindowLimiter`` rules, without a queue).
+* :class:`CustomConcurrency`: at most ``permit_limit`` permits held at once; a lease's
+  ``release()`` gives them back (``Lease.granted(..., on_release=...)``).
+
+Neither has a wait queue: ``wait`` and ``wait_async`` are the base class's, which ask again until
+granted. Every decision is made by ``_decide(permit_count)``, a plain method, so that the coming
+hooks are small additions:
+
+* ``async def _acquire_async(self, permit_count) -> Lease: return self._decide(permit_count)``
+  (``acquire_async()`` of the limiter, of a chain holding it and of a partition made of it will
+  await it; a limiter keeping its state in a store would await the store there);
+* ``Lease.granted(..., on_refund=...)``: :class:`CustomFixedWindow` takes the count back out of its
+  window when a chain gives a grant back (today it cannot: ``on_release`` is all a custom lease
+  has, and releasing a time-based lease must give nothing back); the conformance suite then gives
+  it the ``refunds`` capability.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import permits
+
+
+def _check_limit(permit_count: int, limit: int) -> None:
+    if permit_count > limit:
+        raise ValueError(f"permit_count {permit_count} exceeds the limiter's limit of {limit}")
+
+
+class CustomFixedWindow(permits.RateLimiter):
+    """``permit_limit`` permits per ``window`` seconds; a failed lease says when the window ends."""
+
+    def __init__(
+        self, permit_limit: int, window: float, *, clock: permits.ManualClock | permits.MonotonicClock
+    ) -> None:
+        super().__init__(name="custom-fixed-window")
+        self.permit_limit = permit_limit
+        self._clock = clock
+        self._window_ns = round(window * 1e9)
+        self._lock = threading.Lock()
+        self._start_ns = clock.now_ns()  # the current window's start
+        self._count = 0  # permits granted in the current window
+
+    def _roll_locked(self) -> int:
+        """Moves to the window holding now; returns now (ns)."""
+        now = self._clock.now_ns()
+        passed = (now - self._start_ns) // self._window_ns
+        if passed > 0:
+            self._start_ns += passed * self._window_ns
+            self._count = 0
+        return now
+
+    def _decide(self, permit_count: int) -> permits.Lease:
+        _check_limit(permit_count, self.permit_limit)
+        with self._lock:
+            now = self._roll_locked()
+            free = self.permit_limit - self._count
+            if permit_count <= free and (permit_count > 0 or free > 0):
+                self._count += permit_count
+                return permits.Lease.granted(permit_count)  # released or not: the window counts it
+            retry_after = (self._start_ns + self._window_ns - now) / 1e9
+            return permits.Lease.denied("limit_reached", retry_after=retry_after)
+
+    def _acquire(self, permit_count: int) -> permits.Lease:
+        return self._decide(permit_count)
+
+    def _statistics(self) -> permits.Statistics:
+        with self._lock:
+            self._roll_locked()
+            free = self.permit_limit - self._count
+        return dataclasses.replace(super()._statistics(), current_available_permits=free)
+
+
+class CustomConcurrency(permits.RateLimiter):
+    """At most ``permit_limit`` permits held at once; releasing a lease gives its permits back."""
+
+    def __init__(self, permit_limit: int) -> None:
+        super().__init__(name="custom-concurrency")
+        self.permit_limit = permit_limit
+        self._lock = threading.Lock()
+        self._held = 0
+
+    def _give_back(self, permit_count: int) -> None:
+        with self._lock:
+            self._held -= permit_count
+
+    def _decide(self, permit_count: int) -> permits.Lease:
+        _check_limit(permit_count, self.permit_limit)
+        with self._lock:
+            free = self.permit_limit - self._held
+            if permit_count <= free and (permit_count > 0 or free > 0):
+                self._held += permit_count
+                # The lease calls on_release once, however often it is released.
+                return permits.Lease.granted(permit_count, on_release=lambda: self._give_back(permit_count))
+            return permits.Lease.denied("limit_reached")
+
+    def _acquire(self, permit_count: int) -> permits.Lease:
+        return self._decide(permit_count)
+
+    def _statistics(self) -> permits.Statistics:
+        with self._lock:
+            free = self.permit_limit - self._held
+        return dataclasses.replace(super()._statistics(), current_available_permits=free)
