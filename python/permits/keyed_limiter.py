@@ -3,17 +3,16 @@ what a custom keyed limiter written in Python subclasses."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Self
 
-from . import _foreign
+from . import _polling
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
 from .awaitables import Attempt, LeaseWait, WaitAsync
 from .clock import resolve
-from .limiter import _FINAL_REASONS, Statistics, _check_permit_count
+from .limiter import Statistics, _check_permit_count
 
 
 class KeyedRateLimiter:
@@ -44,12 +43,11 @@ class KeyedRateLimiter:
         return self._acquire(resource, permit_count)
 
     async def _wait_async(self, resource: object, permit_count: int) -> Lease:
-        # As RateLimiter's: ask, sleep for retry_after (or a short pause), ask again.
-        while True:
-            lease = await self.acquire_async(resource, permit_count)
-            if lease or lease.reason in _FINAL_REASONS:
-                return lease
-            await _foreign.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
+        # As RateLimiter's: ask, pause for retry_after (or a short pause), ask again.
+        async def attempt() -> Lease:
+            return self._rl_checked(await self._acquire_async(resource, permit_count), permit_count)
+
+        return self._rl_count(await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count))
 
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
         """A wait's immediate grant, made without an event loop; None sends it to ``_wait_async``."""
@@ -66,21 +64,28 @@ class KeyedRateLimiter:
         if self._rl_closed:
             raise LimiterClosedError("the limiter is closed")
 
-    def _counted(self, lease: object, permit_count: int) -> Lease:
+    def _rl_checked(self, lease: object, permit_count: int) -> Lease:
         if not isinstance(lease, Lease):
             raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
-        if lease:
-            self._rl_successful += 1
-        else:
-            self._rl_failed += 1
+        if not lease:
             lease._with_permit_count(permit_count)
         return lease
+
+    def _rl_count(self, lease: Lease) -> Lease:
+        if lease:
+            self._rl_successful += 1
+        elif _polling.counts(lease):
+            self._rl_failed += 1
+        return lease
+
+    def _rl_counted(self, lease: object, permit_count: int) -> Lease:
+        return self._rl_count(self._rl_checked(lease, permit_count))
 
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
         """Takes permits for ``resource`` now or returns a failed lease; never blocks."""
         n = _check_permit_count(permit_count)
         self._check_open()
-        return self._counted(self._acquire(resource, n), n)
+        return self._rl_counted(self._acquire(resource, n), n)
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """The same attempt as :meth:`acquire`, as an awaitable asking through ``_acquire_async``."""
@@ -89,7 +94,7 @@ class KeyedRateLimiter:
 
         async def attempt() -> Lease:
             self._check_open()
-            return self._counted(await self._acquire_async(resource, n), n)
+            return self._rl_counted(await self._acquire_async(resource, n), n)
 
         return Attempt(attempt)
 
@@ -97,18 +102,9 @@ class KeyedRateLimiter:
         """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
-        deadline = None if limit < 0 else time.monotonic() + limit / 1e9
-        while True:
-            lease = self.acquire(resource, n)
-            if lease or lease.reason in _FINAL_REASONS:
-                return lease
-            pause = lease.retry_after if lease.retry_after is not None else 0.01
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return Lease.denied("timeout")._with_permit_count(n)
-                pause = min(pause, left)
-            time.sleep(pause)
+        self._check_open()
+        attempt = lambda: self._rl_checked(self._acquire(resource, n), n)  # noqa: E731
+        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit))
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """Waits for ``resource``'s permits (asyncio or trio); also an async context manager."""

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn, Self
 
-from . import _foreign
+from . import _polling
 from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
 from .awaitables import Attempt, LeaseWait, WaitAsync
 from .clock import resolve
-
-#: Reasons for which waiting longer cannot help: wait() and wait_async() return the failed lease.
-_FINAL_REASONS = frozenset({"queue_full", "evicted", "closed", "timeout", "partition_limit"})
 
 
 class QueueOrder(enum.Enum):
@@ -80,13 +76,12 @@ class RateLimiter:
         return self._acquire(permit_count)
 
     async def _wait_async(self, permit_count: int) -> Lease:
-        # Ask, sleep for the lease's retry_after (or a short pause), ask again; a denial that
-        # waiting cannot cure (a full queue, a closed limiter...) ends the wait.
-        while True:
-            lease = await self.acquire_async(permit_count)
-            if lease or lease.reason in _FINAL_REASONS:
-                return lease
-            await _foreign.sleep(lease.retry_after if lease.retry_after is not None else 0.01)
+        # Ask through _acquire_async, pause for the lease's retry_after (or a short pause), ask
+        # again; a denial that waiting cannot cure (a full queue...) or a close ends the wait.
+        async def attempt() -> Lease:
+            return self._rl_checked(await self._acquire_async(permit_count), permit_count)
+
+        return self._rl_count(await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count))
 
     def _try_now(self, permit_count: int) -> Lease | None:
         """A wait's immediate grant, made without an event loop; None sends the wait to
@@ -101,22 +96,29 @@ class RateLimiter:
         if self._rl_closed:
             raise LimiterClosedError("the limiter is closed")
 
-    def _counted(self, lease: object, permit_count: int) -> Lease:
-        """A hook's lease, checked and counted (a failed one gets the requested permit_count)."""
+    def _rl_checked(self, lease: object, permit_count: int) -> Lease:
+        """A hook's lease, checked (a failed one gets the requested permit_count)."""
         if not isinstance(lease, Lease):
             raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
-        if lease:
-            self._rl_successful += 1
-        else:
-            self._rl_failed += 1
+        if not lease:
             lease._with_permit_count(permit_count)
         return lease
+
+    def _rl_count(self, lease: Lease) -> Lease:
+        if lease:
+            self._rl_successful += 1
+        elif _polling.counts(lease):
+            self._rl_failed += 1
+        return lease
+
+    def _rl_counted(self, lease: object, permit_count: int) -> Lease:
+        return self._rl_count(self._rl_checked(lease, permit_count))
 
     def acquire(self, permit_count: int = 1) -> Lease:
         """Takes permits now or returns a failed lease; never blocks, never queues."""
         n = _check_permit_count(permit_count)
         self._check_open()
-        return self._counted(self._acquire(n), n)
+        return self._rl_counted(self._acquire(n), n)
 
     def acquire_async(self, permit_count: int = 1) -> LeaseWait:
         """The same attempt as :meth:`acquire`, as an awaitable that asks through
@@ -126,7 +128,7 @@ class RateLimiter:
 
         async def attempt() -> Lease:
             self._check_open()
-            return self._counted(await self._acquire_async(n), n)
+            return self._rl_counted(await self._acquire_async(n), n)
 
         return Attempt(attempt)
 
@@ -134,18 +136,9 @@ class RateLimiter:
         """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
-        deadline = None if limit < 0 else time.monotonic() + limit / 1e9
-        while True:
-            lease = self.acquire(n)
-            if lease or lease.reason in _FINAL_REASONS:
-                return lease
-            pause = lease.retry_after if lease.retry_after is not None else 0.01
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return Lease.denied("timeout")._with_permit_count(n)
-                pause = min(pause, left)
-            time.sleep(pause)
+        self._check_open()
+        lease = _polling.wait(lambda: self._rl_checked(self._acquire(n), n), lambda: self._rl_closed, n, limit)
+        return self._rl_count(lease)
 
     def wait_async(self, permit_count: int = 1) -> LeaseWait:
         """Waits in the queue (asyncio). Also an async context manager releasing the lease on exit."""

@@ -258,3 +258,17 @@ def test_thread_safety_is_the_subclass_concern_but_base_counts_are_exact():
     for t in threads:
         t.join(SAFETY * 4)
     assert lim.statistics().total_successful_leases == n_threads * per_thread
+
+
+def test_close_ends_a_blocking_wait_with_a_closed_lease():
+    """A custom limiter's wait() asks again every 10 ms; a close in between ends it (not an error)."""
+    lim = DenyTimes(10**9, retry_after=None)
+    got: list[permits.Lease] = []
+    waiter = threading.Thread(target=lambda: got.append(lim.wait(1)))
+    waiter.start()
+    while lim.calls == 0:
+        threading.Event().wait(0.001)
+    lim.close()
+    waiter.join(SAFETY)
+    assert not waiter.is_alive()
+    assert got[0].reason == "closed" and got[0].permit_count == 1

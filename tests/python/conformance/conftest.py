@@ -129,8 +129,9 @@ IMPLEMENTATIONS: list[Implementation] = [
     # close() closes the chain only (its members may be shared): no close_fails_waiters.
     *_kinds("chain", chain, ["token_bucket"], "plain", "queues", "refunds", "replenishes_manually"),
     *_kinds("chain", chain, ["concurrency"], "plain", "queues", "refunds", COLLECTED),
-    # A time-based custom lease cannot be refunded yet (no on_refund): no "refunds" for the window.
-    Implementation("custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls"}), PERIOD),
+    Implementation(
+        "custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls", "refunds"}), PERIOD
+    ),
     Implementation("custom-concurrency", custom_concurrency, frozenset({"releases", "plain", "polls", "refunds"})),
     # A store joins here, e.g.:
     # Implementation("redis-token_bucket", redis_token_bucket, frozenset({"timed", "keyed", ...}), PERIOD),

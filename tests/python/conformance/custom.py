@@ -1,27 +1,22 @@
 """Custom limiters written in Python, as a user would write them: subclasses of
 ``permits.RateLimiter`` built only on the public hooks (``super().__init__()``, ``_acquire``,
-``_statistics``), thread-safe with a lock, reading time from a ``permits`` clock.
+``_acquire_async``, ``_statistics``), thread-safe with a lock, reading time from a ``permits`` clock.
 
 * :class:`CustomFixedWindow`: at most ``permit_limit`` permits per window, windows following each
-  other from construction (the engine's ``FixedWindowLimiter`` rules, without a queue).
+  other from construction (the engine's ``FixedWindowLimiter`` rules, without a queue). A grant a
+  chain gives back (``on_refund``) leaves its window's count, if that window is still current.
 * :class:`CustomConcurrency`: at most ``permit_limit`` permits held at once; a lease's
   ``release()`` gives them back (``Lease.granted(..., on_release=...)``).
 
 Neither has a wait queue: ``wait`` and ``wait_async`` are the base class's, which ask again until
-granted. Every decision is made by ``_decide(permit_count)``, a plain method, so that the coming
-hooks are small additions:
-
-* ``async def _acquire_async(self, permit_count) -> Lease: return self._decide(permit_count)``
-  (``acquire_async()`` of the limiter, of a chain holding it and of a partition made of it will
-  await it; a limiter keeping its state in a store would await the store there);
-* ``Lease.granted(..., on_refund=...)``: :class:`CustomFixedWindow` takes the count back out of its
-  window when a chain gives a grant back (today it cannot: ``on_release`` is all a custom lease
-  has, and releasing a time-based lease must give nothing back); the conformance suite then gives
-  it the ``refunds`` capability.
+granted. Every decision is made by ``_decide(permit_count)``; ``_acquire_async`` yields to the
+event loop once before deciding, as a limiter asking a server would, so ``acquire_async()`` of the
+limiter, of a chain holding it and of a partition made of it go through a real await.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 
@@ -39,7 +34,7 @@ class CustomFixedWindow(permits.RateLimiter):
     def __init__(
         self, permit_limit: int, window: float, *, clock: permits.ManualClock | permits.MonotonicClock
     ) -> None:
-        super().__init__(name="custom-fixed-window")
+        super().__init__(name="custom-fixed-window", clock=clock)
         self.permit_limit = permit_limit
         self._clock = clock
         self._window_ns = round(window * 1e9)
@@ -63,11 +58,23 @@ class CustomFixedWindow(permits.RateLimiter):
             free = self.permit_limit - self._count
             if permit_count <= free and (permit_count > 0 or free > 0):
                 self._count += permit_count
-                return permits.Lease.granted(permit_count)  # released or not: the window counts it
+                window = self._start_ns
+                # Released or not, the window counts it; given back unused, it leaves the count.
+                return permits.Lease.granted(permit_count, on_refund=lambda: self._undo(window, permit_count))
             retry_after = (self._start_ns + self._window_ns - now) / 1e9
             return permits.Lease.denied("limit_reached", retry_after=retry_after)
 
+    def _undo(self, window: int, permit_count: int) -> None:
+        with self._lock:
+            self._roll_locked()
+            if self._start_ns == window:
+                self._count -= permit_count
+
     def _acquire(self, permit_count: int) -> permits.Lease:
+        return self._decide(permit_count)
+
+    async def _acquire_async(self, permit_count: int) -> permits.Lease:
+        await asyncio.sleep(0)  # the round trip of a limiter that asks a server
         return self._decide(permit_count)
 
     def _statistics(self) -> permits.Statistics:
@@ -101,6 +108,10 @@ class CustomConcurrency(permits.RateLimiter):
             return permits.Lease.denied("limit_reached")
 
     def _acquire(self, permit_count: int) -> permits.Lease:
+        return self._decide(permit_count)
+
+    async def _acquire_async(self, permit_count: int) -> permits.Lease:
+        await asyncio.sleep(0)
         return self._decide(permit_count)
 
     def _statistics(self) -> permits.Statistics:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from _support import enqueue, result, settle, spawn, stats
-from subjects import Make, known_bug, needs
+from subjects import Make, needs
 
 
 async def test_acquire_async_grants_at_once(make: Make) -> None:
@@ -47,11 +47,6 @@ async def test_acquire_async_as_async_with(make: Make) -> None:
 
 
 @needs("refunds")
-@known_bug(
-    "chain-token_bucket",
-    reason="a chain's combined lease gives its members back with release(), not _give_back(): the "
-    "token bucket's grant is lost (chain.py _combine)",
-)
 async def test_acquire_async_cancelled_before_it_runs_gives_its_grant_back(make: Make) -> None:
     subject = make(2)
     task = asyncio.ensure_future(subject.acquire_async(2))  # the attempt is made here, granted

@@ -5,7 +5,7 @@ from __future__ import annotations
 import permits
 
 from _support import enqueue, result, stats
-from subjects import Make, known_bug, needs
+from subjects import Make, needs
 
 
 def test_a_chain_takes_from_both_and_its_lease_releases_both(make: Make) -> None:
@@ -23,11 +23,6 @@ def test_a_chain_takes_from_both_and_its_lease_releases_both(make: Make) -> None
 
 
 @needs("refunds")
-@known_bug(
-    "chain-token_bucket",
-    reason="a chain's combined lease gives its members back with release(), not _give_back(): in a chain "
-    "refused further on, a nested chain's time-based grants are not refunded (chain.py _combine)",
-)
 def test_a_refusal_further_on_gives_this_limiters_grant_back(make: Make) -> None:
     subject = make(3)
     blocker = permits.ConcurrencyLimiter(3)

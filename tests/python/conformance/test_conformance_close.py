@@ -10,7 +10,7 @@ import pytest
 import permits
 
 from _support import NEWEST, OLDEST, enqueue, result, settle, spawn
-from subjects import Make, Subject, known_bug, needs
+from subjects import Make, Subject, needs
 
 
 def _calls(subject: Subject) -> list[tuple[str, Callable[[], Any]]]:
@@ -114,11 +114,6 @@ async def test_close_after_a_cancellation(make: Make) -> None:
 
 
 @needs("polls", "releases")  # no retry_after: the wait asks again every 10 ms and sees the close at once
-@known_bug(
-    "custom-concurrency",
-    reason="RateLimiter.wait_async() (and wait()) ask acquire() again, which raises LimiterClosedError once the "
-    "limiter is closed: the wait raises instead of returning a failed 'closed' lease",
-)
 async def test_close_ends_a_polling_wait_with_closed(make: Make) -> None:
     subject = make(1)
     held = subject.exhaust()

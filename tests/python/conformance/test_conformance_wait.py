@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from _support import start_waiter, stats
-from subjects import CUSTOM, Implementation, Make, Subject, known_bug, needs
+from subjects import Implementation, Make, Subject, needs
 
 
 def _with_room(make: Make, implementation: Implementation, limit: int) -> Subject:
@@ -36,11 +36,6 @@ def test_wait_with_a_zero_timeout_fails_with_timeout(make: Make, implementation:
     assert subject.wait(1, timeout=0).acquired
 
 
-@known_bug(
-    *CUSTOM,
-    reason="RateLimiter.wait() asks _acquire again until its deadline and every refusal counts as a failed lease "
-    "(behaviour.md: timeouts are not counted)",
-)
 def test_a_timeout_is_not_a_failed_lease(make: Make, implementation: Implementation) -> None:
     subject = _with_room(make, implementation, 1)
     _held = subject.exhaust()
