@@ -21,8 +21,9 @@ class KeyedRateLimiter:
 
     A custom keyed limiter subclasses it, calls ``super().__init__()`` and implements
     ``_acquire(resource, permit_count) -> Lease``; optionally ``_acquire_async``,
-    ``_wait_async`` and ``_statistics(resource)`` (``resource`` None: the totals). The public
-    members validate their arguments, then call these hooks.
+    ``_wait_async``, ``_statistics(resource)`` (``resource`` None: the totals) and
+    ``_on_outcome(resource, lease)`` (to count per resource). The public members validate their
+    arguments, then call these hooks.
     """
 
     def __init__(self, *, name: str | None = None, clock: object = None) -> None:
@@ -47,11 +48,16 @@ class KeyedRateLimiter:
         async def attempt() -> Lease:
             return self._rl_checked(await self._acquire_async(resource, permit_count), permit_count)
 
-        return self._rl_count(await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count))
+        return self._rl_count(await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count), resource)
 
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
         """A wait's immediate grant, made without an event loop; None sends it to ``_wait_async``."""
         return None
+
+    def _on_outcome(self, resource: object, lease: Lease) -> None:
+        """Called with every outcome that counts in the statistics (a grant, or a failure that is
+        not a timeout or a close; not the attempts of a polling wait): where a custom keyed limiter
+        counts per resource."""
 
     def _statistics(self, resource: object) -> Statistics:
         """Without an override: the counts of successful and failed leases over every resource."""
@@ -71,21 +77,23 @@ class KeyedRateLimiter:
             lease._with_permit_count(permit_count)
         return lease
 
-    def _rl_count(self, lease: Lease) -> Lease:
-        if lease:
-            self._rl_successful += 1
-        elif _polling.counts(lease):
-            self._rl_failed += 1
+    def _rl_count(self, lease: Lease, resource: object) -> Lease:
+        if lease or _polling.counts(lease):
+            if lease:
+                self._rl_successful += 1
+            else:
+                self._rl_failed += 1
+            self._on_outcome(resource, lease)
         return lease
 
-    def _rl_counted(self, lease: object, permit_count: int) -> Lease:
-        return self._rl_count(self._rl_checked(lease, permit_count))
+    def _rl_counted(self, lease: object, permit_count: int, resource: object) -> Lease:
+        return self._rl_count(self._rl_checked(lease, permit_count), resource)
 
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
         """Takes permits for ``resource`` now or returns a failed lease; never blocks."""
         n = _check_permit_count(permit_count)
         self._check_open()
-        return self._rl_counted(self._acquire(resource, n), n)
+        return self._rl_counted(self._acquire(resource, n), n, resource)
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """The same attempt as :meth:`acquire`, as an awaitable asking through ``_acquire_async``."""
@@ -94,7 +102,7 @@ class KeyedRateLimiter:
 
         async def attempt() -> Lease:
             self._check_open()
-            return self._rl_counted(await self._acquire_async(resource, n), n)
+            return self._rl_counted(await self._acquire_async(resource, n), n, resource)
 
         return Attempt(attempt)
 
@@ -104,7 +112,7 @@ class KeyedRateLimiter:
         limit = timeout_ns(timeout)
         self._check_open()
         attempt = lambda: self._rl_checked(self._acquire(resource, n), n)  # noqa: E731
-        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit))
+        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit), resource)
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """Waits for ``resource``'s permits (asyncio or trio); also an async context manager."""

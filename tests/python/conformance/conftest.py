@@ -27,7 +27,7 @@ import permits
 from permits import Partition, PartitionedLimiter
 
 from _support import OLDEST, PERIOD, TIMED_KINDS, LimiterKit
-from custom import CustomConcurrency, CustomFixedWindow
+from custom import CustomConcurrency, CustomFixedWindow, CustomKeyedConcurrency
 from subjects import CAPABILITIES, IDLE_TIMEOUT, KEY, Built, Factory, Implementation, Make, Spec, Subject
 
 
@@ -107,6 +107,10 @@ def custom_concurrency(clock: permits.ManualClock, spec: Spec) -> Built:
     return Built(CustomConcurrency(spec.limit))
 
 
+def custom_keyed_concurrency(clock: permits.ManualClock, spec: Spec) -> Built:
+    return Built(CustomKeyedConcurrency(spec.limit), KEY)
+
+
 # --------------------------------------------------------------------------- the implementations
 
 
@@ -133,6 +137,9 @@ IMPLEMENTATIONS: list[Implementation] = [
         "custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls", "refunds"}), PERIOD
     ),
     Implementation("custom-concurrency", custom_concurrency, frozenset({"releases", "plain", "polls", "refunds"})),
+    Implementation(
+        "custom_keyed-concurrency", custom_keyed_concurrency, frozenset({"releases", "keyed", "polls", "refunds"})
+    ),
     # A store joins here, e.g.:
     # Implementation("redis-token_bucket", redis_token_bucket, frozenset({"timed", "keyed", ...}), PERIOD),
 ]

@@ -7,6 +7,8 @@
   chain gives back (``on_refund``) leaves its window's count, if that window is still current.
 * :class:`CustomConcurrency`: at most ``permit_limit`` permits held at once; a lease's
   ``release()`` gives them back (``Lease.granted(..., on_release=...)``).
+* :class:`CustomKeyedConcurrency`: the same per key, a ``permits.KeyedRateLimiter`` (the hooks
+  take the resource first).
 
 Neither has a wait queue: ``wait`` and ``wait_async`` are the base class's, which ask again until
 granted. Every decision is made by ``_decide(permit_count)``; ``_acquire_async`` yields to the
@@ -118,3 +120,49 @@ class CustomConcurrency(permits.RateLimiter):
         with self._lock:
             free = self.permit_limit - self._held
         return dataclasses.replace(super()._statistics(), current_available_permits=free)
+
+
+class CustomKeyedConcurrency(permits.KeyedRateLimiter):
+    """At most ``permit_limit`` permits held at once per key."""
+
+    def __init__(self, permit_limit: int) -> None:
+        super().__init__(name="custom-keyed-concurrency")
+        self.permit_limit = permit_limit
+        self._lock = threading.Lock()
+        self._held: dict[object, int] = {}
+        self._granted: dict[object, int] = {}
+        self._refused: dict[object, int] = {}
+
+    def _give_back(self, resource: object, permit_count: int) -> None:
+        with self._lock:
+            self._held[resource] -= permit_count
+
+    def _decide(self, resource: object, permit_count: int) -> permits.Lease:
+        _check_limit(permit_count, self.permit_limit)
+        with self._lock:
+            free = self.permit_limit - self._held.get(resource, 0)
+            if permit_count <= free and (permit_count > 0 or free > 0):
+                self._held[resource] = self._held.get(resource, 0) + permit_count
+                return permits.Lease.granted(permit_count, on_release=lambda: self._give_back(resource, permit_count))
+            return permits.Lease.denied("limit_reached")
+
+    def _acquire(self, resource: object, permit_count: int) -> permits.Lease:
+        return self._decide(resource, permit_count)
+
+    async def _acquire_async(self, resource: object, permit_count: int) -> permits.Lease:
+        await asyncio.sleep(0)
+        return self._decide(resource, permit_count)
+
+    def _on_outcome(self, resource: object, lease: permits.Lease) -> None:
+        # The outcomes that count (a polling wait's attempts do not): counted per key.
+        with self._lock:
+            counts = self._granted if lease else self._refused
+            counts[resource] = counts.get(resource, 0) + 1
+
+    def _statistics(self, resource: object) -> permits.Statistics:
+        if resource is None:
+            return super()._statistics(None)
+        with self._lock:
+            free = self.permit_limit - self._held.get(resource, 0)
+            granted, refused = self._granted.get(resource, 0), self._refused.get(resource, 0)
+        return permits.Statistics(free, 0, granted, refused)

@@ -37,7 +37,7 @@ CAPABILITIES: dict[str, str] = {
     ),
     "refunds": (
         "a grant given back unused (a chain refused further on, an acquire_async cancelled before it runs) "
-        "returns its permits (custom time-based limiters cannot until Lease.granted(on_refund=...) exists)"
+        "returns its permits (a custom limiter's lease does so through Lease.granted(on_refund=...))"
     ),
     "releases_dropped_leases": (
         "a concurrency lease dropped without release() gives its permits back when collected, with a "
@@ -61,7 +61,7 @@ def known_bug(*implementation_ids: str, reason: str) -> pytest.MarkDecorator:
 
 
 #: The custom limiters of ``custom.py`` (their ids in conftest.IMPLEMENTATIONS).
-CUSTOM = ("custom-fixed_window", "custom-concurrency")
+CUSTOM = ("custom-fixed_window", "custom-concurrency", "custom_keyed-concurrency")
 
 #: The key a keyed subject is bound to.
 KEY = ("tenant", "a")

@@ -26,6 +26,7 @@ def test_other_keys_are_independent(make: Make) -> None:
     assert subject.available_permits() == 2 and other.available_permits() == 2
 
 
+@needs("queues")
 async def test_the_totals_add_up_every_key(make: Make) -> None:
     subject = make(3, queue_limit=2)
     other = subject.with_key(("tenant", "b"))
@@ -44,6 +45,7 @@ async def test_the_totals_add_up_every_key(make: Make) -> None:
     subject.restore(first, granted)
 
 
+@needs("queues")
 async def test_close_closes_every_key(make: Make) -> None:
     subject = make(1, queue_limit=1)
     other = subject.with_key(("tenant", "b"))
