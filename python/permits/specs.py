@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # limiters.py imports this module; its classes are named in S
     )
 
 L = TypeVar("L", bound=RateLimiter, covariant=True)
+_set = object.__setattr__  # a spec's __init__ sets its slots past its own __setattr__, which refuses
 
 
 class Spec(Generic[L]):
@@ -47,11 +48,6 @@ class Spec(Generic[L]):
     _replenishing: ClassVar[bool] = True
     #: The limits as integers (durations in ns): what equality and the hash compare.
     _key: tuple[int, ...]
-
-    def _freeze(self, key: tuple[int, ...], **values: object) -> None:
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_key", key)
 
     def limiter(
         self,
@@ -77,7 +73,7 @@ class Spec(Generic[L]):
     def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
         # copy and pickle: the slots as they were (the default would go through __setattr__).
         for name, value in state[1].items():
-            object.__setattr__(self, name, value)
+            _set(self, name, value)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -110,13 +106,11 @@ class TokenBucket(Spec["TokenBucketLimiter"]):
         limit = count(token_limit, "token_limit")
         per_period = count(tokens_per_period, "tokens_per_period")
         period_ns = duration_ns(replenishment_period, "replenishment_period")
-        self._freeze(
-            (limit, per_period, period_ns),
-            token_limit=limit,
-            tokens_per_period=per_period,
-            replenishment_period=period_ns / 1e9,
-            _period_ns=period_ns,
-        )
+        _set(self, "token_limit", limit)
+        _set(self, "tokens_per_period", per_period)
+        _set(self, "replenishment_period", period_ns / 1e9)
+        _set(self, "_period_ns", period_ns)
+        _set(self, "_key", (limit, per_period, period_ns))
 
 
 @final
@@ -134,7 +128,10 @@ class FixedWindow(Spec["FixedWindowLimiter"]):
     def __init__(self, permit_limit: int, window: Duration) -> None:
         limit = count(permit_limit, "permit_limit")
         window_ns = duration_ns(window, "window")
-        self._freeze((limit, window_ns), permit_limit=limit, window=window_ns / 1e9, _window_ns=window_ns)
+        _set(self, "permit_limit", limit)
+        _set(self, "window", window_ns / 1e9)
+        _set(self, "_window_ns", window_ns)
+        _set(self, "_key", (limit, window_ns))
 
     @property
     def replenishment_period(self) -> float:
@@ -159,13 +156,11 @@ class SlidingWindow(Spec["SlidingWindowLimiter"]):
         limit = count(permit_limit, "permit_limit")
         window_ns = duration_ns(window, "window")
         n = segments(segments_per_window, window_ns)
-        self._freeze(
-            (limit, window_ns, n),
-            permit_limit=limit,
-            window=window_ns / 1e9,
-            segments_per_window=n,
-            _window_ns=window_ns,
-        )
+        _set(self, "permit_limit", limit)
+        _set(self, "window", window_ns / 1e9)
+        _set(self, "segments_per_window", n)
+        _set(self, "_window_ns", window_ns)
+        _set(self, "_key", (limit, window_ns, n))
 
     @property
     def replenishment_period(self) -> float:
@@ -188,7 +183,10 @@ class SlidingWindowCounter(Spec["SlidingWindowCounterLimiter"]):
     def __init__(self, permit_limit: int, window: Duration) -> None:
         limit = count(permit_limit, "permit_limit")
         window_ns = duration_ns(window, "window")
-        self._freeze((limit, window_ns), permit_limit=limit, window=window_ns / 1e9, _window_ns=window_ns)
+        _set(self, "permit_limit", limit)
+        _set(self, "window", window_ns / 1e9)
+        _set(self, "_window_ns", window_ns)
+        _set(self, "_key", (limit, window_ns))
 
     @property
     def replenishment_period(self) -> float:
@@ -209,7 +207,8 @@ class Concurrency(Spec["ConcurrencyLimiter"]):
 
     def __init__(self, permit_limit: int) -> None:
         limit = count(permit_limit, "permit_limit")
-        self._freeze((limit,), permit_limit=limit)
+        _set(self, "permit_limit", limit)
+        _set(self, "_key", (limit,))
 
 
 __all__ = ["Concurrency", "FixedWindow", "SlidingWindow", "SlidingWindowCounter", "Spec", "TokenBucket"]
