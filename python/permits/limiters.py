@@ -34,7 +34,7 @@ def _check_queue(queue_limit: object, queue_order: object, name: object) -> tupl
     """The options every engine limiter takes, checked as the constructors check them."""
     checked = count(queue_limit, "queue_limit", minimum=0)
     _queue_order(queue_order)
-    assert isinstance(queue_order, QueueOrder)
+    assert isinstance(queue_order, QueueOrder)  # (for the type checker: _queue_order refused anything else)
     return checked, queue_order, _name(name)
 
 

@@ -70,9 +70,12 @@ class Spec(Generic[L]):
     def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} is immutable: make a new one")
 
-    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
-        # copy and pickle: the slots as they were (the default would go through __setattr__).
-        for name, value in state[1].items():
+    # copy and pickle (every protocol): the slots as they are, set back past __setattr__.
+    def __getstate__(self) -> dict[str, object]:
+        return {name: getattr(self, name) for cls in type(self).__mro__ for name in getattr(cls, "__slots__", ())}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
             _set(self, name, value)
 
     def __eq__(self, other: object) -> bool:

@@ -186,7 +186,8 @@ def test_the_repr_makes_an_equal_spec(kind: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_copies_and_pickles_are_equal(kind: str) -> None:
     spec = spec_of(kind)
-    for other in (copy.copy(spec), copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))):
+    pickles = [pickle.loads(pickle.dumps(spec, protocol)) for protocol in range(pickle.HIGHEST_PROTOCOL + 1)]
+    for other in (copy.copy(spec), copy.deepcopy(spec), *pickles):
         assert other == spec and hash(other) == hash(spec) and repr(other) == repr(spec)
         with pytest.raises(AttributeError):
             other.permit_limit = 1  # type: ignore[misc]
