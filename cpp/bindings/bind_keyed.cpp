@@ -4,7 +4,9 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <variant>
 
 #include "args.hpp"
 #include "async_wait.hpp"
@@ -18,6 +20,7 @@
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
 #include "self.hpp"
+#include "spec.hpp"
 #include "wait_handle.hpp"
 
 namespace permits::bind {
@@ -39,39 +42,31 @@ py::object steal(PyObject* obj) {
     return py::reinterpret_steal<py::object>(obj);
 }
 
-KeyedTemplate make_template(const std::shared_ptr<Clock>& clock, const std::string& kind, const py::tuple& args,
-                            py::handle queue_limit, bool newest_first) {
+KeyedTemplate make_template(const std::shared_ptr<Clock>& clock, py::handle spec, py::handle queue_limit,
+                            bool newest_first) {
     const QueueOptions q{int_arg(queue_limit, "queue_limit"),
                          newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
     if (q.queue_limit < 0 || q.queue_limit > kMaxPermits) {
         throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits));
     }
-    auto arg = [&](std::size_t i, const char* name) { return int_arg(args[i], name); };
-    if (kind == "token_bucket") {
-        const TokenBucketRule rule(arg(0, "token_limit"), arg(1, "tokens_per_period"), arg(2, "period_ns"));
-        return KeyedTemplate::of<TokenBucket>(clock, rule, q);
-    }
-    if (kind == "fixed_window") {
-        return KeyedTemplate::of<FixedWindow>(clock, FixedWindowRule(arg(0, "permit_limit"), arg(1, "window_ns")), q);
-    }
-    if (kind == "sliding_window_counter") {
-        const SlidingWindowCounterRule rule(arg(0, "permit_limit"), arg(1, "window_ns"));
-        return KeyedTemplate::of<SlidingWindowCounter>(clock, rule, q);
-    }
-    if (kind == "concurrency") {
-        return KeyedTemplate::of<Concurrency>(clock, ConcurrencyRule(arg(0, "permit_limit")), q);
-    }
-    if (kind == "sliding_window") {
-        // Its state is a ring of segments, not one word: every key gets a full limiter.
-        const auto limit = arg(0, "permit_limit"), window = arg(1, "window_ns"),
-                   segments = arg(2, "segments_per_window");
-        auto make = [=](Nanos, Pair) {
-            return std::make_shared<SlidingWindow>(clock, limit, window, segments, q, false);
-        };
-        make(0, Pair{}); // builds one now, so that a bad option is a ValueError here rather than at first use
-        return KeyedTemplate{nullptr, q, make};
-    }
-    throw py::value_error("no engine per-key limiter of kind " + kind);
+    return std::visit(
+        Overloaded{
+            [&](const TokenBucketRule& rule) { return KeyedTemplate::of<TokenBucket>(clock, rule, q); },
+            [&](const FixedWindowRule& rule) { return KeyedTemplate::of<FixedWindow>(clock, rule, q); },
+            [&](const SlidingWindowCounterRule& rule) {
+                return KeyedTemplate::of<SlidingWindowCounter>(clock, rule, q);
+            },
+            [&](const ConcurrencyRule& rule) { return KeyedTemplate::of<Concurrency>(clock, rule, q); },
+            [&](const SlidingWindowParams& p) {
+                // Its state is a ring of segments, not one word: every key gets a full limiter.
+                auto make = [clock, p, q](Nanos, Pair) {
+                    return std::make_shared<SlidingWindow>(clock, p.permit_limit, p.window, p.segments, q, false);
+                };
+                make(0, Pair{}); // builds one now, so that a bad option is a ValueError here rather than at first use
+                return KeyedTemplate{nullptr, q, make};
+            },
+        },
+        read_spec(spec));
 }
 
 // acquire(resource, permit_count=1) (and _try_now, wait_async) as a METH_FASTCALL method: the
@@ -129,14 +124,13 @@ template <FastCall kind> void install(py::handle cls, const char* name, const ch
 void bind_keyed(py::module_& m) {
     auto cls =
         py::class_<KeyedLimiter, std::shared_ptr<KeyedLimiter>>(m, "Keyed")
-            .def(py::init([](std::shared_ptr<Clock> clock, const std::string& kind, const py::tuple& args,
-                             py::handle queue_limit, bool newest_first, Nanos idle_timeout_ns,
-                             std::int64_t max_partitions) {
-                     auto tmpl = make_template(clock, kind, args, queue_limit, newest_first);
+            .def(py::init([](std::shared_ptr<Clock> clock, py::handle spec, py::handle queue_limit, bool newest_first,
+                             Nanos idle_timeout_ns, std::int64_t max_partitions) {
+                     auto tmpl = make_template(clock, spec, queue_limit, newest_first);
                      return std::make_shared<KeyedLimiter>(std::move(clock), std::move(tmpl), idle_timeout_ns,
                                                            max_partitions);
                  }),
-                 py::arg("clock"), py::arg("kind"), py::arg("args"), py::arg("queue_limit"), py::arg("newest_first"),
+                 py::arg("clock"), py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),
                  py::arg("idle_timeout_ns"), py::arg("max_partitions"))
             .def(
                 "_enqueue",

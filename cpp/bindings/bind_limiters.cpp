@@ -1,6 +1,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <stdexcept>
+#include <type_traits>
+
 #include "args.hpp"
 #include "async_wait.hpp"
 #include "fastcall.hpp"
@@ -11,6 +14,7 @@
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
 #include "self.hpp"
+#include "spec.hpp"
 #include "wait_handle.hpp"
 
 namespace permits::bind {
@@ -120,6 +124,28 @@ QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
     return {int_arg(queue_limit, "queue_limit"), newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
 }
 
+// __init__(clock, spec, queue_limit, newest_first, manual): the engine class L from its spec's
+// parameters P.
+template <class L, class P>
+std::shared_ptr<L> from_spec(std::shared_ptr<Clock> clock, py::handle spec, py::handle queue_limit, bool newest_first,
+                             bool manual) {
+    const P params = read_spec_as<P>(spec, py::type::of<L>());
+    const QueueOptions q = queue_options(queue_limit, newest_first);
+    if constexpr (std::is_same_v<P, SlidingWindowParams>) {
+        return std::make_shared<L>(std::move(clock), params.permit_limit, params.window, params.segments, q, manual);
+    } else {
+        if (std::is_same_v<L, Concurrency> && manual) {
+            throw std::invalid_argument("a concurrency limiter has no replenishment to do by hand");
+        }
+        return std::make_shared<L>(std::move(clock), params, q, manual);
+    }
+}
+
+template <class L, class P> void def_init_from_spec(py::class_<L, Limiter, std::shared_ptr<L>>& cls) {
+    cls.def(py::init(&from_spec<L, P>), py::arg("clock"), py::arg("spec"), py::arg("queue_limit"),
+            py::arg("newest_first"), py::arg("manual"));
+}
+
 } // namespace
 
 void bind_limiters(py::module_& m) {
@@ -155,53 +181,16 @@ void bind_limiters(py::module_& m) {
             "_clock", [](py::handle self) { return self_of<Limiter>(self).clock(); }, "The clock the limiter runs on.");
 
     auto tokenbucket = py::class_<TokenBucket, Limiter, std::shared_ptr<TokenBucket>>(m, "TokenBucket");
-    tokenbucket.def(py::init([](std::shared_ptr<Clock> clock, py::handle token_limit, py::handle tokens_per_period,
-                                Nanos period, py::handle queue_limit, bool newest_first, bool manual) {
-                        return std::make_shared<TokenBucket>(std::move(clock), int_arg(token_limit, "token_limit"),
-                                                             int_arg(tokens_per_period, "tokens_per_period"), period,
-                                                             queue_options(queue_limit, newest_first), manual);
-                    }),
-                    py::arg("clock"), py::arg("token_limit"), py::arg("tokens_per_period"), py::arg("period_ns"),
-                    py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
-
+    def_init_from_spec<TokenBucket, TokenBucketRule>(tokenbucket);
     auto fixedwindow = py::class_<FixedWindow, Limiter, std::shared_ptr<FixedWindow>>(m, "FixedWindow");
-    fixedwindow.def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window,
-                                py::handle queue_limit, bool newest_first, bool manual) {
-                        return std::make_shared<FixedWindow>(std::move(clock), int_arg(permit_limit, "permit_limit"),
-                                                             window, queue_options(queue_limit, newest_first), manual);
-                    }),
-                    py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
-                    py::arg("newest_first"), py::arg("manual"));
-
+    def_init_from_spec<FixedWindow, FixedWindowRule>(fixedwindow);
     auto slidingwindow = py::class_<SlidingWindow, Limiter, std::shared_ptr<SlidingWindow>>(m, "SlidingWindow");
-    slidingwindow.def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window,
-                                  py::handle segments, py::handle queue_limit, bool newest_first, bool manual) {
-                          return std::make_shared<SlidingWindow>(std::move(clock),
-                                                                 int_arg(permit_limit, "permit_limit"), window,
-                                                                 int_arg(segments, "segments_per_window"),
-                                                                 queue_options(queue_limit, newest_first), manual);
-                      }),
-                      py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("segments_per_window"),
-                      py::arg("queue_limit"), py::arg("newest_first"), py::arg("manual"));
-
+    def_init_from_spec<SlidingWindow, SlidingWindowParams>(slidingwindow);
     auto slidingwindowcounter =
         py::class_<SlidingWindowCounter, Limiter, std::shared_ptr<SlidingWindowCounter>>(m, "SlidingWindowCounter");
-    slidingwindowcounter.def(py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, Nanos window,
-                                         py::handle queue_limit, bool newest_first, bool manual) {
-                                 return std::make_shared<SlidingWindowCounter>(
-                                     std::move(clock), int_arg(permit_limit, "permit_limit"), window,
-                                     queue_options(queue_limit, newest_first), manual);
-                             }),
-                             py::arg("clock"), py::arg("permit_limit"), py::arg("window_ns"), py::arg("queue_limit"),
-                             py::arg("newest_first"), py::arg("manual"));
-
+    def_init_from_spec<SlidingWindowCounter, SlidingWindowCounterRule>(slidingwindowcounter);
     auto concurrency = py::class_<Concurrency, Limiter, std::shared_ptr<Concurrency>>(m, "Concurrency");
-    concurrency.def(
-        py::init([](std::shared_ptr<Clock> clock, py::handle permit_limit, py::handle queue_limit, bool newest_first) {
-            return std::make_shared<Concurrency>(std::move(clock), int_arg(permit_limit, "permit_limit"),
-                                                 queue_options(queue_limit, newest_first));
-        }),
-        py::arg("clock"), py::arg("permit_limit"), py::arg("queue_limit"), py::arg("newest_first"));
+    def_init_from_spec<Concurrency, ConcurrencyRule>(concurrency);
 
     install_fast_acquire<TokenBucket>(tokenbucket);
     install_fast_acquire<FixedWindow>(fixedwindow);

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import _interpreter  # noqa: F401  (refuses a subinterpreter before the extension is loaded)
 
 # isort: split
-from . import _asyncio, _foreign  # noqa: F401  (register the event loops' bridge and other libraries' waits)
+from . import _asyncio, _foreign, specs  # noqa: F401  (the event loops' bridge, other libraries' waits; specs)
 from ._core import Lease, LimiterClosedError
 from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
@@ -45,4 +45,5 @@ __all__ = [
     "TokenBucketLimiter",
     "__version__",
     "chain",
+    "specs",
 ]

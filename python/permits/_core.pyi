@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import TracebackType
 from typing import Any, final
 
+from permits import specs
 from permits.awaitables import LeaseWait
 
 @final
@@ -139,54 +140,42 @@ class Limiter:
     @property
     def _max_permits(self) -> int: ...
 
+# The engine's limiters are made from their permits.specs value (the one the class is named after).
 class TokenBucket(Limiter):
     def __init__(
-        self,
-        clock: Clock,
-        token_limit: int,
-        tokens_per_period: int,
-        period_ns: int,
-        queue_limit: int,
-        newest_first: bool,
-        manual: bool,
+        self, clock: Clock, spec: specs.TokenBucket, queue_limit: int, newest_first: bool, manual: bool
     ) -> None: ...
     def wait_async(self, permit_count: int = 1) -> AsyncWait: ...
 
 class FixedWindow(Limiter):
     def __init__(
-        self, clock: Clock, permit_limit: int, window_ns: int, queue_limit: int, newest_first: bool, manual: bool
+        self, clock: Clock, spec: specs.FixedWindow, queue_limit: int, newest_first: bool, manual: bool
     ) -> None: ...
     def wait_async(self, permit_count: int = 1) -> AsyncWait: ...
 
 class SlidingWindow(Limiter):
     def __init__(
-        self,
-        clock: Clock,
-        permit_limit: int,
-        window_ns: int,
-        segments_per_window: int,
-        queue_limit: int,
-        newest_first: bool,
-        manual: bool,
+        self, clock: Clock, spec: specs.SlidingWindow, queue_limit: int, newest_first: bool, manual: bool
     ) -> None: ...
     def wait_async(self, permit_count: int = 1) -> AsyncWait: ...
 
 class SlidingWindowCounter(Limiter):
     def __init__(
-        self, clock: Clock, permit_limit: int, window_ns: int, queue_limit: int, newest_first: bool, manual: bool
+        self, clock: Clock, spec: specs.SlidingWindowCounter, queue_limit: int, newest_first: bool, manual: bool
     ) -> None: ...
     def wait_async(self, permit_count: int = 1) -> AsyncWait: ...
 
 class Concurrency(Limiter):
-    def __init__(self, clock: Clock, permit_limit: int, queue_limit: int, newest_first: bool) -> None: ...
+    def __init__(
+        self, clock: Clock, spec: specs.Concurrency, queue_limit: int, newest_first: bool, manual: bool
+    ) -> None: ...
     def wait_async(self, permit_count: int = 1) -> AsyncWait: ...
 
 class Keyed:
     def __init__(
         self,
         clock: Clock,
-        kind: str,
-        args: tuple[int, ...],
+        spec: specs.Spec[Any],
         queue_limit: int,
         newest_first: bool,
         idle_timeout_ns: int,

@@ -64,6 +64,16 @@ def count(value: object, name: str, *, minimum: int = 1) -> int:
     return value
 
 
+def segments(segments_per_window: object, window_ns: int) -> int:
+    """A sliding window's segments: each at least 1 ns long."""
+    n = count(segments_per_window, "segments_per_window")  # a plain int from here on
+    if n > 65536:
+        raise ValueError(f"segments_per_window must be <= 65536, got {n}")
+    if window_ns // n < 1:
+        raise ValueError("window must be at least segments_per_window nanoseconds")
+    return n
+
+
 def timeout_ns(value: object) -> int:
     """wait()'s timeout: None waits forever (-1)."""
     if value is None:

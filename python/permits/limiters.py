@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from . import _core
+from . import _core, specs
 from ._core import Lease
-from ._durations import Duration, count, duration_ns, timeout_ns
+from ._durations import Duration, count, timeout_ns
 from .awaitables import LeaseWait, _Ready
 from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
 
@@ -23,49 +24,66 @@ def _flag(value: object, name: str) -> bool:
     return value
 
 
-def _segments(segments_per_window: object, window_ns: int) -> int:
-    segments = count(segments_per_window, "segments_per_window")  # a plain int from here on
-    if segments > 65536:
-        raise ValueError(f"segments_per_window must be <= 65536, got {segments}")
-    if window_ns // segments < 1:
-        raise ValueError("window must be at least segments_per_window nanoseconds")
-    return segments
-
-
-def _name(value: object) -> None:
+def _name(value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise TypeError(f"name must be a str or None, got {type(value).__name__}")
+    return value
 
 
-def _check_queue(queue_limit: object, queue_order: object, name: object) -> None:
+def _check_queue(queue_limit: object, queue_order: object, name: object) -> tuple[int, QueueOrder, str | None]:
     """The options every engine limiter takes, checked as the constructors check them."""
-    count(queue_limit, "queue_limit", minimum=0)
+    checked = count(queue_limit, "queue_limit", minimum=0)
     _queue_order(queue_order)
-    _name(name)
+    assert isinstance(queue_order, QueueOrder)  # (for the type checker: _queue_order refused anything else)
+    return checked, queue_order, _name(name)
 
 
-_NOT_REPLENISHING = object()  # what the concurrency limiter passes for auto_replenishment
+_E = TypeVar("_E", bound="_EngineLimiter")
+
+
+def _builds(spec_type: type[specs.Spec[Any]]) -> Callable[[type[_E]], type[_E]]:
+    """Links a spec class to the public limiter class its limiter() builds."""
+
+    def link(cls: type[_E]) -> type[_E]:
+        spec_type._limiter_type = cls
+        return cls
+
+    return link
 
 
 class _EngineLimiter(RateLimiter):
     """Members shared by the engine's limiters; the C++ class before this one in the MRO supplies
     acquire, wait_async, available_permits, try_replenish and close directly (no Python frame on those calls)."""
 
-    def _setup(
+    spec: specs.Spec[Any]
+    """The limit, as a value: ``permits.specs.TokenBucket(...)`` and the like."""
+
+    def _init(
         self,
-        name: str | None,
-        clock: object,
+        spec: specs.Spec[Any],
         queue_limit: object,
         queue_order: object,
-        auto_replenishment: object = _NOT_REPLENISHING,
-    ) -> tuple[int, bool, bool]:
-        """Checks the options the engine limiters share: (queue_limit, newest_first, manual)."""
-        RateLimiter.__init__(self, name=name, clock=clock)
+        name: str | None,
+        clock: Any,
+        options: dict[str, object],
+    ) -> None:
+        """Every engine limiter's construction, from its spec: spec.limiter() and the classes' __init__."""
         manual = False
-        if auto_replenishment is not _NOT_REPLENISHING:  # the replenishing limiters
-            self.auto_replenishment = _flag(auto_replenishment, "auto_replenishment")
-            manual = not self.auto_replenishment
-        return count(queue_limit, "queue_limit", minimum=0), _queue_order(queue_order), manual
+        if spec._replenishing:
+            auto = _flag(options.pop("auto_replenishment", True), "auto_replenishment")
+            manual = not auto
+        if options:
+            unknown = next(iter(options))
+            raise TypeError(f"{type(spec).__name__}.limiter() got an unexpected keyword argument {unknown!r}")
+        RateLimiter.__init__(self, name=name, clock=clock)
+        ql, newest = count(queue_limit, "queue_limit", minimum=0), _queue_order(queue_order)
+        engine: Any = spec._engine  # each engine class's __init__ takes its own spec class
+        engine.__init__(self, self._rl_clock, spec, ql, newest, manual)
+        self.spec = spec
+        for attribute in spec._attributes:
+            setattr(self, attribute, getattr(spec, attribute))
+        if spec._replenishing:
+            self.auto_replenishment = auto
 
     def _core_self(self) -> _core.Limiter:
         return self  # type: ignore[return-value]
@@ -88,8 +106,13 @@ class _EngineLimiter(RateLimiter):
         return f"<{type(self).__name__} name={self.name!r}>"
 
 
+# Each class is its spec with the queue options: the spec checks the limits, _init the rest.
+@_builds(specs.Concurrency)
 class ConcurrencyLimiter(_core.Concurrency, _EngineLimiter):  # type: ignore[misc]
     """At most ``permit_limit`` permits held at once; a lease's ``release()`` gives them back."""
+
+    spec: specs.Concurrency
+    permit_limit: int
 
     def __init__(
         self,
@@ -100,13 +123,18 @@ class ConcurrencyLimiter(_core.Concurrency, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, _ = self._setup(name, clock, queue_limit, queue_order)
-        _core.Concurrency.__init__(self, self._rl_clock, count(permit_limit, "permit_limit"), ql, newest)
-        self.permit_limit = permit_limit
+        self._init(specs.Concurrency(permit_limit), queue_limit, queue_order, name, clock, {})
 
 
+@_builds(specs.TokenBucket)
 class TokenBucketLimiter(_core.TokenBucket, _EngineLimiter):  # type: ignore[misc]
     """``token_limit`` tokens; ``tokens_per_period`` come back every ``replenishment_period``."""
+
+    spec: specs.TokenBucket
+    token_limit: int
+    tokens_per_period: int
+    replenishment_period: float
+    auto_replenishment: bool
 
     def __init__(
         self,
@@ -120,25 +148,19 @@ class TokenBucketLimiter(_core.TokenBucket, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
-        period_ns = duration_ns(replenishment_period, "replenishment_period")
-        _core.TokenBucket.__init__(
-            self,
-            self._rl_clock,
-            count(token_limit, "token_limit"),
-            count(tokens_per_period, "tokens_per_period"),
-            period_ns,
-            ql,
-            newest,
-            manual,
-        )
-        self.token_limit = token_limit
-        self.tokens_per_period = tokens_per_period
-        self.replenishment_period = period_ns / 1e9
+        spec = specs.TokenBucket(token_limit, tokens_per_period, replenishment_period)
+        self._init(spec, queue_limit, queue_order, name, clock, {"auto_replenishment": auto_replenishment})
 
 
+@_builds(specs.FixedWindow)
 class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[misc]
     """At most ``permit_limit`` grants per window; windows follow each other from construction."""
+
+    spec: specs.FixedWindow
+    permit_limit: int
+    window: float
+    replenishment_period: float
+    auto_replenishment: bool
 
     def __init__(
         self,
@@ -151,18 +173,20 @@ class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[mis
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
-        window_ns = duration_ns(window, "window")
-        _core.FixedWindow.__init__(
-            self, self._rl_clock, count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
-        )
-        self.permit_limit = permit_limit
-        self.window = window_ns / 1e9
-        self.replenishment_period = self.window
+        spec = specs.FixedWindow(permit_limit, window)
+        self._init(spec, queue_limit, queue_order, name, clock, {"auto_replenishment": auto_replenishment})
 
 
+@_builds(specs.SlidingWindow)
 class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore[misc]
     """At most ``permit_limit`` grants in any window, which slides by ``window / segments_per_window``."""
+
+    spec: specs.SlidingWindow
+    permit_limit: int
+    window: float
+    segments_per_window: int
+    replenishment_period: float
+    auto_replenishment: bool
 
     def __init__(
         self,
@@ -176,20 +200,19 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
-        window_ns = duration_ns(window, "window")
-        segments = _segments(segments_per_window, window_ns)
-        _core.SlidingWindow.__init__(
-            self, self._rl_clock, count(permit_limit, "permit_limit"), window_ns, segments, ql, newest, manual
-        )
-        self.permit_limit = permit_limit
-        self.window = window_ns / 1e9
-        self.segments_per_window = segments
-        self.replenishment_period = (window_ns // segments) / 1e9
+        spec = specs.SlidingWindow(permit_limit, window, segments_per_window)
+        self._init(spec, queue_limit, queue_order, name, clock, {"auto_replenishment": auto_replenishment})
 
 
+@_builds(specs.SlidingWindowCounter)
 class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  # type: ignore[misc]
     """Two fixed windows weighted by the elapsed fraction: O(1) state, no boundary burst."""
+
+    spec: specs.SlidingWindowCounter
+    permit_limit: int
+    window: float
+    replenishment_period: float
+    auto_replenishment: bool
 
     def __init__(
         self,
@@ -202,14 +225,8 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
         clock: Any = None,
         name: str | None = None,
     ) -> None:
-        ql, newest, manual = self._setup(name, clock, queue_limit, queue_order, auto_replenishment)
-        window_ns = duration_ns(window, "window")
-        _core.SlidingWindowCounter.__init__(
-            self, self._rl_clock, count(permit_limit, "permit_limit"), window_ns, ql, newest, manual
-        )
-        self.permit_limit = permit_limit
-        self.window = window_ns / 1e9
-        self.replenishment_period = self.window
+        spec = specs.SlidingWindowCounter(permit_limit, window)
+        self._init(spec, queue_limit, queue_order, name, clock, {"auto_replenishment": auto_replenishment})
 
 
 class NoLimiter(RateLimiter):

@@ -23,21 +23,13 @@ from typing import Any
 
 from . import _core
 from ._core import Lease, LimiterClosedError
-from ._durations import count, duration_ns, timeout_ns
+from ._durations import duration_ns, timeout_ns
 from .awaitables import LeaseWait, _Ready
-from .clock import ManualClock, resolve
+from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
 from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
-from .limiters import (
-    ConcurrencyLimiter,
-    FixedWindowLimiter,
-    NoLimiter,
-    SlidingWindowCounterLimiter,
-    SlidingWindowLimiter,
-    TokenBucketLimiter,
-    _check_queue,
-    _segments,
-)
+from .limiters import NoLimiter, _check_queue
+from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket
 
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
 _MAX_KEY_DEPTH = 16
@@ -61,95 +53,113 @@ def _check_key(key: object, depth: int = 0) -> None:
 Factory = Callable[[Hashable, Any], RateLimiter]
 
 
-# The Partition factories check their options as the limiters' constructors do, when called. A
-# partitioner calls one on every request, mostly with the same options: those already found good
-# are remembered (with their exact types: True == 1 but is no count), up to a bound.
-_GOOD_OPTIONS: set[tuple[Any, ...]] = set()
+# A partitioner makes a partition on every request, mostly with the same options: the templates
+# (partitions with key None) already made are remembered, up to a bound, by the exact option
+# values and their types (True == 1 but is no count). The factories' are found by their own
+# arguments, with no spec made or hashed on the way.
+_CACHE_BOUND = 256
 _PLAIN_TYPES = frozenset({int, float, str, type(None), QueueOrder, timedelta})
+_TEMPLATES: dict[tuple[object, ...], Partition] = {}  # Partition.of's
+_FACTORY_TEMPLATES: dict[tuple[object, ...], Partition] = {}  # Partition.token_bucket's and the like
 
 
-def _check_once(check: Callable[..., None], options: tuple[Any, ...]) -> None:
+def _remember(cache: dict[tuple[object, ...], Partition], found: tuple[object, ...], template: Partition) -> None:
+    if len(cache) >= _CACHE_BOUND:
+        cache.clear()  # options that change all the time: the recent ones stay cheap
+    cache[found] = template
+
+
+def _made(
+    key: Hashable,
+    spec_type: Callable[..., Spec[RateLimiter]],
+    limits: tuple[object, ...],
+    queue_limit: int,
+    queue_order: QueueOrder,
+    name: str | None,
+) -> Partition:
+    """Partition.of(key, spec_type(*limits), ...): what the factories are."""
+    options = (*limits, queue_limit, queue_order, name)
     types = tuple(map(type, options))
-    remembered = (check, options, types)
+    found = (spec_type, options, types)
     try:
-        if remembered in _GOOD_OPTIONS:
-            return
-    except TypeError:  # an unhashable option: check() says what is wrong with it
+        return _FACTORY_TEMPLATES[found].with_key(key)
+    except (KeyError, TypeError):  # TypeError: an unhashable option, which the checks refuse
         pass
-    check(*options)
-    if len(_GOOD_OPTIONS) < 256 and _PLAIN_TYPES.issuperset(types):
-        _GOOD_OPTIONS.add(remembered)
+    template = Partition.of(None, spec_type(*limits), queue_limit=queue_limit, queue_order=queue_order, name=name)
+    if _PLAIN_TYPES.issuperset(types):
+        _remember(_FACTORY_TEMPLATES, found, template)
+    return template.with_key(key)
 
 
-def _check_token_bucket(
-    token_limit: object, tokens_per_period: object, period: object, queue_limit: object, order: object, name: object
-) -> None:
-    count(token_limit, "token_limit")
-    count(tokens_per_period, "tokens_per_period")
-    duration_ns(period, "replenishment_period")
-    _check_queue(queue_limit, order, name)
-
-
-def _check_window(permit_limit: object, window: object, queue_limit: object, order: object, name: object) -> None:
-    count(permit_limit, "permit_limit")
-    duration_ns(window, "window")
-    _check_queue(queue_limit, order, name)
-
-
-def _check_sliding_window(
-    permit_limit: object, window: object, segments: object, queue_limit: object, order: object, name: object
-) -> None:
-    count(permit_limit, "permit_limit")
-    _segments(segments, duration_ns(window, "window"))
-    _check_queue(queue_limit, order, name)
-
-
-def _check_concurrency(permit_limit: object, queue_limit: object, order: object, name: object) -> None:
-    count(permit_limit, "permit_limit")
-    _check_queue(queue_limit, order, name)
+def _no_limiter(_key: Hashable, clock: Any) -> RateLimiter:
+    return NoLimiter(clock=clock)  # idle since its last grant, on the partitioned limiter's clock
 
 
 class Partition:
     """Which limiter a resource belongs to: a key and how to build that key's limiter.
 
+    ``spec`` is the limit (a ``permits.specs`` value), None for ``no_limiter`` and ``custom``.
     The factories check their options when called, as the limiters' constructors do. ``factory``
     is public: ``partition.factory(key, clock)`` builds the limiter the partition describes.
     """
 
-    __slots__ = ("engine", "factory", "key", "kind")
+    __slots__ = ("_options", "factory", "key", "spec")
 
-    def __init__(self, key: Hashable, kind: str, factory: Factory, engine: tuple[Any, ...] | None = None) -> None:
+    def __init__(
+        self,
+        key: Hashable,
+        spec: Spec[RateLimiter] | None,
+        factory: Factory,
+        options: tuple[int, QueueOrder, str | None] = (0, QueueOrder.OLDEST_FIRST, None),
+    ) -> None:
         self.key = key
-        self.kind = kind
+        self.spec = spec
         self.factory = factory  # (key, clock) -> RateLimiter, called once per key
-        # For the engine's kinds: (limits and durations, queue_limit, queue_order), so that
-        # per_key() can keep every key's state in the engine.
-        self.engine = engine
+        self._options = options  # queue_limit, queue_order, name: the spec's limiter's, checked
 
     def with_key(self, key: Hashable) -> Partition:
-        return Partition(key, self.kind, self.factory, self.engine)
+        return Partition(key, self.spec, self.factory, self._options)
 
     def __repr__(self) -> str:
-        return f"Partition.{self.kind}({self.key!r}, ...)"
+        if self.spec is None:
+            if self.factory is _no_limiter:
+                return f"Partition.no_limiter({self.key!r})"
+            return f"Partition.custom({self.key!r}, ...)"
+        queue_limit, queue_order, name = self._options
+        options = f", queue_limit={queue_limit}" if queue_limit else ""
+        if queue_order is not QueueOrder.OLDEST_FIRST:
+            options += f", queue_order=QueueOrder.{queue_order.name}"
+        if name is not None:
+            options += f", name={name!r}"
+        return f"Partition.of({self.key!r}, {self.spec!r}{options})"
 
     @staticmethod
-    def _engine(
+    def of(
         key: Hashable,
-        kind: str,
-        limiter: Callable[..., RateLimiter],
-        limits: tuple[Any, ...],
-        queue_limit: int,
-        queue_order: QueueOrder,
-        name: str | None,
+        spec: Spec[RateLimiter],
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
     ) -> Partition:
-        """A partition of one of the engine's kinds. `limits` are the limiter's positional
-        arguments; durations among them are (argument name, value) pairs, converted on use."""
-        args = tuple(value[1] if isinstance(value, tuple) else value for value in limits)
+        """The partition of ``key`` limited by ``spec``; the queue options and the name are those
+        of its limiter (``spec.limiter(...)``)."""
+        found = (spec, queue_limit, queue_order, name, type(spec), type(queue_limit), type(queue_order), type(name))
+        try:
+            return _TEMPLATES[found].with_key(key)
+        except (KeyError, TypeError):  # TypeError: an unhashable option, which the checks refuse
+            pass
+        if not isinstance(spec, Spec):
+            raise TypeError(f"spec must be a permits.specs spec (TokenBucket, ...), got {type(spec).__name__}")
+        options = _check_queue(queue_limit, queue_order, name)
 
         def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return limiter(*args, queue_limit=queue_limit, queue_order=queue_order, clock=clock, name=name)
+            return spec.limiter(queue_limit=options[0], queue_order=options[1], name=options[2], clock=clock)
 
-        return Partition(key, kind, make, (limits, queue_limit, queue_order))
+        template = Partition(None, spec, make, options)
+        if _PLAIN_TYPES.issuperset(found[5:]):
+            _remember(_TEMPLATES, found, template)
+        return template.with_key(key)
 
     @staticmethod
     def token_bucket(
@@ -162,10 +172,8 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        options = (token_limit, tokens_per_period, replenishment_period, queue_limit, queue_order, name)
-        _check_once(_check_token_bucket, options)
-        limits = (token_limit, tokens_per_period, ("replenishment_period", replenishment_period))
-        return Partition._engine(key, "token_bucket", TokenBucketLimiter, limits, queue_limit, queue_order, name)
+        limits = (token_limit, tokens_per_period, replenishment_period)
+        return _made(key, TokenBucket, limits, queue_limit, queue_order, name)
 
     @staticmethod
     def fixed_window(
@@ -177,9 +185,7 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        _check_once(_check_window, (permit_limit, window, queue_limit, queue_order, name))
-        limits = (permit_limit, ("window", window))
-        return Partition._engine(key, "fixed_window", FixedWindowLimiter, limits, queue_limit, queue_order, name)
+        return _made(key, FixedWindow, (permit_limit, window), queue_limit, queue_order, name)
 
     @staticmethod
     def sliding_window(
@@ -192,10 +198,8 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        options = (permit_limit, window, segments_per_window, queue_limit, queue_order, name)
-        _check_once(_check_sliding_window, options)
-        limits = (permit_limit, ("window", window), segments_per_window)
-        return Partition._engine(key, "sliding_window", SlidingWindowLimiter, limits, queue_limit, queue_order, name)
+        limits = (permit_limit, window, segments_per_window)
+        return _made(key, SlidingWindow, limits, queue_limit, queue_order, name)
 
     @staticmethod
     def sliding_window_counter(
@@ -207,10 +211,7 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        _check_once(_check_window, (permit_limit, window, queue_limit, queue_order, name))
-        limits = (permit_limit, ("window", window))
-        kind = "sliding_window_counter"
-        return Partition._engine(key, kind, SlidingWindowCounterLimiter, limits, queue_limit, queue_order, name)
+        return _made(key, SlidingWindowCounter, (permit_limit, window), queue_limit, queue_order, name)
 
     @staticmethod
     def concurrency(
@@ -221,14 +222,11 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
-        _check_once(_check_concurrency, (permit_limit, queue_limit, queue_order, name))
-        return Partition._engine(
-            key, "concurrency", ConcurrencyLimiter, (permit_limit,), queue_limit, queue_order, name
-        )
+        return _made(key, Concurrency, (permit_limit,), queue_limit, queue_order, name)
 
     @staticmethod
     def no_limiter(key: Hashable) -> Partition:
-        return Partition(key, "no_limiter", lambda _key, clock: NoLimiter(clock=clock))
+        return Partition(key, None, _no_limiter)
 
     @staticmethod
     def custom(key: Hashable, factory: Callable[[Hashable], RateLimiter]) -> Partition:
@@ -243,7 +241,7 @@ class Partition:
                 )
             return limiter
 
-        return Partition(key, "custom", make)
+        return Partition(key, None, make)
 
 
 class _Entry:
@@ -653,20 +651,18 @@ class PartitionedLimiter(KeyedRateLimiter):
     @classmethod
     def per_key(
         cls,
-        template: Partition,
+        template: Partition | Spec[RateLimiter],
         *,
         idle_timeout: float = 10.0,
         max_partitions: int | None = None,
         clock: Any = None,
         name: str | None = None,
     ) -> PerKeyLimiter | PartitionedLimiter:
-        """A limit per key: the resource itself is the key, every key gets ``template``'s limiter."""
-        if not isinstance(template, Partition):
-            raise TypeError(f"template must be a permits.Partition, got {type(template).__name__}")
-        if template.key is not None:
-            raise ValueError("a per_key template is made with key None, e.g. Partition.token_bucket(None, ...)")
-
-        if template.engine is not None:
+        """A limit per key: the resource itself is the key, every key gets ``template``'s limiter.
+        ``template`` is a spec (its limiter with the default queue options) or a partition made
+        with key None, e.g. ``Partition.of(None, spec, queue_limit=10)``."""
+        template = _template_of(template)
+        if template.spec is not None:
             return PerKeyLimiter(
                 template, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name
             )
@@ -677,13 +673,24 @@ class PartitionedLimiter(KeyedRateLimiter):
         return cls(partitioner, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
 
 
+def _template_of(template: object) -> Partition:
+    """per_key's template: a spec stands for its partition with the default queue options."""
+    if isinstance(template, Spec):
+        return Partition.of(None, template)
+    if not isinstance(template, Partition):
+        raise TypeError(f"template must be a permits.Partition or a spec, got {type(template).__name__}")
+    if template.key is not None:
+        raise ValueError("a per_key template is made with key None, e.g. Partition.token_bucket(None, ...)")
+    return template
+
+
 class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
     """What ``PartitionedLimiter.per_key`` returns for the engine's limiter kinds: every key's
     limiter lives in the engine's table; ``acquire`` makes no Python call per key."""
 
     def __init__(
         self,
-        template: Partition,
+        template: Partition | Spec[RateLimiter],
         *,
         idle_timeout: float = 10.0,
         max_partitions: int | None = None,
@@ -691,23 +698,17 @@ class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
         name: str | None = None,
     ) -> None:
         _check_options(max_partitions, name)
-        assert template.engine is not None
-        limits, queue_limit, queue_order = template.engine
-        args = tuple(duration_ns(v[1], v[0]) if isinstance(v, tuple) else v for v in limits)
-        if not isinstance(queue_order, QueueOrder):
-            raise TypeError(f"queue_order must be a permits.QueueOrder, got {type(queue_order).__name__}")
+        template = _template_of(template)
+        if template.spec is None:
+            raise TypeError(f"the engine keeps per-key state for specs only, not for {template!r}")
+        queue_limit, queue_order, _ = template._options
         idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
-        _core.Keyed.__init__(
-            self,
-            resolve(clock),
-            template.kind,
-            args,
-            queue_limit,
-            queue_order is QueueOrder.NEWEST_FIRST,
-            idle_ns,
-            max_partitions or 0,
-        )
+        newest_first = queue_order is QueueOrder.NEWEST_FIRST
         KeyedRateLimiter.__init__(self, name=name, clock=clock)
+        _core.Keyed.__init__(
+            self, self._rl_clock, template.spec, queue_limit, newest_first, idle_ns, max_partitions or 0
+        )
+        self.spec = template.spec
         self.idle_timeout = idle_ns / 1e9
         self.max_partitions = max_partitions
 

@@ -50,7 +50,7 @@ def test_bad_template_options_are_value_errors_at_once() -> None:
         Partition.sliding_window_counter(None, 2, 1.0),
         Partition.concurrency(None, 2),
     ],
-    ids=lambda p: p.kind,
+    ids=lambda p: type(p.spec).__name__,
 )
 def test_each_key_has_its_own_limit(make: Make, template: Partition) -> None:
     clock = permits.ManualClock()

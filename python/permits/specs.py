@@ -1,0 +1,217 @@
+"""Limit specifications: one immutable value per algorithm, the single description of a limit.
+
+A spec says what the limit is, its limits and durations, checked once when it is made. How
+requests queue, which clock runs it and where its state lives are said where it is used::
+
+    TokenBucket(10, 10, 1.0).limiter(queue_limit=5)          # one limiter
+    Partition.of(key, TokenBucket(10, 10, 1.0))              # a partition's limiter
+    PartitionedLimiter.per_key(TokenBucket(10, 10, 1.0))     # a limiter per key, in the engine
+
+Specs are equal, and hash alike, when their limits are: durations compare in nanoseconds, so
+``FixedWindow(5, 1.0) == FixedWindow(5, timedelta(seconds=1))``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, cast, final
+
+from . import _core
+from ._durations import Duration, count, duration_ns, segments
+from .limiter import QueueOrder, RateLimiter
+
+if TYPE_CHECKING:  # limiters.py imports this module; its classes are named in Spec["..."] below
+    from .limiters import (  # noqa: F401
+        ConcurrencyLimiter,
+        FixedWindowLimiter,
+        SlidingWindowCounterLimiter,
+        SlidingWindowLimiter,
+        TokenBucketLimiter,
+        _EngineLimiter,
+    )
+
+L = TypeVar("L", bound=RateLimiter, covariant=True)
+_set = object.__setattr__  # a spec's __init__ sets its slots past its own __setattr__, which refuses
+
+
+class Spec(Generic[L]):
+    """The base of the limit specifications; ``L`` is the limiter class ``limiter()`` builds."""
+
+    __slots__ = ("_key",)
+    __match_args__: ClassVar[tuple[str, ...]] = ()
+    #: The public attributes a limiter built from the spec copies (its constructor's names).
+    _attributes: ClassVar[tuple[str, ...]] = ()
+    #: The engine class of the algorithm: the bindings build from the spec by it.
+    _engine: ClassVar[type[_core.Limiter]]
+    #: The public limiter class; limiters.py sets it where it defines that class.
+    _limiter_type: ClassVar[type[_EngineLimiter]]
+    #: Whether limiter() takes auto_replenishment.
+    _replenishing: ClassVar[bool] = True
+    #: The limits as integers (durations in ns): what equality and the hash compare.
+    _key: tuple[int, ...]
+
+    def limiter(
+        self,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+        clock: Any = None,
+        **options: object,
+    ) -> L:
+        """A new limiter of this limit, e.g. ``TokenBucketLimiter`` for a ``TokenBucket``; the
+        time-based ones also take ``auto_replenishment=True``."""
+        limiter = self._limiter_type.__new__(self._limiter_type)
+        limiter._init(self, queue_limit, queue_order, name, clock, options)
+        return cast(L, limiter)
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"{type(self).__name__} is immutable: make a new one")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"{type(self).__name__} is immutable: make a new one")
+
+    # copy and pickle (every protocol): the slots as they are, set back past __setattr__.
+    def __getstate__(self) -> dict[str, object]:
+        return {name: getattr(self, name) for cls in type(self).__mro__ for name in getattr(cls, "__slots__", ())}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            _set(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, Spec)
+        return self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__match_args__)
+        return f"{type(self).__name__}({args})"
+
+
+@final
+class TokenBucket(Spec["TokenBucketLimiter"]):
+    """``token_limit`` tokens; ``tokens_per_period`` come back every ``replenishment_period``."""
+
+    __slots__ = ("_period_ns", "replenishment_period", "token_limit", "tokens_per_period")
+    __match_args__ = ("token_limit", "tokens_per_period", "replenishment_period")
+    _attributes = __match_args__
+    _engine = _core.TokenBucket
+    token_limit: int
+    tokens_per_period: int
+    replenishment_period: float  # seconds
+    _period_ns: int
+
+    def __init__(self, token_limit: int, tokens_per_period: int, replenishment_period: Duration) -> None:
+        limit = count(token_limit, "token_limit")
+        per_period = count(tokens_per_period, "tokens_per_period")
+        period_ns = duration_ns(replenishment_period, "replenishment_period")
+        _set(self, "token_limit", limit)
+        _set(self, "tokens_per_period", per_period)
+        _set(self, "replenishment_period", period_ns / 1e9)
+        _set(self, "_period_ns", period_ns)
+        _set(self, "_key", (limit, per_period, period_ns))
+
+
+@final
+class FixedWindow(Spec["FixedWindowLimiter"]):
+    """At most ``permit_limit`` grants per window; windows follow each other from the limiter's start."""
+
+    __slots__ = ("_window_ns", "permit_limit", "window")
+    __match_args__ = ("permit_limit", "window")
+    _attributes = (*__match_args__, "replenishment_period")
+    _engine = _core.FixedWindow
+    permit_limit: int
+    window: float  # seconds
+    _window_ns: int
+
+    def __init__(self, permit_limit: int, window: Duration) -> None:
+        limit = count(permit_limit, "permit_limit")
+        window_ns = duration_ns(window, "window")
+        _set(self, "permit_limit", limit)
+        _set(self, "window", window_ns / 1e9)
+        _set(self, "_window_ns", window_ns)
+        _set(self, "_key", (limit, window_ns))
+
+    @property
+    def replenishment_period(self) -> float:
+        """Seconds: the window."""
+        return self.window
+
+
+@final
+class SlidingWindow(Spec["SlidingWindowLimiter"]):
+    """At most ``permit_limit`` grants in any window, which slides by ``window / segments_per_window``."""
+
+    __slots__ = ("_window_ns", "permit_limit", "segments_per_window", "window")
+    __match_args__ = ("permit_limit", "window", "segments_per_window")
+    _attributes = (*__match_args__, "replenishment_period")
+    _engine = _core.SlidingWindow
+    permit_limit: int
+    window: float  # seconds
+    segments_per_window: int
+    _window_ns: int
+
+    def __init__(self, permit_limit: int, window: Duration, segments_per_window: int) -> None:
+        limit = count(permit_limit, "permit_limit")
+        window_ns = duration_ns(window, "window")
+        n = segments(segments_per_window, window_ns)
+        _set(self, "permit_limit", limit)
+        _set(self, "window", window_ns / 1e9)
+        _set(self, "segments_per_window", n)
+        _set(self, "_window_ns", window_ns)
+        _set(self, "_key", (limit, window_ns, n))
+
+    @property
+    def replenishment_period(self) -> float:
+        """Seconds: one segment (whole nanoseconds, as the engine counts it)."""
+        return (self._window_ns // self.segments_per_window) / 1e9
+
+
+@final
+class SlidingWindowCounter(Spec["SlidingWindowCounterLimiter"]):
+    """Two fixed windows weighted by the elapsed fraction: O(1) state, no boundary burst."""
+
+    __slots__ = ("_window_ns", "permit_limit", "window")
+    __match_args__ = ("permit_limit", "window")
+    _attributes = (*__match_args__, "replenishment_period")
+    _engine = _core.SlidingWindowCounter
+    permit_limit: int
+    window: float  # seconds
+    _window_ns: int
+
+    def __init__(self, permit_limit: int, window: Duration) -> None:
+        limit = count(permit_limit, "permit_limit")
+        window_ns = duration_ns(window, "window")
+        _set(self, "permit_limit", limit)
+        _set(self, "window", window_ns / 1e9)
+        _set(self, "_window_ns", window_ns)
+        _set(self, "_key", (limit, window_ns))
+
+    @property
+    def replenishment_period(self) -> float:
+        """Seconds: the window."""
+        return self.window
+
+
+@final
+class Concurrency(Spec["ConcurrencyLimiter"]):
+    """At most ``permit_limit`` permits held at once; a lease's ``release()`` gives them back."""
+
+    __slots__ = ("permit_limit",)
+    __match_args__ = ("permit_limit",)
+    _attributes = __match_args__
+    _engine = _core.Concurrency
+    _replenishing = False
+    permit_limit: int
+
+    def __init__(self, permit_limit: int) -> None:
+        limit = count(permit_limit, "permit_limit")
+        _set(self, "permit_limit", limit)
+        _set(self, "_key", (limit,))
+
+
+__all__ = ["Concurrency", "FixedWindow", "SlidingWindow", "SlidingWindowCounter", "Spec", "TokenBucket"]
