@@ -222,7 +222,11 @@ void release_forgotten(LeaseObject* self) {
 void lease_dealloc(LeaseObject* self) {
     PyObject_GC_UnTrack(self);
     release_forgotten(self);
-    lease_clear(self);
+    Py_CLEAR(self->reason);
+    // Metadata and callbacks: a custom limiter's lease (the engine's have none; a call spared).
+    if (self->extra != nullptr || self->on_release != nullptr || self->on_refund != nullptr) {
+        lease_clear(self);
+    }
     self->owner.~shared_ptr<Limiter>();
     Py_CLEAR(self->key);
     if (freelist_len < kFreelistSize) {
