@@ -153,7 +153,26 @@ void set_failure(LeaseObject* self, const Outcome& o) {
     }
 }
 
-// Returns 0 or -1 with an error set (from on_release).
+// A custom limiter's lease: on_refund for a refund when it has one (an undo: the permits were
+// never used), else on_release. Returns 0 or -1 with an error set (from the callback).
+int run_callback(LeaseObject* self, bool refund) {
+    PyObject* cb = refund && self->on_refund != nullptr ? self->on_refund : self->on_release;
+    Py_XINCREF(cb);
+    Py_CLEAR(self->on_release);
+    Py_CLEAR(self->on_refund);
+    if (cb == nullptr) {
+        return 0;
+    }
+    PyObject* r = PyObject_CallNoArgs(cb);
+    Py_DECREF(cb);
+    if (r == nullptr) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+// Returns 0 or -1 with an error set (from a callback).
 int do_release(LeaseObject* self, bool refund) {
     if (self->released) {
         return 0;
@@ -166,22 +185,9 @@ int do_release(LeaseObject* self, bool refund) {
         return_permits(self);
     }
     if (self->on_release == nullptr && self->on_refund == nullptr) {
-        return 0; // an engine lease: no callbacks
+        return 0; // an engine lease
     }
-    // A refund is an undo (the permits were never used): on_refund when the lease has one.
-    PyObject* cb = refund && self->on_refund != nullptr ? self->on_refund : self->on_release;
-    Py_XINCREF(cb);
-    Py_CLEAR(self->on_release);
-    Py_CLEAR(self->on_refund);
-    if (cb != nullptr) {
-        PyObject* r = PyObject_CallNoArgs(cb);
-        Py_DECREF(cb);
-        if (r == nullptr) {
-            return -1;
-        }
-        Py_DECREF(r);
-    }
-    return 0;
+    return run_callback(self, refund);
 }
 
 int lease_traverse(LeaseObject* self, visitproc visit, void* arg) {
