@@ -19,7 +19,9 @@ from .limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
-from .partitioned import Partition, PartitionedLimiter, PerKeyLimiter
+from .partition import Partition
+from .partitioned import PartitionedLimiter
+from .per_key import PerKeyLimiter
 
 __version__ = "0.1.0"
 
