@@ -11,8 +11,8 @@ from collections.abc import Callable, Hashable
 from datetime import timedelta
 from typing import Any
 
-from .limiter import QueueOrder, RateLimiter
-from .limiters import NoLimiter, _check_queue
+from .engine_limiters import NoLimiter, _check_queue
+from .rate_limiter import QueueOrder, RateLimiter
 from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket
 
 Factory = Callable[[Hashable, Any], RateLimiter]

@@ -24,9 +24,9 @@ from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
-from .limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 from .partition import Partition, _check_options, _template_of
 from .per_key import PerKeyLimiter
+from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 from .specs import Spec
 
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).

@@ -9,8 +9,8 @@ from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns, timeout_ns
 from .awaitables import LeaseWait, _Ready
 from .keyed_limiter import KeyedRateLimiter
-from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
 from .partition import Partition, _check_options, _template_of
+from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
 from .specs import Spec
 
 
