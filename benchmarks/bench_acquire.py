@@ -20,23 +20,20 @@ See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import ctypes
 import datetime
-import gc
 import json
 import os
 import platform
 import shlex
-import statistics
 import subprocess
 import sys
-import threading
 import time
-import timeit
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
+
+# The bench scripts run as files (python benchmarks/bench_acquire.py): their directory is on sys.path.
+from _peers import aiolimiter_cases, limits_cases, pyrate_cases, throttled_async_cases, throttled_cases
+from _timing import Case, NotInstalled, Result, Settings, Source, collect
 
 HUGE_CANDIDATES = (10**12, 2**31 - 1, 10**9)
 """Limits tried in turn for the cases that must always succeed (the first one accepted)."""
@@ -49,50 +46,6 @@ TARGET_PEER = 30.0
 # --------------------------------------------------------------------------- cases
 
 
-@dataclass
-class Case:
-    name: str
-    group: str
-    """``floor``, ``permits``, ``peer``, ``async-floor``, ``permits-async``, ``peer-async``."""
-    stmt: str = ""
-    namespace: dict[str, Any] = field(default_factory=dict)
-    setup: str = "pass"
-    probe: Callable[[], bool] | None = None
-    """Runs the statement once and says whether the check succeeded."""
-    expect: bool | None = None
-    max_number: int | None = None
-    """Upper bound on loop iterations per repeat (for peers whose cost grows with use)."""
-    note: str = ""
-    async_factory: Callable[[], Callable[[int], Awaitable[float]]] | None = None
-    """Called inside the event loop; returns ``run(n) -> seconds for n iterations``."""
-    key: str = ""
-    """Stable identifier used for the ratios and the JSON output."""
-    alternates: list[dict[str, Any]] = field(default_factory=list)
-    """More namespaces like ``namespace``, built independently (other objects at other addresses):
-    every repeat times each, and keeps the fastest, since the same statement can run 1.5x slower
-    on one object than on another (memory layout) for reasons that have nothing to do with it."""
-
-
-@dataclass
-class Result:
-    name: str
-    group: str
-    key: str
-    status: str = "ok"
-    best_ns: float | None = None
-    median_ns: float | None = None
-    number: int = 0
-    repeats: int = 0
-    note: str = ""
-    single_threaded: bool | None = None
-    """The process had never started a second thread while the case was timed (None: unknown,
-    or it changed during the timing)."""
-
-
-class NotInstalled(Exception):
-    pass
-
-
 def _huge(factory: Callable[[int], Any]) -> Any:
     """Build a limiter with the largest limit the engine accepts."""
     last: Exception | None = None
@@ -102,14 +55,6 @@ def _huge(factory: Callable[[int], Any]) -> Any:
         except (ValueError, OverflowError) as exc:
             last = exc
     raise RuntimeError(f"no huge limit accepted: {last}")
-
-
-def _throttled_ok(t: Any) -> Callable[[], bool]:
-    return lambda: not t.limit().limited
-
-
-def _limits_ok(lim: Any, item: Any) -> Callable[[], bool]:
-    return lambda: bool(lim.hit(item, "bench"))
 
 
 def _import_permits() -> Any:
@@ -268,156 +213,6 @@ def threaded_cases() -> Iterator[Case]:
             yield case
 
 
-def _throttled_cases() -> Iterator[Case]:
-    try:
-        from throttled import MemoryStore, RateLimiterType, Throttled, rate_limiter
-    except ImportError as exc:
-        raise NotInstalled(f"throttled-py: {exc}") from exc
-    huge = 10**12
-    for algo in (
-        RateLimiterType.TOKEN_BUCKET,
-        RateLimiterType.FIXED_WINDOW,
-        RateLimiterType.SLIDING_WINDOW,
-        RateLimiterType.GCRA,
-    ):
-        t = Throttled(
-            key="bench",
-            using=algo.value,
-            quota=rate_limiter.per_sec(huge, burst=huge),
-            store=MemoryStore(),
-        )
-        yield Case(
-            f"throttled-py {algo.value} .limit() ok",
-            "peer",
-            "t.limit()",
-            {"t": t},
-            probe=_throttled_ok(t),
-            expect=True,
-            note="MemoryStore",
-            key=f"throttled_{algo.value}_ok",
-        )
-    full = Throttled(
-        key="bench",
-        using=RateLimiterType.TOKEN_BUCKET.value,
-        quota=rate_limiter.per_hour(1),
-        store=MemoryStore(),
-    )
-    full.limit()
-    yield Case(
-        "throttled-py token_bucket .limit() fail",
-        "peer",
-        "t.limit()",
-        {"t": full},
-        probe=lambda: not full.limit().limited,
-        expect=False,
-        note="MemoryStore",
-        key="throttled_token_bucket_fail",
-    )
-
-
-def _limits_cases() -> Iterator[Case]:
-    try:
-        from limits import RateLimitItemPerHour, RateLimitItemPerSecond, storage, strategies
-    except ImportError as exc:
-        raise NotInstalled(f"limits: {exc}") from exc
-    huge = RateLimitItemPerSecond(10**12)
-    kinds: list[tuple[str, Any, int | None, str]] = [
-        ("FixedWindowRateLimiter", strategies.FixedWindowRateLimiter, None, "MemoryStorage"),
-        (
-            "MovingWindowRateLimiter",
-            strategies.MovingWindowRateLimiter,
-            2000,
-            "MemoryStorage; one list entry per hit in the window, prepended (cost grows "
-            "with hits in the window): timed with at most 2,000 entries, reset each repeat",
-        ),
-    ]
-    if hasattr(strategies, "SlidingWindowCounterRateLimiter"):
-        kinds.append(
-            (
-                "SlidingWindowCounterRateLimiter",
-                strategies.SlidingWindowCounterRateLimiter,
-                None,
-                "MemoryStorage",
-            )
-        )
-    for name, cls, max_number, note in kinds:
-        store = storage.MemoryStorage()
-        lim = cls(store)
-        yield Case(
-            f"limits {name}.hit() ok",
-            "peer",
-            "lim.hit(item, 'bench')",
-            {"lim": lim, "item": huge, "store": store},
-            setup="store.reset()",
-            probe=_limits_ok(lim, huge),
-            expect=True,
-            max_number=max_number,
-            note=note,
-            key=f"limits_{name}_ok",
-        )
-    store = storage.MemoryStorage()
-    lim = strategies.FixedWindowRateLimiter(store)
-    one = RateLimitItemPerHour(1)
-    lim.hit(one, "bench")
-    yield Case(
-        "limits FixedWindowRateLimiter.hit() fail",
-        "peer",
-        "lim.hit(item, 'bench')",
-        {"lim": lim, "item": one},
-        probe=lambda: bool(lim.hit(one, "bench")),
-        expect=False,
-        note="MemoryStorage",
-        key="limits_FixedWindowRateLimiter_fail",
-    )
-
-
-def _pyrate_cases() -> Iterator[Case]:
-    try:
-        from pyrate_limiter import Duration, Limiter, Rate
-    except ImportError as exc:
-        raise NotInstalled(f"pyrate-limiter: {exc}") from exc
-    lim = Limiter(Rate(10**12, Duration.SECOND))
-    yield Case(
-        "pyrate-limiter Limiter.try_acquire() ok",
-        "peer",
-        "lim.try_acquire('bench', blocking=False)",
-        {"lim": lim},
-        probe=lambda: bool(lim.try_acquire("bench", blocking=False)),
-        expect=True,
-        note="InMemoryBucket (log of items, leaked by a background thread)",
-        key="pyrate_inmemory_ok",
-    )
-    try:
-        from pyrate_limiter import limiter_factory
-
-        tb = limiter_factory.create_token_bucket_limiter(10**9, Duration.SECOND)
-    except (ImportError, AttributeError):
-        tb = None
-    if tb is not None:
-        yield Case(
-            "pyrate-limiter token bucket try_acquire() ok",
-            "peer",
-            "lim.try_acquire('bench', blocking=False)",
-            {"lim": tb},
-            probe=lambda: bool(tb.try_acquire("bench", blocking=False)),
-            expect=True,
-            note="StateBucket + TokenBucket (GCRA)",
-            key="pyrate_token_bucket_ok",
-        )
-    full = Limiter(Rate(1, Duration.HOUR))
-    full.try_acquire("bench", blocking=False)
-    yield Case(
-        "pyrate-limiter Limiter.try_acquire() fail",
-        "peer",
-        "lim.try_acquire('bench', blocking=False)",
-        {"lim": full},
-        probe=lambda: bool(full.try_acquire("bench", blocking=False)),
-        expect=False,
-        note="InMemoryBucket",
-        key="pyrate_inmemory_fail",
-    )
-
-
 def async_floor_cases() -> Iterator[Case]:
     async def noop() -> None:
         return None
@@ -507,259 +302,6 @@ def _permits_async_cases() -> Iterator[Case]:
         note="released on exit",
         key="permits_concurrency_async_with",
     )
-
-
-def _throttled_async_cases() -> Iterator[Case]:
-    try:
-        from throttled.asyncio import MemoryStore, RateLimiterType, Throttled, rate_limiter
-    except ImportError as exc:
-        raise NotInstalled(f"throttled-py (asyncio): {exc}") from exc
-
-    def factory() -> Callable[[int], Awaitable[float]]:
-        huge = 10**12
-        t = Throttled(
-            key="bench",
-            using=RateLimiterType.TOKEN_BUCKET.value,
-            quota=rate_limiter.per_sec(huge, burst=huge),
-            store=MemoryStore(),
-        )
-
-        async def run(n: int) -> float:
-            limited = False
-            t0 = time.perf_counter()
-            for _ in range(n):
-                result = await t.limit()
-                limited = limited or result.limited
-            t1 = time.perf_counter()
-            if limited:
-                raise RuntimeError("throttled-py (asyncio) limited a call")
-            return t1 - t0
-
-        return run
-
-    yield Case(
-        "throttled-py (asyncio) token_bucket: await limit()",
-        "peer-async",
-        async_factory=factory,
-        note="throttled.asyncio, MemoryStore",
-        key="throttled_async_token_bucket",
-    )
-
-
-def _aiolimiter_cases() -> Iterator[Case]:
-    try:
-        from aiolimiter import AsyncLimiter
-    except ImportError as exc:
-        raise NotInstalled(f"aiolimiter: {exc}") from exc
-
-    def factory() -> Callable[[int], Awaitable[float]]:
-        lim = AsyncLimiter(10**12, 1)
-
-        async def run(n: int) -> float:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                async with lim:
-                    pass
-            return time.perf_counter() - t0
-
-        return run
-
-    yield Case(
-        "aiolimiter: async with AsyncLimiter",
-        "peer-async",
-        async_factory=factory,
-        note="leaky bucket",
-        key="aiolimiter_async_with",
-    )
-
-
-# --------------------------------------------------------------------------- timing
-
-
-@dataclass
-class Settings:
-    target: float
-    """Seconds one repeat should take."""
-    repeats: int
-
-
-def _number_for(time_n: Callable[[int], float], target: float, cap: int | None) -> int:
-    """Iterations per repeat so that one repeat takes about ``target`` seconds."""
-    n = 1
-    while True:
-        if cap is not None and n >= cap:
-            return cap
-        elapsed = time_n(n)
-        if elapsed >= target / 5:
-            break
-        n *= 10
-    n = max(1, int(n * target / elapsed))
-    return n if cap is None else min(n, cap)
-
-
-@dataclass
-class PendingSync:
-    """A sync case, calibrated; its repeats are interleaved with the other cases' (see collect)."""
-
-    case: Case
-    timers: list[timeit.Timer]
-    number: int
-    runs: list[float] = field(default_factory=list)
-    error: str = ""
-
-    def repeat(self) -> None:
-        """One repeat: the fastest of the case's instances."""
-        self.runs.append(min(timer.timeit(self.number) for timer in self.timers))
-
-
-def calibrate_sync(case: Case, s: Settings) -> PendingSync:
-    timers = [timeit.Timer(case.stmt, setup=case.setup, globals=ns) for ns in (case.namespace, *case.alternates)]
-    return PendingSync(case, timers, _number_for(timers[0].timeit, s.target, case.max_number))
-
-
-def finish_sync(p: PendingSync) -> Result:
-    case = p.case
-    if p.error or not p.runs:
-        return Result(case.name, case.group, case.key, status=p.error or "error: no run")
-    per_call = [r / p.number * 1e9 for r in p.runs]
-    result = Result(
-        case.name,
-        case.group,
-        case.key,
-        best_ns=min(per_call),
-        median_ns=statistics.median(per_call),
-        number=p.number,
-        repeats=len(p.runs),
-        note=case.note,
-    )
-    return _check_after(case, result)
-
-
-def time_async(case: Case, s: Settings) -> Result:
-    assert case.async_factory is not None
-    factory = case.async_factory
-
-    async def main() -> tuple[int, list[float]]:
-        run = factory()
-        await run(10)  # warm-up
-
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            n = 1
-            while True:
-                elapsed = await run(n)
-                if elapsed >= s.target / 5:
-                    break
-                n *= 10
-            number = max(1, int(n * s.target / elapsed))
-            return number, [await run(number) for _ in range(s.repeats)]
-        finally:
-            if gc_was:
-                gc.enable()
-
-    number, runs = asyncio.run(main())
-    per_call = [r / number * 1e9 for r in runs]
-    return Result(
-        case.name,
-        case.group,
-        case.key,
-        best_ns=min(per_call),
-        median_ns=statistics.median(per_call),
-        number=number,
-        repeats=s.repeats,
-        note=case.note,
-    )
-
-
-def _check_before(case: Case) -> str:
-    """An error status when the case's check does not succeed (or fail) as intended."""
-    if case.probe is not None and case.expect is not None and case.probe() != case.expect:
-        return "error: did not " + ("succeed" if case.expect else "fail")
-    return ""
-
-
-def _check_after(case: Case, result: Result) -> Result:
-    if case.probe is not None and case.expect is not None and case.probe() != case.expect:
-        result.note = (result.note + "; " if result.note else "") + ("WARNING: outcome changed during the run")
-    return result
-
-
-def start_case(case: Case, s: Settings) -> Result | PendingSync:
-    """Async cases are timed at once; sync cases are calibrated and timed later, interleaved."""
-    try:
-        error = _check_before(case)
-        if error:
-            return Result(case.name, case.group, case.key, status=error)
-        if case.async_factory is None:
-            return calibrate_sync(case, s)
-        return _check_after(case, time_async(case, s))
-    except Exception as exc:  # a broken peer must not stop the run
-        return Result(case.name, case.group, case.key, status=f"error: {type(exc).__name__}: {exc}")
-
-
-Source = tuple[str, str, Callable[[], Iterator[Case]]]
-
-
-def single_threaded() -> bool | None:
-    """glibc's ``__libc_single_threaded``: true until the process first starts a second thread
-    (any thread, even one that has ended), false from then on. libstdc++ makes shared_ptr
-    reference counts atomic only once it is false. None when it cannot be read."""
-    try:
-        return bool(ctypes.c_char.in_dll(ctypes.CDLL(None), "__libc_single_threaded").value[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def collect_phase(sources: list[Source], s: Settings, verbose: bool) -> list[Result]:
-    """Runs the sources' cases. The sync cases' repeats go round-robin (repeat 1 of every case,
-    then repeat 2...), so that a change of load on the machine hits the floor and the cases it
-    is compared with alike; the best of the repeats is kept."""
-    slots: list[Result | PendingSync] = []
-    for label, group, source in sources:
-        try:
-            cases = list(source())
-        except NotInstalled as exc:
-            slots.append(Result(label, group, "", status="not installed", note=str(exc)))
-            continue
-        except Exception as exc:
-            slots.append(Result(label, group, "", status=f"error: {type(exc).__name__}: {exc}"))
-            continue
-        slots += [start_case(case, s) for case in cases]
-    pending = [p for p in slots if isinstance(p, PendingSync)]
-    single_before = single_threaded()
-    for i in range(s.repeats):
-        if verbose and pending:
-            print(f"  sync cases: repeat {i + 1} of {s.repeats}", file=sys.stderr, flush=True)
-        for p in pending:
-            if p.error:
-                continue
-            try:
-                p.repeat()
-            except Exception as exc:  # a broken peer must not stop the run
-                p.error = f"error: {type(exc).__name__}: {exc}"
-    results = [finish_sync(slot) if isinstance(slot, PendingSync) else slot for slot in slots]
-    single = single_before if single_threaded() == single_before else None
-    for r in results:
-        r.single_threaded = single
-        if verbose:
-            shown = f"{r.best_ns:8.1f} ns" if r.best_ns is not None else r.status
-            print(f"  {r.name:<60} {shown}", file=sys.stderr, flush=True)
-    return results
-
-
-def collect(phases: list[list[Source]], s: Settings, verbose: bool) -> list[Result]:
-    """Runs the phases in order. Before the second phase an idle thread is started and kept: once
-    a process has started a second thread, C++ shared_ptr reference counts become atomic
-    operations (see single_threaded), so the first phase must not start any thread (limits'
-    MemoryStorage and pyrate-limiter do: they come later) and the second shows what a program
-    that has threads pays."""
-    results: list[Result] = []
-    for i, phase in enumerate(phases):
-        if i == 1:
-            threading.Thread(target=threading.Event().wait, daemon=True, name="idle").start()
-        results += collect_phase(phase, s, verbose)
-    return results
 
 
 # --------------------------------------------------------------------------- report
@@ -944,16 +486,16 @@ def main(argv: list[str] | None = None) -> int:
         [  # a process that has never started a second thread
             ("floor", "floor", floor_cases),
             ("permits", "permits", permits_cases),
-            ("throttled-py", "peer", _throttled_cases),
+            ("throttled-py", "peer", throttled_cases),
         ],
         [  # a second thread alive (limits and pyrate-limiter start their own)
             ("2nd thread alive", "threaded", threaded_cases),
-            ("limits", "peer", _limits_cases),
-            ("pyrate-limiter", "peer", _pyrate_cases),
+            ("limits", "peer", limits_cases),
+            ("pyrate-limiter", "peer", pyrate_cases),
             ("async floor", "async-floor", async_floor_cases),
             ("permits (async)", "permits-async", _permits_async_cases),
-            ("aiolimiter", "peer-async", _aiolimiter_cases),
-            ("throttled-py (asyncio)", "peer-async", _throttled_async_cases),
+            ("aiolimiter", "peer-async", aiolimiter_cases),
+            ("throttled-py (asyncio)", "peer-async", throttled_async_cases),
         ],
     ]
     results = collect(phases, s, verbose=not args.quiet)

@@ -18,7 +18,6 @@ process has never started a thread (limits does). Prints Markdown tables.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import random
@@ -29,6 +28,10 @@ from collections.abc import Callable
 from typing import Any
 
 import permits
+
+# The bench scripts run as files (python benchmarks/bench_per_key.py): their directory is on sys.path.
+from _peers import per_key_peers
+from _timing import single_threaded
 from permits import Partition, PartitionedLimiter
 
 HUGE = 2**31 - 1
@@ -42,14 +45,6 @@ def rss_kib() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def single_threaded() -> bool | None:
-    """True while the process has never started a second thread (glibc's flag)."""
-    try:
-        return bool(ctypes.c_char.in_dll(ctypes.CDLL(None), "__libc_single_threaded").value[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def one_pass(check: Callable[[str], Any], order: list[str]) -> float:
@@ -87,33 +82,6 @@ def make_order(keys: list[str], min_checks: int) -> list[str]:
 
 def per_key_limiter(clock: permits.ManualClock) -> Any:
     return PartitionedLimiter.per_key(Partition.token_bucket(None, HUGE, HUGE, 1.0), idle_timeout=1.0, clock=clock)
-
-
-def peers(keys: list[str]) -> dict[str, Callable[[str], Any]]:
-    found: dict[str, Callable[[str], Any]] = {}
-    try:
-        from limits import RateLimitItemPerSecond, storage, strategies
-
-        item = RateLimitItemPerSecond(10**9)
-        lim = strategies.FixedWindowRateLimiter(storage.MemoryStorage())
-        found["limits FixedWindowRateLimiter.hit(item, key)"] = lambda key: lim.hit(item, key)
-    except ImportError:
-        pass
-    try:
-        from throttled import MemoryStore, RateLimiterType, Throttled, rate_limiter
-
-        t = Throttled(
-            using=RateLimiterType.TOKEN_BUCKET.value,
-            quota=rate_limiter.per_sec(10**9, burst=10**9),
-            store=MemoryStore(),
-        )
-        found["throttled-py token_bucket .limit(key)"] = lambda key: t.limit(key)
-    except ImportError:
-        pass
-    for check in found.values():  # every key exists before timing, as for permits
-        for key in keys:
-            check(key)
-    return found
 
 
 def fill_and_account(per_key: Any, keys: list[str]) -> tuple[float, float]:
@@ -216,7 +184,7 @@ def run(n: int, min_checks: int, rounds: int) -> dict[str, Any]:
 def run_peers(n: int, min_checks: int) -> dict[str, float]:
     keys = make_keys(n)
     order = make_order(keys, min_checks)
-    found = {name: best_pass(peer, order, passes=1) for name, peer in peers(keys).items()}
+    found = {name: best_pass(peer, order, passes=1) for name, peer in per_key_peers(keys).items()}
     gc.collect()
     return found
 

@@ -9,9 +9,7 @@ from . import _asyncio, _foreign, specs  # noqa: F401  (the event loops' bridge,
 from ._core import Lease, LimiterClosedError
 from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
-from .keyed_limiter import KeyedRateLimiter
-from .limiter import QueueOrder, RateLimiter, Statistics
-from .limiters import (
+from .engine_limiters import (
     ConcurrencyLimiter,
     FixedWindowLimiter,
     NoLimiter,
@@ -19,7 +17,11 @@ from .limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
-from .partitioned import Partition, PartitionedLimiter, PerKeyLimiter
+from .keyed_limiter import KeyedRateLimiter
+from .partition import Partition
+from .partitioned import PartitionedLimiter
+from .per_key import PerKeyLimiter
+from .rate_limiter import QueueOrder, RateLimiter, Statistics
 
 __version__ = "0.1.0"
 

@@ -16,7 +16,7 @@ from . import _core
 from ._core import Lease
 from ._durations import timeout_ns
 from .keyed_limiter import KeyedRateLimiter
-from .limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
+from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 
 Member = RateLimiter | KeyedRateLimiter
 

@@ -12,7 +12,7 @@ from ._core import Lease, LimiterClosedError
 from ._durations import timeout_ns
 from .awaitables import Attempt, LeaseWait, WaitAsync
 from .clock import resolve
-from .limiter import Statistics, _check_permit_count
+from .rate_limiter import Statistics, _check_permit_count
 
 
 class KeyedRateLimiter:

@@ -17,19 +17,17 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from . import _core
 from ._core import Lease, LimiterClosedError
-from ._durations import duration_ns, timeout_ns
-from .awaitables import LeaseWait, _Ready
+from ._durations import duration_ns
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
-from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
-from .limiters import NoLimiter, _check_queue
-from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket
+from .partition import Partition, _check_options, _template_of
+from .per_key import PerKeyLimiter
+from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
+from .specs import Spec
 
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
 _MAX_KEY_DEPTH = 16
@@ -50,200 +48,6 @@ def _check_key(key: object, depth: int = 0) -> None:
             _check_key(item, depth + 1)
 
 
-Factory = Callable[[Hashable, Any], RateLimiter]
-
-
-# A partitioner makes a partition on every request, mostly with the same options: the templates
-# (partitions with key None) already made are remembered, up to a bound, by the exact option
-# values and their types (True == 1 but is no count). The factories' are found by their own
-# arguments, with no spec made or hashed on the way.
-_CACHE_BOUND = 256
-_PLAIN_TYPES = frozenset({int, float, str, type(None), QueueOrder, timedelta})
-_TEMPLATES: dict[tuple[object, ...], Partition] = {}  # Partition.of's
-_FACTORY_TEMPLATES: dict[tuple[object, ...], Partition] = {}  # Partition.token_bucket's and the like
-
-
-def _remember(cache: dict[tuple[object, ...], Partition], found: tuple[object, ...], template: Partition) -> None:
-    if len(cache) >= _CACHE_BOUND:
-        cache.clear()  # options that change all the time: the recent ones stay cheap
-    cache[found] = template
-
-
-def _made(
-    key: Hashable,
-    spec_type: Callable[..., Spec[RateLimiter]],
-    limits: tuple[object, ...],
-    queue_limit: int,
-    queue_order: QueueOrder,
-    name: str | None,
-) -> Partition:
-    """Partition.of(key, spec_type(*limits), ...): what the factories are."""
-    options = (*limits, queue_limit, queue_order, name)
-    types = tuple(map(type, options))
-    found = (spec_type, options, types)
-    try:
-        return _FACTORY_TEMPLATES[found].with_key(key)
-    except (KeyError, TypeError):  # TypeError: an unhashable option, which the checks refuse
-        pass
-    template = Partition.of(None, spec_type(*limits), queue_limit=queue_limit, queue_order=queue_order, name=name)
-    if _PLAIN_TYPES.issuperset(types):
-        _remember(_FACTORY_TEMPLATES, found, template)
-    return template.with_key(key)
-
-
-def _no_limiter(_key: Hashable, clock: Any) -> RateLimiter:
-    return NoLimiter(clock=clock)  # idle since its last grant, on the partitioned limiter's clock
-
-
-class Partition:
-    """Which limiter a resource belongs to: a key and how to build that key's limiter.
-
-    ``spec`` is the limit (a ``permits.specs`` value), None for ``no_limiter`` and ``custom``.
-    The factories check their options when called, as the limiters' constructors do. ``factory``
-    is public: ``partition.factory(key, clock)`` builds the limiter the partition describes.
-    """
-
-    __slots__ = ("_options", "factory", "key", "spec")
-
-    def __init__(
-        self,
-        key: Hashable,
-        spec: Spec[RateLimiter] | None,
-        factory: Factory,
-        options: tuple[int, QueueOrder, str | None] = (0, QueueOrder.OLDEST_FIRST, None),
-    ) -> None:
-        self.key = key
-        self.spec = spec
-        self.factory = factory  # (key, clock) -> RateLimiter, called once per key
-        self._options = options  # queue_limit, queue_order, name: the spec's limiter's, checked
-
-    def with_key(self, key: Hashable) -> Partition:
-        return Partition(key, self.spec, self.factory, self._options)
-
-    def __repr__(self) -> str:
-        if self.spec is None:
-            if self.factory is _no_limiter:
-                return f"Partition.no_limiter({self.key!r})"
-            return f"Partition.custom({self.key!r}, ...)"
-        queue_limit, queue_order, name = self._options
-        options = f", queue_limit={queue_limit}" if queue_limit else ""
-        if queue_order is not QueueOrder.OLDEST_FIRST:
-            options += f", queue_order=QueueOrder.{queue_order.name}"
-        if name is not None:
-            options += f", name={name!r}"
-        return f"Partition.of({self.key!r}, {self.spec!r}{options})"
-
-    @staticmethod
-    def of(
-        key: Hashable,
-        spec: Spec[RateLimiter],
-        *,
-        queue_limit: int = 0,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-        name: str | None = None,
-    ) -> Partition:
-        """The partition of ``key`` limited by ``spec``; the queue options and the name are those
-        of its limiter (``spec.limiter(...)``)."""
-        found = (spec, queue_limit, queue_order, name, type(spec), type(queue_limit), type(queue_order), type(name))
-        try:
-            return _TEMPLATES[found].with_key(key)
-        except (KeyError, TypeError):  # TypeError: an unhashable option, which the checks refuse
-            pass
-        if not isinstance(spec, Spec):
-            raise TypeError(f"spec must be a permits.specs spec (TokenBucket, ...), got {type(spec).__name__}")
-        options = _check_queue(queue_limit, queue_order, name)
-
-        def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return spec.limiter(queue_limit=options[0], queue_order=options[1], name=options[2], clock=clock)
-
-        template = Partition(None, spec, make, options)
-        if _PLAIN_TYPES.issuperset(found[5:]):
-            _remember(_TEMPLATES, found, template)
-        return template.with_key(key)
-
-    @staticmethod
-    def token_bucket(
-        key: Hashable,
-        token_limit: int,
-        tokens_per_period: int,
-        replenishment_period: float,
-        *,
-        queue_limit: int = 0,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-        name: str | None = None,
-    ) -> Partition:
-        limits = (token_limit, tokens_per_period, replenishment_period)
-        return _made(key, TokenBucket, limits, queue_limit, queue_order, name)
-
-    @staticmethod
-    def fixed_window(
-        key: Hashable,
-        permit_limit: int,
-        window: float,
-        *,
-        queue_limit: int = 0,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-        name: str | None = None,
-    ) -> Partition:
-        return _made(key, FixedWindow, (permit_limit, window), queue_limit, queue_order, name)
-
-    @staticmethod
-    def sliding_window(
-        key: Hashable,
-        permit_limit: int,
-        window: float,
-        segments_per_window: int,
-        *,
-        queue_limit: int = 0,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-        name: str | None = None,
-    ) -> Partition:
-        limits = (permit_limit, window, segments_per_window)
-        return _made(key, SlidingWindow, limits, queue_limit, queue_order, name)
-
-    @staticmethod
-    def sliding_window_counter(
-        key: Hashable,
-        permit_limit: int,
-        window: float,
-        *,
-        queue_limit: int = 0,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-        name: str | None = None,
-    ) -> Partition:
-        return _made(key, SlidingWindowCounter, (permit_limit, window), queue_limit, queue_order, name)
-
-    @staticmethod
-    def concurrency(
-        key: Hashable,
-        permit_limit: int,
-        *,
-        queue_limit: int = 0,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-        name: str | None = None,
-    ) -> Partition:
-        return _made(key, Concurrency, (permit_limit,), queue_limit, queue_order, name)
-
-    @staticmethod
-    def no_limiter(key: Hashable) -> Partition:
-        return Partition(key, None, _no_limiter)
-
-    @staticmethod
-    def custom(key: Hashable, factory: Callable[[Hashable], RateLimiter]) -> Partition:
-        if not callable(factory):
-            raise TypeError("factory must be callable: factory(key) -> RateLimiter")
-
-        def make(k: Hashable, _clock: Any) -> RateLimiter:
-            limiter = factory(k)
-            if not isinstance(limiter, RateLimiter):
-                raise TypeError(
-                    f"the partition factory must return a permits.RateLimiter, got {type(limiter).__name__}"
-                )
-            return limiter
-
-        return Partition(key, None, make)
-
-
 class _Entry:
     """One partition: its limiter once built; concurrent first callers wait for the builder."""
 
@@ -255,15 +59,6 @@ class _Entry:
         self.ready = threading.Event()
         self.touched = now
         self.builder = threading.get_ident()  # the thread that builds it (see _after_fork_in_child)
-
-
-def _check_options(max_partitions: object, name: object) -> None:
-    if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
-        raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
-    if max_partitions is not None and max_partitions < 1:
-        raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
 
 
 def _report_unraisable(errors: Sequence[BaseException], limiters: Sequence[object]) -> None:
@@ -673,77 +468,6 @@ class PartitionedLimiter(KeyedRateLimiter):
         return cls(partitioner, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
 
 
-def _template_of(template: object) -> Partition:
-    """per_key's template: a spec stands for its partition with the default queue options."""
-    if isinstance(template, Spec):
-        return Partition.of(None, template)
-    if not isinstance(template, Partition):
-        raise TypeError(f"template must be a permits.Partition or a spec, got {type(template).__name__}")
-    if template.key is not None:
-        raise ValueError("a per_key template is made with key None, e.g. Partition.token_bucket(None, ...)")
-    return template
-
-
-class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
-    """What ``PartitionedLimiter.per_key`` returns for the engine's limiter kinds: every key's
-    limiter lives in the engine's table; ``acquire`` makes no Python call per key."""
-
-    def __init__(
-        self,
-        template: Partition | Spec[RateLimiter],
-        *,
-        idle_timeout: float = 10.0,
-        max_partitions: int | None = None,
-        clock: Any = None,
-        name: str | None = None,
-    ) -> None:
-        _check_options(max_partitions, name)
-        template = _template_of(template)
-        if template.spec is None:
-            raise TypeError(f"the engine keeps per-key state for specs only, not for {template!r}")
-        queue_limit, queue_order, _ = template._options
-        idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
-        newest_first = queue_order is QueueOrder.NEWEST_FIRST
-        KeyedRateLimiter.__init__(self, name=name, clock=clock)
-        _core.Keyed.__init__(
-            self, self._rl_clock, template.spec, queue_limit, newest_first, idle_ns, max_partitions or 0
-        )
-        self.spec = template.spec
-        self.idle_timeout = idle_ns / 1e9
-        self.max_partitions = max_partitions
-
-    def _core_self(self) -> _core.Keyed:
-        return self
-
-    def _check_open(self) -> None:
-        if self._core_self().closed:
-            raise LimiterClosedError("the limiter is closed")
-
-    async def aclose(self) -> None:
-        self.close()  # the engine's table: no partition limiters of their own to await
-
-    def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
-        return _Ready(self._core_self().acquire(resource, permit_count))
-
-    def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
-        n = _check_permit_count(permit_count)
-        result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None, 0)
-        return result if isinstance(result, Lease) else result.block()
-
-    def available_permits(self, resource: object) -> int:
-        stats = self._core_self()._statistics(resource)
-        return 0 if stats is None else stats[0]
-
-    def statistics(self, resource: object = None) -> Statistics:
-        if resource is None:
-            return Statistics(*self._core_self()._totals())
-        stats = self._core_self()._statistics(resource)
-        return Statistics(0, 0, 0, 0) if stats is None else Statistics(*stats)
-
-    def __repr__(self) -> str:
-        return f"<PerKeyLimiter name={self.name!r} partitions={self._core_self().partition_count}>"
-
-
 # ---- fork: a thread holding a limiter's lock, or building a partition, is not in the child ----
 _live: weakref.WeakSet[PartitionedLimiter] = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -781,4 +505,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
-__all__ = ["Partition", "PartitionedLimiter", "PerKeyLimiter"]
+__all__ = ["PartitionedLimiter"]

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, cas
 
 from . import _core
 from ._durations import Duration, count, duration_ns, segments
-from .limiter import QueueOrder, RateLimiter
+from .rate_limiter import QueueOrder, RateLimiter
 
-if TYPE_CHECKING:  # limiters.py imports this module; its classes are named in Spec["..."] below
-    from .limiters import (  # noqa: F401
+if TYPE_CHECKING:  # engine_limiters.py imports this module; its classes are named in Spec["..."] below
+    from .engine_limiters import (  # noqa: F401
         ConcurrencyLimiter,
         FixedWindowLimiter,
         SlidingWindowCounterLimiter,
@@ -42,7 +42,7 @@ class Spec(Generic[L]):
     _attributes: ClassVar[tuple[str, ...]] = ()
     #: The engine class of the algorithm: the bindings build from the spec by it.
     _engine: ClassVar[type[_core.Limiter]]
-    #: The public limiter class; limiters.py sets it where it defines that class.
+    #: The public limiter class; engine_limiters.py sets it where it defines that class.
     _limiter_type: ClassVar[type[_EngineLimiter]]
     #: Whether limiter() takes auto_replenishment.
     _replenishing: ClassVar[bool] = True

@@ -501,9 +501,9 @@ def test_a_type_checker_sees_each_specs_limiter_class(tmp_path: Path) -> None:
     )
     out, err, status = api.run(["--strict", "--cache-dir", str(tmp_path / "cache"), str(source)])
     assert status == 0, out + err
-    assert 'Revealed type is "permits.limiters.TokenBucketLimiter"' in out
+    assert 'Revealed type is "permits.engine_limiters.TokenBucketLimiter"' in out
     assert 'Revealed type is "permits.specs.TokenBucket"' in out
-    assert 'Revealed type is "permits.limiters.ConcurrencyLimiter"' in out
+    assert 'Revealed type is "permits.engine_limiters.ConcurrencyLimiter"' in out
 
 
 def test_specs_is_a_submodule_of_permits() -> None:

@@ -9,7 +9,7 @@ from . import _core, specs
 from ._core import Lease
 from ._durations import Duration, count, timeout_ns
 from .awaitables import LeaseWait, _Ready
-from .limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
+from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
 
 
 def _queue_order(value: object) -> bool:

@@ -1,0 +1,232 @@
+"""Partition: which limiter a resource belongs to (a key, and how to build that key's limiter).
+
+The factories (``Partition.token_bucket`` and the like) and the checks of the options that
+``PartitionedLimiter`` and ``PerKeyLimiter`` share live here, so that neither limiter's module
+imports the other's for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from datetime import timedelta
+from typing import Any
+
+from .engine_limiters import NoLimiter, _check_queue
+from .rate_limiter import QueueOrder, RateLimiter
+from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket
+
+Factory = Callable[[Hashable, Any], RateLimiter]
+
+
+# A partitioner makes a partition on every request, mostly with the same options: the templates
+# (partitions with key None) already made are remembered, up to a bound, by the exact option
+# values and their types (True == 1 but is no count). The factories' are found by their own
+# arguments, with no spec made or hashed on the way.
+_CACHE_BOUND = 256
+_PLAIN_TYPES = frozenset({int, float, str, type(None), QueueOrder, timedelta})
+_TEMPLATES: dict[tuple[object, ...], Partition] = {}  # Partition.of's
+_FACTORY_TEMPLATES: dict[tuple[object, ...], Partition] = {}  # Partition.token_bucket's and the like
+
+
+def _remember(cache: dict[tuple[object, ...], Partition], found: tuple[object, ...], template: Partition) -> None:
+    if len(cache) >= _CACHE_BOUND:
+        cache.clear()  # options that change all the time: the recent ones stay cheap
+    cache[found] = template
+
+
+def _made(
+    key: Hashable,
+    spec_type: Callable[..., Spec[RateLimiter]],
+    limits: tuple[object, ...],
+    queue_limit: int,
+    queue_order: QueueOrder,
+    name: str | None,
+) -> Partition:
+    """Partition.of(key, spec_type(*limits), ...): what the factories are."""
+    options = (*limits, queue_limit, queue_order, name)
+    types = tuple(map(type, options))
+    found = (spec_type, options, types)
+    try:
+        return _FACTORY_TEMPLATES[found].with_key(key)
+    except (KeyError, TypeError):  # TypeError: an unhashable option, which the checks refuse
+        pass
+    template = Partition.of(None, spec_type(*limits), queue_limit=queue_limit, queue_order=queue_order, name=name)
+    if _PLAIN_TYPES.issuperset(types):
+        _remember(_FACTORY_TEMPLATES, found, template)
+    return template.with_key(key)
+
+
+def _no_limiter(_key: Hashable, clock: Any) -> RateLimiter:
+    return NoLimiter(clock=clock)  # idle since its last grant, on the partitioned limiter's clock
+
+
+class Partition:
+    """Which limiter a resource belongs to: a key and how to build that key's limiter.
+
+    ``spec`` is the limit (a ``permits.specs`` value), None for ``no_limiter`` and ``custom``.
+    The factories check their options when called, as the limiters' constructors do. ``factory``
+    is public: ``partition.factory(key, clock)`` builds the limiter the partition describes.
+    """
+
+    __slots__ = ("_options", "factory", "key", "spec")
+
+    def __init__(
+        self,
+        key: Hashable,
+        spec: Spec[RateLimiter] | None,
+        factory: Factory,
+        options: tuple[int, QueueOrder, str | None] = (0, QueueOrder.OLDEST_FIRST, None),
+    ) -> None:
+        self.key = key
+        self.spec = spec
+        self.factory = factory  # (key, clock) -> RateLimiter, called once per key
+        self._options = options  # queue_limit, queue_order, name: the spec's limiter's, checked
+
+    def with_key(self, key: Hashable) -> Partition:
+        return Partition(key, self.spec, self.factory, self._options)
+
+    def __repr__(self) -> str:
+        if self.spec is None:
+            if self.factory is _no_limiter:
+                return f"Partition.no_limiter({self.key!r})"
+            return f"Partition.custom({self.key!r}, ...)"
+        queue_limit, queue_order, name = self._options
+        options = f", queue_limit={queue_limit}" if queue_limit else ""
+        if queue_order is not QueueOrder.OLDEST_FIRST:
+            options += f", queue_order=QueueOrder.{queue_order.name}"
+        if name is not None:
+            options += f", name={name!r}"
+        return f"Partition.of({self.key!r}, {self.spec!r}{options})"
+
+    @staticmethod
+    def of(
+        key: Hashable,
+        spec: Spec[RateLimiter],
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        """The partition of ``key`` limited by ``spec``; the queue options and the name are those
+        of its limiter (``spec.limiter(...)``)."""
+        found = (spec, queue_limit, queue_order, name, type(spec), type(queue_limit), type(queue_order), type(name))
+        try:
+            return _TEMPLATES[found].with_key(key)
+        except (KeyError, TypeError):  # TypeError: an unhashable option, which the checks refuse
+            pass
+        if not isinstance(spec, Spec):
+            raise TypeError(f"spec must be a permits.specs spec (TokenBucket, ...), got {type(spec).__name__}")
+        options = _check_queue(queue_limit, queue_order, name)
+
+        def make(_key: Hashable, clock: Any) -> RateLimiter:
+            return spec.limiter(queue_limit=options[0], queue_order=options[1], name=options[2], clock=clock)
+
+        template = Partition(None, spec, make, options)
+        if _PLAIN_TYPES.issuperset(found[5:]):
+            _remember(_TEMPLATES, found, template)
+        return template.with_key(key)
+
+    @staticmethod
+    def token_bucket(
+        key: Hashable,
+        token_limit: int,
+        tokens_per_period: int,
+        replenishment_period: float,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        limits = (token_limit, tokens_per_period, replenishment_period)
+        return _made(key, TokenBucket, limits, queue_limit, queue_order, name)
+
+    @staticmethod
+    def fixed_window(
+        key: Hashable,
+        permit_limit: int,
+        window: float,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        return _made(key, FixedWindow, (permit_limit, window), queue_limit, queue_order, name)
+
+    @staticmethod
+    def sliding_window(
+        key: Hashable,
+        permit_limit: int,
+        window: float,
+        segments_per_window: int,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        limits = (permit_limit, window, segments_per_window)
+        return _made(key, SlidingWindow, limits, queue_limit, queue_order, name)
+
+    @staticmethod
+    def sliding_window_counter(
+        key: Hashable,
+        permit_limit: int,
+        window: float,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        return _made(key, SlidingWindowCounter, (permit_limit, window), queue_limit, queue_order, name)
+
+    @staticmethod
+    def concurrency(
+        key: Hashable,
+        permit_limit: int,
+        *,
+        queue_limit: int = 0,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+    ) -> Partition:
+        return _made(key, Concurrency, (permit_limit,), queue_limit, queue_order, name)
+
+    @staticmethod
+    def no_limiter(key: Hashable) -> Partition:
+        return Partition(key, None, _no_limiter)
+
+    @staticmethod
+    def custom(key: Hashable, factory: Callable[[Hashable], RateLimiter]) -> Partition:
+        if not callable(factory):
+            raise TypeError("factory must be callable: factory(key) -> RateLimiter")
+
+        def make(k: Hashable, _clock: Any) -> RateLimiter:
+            limiter = factory(k)
+            if not isinstance(limiter, RateLimiter):
+                raise TypeError(
+                    f"the partition factory must return a permits.RateLimiter, got {type(limiter).__name__}"
+                )
+            return limiter
+
+        return Partition(key, None, make)
+
+
+def _check_options(max_partitions: object, name: object) -> None:
+    if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
+        raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
+    if max_partitions is not None and max_partitions < 1:
+        raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+
+
+def _template_of(template: object) -> Partition:
+    """per_key's template: a spec stands for its partition with the default queue options."""
+    if isinstance(template, Spec):
+        return Partition.of(None, template)
+    if not isinstance(template, Partition):
+        raise TypeError(f"template must be a permits.Partition or a spec, got {type(template).__name__}")
+    if template.key is not None:
+        raise ValueError("a per_key template is made with key None, e.g. Partition.token_bucket(None, ...)")
+    return template
+
+
+__all__ = ["Partition"]
