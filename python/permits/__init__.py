@@ -23,7 +23,16 @@ from .partitioned import PartitionedLimiter
 from .per_key import PerKeyLimiter
 from .rate_limiter import QueueOrder, RateLimiter, Statistics
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+    # The version has one source, the package's metadata (pyproject.toml); read on first use, so
+    # that importing permits does not import importlib.metadata.
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("permits")
+    raise AttributeError(f"module 'permits' has no attribute {name!r}")
+
 
 __all__ = [
     "ChainedLimiter",

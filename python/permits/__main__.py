@@ -20,11 +20,18 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("permits")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m permits",
         description="permits: rate limiting with a lock-free C++ engine.",
     )
+    parser.add_argument("--version", action="version", version=f"permits {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser(
         "demo",

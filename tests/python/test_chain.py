@@ -1,4 +1,4 @@
-"""permits.chain (dotnet-reference.md 10.2, 13.8; semantics.md item 8: chains refund)."""
+"""permits.chain (docs/design.md, Chains: chains refund)."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def test_close_makes_the_chain_raise_but_leaves_its_limiters_open() -> None:
     assert a.acquire()
 
 
-# ------------------------------------------------------------------ refunds (semantics.md item 8)
+# ------------------------------------------------------------------ refunds (docs/design.md, Refunds)
 
 
 def test_a_rejection_refunds_tokens_to_an_earlier_bucket() -> None:

@@ -1,4 +1,4 @@
-"""ConcurrencyLimiter: dotnet-reference §2, §13.2, and the ConcurrencyLimiter cases of §1.5/§1.6."""
+"""ConcurrencyLimiter: docs/design.md: Concurrency, Statistics, Idleness (after .NET's ConcurrencyLimiter tests)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ async def test_reason_metadata_on_failed_wait_async():
 
 
 async def test_get_statistics_has_correct_values_worked_example():
-    # dotnet-reference §1.5, step by step.
+    # docs/design.md, Statistics, step by step.
     lim = permits.ConcurrencyLimiter(100, queue_limit=50, queue_order=OLDEST)
     lease = lim.acquire(60)
     assert stats(lim) == (40, 0, 1, 0)

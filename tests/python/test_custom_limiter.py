@@ -1,4 +1,4 @@
-"""Custom limiters written in Python (api.md "Custom limiters").
+"""Custom limiters written in Python (docs/custom.md; docs/design.md, Custom limiters).
 
 A subclass of ``permits.RateLimiter`` calls ``super().__init__()`` and implements
 ``_acquire(permit_count) -> Lease``; the base class validates arguments and provides every

@@ -1,4 +1,4 @@
-"""FixedWindowLimiter: dotnet-reference §4 and §13.4, adapted by semantics.md items 1, 3, 5, 6.
+"""FixedWindowLimiter: docs/design.md: Fixed window, Time, Replenishment, Retry-after.
 
 Windows are anchored at construction and follow each other back to back; the count resets at
 each boundary however late the first request after it arrives.

@@ -5,6 +5,9 @@ whose every engine method raises TypeError instead of crashing the process."""
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
+from importlib.metadata import version
 
 import pytest
 
@@ -132,3 +135,9 @@ def test_types_without_a_constructor_cannot_be_made_uninitialized() -> None:
     for cls in (_core.Lease, _core.AsyncWait):
         with pytest.raises(TypeError):
             cls.__new__(cls)
+
+
+def test_the_version_comes_from_the_package_metadata():
+    assert permits.__version__ == version("permits")
+    out = subprocess.run([sys.executable, "-m", "permits", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"permits {version('permits')}"

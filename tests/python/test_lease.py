@@ -1,4 +1,4 @@
-"""permits.Lease: the contract of api.md "Leases" and semantics.md items 6, 7, 9."""
+"""permits.Lease: docs/design.md: Leases, Retry-after, Reasons."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_with_statement_returns_the_lease():
 
 
 def test_time_based_release_is_a_no_op(clock):
-    # semantics.md item 9: releasing gives nothing back on the time-based limiters.
+    # docs/design.md, Leases: releasing gives nothing back on the time-based limiters.
     limiters = [
         permits.TokenBucketLimiter(1, 1, 10.0, clock=clock),
         permits.FixedWindowLimiter(1, 10.0, clock=clock),

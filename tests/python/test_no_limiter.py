@@ -1,4 +1,4 @@
-"""NoLimiter: every request succeeds (dotnet-reference §1.2 and §13.7 Create_NoLimiter)."""
+"""NoLimiter: every request succeeds (docs/design.md, Partitions; .NET's Create_NoLimiter test)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PartitionedLimiter (dotnet-reference.md 8, 13.6, 13.7; semantics.md items 10, 11)."""
+"""PartitionedLimiter (docs/design.md, Partitions)."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ async def test_close_completes_waiters_in_every_partition_and_later_calls_raise(
         limiter.statistics()
 
 
-# ---------------------------------------------------------------- eviction (semantics.md 10)
+# ---------------------------------------------------------------- eviction (docs/design.md, Partitions)
 
 
 def test_an_idle_partition_is_evicted_after_the_idle_timeout_and_rebuilt_fresh() -> None:
@@ -275,7 +275,7 @@ def test_many_keys_are_evicted_and_memory_of_them_is_released() -> None:
     assert limiter.partition_count == 0
 
 
-# ---------------------------------------------------------------- max_partitions (semantics.md 11)
+# ---------------------------------------------------------------- max_partitions (docs/design.md, Partitions)
 
 
 def test_at_the_bound_a_new_key_takes_the_place_of_an_idle_partition() -> None:

@@ -1,4 +1,5 @@
-"""Queue rules shared by every limiter (dotnet-reference §1.4-§1.7, §13.1 BaseRateLimiterTests).
+"""Queue rules shared by every limiter (docs/design.md: Queues, Statistics, Idleness, Close; after
+.NET's BaseRateLimiterTests).
 
 Each test runs once per limiter kind (see ``LimiterKit`` in _support.py). Permits are taken at
 period boundaries, and ``kit.give_back`` makes them available again (a release for the
@@ -42,7 +43,7 @@ def test_can_acquire_resource(kit):
     assert bool(failed) is False
     assert failed.reason == "limit_reached"
     if kit.timed:
-        # Releasing a time-based lease gives nothing back (semantics.md item 9).
+        # Releasing a time-based lease gives nothing back (docs/design.md, Leases).
         lease.release()
         assert not lim.acquire().acquired
     kit.give_back(lease)
@@ -118,7 +119,7 @@ async def test_fails_when_queuing_more_than_limit_oldest_first(kit):
     if kit.kind == "concurrency":
         assert failed.retry_after is None
     elif kit.kind in ("token_bucket", "fixed_window"):
-        # One permit queued ahead + one requested: two periods/windows (semantics.md item 6).
+        # One permit queued ahead + one requested: two periods/windows (docs/design.md, Retry-after).
         assert failed.retry_after == pytest.approx(2 * PERIOD)
     else:
         assert failed.retry_after is not None
@@ -140,7 +141,7 @@ async def test_drops_oldest_when_queuing_more_than_limit_newest_first(kit):
     assert evicted.retry_after is None
     assert "retry_after" not in evicted.metadata
     assert not newest.done()
-    # The eviction counts as a failed lease (dotnet-reference §1.5).
+    # The eviction counts as a failed lease (docs/design.md, Statistics).
     assert stats(lim)[1:] == (1, 1, 1)
     kit.give_back(lease)
     assert (await result(newest)).acquired
@@ -728,7 +729,7 @@ def test_zero_permit_failure_retry_after_equals_one_permit(timed_kit, clock):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_retry_after_is_the_exact_time_until_granted(timed_kit, clock, seed):
-    # semantics.md item 6: a failed request is granted exactly retry_after later (nothing
+    # docs/design.md, Retry-after: a failed request is granted exactly retry_after later (nothing
     # else arriving) and not a microsecond before.
     import random
 
@@ -756,7 +757,7 @@ def test_retry_after_is_the_exact_time_until_granted(timed_kit, clock, seed):
 
 
 async def test_a_single_large_advance_serves_every_waiter_that_came_due(timed_kit, clock):
-    # semantics.md item 1: a late or missed timer never loses replenishment. One advance over
+    # docs/design.md, Time: a late or missed timer never loses replenishment. One advance over
     # two recovery times must serve the waiter due after the first and the one due after the
     # second, exactly as two separate advances (or a punctual engine thread) would.
     lim = timed_kit.make(1, queue_limit=3)
@@ -775,7 +776,7 @@ async def test_a_single_large_advance_serves_every_waiter_that_came_due(timed_ki
 @pytest.mark.parametrize("kind", ["token_bucket", "fixed_window", "sliding_window", "sliding_window_counter"])
 @pytest.mark.parametrize("seed", range(8))
 async def test_retry_after_is_exact_with_requests_queued_ahead(kind, clock, seed):
-    # semantics.md item 6 with a queue: under OLDEST_FIRST the permits queued ahead are
+    # docs/design.md, Retry-after, with a queue: under OLDEST_FIRST the permits queued ahead are
     # served first (head-of-line, one after the other), and the failed request is granted
     # exactly retry_after later.
     import random

@@ -1,4 +1,4 @@
-"""SlidingWindowLimiter: dotnet-reference §5 and §13.5, adapted by semantics.md items 1, 4, 5, 6.
+"""SlidingWindowLimiter: docs/design.md: Sliding window, Time, Replenishment, Retry-after.
 
 Segments of ``window / segments_per_window`` (integer nanoseconds, rounded down) slide with
 time, anchored at construction; a permit taken in a segment comes back when that segment
@@ -21,7 +21,7 @@ def sliding(clock, permit_limit, length, segments, **kw):
 
 
 async def test_can_acquire_multiple_requests_async(clock):
-    # The worked example of dotnet-reference §5.2 (segments of 1 s).
+    # The worked example of docs/design.md, Sliding window (segments of 1 s).
     lim = sliding(clock, 4, 3.0, 3, queue_limit=4, queue_order=NEWEST)
     assert lim.acquire(2).acquired  # t=0, segment 0 holds 2
     three = await enqueue(lim, 3)

@@ -1,4 +1,4 @@
-"""SlidingWindowCounterLimiter (semantics.md item 4b).
+"""SlidingWindowCounterLimiter (docs/design.md, Sliding window counter).
 
 Two fixed windows back to back, anchored at construction; with ``f`` the elapsed fraction of
 the current window, a request for ``n`` is granted iff

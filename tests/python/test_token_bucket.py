@@ -1,4 +1,4 @@
-"""TokenBucketLimiter: dotnet-reference §3 and §13.3, adapted by semantics.md items 1, 2, 5, 6.
+"""TokenBucketLimiter: docs/design.md: Token bucket, Time, Replenishment, Retry-after.
 
 Tokens are integers; ``tokens_per_period`` are added for every whole ``replenishment_period``
 elapsed since the limiter's anchor (its construction), capped at ``token_limit``; the anchor
@@ -20,7 +20,7 @@ def bucket(clock, token_limit, tokens_per_period, period, **kw):
     return permits.TokenBucketLimiter(token_limit, tokens_per_period, period, clock=clock, **kw)
 
 
-# --------------------------------------------------------------------------- retry_after (§13.3)
+# --------------------------------------------------------------------------- retry_after (docs/design.md, Retry-after)
 
 
 async def test_retry_metadata_on_failed_wait_async(clock):
@@ -34,7 +34,7 @@ async def test_retry_metadata_on_failed_wait_async(clock):
 
 
 async def test_retry_after_accounts_for_time_elapsed_in_the_current_period(clock):
-    # semantics.md item 6 (decision example): the same request at t=5 -> 35 s.
+    # docs/design.md, Retry-after: the same request at t=5 -> 35 s.
     lim = bucket(clock, 2, 1, 20.0, queue_limit=1)
     assert lim.acquire(2).acquired
     clock.advance(5.0)
@@ -227,7 +227,7 @@ def test_auto_replenish_ignores_timer_jitter_but_not_time(clock):
 
 
 def test_late_replenishment_is_never_lost(clock):
-    # semantics.md item 1: a long gap delivers every period's tokens, and the next token
+    # docs/design.md, Time: a long gap delivers every period's tokens, and the next token
     # still arrives on the anchored schedule.
     lim = bucket(clock, 10, 2, 1.0)
     assert lim.acquire(10).acquired
@@ -238,7 +238,7 @@ def test_late_replenishment_is_never_lost(clock):
 
 
 def test_no_double_burst_after_a_full_period(clock):
-    # semantics.md item 2: the anchor advances while the bucket is full, so draining a
+    # docs/design.md, Token bucket: the anchor advances while the bucket is full, so draining a
     # long-full bucket does not credit the time it spent full.
     lim = bucket(clock, 10, 1, 1.0)
     clock.advance(9.0)
@@ -264,7 +264,7 @@ def test_no_double_burst_in_manual_mode(clock):
 
 
 def test_sub_millisecond_periods_work(clock):
-    # semantics.md item 1: .NET stalls below 1 ms.
+    # docs/design.md, Time: .NET stalls below 1 ms.
     lim = bucket(clock, 1, 1, 1e-6)
     for _ in range(5):
         assert lim.acquire().acquired
@@ -353,7 +353,7 @@ def test_idle_duration_in_manual_mode_is_computed_from_state(clock):
 
 def test_retry_after_beyond_the_int64_nanosecond_range_is_still_reported(clock):
     # 2**31 - 1 tokens at one per 5 s take about 340 years (over 2**63 ns): a failed lease of
-    # a time-based limiter still carries retry_after (semantics.md item 6: never None).
+    # a time-based limiter still carries retry_after (docs/design.md, Retry-after: never None).
     limit = 2**31 - 1
     lim = bucket(clock, limit, 1, 5.0)
     assert lim.acquire(limit).acquired

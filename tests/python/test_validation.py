@@ -1,4 +1,4 @@
-"""Argument validation (api.md "Errors", dotnet-reference §1.2 and InvalidOptionsThrows).
+"""Argument validation (docs/design.md, Errors).
 
 Limits and counts must be ints (bool and float are TypeErrors); values above 2**31 - 1 and
 non-positive limits are ValueErrors naming the argument; durations are float seconds or

@@ -1,6 +1,6 @@
 """Pure-Python reference models of the limiters, for the property tests (never shipped).
 
-Each algorithm module holds the state of one algorithm as written in docs/semantics.md, driven by
+Each algorithm module holds the state of one algorithm as docs/design.md states it, driven by
 integer nanoseconds; ``queue.LimiterModel`` adds what every limiter shares (the queue, statistics,
 retry_after, idleness, close). The models favour being obviously right over being fast.
 """

@@ -1,5 +1,5 @@
-"""``permits.chain(a, b, ...)`` of plain limiters (api.md "Partitions", semantics.md 8,
-dotnet-reference.md §10.1-10.2), over one LimiterModel per limiter.
+"""``permits.chain(a, b, ...)`` of plain limiters (docs/design.md, Chains and Refunds), over one
+LimiterModel per limiter.
 
 Rules:
 

@@ -1,4 +1,4 @@
-"""A partitioned limiter (api.md "Partitions", semantics.md items 10-11): a LimiterModel per key,
+"""A partitioned limiter (docs/design.md, Partitions): a LimiterModel per key,
 created on first use (anchored at that time), dropped when fully idle for longer than the idle
 timeout, and at most ``max_partitions`` of them.
 

@@ -1,5 +1,5 @@
 """What every limiter shares, over one algorithm: acquire, the wait queue, retry_after, statistics,
-idleness and close (semantics.md items 6-7, docs/behaviour.md, dotnet-reference.md §1.4-§1.7).
+idleness and close (docs/design.md: Queues, Retry-after, Reasons, Statistics, Idleness, Close).
 
 An algorithm is any object with ``limit``, ``timed``, ``available(t) -> int`` (the permits a request
 could take at time t) and ``take(n, t)``; a concurrency algorithm also has ``give_back(n)``. For a
@@ -31,13 +31,13 @@ Rules:
   a full queue is still ``queue_full``). A queued request whose deadline (queueing time + timeout)
   has come leaves the queue with reason ``timeout``, not counted; requests reaching their deadline
   at the same time leave oldest first, before the queue is served at that time.
-* Manual mode (``auto_replenishment=False``, semantics.md 5): the state is evaluated at the time of
+* Manual mode (``auto_replenishment=False``, docs/design.md, Replenishment): the state is evaluated at the time of
   the last ``try_replenish()`` (construction before the first), which serves the queue at the
   clock's time; time passing alone serves nothing (deadlines still expire on the clock). The model
   reads retry_after there as the time from the clock's now until the request would be granted by
   a try_replenish() at that moment (0 if one now would grant it), and idle_duration as the clock's
   time since the state became fully idle.
-* ``give_back(n, taken_at)`` (chains, semantics.md 8): the refund of a grant made at ``taken_at``:
+* ``give_back(n, taken_at)`` (chains, docs/design.md, Refunds): the refund of a grant made at ``taken_at``:
   concurrency permits are released, tokens go back to the bucket (up to its limit), a window's or
   segment's count is decremented only while that window or segment is still the current one.
 """
