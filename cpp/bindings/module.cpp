@@ -5,6 +5,7 @@
 #include "lease_type.hpp"
 #include "permits/clock.hpp"
 #include "permits/outcome.hpp"
+#include "permits/scheduler.hpp"
 
 namespace py = pybind11;
 
