@@ -66,7 +66,6 @@ void bind_wait_handle(py::module_& m) {
             "drain(self, /)\n--\n\nEmpties the pipe and forgets the completed requests.");
 
     py::class_<WaitHandle>(m, "WaitHandle")
-        .def_property_readonly("id", [](py::handle self) { return self_of<WaitHandle>(self).waiter()->id(); })
         .def(
             "done", [](py::handle self) { return !self_of<WaitHandle>(self).waiter()->pending(); },
             "done(self, /)\n--\n\nTrue once the request completed or was cancelled.")
