@@ -5,13 +5,14 @@
 #include "lease_type.hpp"
 #include "permits/clock.hpp"
 #include "permits/outcome.hpp"
+#include "permits/scheduler.hpp"
 
 namespace py = pybind11;
 
 namespace permits::bind {
 void bind_clock(py::module_& m);
 void bind_limiters(py::module_& m);
-void bind_notifier(py::module_& m);
+void bind_wait_handle(py::module_& m);
 void bind_keyed(py::module_& m);
 void bind_async_wait(py::module_& m);
 } // namespace permits::bind
@@ -33,7 +34,7 @@ PYBIND11_MODULE(_core, m) {
         py::register_exception<permits::ClosedError>(m, "LimiterClosedError", PyExc_RuntimeError).inc_ref().ptr();
     permits::bind::bind_clock(m);
     permits::bind::bind_limiters(m);
-    permits::bind::bind_notifier(m);
+    permits::bind::bind_wait_handle(m);
     permits::bind::bind_keyed(m);
     permits::bind::bind_async_wait(m);
     m.def(

@@ -19,7 +19,6 @@ public:
     WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter, std::shared_ptr<KeyedLimiter> keyed,
                pybind11::object key)
         : owner_(std::move(owner)), waiter_(std::move(waiter)), keyed_(std::move(keyed)), key_(std::move(key)) {}
-    const std::shared_ptr<Limiter>& owner() const { return owner_; }
     const std::shared_ptr<Waiter>& waiter() const { return waiter_; }
     /// Leaves the queue; false if the request had already completed.
     bool cancel();

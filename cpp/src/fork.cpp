@@ -10,6 +10,7 @@
 #include "permits/clock.hpp"
 #include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
+#include "permits/scheduler.hpp"
 #include "permits/waiter.hpp"
 
 namespace permits::detail {

@@ -1,5 +1,8 @@
+#include "permits/scheduler.hpp"
+
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "permits/clock.hpp"
 #include "permits/fork.hpp"

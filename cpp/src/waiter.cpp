@@ -9,19 +9,6 @@
 
 namespace permits {
 
-const char* reason_name(Reason r) noexcept {
-    switch (r) {
-    case Reason::None: return "";
-    case Reason::LimitReached: return "limit_reached";
-    case Reason::QueueFull: return "queue_full";
-    case Reason::Evicted: return "evicted";
-    case Reason::Closed: return "closed";
-    case Reason::Timeout: return "timeout";
-    case Reason::PartitionLimit: return "partition_limit";
-    }
-    return "";
-}
-
 Notifier::Notifier() {
     int fds[2];
     if (::pipe(fds) != 0) {

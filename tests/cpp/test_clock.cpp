@@ -8,6 +8,7 @@
 
 #include "permits/clock.hpp"
 #include "permits/concurrency.hpp"
+#include "permits/scheduler.hpp"
 #include "permits/time.hpp"
 
 using namespace permits;

@@ -20,6 +20,7 @@
 #include "permits/fork.hpp"
 #include "permits/limiter.hpp"
 #include "permits/rule.hpp"
+#include "permits/scheduler.hpp"
 
 namespace permits {
 

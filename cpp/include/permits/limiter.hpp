@@ -14,6 +14,7 @@
 #include "permits/fork.hpp"
 #include "permits/outcome.hpp"
 #include "permits/rule.hpp"
+#include "permits/scheduler.hpp"
 #include "permits/waiter.hpp"
 
 namespace permits {

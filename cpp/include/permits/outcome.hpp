@@ -11,7 +11,19 @@ namespace permits {
 /// Why a lease failed (semantics.md item 7). None for successful leases.
 enum class Reason : std::uint8_t { None, LimitReached, QueueFull, Evicted, Closed, Timeout, PartitionLimit };
 
-const char* reason_name(Reason r) noexcept;
+/// The name Python shows for a reason (Lease.reason); "" for None.
+inline const char* reason_name(Reason r) noexcept {
+    switch (r) {
+    case Reason::None: return "";
+    case Reason::LimitReached: return "limit_reached";
+    case Reason::QueueFull: return "queue_full";
+    case Reason::Evicted: return "evicted";
+    case Reason::Closed: return "closed";
+    case Reason::Timeout: return "timeout";
+    case Reason::PartitionLimit: return "partition_limit";
+    }
+    return "";
+}
 
 struct Outcome {
     bool acquired = false;

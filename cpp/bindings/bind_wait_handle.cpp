@@ -1,3 +1,5 @@
+// A queued request as Python sees it (WaitHandle: the blocking waits of partitioned limiters and
+// the waits of permits._foreign), and the Notifier pipe a foreign wait watches for its completion.
 #include <pybind11/pybind11.h>
 
 #include "gil.hpp"
@@ -53,7 +55,7 @@ py::object WaitHandle::block() {
     }
 }
 
-void bind_notifier(py::module_& m) {
+void bind_wait_handle(py::module_& m) {
     // An asyncio loop's notifier lives in its LoopBridge (async_wait.cpp); a wait queued under another
     // async library (permits._foreign) has a notifier of its own, whose fd that library watches.
     py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
@@ -64,7 +66,6 @@ void bind_notifier(py::module_& m) {
             "drain(self, /)\n--\n\nEmpties the pipe and forgets the completed requests.");
 
     py::class_<WaitHandle>(m, "WaitHandle")
-        .def_property_readonly("id", [](py::handle self) { return self_of<WaitHandle>(self).waiter()->id(); })
         .def(
             "done", [](py::handle self) { return !self_of<WaitHandle>(self).waiter()->pending(); },
             "done(self, /)\n--\n\nTrue once the request completed or was cancelled.")
