@@ -1,4 +1,4 @@
-// Concurrency limiter: permits held until released (dotnet-reference.md 1.4-1.6, 2, 13.1, 13.2).
+// Concurrency limiter: permits held until released (docs/design.md: Concurrency, Queues, Statistics, Idleness).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -99,7 +99,7 @@ TEST(Concurrency, PartialReleases) {
 }
 
 TEST(Concurrency, StatisticsWorkedExample) {
-    // dotnet-reference.md 1.5, GetStatisticsHasCorrectValues.
+    // docs/design.md, Statistics (.NET's GetStatisticsHasCorrectValues).
     auto clock = make_clock();
     auto c = make_limiter(clock, 100, 50);
     expect_stats(*c, 100, 0, 0, 0);

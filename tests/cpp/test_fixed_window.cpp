@@ -1,4 +1,4 @@
-// Fixed window (semantics.md 3, 5, 6; dotnet-reference.md 4, 13.1, 13.4).
+// Fixed window (docs/design.md: Fixed window, Replenishment, Retry-after).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// KeyedLimiter: a limiter per key, built on first use, dropped once idle (semantics.md 10, 11).
+// KeyedLimiter: a limiter per key, built on first use, dropped once idle (docs/design.md, Partitions).
 #include <gtest/gtest.h>
 
 #include <atomic>

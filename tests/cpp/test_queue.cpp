@@ -1,4 +1,4 @@
-// The wait queue shared by every limiter (dotnet-reference.md 1.4, 1.5, 13.1; semantics.md 7):
+// The wait queue shared by every limiter (docs/design.md: Queues, Statistics, Reasons):
 // OldestFirst without barging, NewestFirst eviction from the head, head-of-line blocking,
 // zero-permit requests, queue limit counted in permits, cancellation, close and timeouts.
 #include <gtest/gtest.h>
@@ -333,9 +333,9 @@ TEST(Queue, ZeroPermitRequestWaitsForAvailabilityEvenWithQueueLimitZero) {
 }
 
 TEST(Queue, ZeroPermitWaiterCompletesWhenPermitsAreAvailable) {
-    // A deliberate difference from dotnet-reference.md 1.4 (where a zero-permit waiter completes
+    // A deliberate difference from .NET (docs/design.md, Zero-permit requests; where a zero-permit waiter completes
     // as soon as the queue reaches it, even with nothing available): wait_async(0) means "wait
-    // until permits are available" (api.md), so it completes only when one is.
+    // until permits are available" (the documented behaviour), so it completes only when one is.
     auto clock = make_clock();
     auto l = make_limiter(clock, 2, 2);
     ASSERT_TRUE(l->acquire(2).acquired);

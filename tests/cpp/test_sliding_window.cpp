@@ -1,4 +1,4 @@
-// Sliding window (semantics.md 4, 5, 6; dotnet-reference.md 5, 13.1, 13.5).
+// Sliding window (docs/design.md: Sliding window, Replenishment, Retry-after).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -280,7 +280,7 @@ TEST(SlidingWindow, QueuedRequestIsGrantedWhenASegmentFreesEnough) {
 }
 
 TEST(SlidingWindow, CanAcquireMultipleRequestsAsyncWorkedExample) {
-    // dotnet-reference.md 5.2: limit 4, 3 segments, NewestFirst, queue 4.
+    // docs/design.md, Sliding window, the worked example: limit 4, 3 segments, NewestFirst, queue 4.
     auto clock = make_clock();
     auto sw = make_window(clock, 4, 30 * kSec, 3, 4, QueueOrder::NewestFirst);
     ASSERT_TRUE(sw->acquire(2).acquired);

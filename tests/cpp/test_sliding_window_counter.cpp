@@ -1,4 +1,5 @@
-// Sliding window counter: two weighted fixed windows (semantics.md 4b, 5, 6).
+// Sliding window counter: two weighted fixed windows (docs/design.md: Sliding window counter, Replenishment,
+// Retry-after).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Token bucket (semantics.md 2, 5, 6; dotnet-reference.md 3, 13.1, 13.3).
+// Token bucket (docs/design.md: Token bucket, Replenishment, Retry-after).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Fixed window: windows back to back from the anchor; the count resets at each boundary
-// however late the next request comes (semantics.md 3).
+// however late the next request comes (docs/design.md, Fixed window).
 #pragma once
 
 #include "permits/rule.hpp"

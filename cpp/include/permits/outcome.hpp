@@ -8,7 +8,7 @@
 
 namespace permits {
 
-/// Why a lease failed (semantics.md item 7). None for successful leases.
+/// Why a lease failed (docs/design.md, Reasons). None for successful leases.
 enum class Reason : std::uint8_t { None, LimitReached, QueueFull, Evicted, Closed, Timeout, PartitionLimit };
 
 /// The name Python shows for a reason (Lease.reason); "" for None.

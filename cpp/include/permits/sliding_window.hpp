@@ -1,5 +1,5 @@
 // Sliding window of `segments` segments: a permit taken in segment s comes back when segment
-// s + segments begins; after a gap every expired segment is free at once (semantics.md 4).
+// s + segments begins; after a gap every expired segment is free at once (docs/design.md, Sliding window).
 //
 // Lock-free layout: `head_` holds the current segment and its count (every grant is one CAS on
 // it); when a grant moves the head to a new segment, the old head is first archived in `ring_`

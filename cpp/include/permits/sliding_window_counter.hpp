@@ -1,6 +1,6 @@
 // Sliding window counter (two fixed windows, weighted): a request for n is granted iff
 // previous * (1 - f) + current + n <= limit, f the elapsed fraction of the current window
-// (semantics.md 4b). Exact integer arithmetic, no floating point.
+// (docs/design.md, Sliding window counter). Exact integer arithmetic, no floating point.
 #pragma once
 
 #include "permits/rule.hpp"

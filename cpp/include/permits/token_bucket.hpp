@@ -1,5 +1,5 @@
 // Token bucket: integer tokens; `tokens_per_period` added for every whole period since the
-// anchor, capped at `token_limit` (semantics.md 2).
+// anchor, capped at `token_limit` (docs/design.md, Token bucket).
 #pragma once
 
 #include "permits/rule.hpp"
