@@ -43,6 +43,20 @@ struct Core {
     std::uint64_t id = 0;
     std::unique_ptr<WaitHandle> handle;
     PyObject* inner = nullptr; // Delegating: the coroutine waiting in another async library
+
+    /// The engine completed the queued wait: its lease (or the error making it) becomes the
+    /// result and its bridge lets go of it. Returns the callbacks that wake its task, whose
+    /// references the caller takes over.
+    std::vector<Callback> resolve() {
+        bridge = nullptr;
+        try {
+            result = handle->lease().release().ptr();
+        } catch (py::error_already_set& e) { // out of memory: the task gets the error
+            error = Py_NewRef(e.value().ptr());
+        }
+        resolved = true;
+        return std::exchange(callbacks, {});
+    }
 };
 
 struct AsyncWaitObject {
@@ -801,18 +815,10 @@ void LoopBridge::drain() {
         PyObject* obj = it->second; // the bridge's reference, handed on to wakeups_ or dropped
         waiting_.erase(it);
         Core& c = core_of(obj);
-        c.bridge = nullptr;
-        try {
-            c.result = c.handle->lease().release().ptr();
-        } catch (py::error_already_set& e) { // out of memory: the task gets the error
-            c.error = Py_NewRef(e.value().ptr());
-        }
-        c.resolved = true;
         loop = c.loop;
-        for (const auto& cb : c.callbacks) {
+        for (const auto& cb : c.resolve()) {
             wakeups_.push_back({Py_NewRef(obj), cb.fn, cb.context}); // the callback's references move
         }
-        c.callbacks.clear();
         Py_DECREF(obj);
     }
     if (!scheduled && !wakeups_.empty()) {
