@@ -23,10 +23,7 @@ enum class Phase : std::uint8_t { New, Waiting, Delegating, Done, Ready };
 // wakes the task without an asyncio future: the bridge runs a whole batch's wake-ups in one loop
 // callback instead of one loop.call_soon (a Python Handle) per waiter. Measured on 100k waiters:
 // 1.63 -> 0.85 us per waiter.
-struct Callback {
-    PyObject* fn = nullptr;
-    PyObject* context = nullptr;
-};
+using Callback = WaitCallback;
 
 struct Core {
     WaitTarget target;
@@ -43,6 +40,20 @@ struct Core {
     std::uint64_t id = 0;
     std::unique_ptr<WaitHandle> handle;
     PyObject* inner = nullptr; // Delegating: the coroutine waiting in another async library
+
+    /// The engine completed the queued wait: its lease (or the error making it) becomes the
+    /// result and its bridge lets go of it. Returns the callbacks that wake its task, whose
+    /// references the caller takes over.
+    std::vector<Callback> resolve() {
+        bridge = nullptr;
+        try {
+            result = handle->lease().release().ptr();
+        } catch (py::error_already_set& e) { // out of memory: the task gets the error
+            error = Py_NewRef(e.value().ptr());
+        }
+        resolved = true;
+        return std::exchange(callbacks, {});
+    }
 };
 
 struct AsyncWaitObject {
@@ -760,144 +771,28 @@ PyObject* new_ready(PyObject* value) {
     return reinterpret_cast<PyObject*>(self);
 }
 
-// ---- LoopBridge ----
+// ---- What the loop's bridge (loop_bridge.cpp) asks of a wait ----
 
-void LoopBridge::hold(std::uint64_t id, PyObject* awaitable) {
-    waiting_.emplace(id, Py_NewRef(awaitable));
+std::vector<WaitCallback> resolve_wait(PyObject* awaitable) {
+    return core_of(awaitable).resolve();
 }
 
-void LoopBridge::forget(std::uint64_t id) {
-    auto it = waiting_.find(id);
-    if (it != waiting_.end()) {
-        PyObject* obj = it->second;
-        waiting_.erase(it);
-        Py_DECREF(obj);
-    }
+PyObject* wait_loop(PyObject* awaitable) {
+    return core_of(awaitable).loop;
 }
 
-void LoopBridge::drain() {
-    // The bridge's own buffer, unless a drain is already under way (a loop calling back in).
-    std::vector<std::shared_ptr<Waiter>> own;
-    auto& batch = draining_ ? own : batch_;
-    struct Done {
-        LoopBridge& b;
-        std::vector<std::shared_ptr<Waiter>>& batch;
-        bool outer;
-        ~Done() {
-            batch.clear();
-            if (outer) {
-                b.draining_ = false;
-            }
-        }
-    } done{*this, batch, !std::exchange(draining_, true)};
-    notifier_->drain_into(batch);
-    const bool scheduled = !wakeups_.empty(); // a resume() is already due
-    PyObject* loop = nullptr;
-    for (const auto& w : batch) {
-        auto it = waiting_.find(w->id());
-        if (it == waiting_.end()) {
-            continue; // withdrawn: whoever withdrew it gave back what it was granted
-        }
-        PyObject* obj = it->second; // the bridge's reference, handed on to wakeups_ or dropped
-        waiting_.erase(it);
-        Core& c = core_of(obj);
-        c.bridge = nullptr;
-        try {
-            c.result = c.handle->lease().release().ptr();
-        } catch (py::error_already_set& e) { // out of memory: the task gets the error
-            c.error = Py_NewRef(e.value().ptr());
-        }
-        c.resolved = true;
-        loop = c.loop;
-        for (const auto& cb : c.callbacks) {
-            wakeups_.push_back({Py_NewRef(obj), cb.fn, cb.context}); // the callback's references move
-        }
-        c.callbacks.clear();
-        Py_DECREF(obj);
-    }
-    if (!scheduled && !wakeups_.empty()) {
-        // One loop callback wakes the whole batch's tasks, in the order the engine completed them.
-        py::object resume = py::cast(this).attr(names().resume);
-        if (!call_soon(loop, resume.ptr(), Py_None, nullptr)) {
-            throw py::error_already_set();
-        }
-    }
+void abandon_wait(PyObject* awaitable) {
+    Core& c = core_of(awaitable);
+    c.bridge = nullptr;
+    end(c); // leaves the queue; a grant not handed over goes back
 }
 
-void LoopBridge::resume(py::handle /*unused*/) {
-    std::vector<Wakeup> run;
-    run.swap(wakeups_);
-    for (std::size_t k = 0; k < run.size(); ++k) {
-        const Wakeup& w = run[k];
-        PyObject* r = nullptr;
-        if (w.context == nullptr || PyContext_Enter(w.context) == 0) {
-            r = PyObject_CallOneArg(w.fn, w.awaitable);
-            if (w.context != nullptr && PyContext_Exit(w.context) != 0) {
-                Py_CLEAR(r);
-            }
-        }
-        if (r == nullptr && PyErr_ExceptionMatches(PyExc_Exception) == 0) {
-            // KeyboardInterrupt or SystemExit out of a task: it stops the loop. The other tasks
-            // still wake, one loop callback each, whenever the loop runs again.
-            PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-            PyErr_Fetch(&type, &value, &tb);
-            for (std::size_t j = k + 1; j < run.size(); ++j) {
-                const Wakeup& rest = run[j];
-                if (!call_soon(core_of(rest.awaitable).loop != nullptr ? core_of(rest.awaitable).loop : Py_None,
-                               rest.fn, rest.awaitable, rest.context)) {
-                    PyErr_WriteUnraisable(rest.fn);
-                }
-            }
-            for (std::size_t j = k; j < run.size(); ++j) {
-                release(run[j]);
-            }
-            PyErr_Restore(type, value, tb);
-            throw py::error_already_set();
-        }
-        if (r == nullptr) {
-            PyErr_WriteUnraisable(w.fn); // a task's wake-up does not raise Exception: report it
-        }
-        Py_XDECREF(r);
-        release(w);
-    }
+bool schedule_on(PyObject* loop, PyObject* fn, PyObject* arg, PyObject* context) {
+    return call_soon(loop, fn, arg, context);
 }
 
-void LoopBridge::release(const Wakeup& w) {
-    Py_DECREF(w.awaitable);
-    Py_DECREF(w.fn);
-    Py_XDECREF(w.context);
-}
-
-LoopBridge::~LoopBridge() {
-    abandon();
-}
-
-void LoopBridge::abandon() {
-    auto wakeups = std::move(wakeups_);
-    wakeups_.clear();
-    for (const auto& w : wakeups) {
-        release(w); // those tasks are never woken: their loop is gone
-    }
-    auto waiting = std::move(waiting_);
-    waiting_.clear();
-    for (auto& [id, obj] : waiting) {
-        Core& c = core_of(obj);
-        c.bridge = nullptr;
-        end(c); // leaves the queue; a grant not handed over goes back
-        Py_DECREF(obj);
-    }
-}
-
-int LoopBridge::traverse(visitproc visit, void* arg) const {
-    for (const auto& [id, obj] : waiting_) {
-        Py_VISIT(obj);
-    }
-    for (const auto& w : wakeups_) {
-        Py_VISIT(w.awaitable);
-        Py_VISIT(w.fn);
-        Py_VISIT(w.context);
-    }
-    return 0;
+PyObject* resume_name() {
+    return names().resume;
 }
 
 void bind_async_wait(py::module_& m) {

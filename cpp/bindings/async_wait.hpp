@@ -82,4 +82,23 @@ PyObject* new_ready(PyObject* value);
 
 void bind_async_wait(pybind11::module_& m);
 
+// ---- What the loop's bridge asks of the waits it holds (async_wait.cpp) ----
+
+/// A callback to run once a wait is resolved: its task's wake-up (strong references).
+struct WaitCallback {
+    PyObject* fn = nullptr;
+    PyObject* context = nullptr; ///< may be null
+};
+/// The engine completed the wait `awaitable`: it takes its lease (or the error making it) and
+/// lets go of its bridge. Returns its callbacks, whose references the caller takes over.
+std::vector<WaitCallback> resolve_wait(PyObject* awaitable);
+/// The loop the wait `awaitable` waits in (null once it is not queued).
+PyObject* wait_loop(PyObject* awaitable);
+/// The bridge drops the wait `awaitable` for good: it leaves its queue, a grant not handed over goes back.
+void abandon_wait(PyObject* awaitable);
+/// loop.call_soon(fn, arg, context=context); false with a Python error set on failure.
+bool schedule_on(PyObject* loop, PyObject* fn, PyObject* arg, PyObject* context);
+/// The interned name "resume".
+PyObject* resume_name();
+
 } // namespace permits::bind
