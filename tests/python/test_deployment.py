@@ -227,8 +227,7 @@ def test_a_subinterpreter_cannot_import_it_and_the_main_interpreter_is_unaffecte
 def test_the_first_clock_does_not_hold_the_gil_while_it_calibrates() -> None:
     # The calibration sleeps about 10 ms; it used to do so with the GIL held, stalling every thread
     # (an event loop's too). A ticking thread now keeps running: its longest gap while the first
-    # limiter is made stays under the calibration's own sleep. The best of three children, since
-    # a shared machine may pause any process now and then.
+    # limiter is made stays under the calibration's own sleep.
     code = """
         import threading, time
         ticks = []
@@ -248,6 +247,12 @@ def test_the_first_clock_does_not_hold_the_gil_while_it_calibrates() -> None:
         gaps = [b - a for a, b in zip(ticks, ticks[1:])]
         print(permits.MonotonicClock().source, max(gaps) * 1000)
     """
-    # (Where the TSC is not trusted nothing is calibrated, and this holds trivially.)
-    results = [run_ok(code).lines()[0].split() for _ in range(3)]
+    # (Where the TSC is not trusted nothing is calibrated, and this holds trivially.) Held, the GIL
+    # would make every child's longest gap at least the calibration's 10 ms sleep; released, a gap
+    # that long needs the host to stall this process: up to five children are tried, one is enough.
+    results = []
+    for _ in range(5):
+        results.append(run_ok(code).lines()[0].split())
+        if float(results[-1][1]) < 9.0:
+            break
     assert min(float(gap) for _, gap in results) < 9.0, results
