@@ -11,8 +11,8 @@
 namespace permits::bind {
 
 /// An encoded key under construction: on the stack up to 120 bytes (UUIDs, IPv6 addresses, most
-/// tuples), so that a check on such a key calls no allocator (36-character keys: 79 -> 68 ns a
-/// per-key acquire, measured); longer ones move to a std::string.
+/// tuples), so that a check on such a key calls no allocator (benchmarks/bench_per_key.py); longer
+/// ones move to a std::string.
 class KeyBuffer {
 public:
     void push_back(char c) { append(&c, 1); }

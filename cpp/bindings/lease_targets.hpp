@@ -1,7 +1,8 @@
 // Where a lease that does not own its limiter sends a refund: a registry of limiters and per-key
 // tables by id, holding weak references. A time-based lease only needs its limiter for a refund
 // (a chain giving back), which is rare; owning it (a shared_ptr) would cost two atomic operations
-// per acquire once the process has a second thread (+24-30 ns, measured). Used with the GIL held.
+// per acquire once the process has a second thread (benchmarks/bench_acquire.py). Used with the GIL
+// held.
 #pragma once
 
 #include <cstdint>

@@ -152,7 +152,8 @@ void MonotonicClock::use_tsc(const TscScale& scale) noexcept {
 
 Nanos MonotonicClock::now() const noexcept {
     if (tsc_.load(std::memory_order_relaxed)) {
-        // rdtsc + multiply: 12 ns a read vs 23 ns for clock_gettime (bench_clock); acquire() from Python 86 -> 76 ns.
+        // rdtsc + multiply: about half of clock_gettime's cost (benchmarks/cpp/bench_clock.cpp; figures in
+        // benchmarks/RESULTS.md, "Figures behind choices in the code").
         const std::uint64_t tsc = read_tsc();
         if (tsc < reset_below_) [[unlikely]] {
             return tsc_reset();

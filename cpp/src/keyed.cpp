@@ -32,7 +32,7 @@ constexpr std::uint8_t kPromoted = 2;
 /// `p` read as two 8-byte loads. A rule writes its out-parameter (take's and put_back's next
 /// state) with two 8-byte stores; copied whole, the compiler loads it with one 16-byte load,
 /// which cannot be forwarded from those stores and waits for them to reach the cache
-/// (37 -> 32 ns a keyed check in cache, measured).
+/// (benchmarks/bench_per_key.py; the figures: benchmarks/RESULTS.md).
 inline Pair gpr_pair(const Pair& p) noexcept {
     std::int64_t a = p.a;
     std::int64_t b = p.b;

@@ -31,7 +31,7 @@ public:
     }
 
     /// The value last written, read with two plain loads: a guess to start a compare-and-swap
-    /// loop with (one cmpxchg16b instead of two when uncontended: -12 ns per acquire, measured).
+    /// loop with (one cmpxchg16b instead of two when uncontended; benchmarks/cpp/bench_engine.cpp).
     /// It may be stale or mixed from two writes; compare_exchange() and confirm() correct it.
     Pair hint() const noexcept {
         return {hint_a_.load(std::memory_order_relaxed), hint_b_.load(std::memory_order_relaxed)};
