@@ -4,18 +4,17 @@ what a custom keyed limiter written in Python subclasses."""
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from . import _polling
-from ._core import Lease, LimiterClosedError
+from ._core import Lease
 from ._durations import timeout_ns
+from ._limiter_base import LimiterBase
 from .awaitables import Attempt, LeaseWait, WaitAsync
-from .clock import resolve
 from .rate_limiter import Statistics, _check_permit_count
 
 
-class KeyedRateLimiter:
+class KeyedRateLimiter(LimiterBase):
     """The interface of every keyed limiter: the members of :class:`RateLimiter`, each taking
     the resource first.
 
@@ -25,15 +24,6 @@ class KeyedRateLimiter:
     ``_on_outcome(resource, lease)`` (to count per resource). The public members validate their
     arguments, then call these hooks.
     """
-
-    def __init__(self, *, name: str | None = None, clock: object = None) -> None:
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-        self.name = "default" if name is None else name
-        self._rl_clock = resolve(clock)
-        self._rl_closed = False
-        self._rl_successful = 0
-        self._rl_failed = 0
 
     # ---- hooks for custom keyed limiters ----
     def _acquire(self, resource: object, permit_count: int) -> Lease:
@@ -66,17 +56,6 @@ class KeyedRateLimiter:
         return Statistics(0, 0, 0, 0)
 
     # ---- the public API ----
-    def _check_open(self) -> None:
-        if self._rl_closed:
-            raise LimiterClosedError("the limiter is closed")
-
-    def _rl_checked(self, lease: object, permit_count: int) -> Lease:
-        if not isinstance(lease, Lease):
-            raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
-        if not lease:
-            lease._with_permit_count(permit_count)
-        return lease
-
     def _rl_count(self, lease: Lease, resource: object) -> Lease:
         if lease or _polling.counts(lease):
             if lease:
@@ -136,28 +115,6 @@ class KeyedRateLimiter:
     def evict_idle(self) -> int:
         """Evicts the partitions idle for longer than the idle timeout; returns how many."""
         return 0
-
-    def close(self) -> None:
-        self._rl_closed = True
-
-    async def aclose(self) -> None:
-        self.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 class _OneResource:

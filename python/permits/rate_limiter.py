@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from types import TracebackType
-from typing import NoReturn, Self
+from typing import NoReturn
 
 from . import _polling
-from ._core import Lease, LimiterClosedError
+from ._core import Lease
 from ._durations import timeout_ns
+from ._limiter_base import LimiterBase
 from .awaitables import Attempt, LeaseWait, WaitAsync
-from .clock import resolve
 
 
 class QueueOrder(enum.Enum):
@@ -48,7 +47,7 @@ def _no_copies(self: object, protocol: object = None) -> NoReturn:
     raise TypeError(f"cannot copy or pickle {type(self).__name__!r} object: share the limiter itself")
 
 
-class RateLimiter:
+class RateLimiter(LimiterBase):
     """The interface of every limiter.
 
     A custom limiter subclasses it, calls ``super().__init__()`` and implements
@@ -56,16 +55,6 @@ class RateLimiter:
     that asks a server over the network), ``_wait_async``, ``_statistics`` and ``idle_duration``.
     The public members validate their arguments, then call these hooks.
     """
-
-    def __init__(self, *, name: str | None = None, clock: object = None) -> None:
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-        self.name = "default" if name is None else name
-        #: The clock a chain measures this limiter's share of a wait's timeout on.
-        self._rl_clock = resolve(clock)
-        self._rl_closed = False
-        self._rl_successful = 0
-        self._rl_failed = 0
 
     # ---- hooks for custom limiters ----
     def _acquire(self, permit_count: int) -> Lease:
@@ -92,18 +81,6 @@ class RateLimiter:
         return Statistics(0, 0, self._rl_successful, self._rl_failed)
 
     # ---- the public API ----
-    def _check_open(self) -> None:
-        if self._rl_closed:
-            raise LimiterClosedError("the limiter is closed")
-
-    def _rl_checked(self, lease: object, permit_count: int) -> Lease:
-        """A hook's lease, checked (a failed one gets the requested permit_count)."""
-        if not isinstance(lease, Lease):
-            raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
-        if not lease:
-            lease._with_permit_count(permit_count)
-        return lease
-
     def _rl_count(self, lease: Lease) -> Lease:
         if lease:
             self._rl_successful += 1
@@ -160,25 +137,3 @@ class RateLimiter:
 
     def try_replenish(self) -> bool:
         return False
-
-    def close(self) -> None:
-        self._rl_closed = True
-
-    async def aclose(self) -> None:
-        self.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
