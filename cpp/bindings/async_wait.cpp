@@ -178,7 +178,7 @@ void withdraw(Core& c) {
     }
     if (waiter->state() == Waiter::Completed) {
         try {
-            py_lease::give_back(c.handle->lease().ptr());
+            py_lease::refund(c.handle->lease().ptr());
         } catch (py::error_already_set& e) {
             e.discard_as_unraisable(__func__); // out of memory building the lease: nothing else to do
         }

@@ -117,7 +117,7 @@ bool attach_metadata(LeaseObject* self, PyObject* metadata) {
 }
 
 // The permits go back where they came from: the limiter, or the key's record.
-void return_permits(LeaseObject* self) {
+void give_back_permits(LeaseObject* self) {
     if (self->owner) {
         self->owner->give_back(self->permit_count, self->tag);
         return;
@@ -182,7 +182,7 @@ int do_release(LeaseObject* self, bool refund) {
         return 0;
     }
     if (refund || self->releases) {
-        return_permits(self);
+        give_back_permits(self);
     }
     if (self->on_release == nullptr && self->on_refund == nullptr) {
         return 0; // an engine lease
@@ -215,7 +215,7 @@ void release_forgotten(LeaseObject* self) {
     PyErr_Fetch(&type, &value, &tb);
     const bool closed = owner_closed(self);
     self->released = true;
-    return_permits(self);
+    give_back_permits(self);
     if (!closed && PyErr_WarnEx(PyExc_ResourceWarning,
                                 "a concurrency lease was garbage-collected without release(); "
                                 "its permits were released",
@@ -249,7 +249,7 @@ PyObject* lease_release(LeaseObject* self, PyObject*) {
     Py_RETURN_NONE;
 }
 
-PyObject* lease_give_back(LeaseObject* self, PyObject*) {
+PyObject* lease_refund(LeaseObject* self, PyObject*) {
     if (do_release(self, true) != 0) {
         return nullptr;
     }
@@ -459,8 +459,8 @@ PyMethodDef lease_methods[] = {
     {"release", reinterpret_cast<PyCFunction>(lease_release), METH_NOARGS,
      "release($self, /)\n--\n\nReturns the lease's permits (concurrency limiters); idempotent. A no-op on "
      "time-based limiters."},
-    {"_give_back", reinterpret_cast<PyCFunction>(lease_give_back), METH_NOARGS,
-     "_give_back($self, /)\n--\n\nReturns the permits to the limiter as if never taken (refund); idempotent "
+    {"_refund", reinterpret_cast<PyCFunction>(lease_refund), METH_NOARGS,
+     "_refund($self, /)\n--\n\nReturns the permits to the limiter as if never taken (refund); idempotent "
      "with release()."},
     {"_with_permit_count", reinterpret_cast<PyCFunction>(lease_with_permit_count), METH_O,
      "_with_permit_count($self, permit_count, /)\n--\n\n"},
@@ -563,7 +563,7 @@ bool check(PyObject* obj) {
     return PyObject_TypeCheck(obj, &LeaseType) != 0;
 }
 
-void give_back(PyObject* lease) {
+void refund(PyObject* lease) {
     if (check(lease)) {
         if (do_release(reinterpret_cast<LeaseObject*>(lease), true) != 0) {
             PyErr_WriteUnraisable(lease);

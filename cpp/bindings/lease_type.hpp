@@ -23,6 +23,6 @@ bool check(PyObject* obj);
 /// How many leases were allocated (not taken from the freelist) so far: for tests.
 std::uint64_t allocations() noexcept;
 /// Gives the lease's permits back (a concurrency release or a refund); idempotent with release().
-void give_back(PyObject* lease);
+void refund(PyObject* lease);
 
 } // namespace permits::py_lease

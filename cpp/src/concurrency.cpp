@@ -22,8 +22,8 @@ Nanos ConcurrencyRule::time_until(Pair s, Nanos /*anchor*/, std::int64_t needed,
     return s.a >= needed ? 0 : kNever; // only a release brings permits back
 }
 
-bool ConcurrencyRule::put_back(Pair s, Nanos /*anchor*/, std::int64_t n, std::int64_t /*tag*/, Nanos now,
-                               Pair& next) const noexcept {
+bool ConcurrencyRule::give_back(Pair s, Nanos /*anchor*/, std::int64_t n, std::int64_t /*tag*/, Nanos now,
+                                Pair& next) const noexcept {
     const std::int64_t available = std::min(limit_, s.a + n);
     next = {available, available >= limit_ ? now : s.b}; // idle from the release that brought all back
     return true;

@@ -40,8 +40,8 @@ Nanos FixedWindowRule::time_until(Pair s, Nanos anchor, std::int64_t needed, Nan
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
-bool FixedWindowRule::put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
-                               Pair& next) const noexcept {
+bool FixedWindowRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
+                                Pair& next) const noexcept {
     // Only the current window's count can be given back; a past window is gone.
     if (s.a != tag || window_index(anchor, now) != tag) {
         return false;

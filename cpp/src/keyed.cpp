@@ -29,7 +29,7 @@ inline std::pair<std::uint32_t, std::uint32_t> chunk_of(std::uint32_t i) {
 constexpr std::uint8_t kLive = 1;
 constexpr std::uint8_t kPromoted = 2;
 
-/// `p` read as two 8-byte loads. A rule writes its out-parameter (take's and put_back's next
+/// `p` read as two 8-byte loads. A rule writes its out-parameter (take's and give_back's next
 /// state) with two 8-byte stores; copied whole, the compiler loads it with one 16-byte load,
 /// which cannot be forwarded from those stores and waits for them to reach the cache
 /// (benchmarks/bench_per_key.py; the figures: benchmarks/RESULTS.md).
@@ -750,7 +750,7 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
         r.limiter()->give_back(n, tag);
     } else {
         Pair next{};
-        if (!tmpl_.rule->put_back(r.state, r.anchor, n, tag, clock_->now(), next)) {
+        if (!tmpl_.rule->give_back(r.state, r.anchor, n, tag, clock_->now(), next)) {
             return;
         }
         r.state = gpr_pair(next);

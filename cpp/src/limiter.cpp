@@ -389,7 +389,7 @@ void Limiter::give_back(std::int64_t n, std::int64_t tag) {
     if (n <= 0 || closed_.load()) {
         return;
     }
-    put_back(n, tag, state_now());
+    give_back_at(n, tag, state_now());
     if (queued_entries_.load() > 0) {
         std::lock_guard<std::mutex> lock(mu_);
         invalidate_projection_locked();

@@ -139,7 +139,7 @@ Nanos SlidingWindow::time_until(std::int64_t needed, Nanos now) const {
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
-void SlidingWindow::put_back(std::int64_t n, std::int64_t tag, Nanos now) {
+void SlidingWindow::give_back_at(std::int64_t n, std::int64_t tag, Nanos now) {
     Pair h = head_.load();
     for (;;) {
         if (h.a != tag || segment_index(now) != tag) {

@@ -90,8 +90,8 @@ Nanos SlidingWindowCounterRule::time_until(Pair s, Nanos anchor, std::int64_t ne
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
-bool SlidingWindowCounterRule::put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
-                                        Pair& next) const noexcept {
+bool SlidingWindowCounterRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
+                                         Pair& next) const noexcept {
     if (s.a != tag || window_index(anchor, now) != tag) {
         return false; // only the current window's count can be given back
     }

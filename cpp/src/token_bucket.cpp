@@ -51,8 +51,8 @@ Nanos TokenBucketRule::time_until(Pair s, Nanos anchor, std::int64_t needed, Nan
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
-bool TokenBucketRule::put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t /*tag*/, Nanos now,
-                               Pair& next) const noexcept {
+bool TokenBucketRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t /*tag*/, Nanos now,
+                                Pair& next) const noexcept {
     const std::int64_t p = std::max(period_index(anchor, now), s.a);
     next = {p, std::min(limit_, tokens_at(s, p) + n)};
     return next != s;

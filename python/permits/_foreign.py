@@ -75,7 +75,7 @@ async def _trio_wait(trio: Any, owner: Any, key: object, permit_count: int) -> L
                 return queued.lease()  # type: ignore[no-any-return]
     except BaseException:
         if not queued.cancel():
-            queued.lease()._give_back()  # granted meanwhile: nobody will use it
+            queued.lease()._refund()  # granted meanwhile: nobody will use it
         raise
 
 

@@ -81,7 +81,7 @@ class _Ready(_Steps):
 
     def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
         if getattr(self, "_steps", None) is None:
-            self._lease._give_back()  # cancelled before its first step: nobody gets the lease
+            self._lease._refund()  # cancelled before its first step: nobody gets the lease
         return super().throw(typ, val, tb)
 
     async def __aenter__(self) -> Lease:

@@ -21,12 +21,12 @@ from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copi
 Member = RateLimiter | KeyedRateLimiter
 
 
-def _give_back_all(leases: Sequence[Lease]) -> list[BaseException]:
+def _refund_all(leases: Sequence[Lease]) -> list[BaseException]:
     """Gives back granted leases in reverse order, attempting every one; returns the errors."""
     errors: list[BaseException] = []
     for lease in reversed(leases):
         try:
-            lease._give_back()
+            lease._refund()
         except Exception as exc:  # a custom limiter's on_release may raise
             errors.append(exc)
     return errors
@@ -59,10 +59,10 @@ def _combine(leases: Sequence[Lease], permit_count: int) -> Lease:
                 errors.append(exc)
         _raise_with(errors, None)
 
-    def give_back_all() -> None:  # the chain's own lease given back (a chain in a chain): undo each
-        _raise_with(_give_back_all(leases), None)
+    def refund_all() -> None:  # the chain's own lease given back (a chain in a chain): undo each
+        _raise_with(_refund_all(leases), None)
 
-    return Lease.granted(permit_count, on_release=release_all, on_refund=give_back_all, metadata=metadata or None)
+    return Lease.granted(permit_count, on_release=release_all, on_refund=refund_all, metadata=metadata or None)
 
 
 def _acquire_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Lease]) -> Lease:
@@ -72,10 +72,10 @@ def _acquire_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Lease])
         try:
             lease = step(limiter)
         except BaseException as exc:
-            _raise_with(_give_back_all(taken), exc)
+            _raise_with(_refund_all(taken), exc)
             raise
         if not lease:
-            _raise_with(_give_back_all(taken), None)
+            _raise_with(_refund_all(taken), None)
             return lease
         taken.append(lease)
     return _combine(taken, n)
@@ -90,10 +90,10 @@ async def _await_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Awa
         try:
             lease = await step(limiter)
         except BaseException as exc:
-            _raise_with(_give_back_all(taken), exc)
+            _raise_with(_refund_all(taken), exc)
             raise
         if not lease:
-            _raise_with(_give_back_all(taken), None)
+            _raise_with(_refund_all(taken), None)
             return lease
         taken.append(lease)
     return _combine(taken, n)

@@ -303,7 +303,7 @@ class PartitionedLimiter(KeyedRateLimiter):
             # count in the key's new one: give it back and ask the new one.
             if not lease or self._entries.get(key) is entry:
                 return lease
-            lease._give_back()
+            lease._refund()
 
     async def _acquire_async(self, resource: object, permit_count: int) -> Lease:
         # As _acquire, awaiting the partition's own attempt (a custom limiter may ask a server).
@@ -321,7 +321,7 @@ class PartitionedLimiter(KeyedRateLimiter):
                 raise
             if not lease or self._entries.get(key) is entry:
                 return lease
-            lease._give_back()
+            lease._refund()
 
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
         found = self._entry(resource)
@@ -337,7 +337,7 @@ class PartitionedLimiter(KeyedRateLimiter):
             raise
         if lease is None or not lease or self._entries.get(key) is entry:
             return lease
-        lease._give_back()
+        lease._refund()
         return None  # _wait_async asks the key's new limiter
 
     async def _wait_async(self, resource: object, permit_count: int) -> Lease:
@@ -386,7 +386,7 @@ class PartitionedLimiter(KeyedRateLimiter):
             elif not lease or self._entries.get(key) is entry:
                 return lease
             else:
-                lease._give_back()
+                lease._refund()
 
     def available_permits(self, resource: object) -> int:
         return int(self._on_limiter(resource, lambda limiter: limiter.available_permits(), 0))

@@ -208,7 +208,7 @@ def test_a_refund_never_reaches_a_window_that_has_passed() -> None:
     lease = window.acquire(3)
     clock.advance(10.0)  # a new window: the old count is gone already
     assert window.acquire(5)
-    lease._give_back()
+    lease._refund()
     assert window.available_permits() == 0
 
 

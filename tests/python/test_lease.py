@@ -250,9 +250,9 @@ def test_a_time_based_lease_refunds_its_limiter_without_owning_it(clock):
     lim = permits.TokenBucketLimiter(3, 1, 60.0, clock=clock)
     lease = lim.acquire(2)
     assert lim.available_permits() == 1
-    lease._give_back()
+    lease._refund()
     assert lim.available_permits() == 3
-    lease._give_back()  # once only
+    lease._refund()  # once only
     assert lim.available_permits() == 3
 
 
@@ -264,7 +264,7 @@ def test_a_refund_after_the_limiter_is_gone_does_nothing(clock):
     gc.collect()
     for lease in leases:
         assert lease
-        lease._give_back()
+        lease._refund()
         lease.release()
 
 
@@ -311,9 +311,9 @@ def test_leases_kept_alive_are_allocated_and_counted(clock):
 def test_on_refund_is_called_instead_of_on_release_when_a_chain_gives_a_lease_back():
     calls: list[str] = []
     lease = permits.Lease.granted(2, on_release=lambda: calls.append("release"), on_refund=lambda: calls.append("undo"))
-    lease._give_back()
+    lease._refund()
     lease.release()
-    lease._give_back()
+    lease._refund()
     assert calls == ["undo"]
 
 
@@ -321,14 +321,14 @@ def test_release_calls_on_release_not_on_refund():
     calls: list[str] = []
     lease = permits.Lease.granted(on_release=lambda: calls.append("release"), on_refund=lambda: calls.append("undo"))
     lease.release()
-    lease._give_back()
+    lease._refund()
     assert calls == ["release"]
 
 
 def test_without_on_refund_a_refund_calls_on_release():
     calls: list[str] = []
     lease = permits.Lease.granted(on_release=lambda: calls.append("release"))
-    lease._give_back()
+    lease._refund()
     assert calls == ["release"]
 
 
@@ -337,7 +337,7 @@ def test_on_refund_alone():
     released = permits.Lease.granted(on_refund=lambda: calls.append("undo"))
     released.release()
     refunded = permits.Lease.granted(on_refund=lambda: calls.append("undo"))
-    refunded._give_back()
+    refunded._refund()
     assert calls == ["undo"]
 
 

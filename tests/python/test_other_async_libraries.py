@@ -29,7 +29,7 @@ def _queued(limiter: Any, args: tuple[object, ...]) -> int:
     return limiter.statistics(*args).current_queued_count  # type: ignore[no-any-return]
 
 
-def _give_back(limiter: Any, lease: permits.Lease, clock: permits.ManualClock) -> None:
+def _refund(limiter: Any, lease: permits.Lease, clock: permits.ManualClock) -> None:
     lease.release()  # concurrency
     clock.advance(1.0)  # token bucket
 
@@ -50,7 +50,7 @@ def test_under_trio_a_wait_is_granted_at_once_or_after_queueing() -> None:
                 nursery.start_soon(waiter)
                 while _queued(limiter, args) == 0:
                     await trio.sleep(0)
-                _give_back(limiter, first, clock)
+                _refund(limiter, first, clock)
             results.append(got[0].acquired)
             got[0].release()
         return results
@@ -68,7 +68,7 @@ def test_under_trio_a_cancelled_wait_leaves_the_queue() -> None:
                 await limiter.wait_async(*args)
             assert scope.cancelled_caught
             assert _queued(limiter, args) == 0
-            _give_back(limiter, held, clock)
+            _refund(limiter, held, clock)
             lease = await limiter.wait_async(*args)  # the permit was not kept by the cancelled wait
             assert lease.acquired
             lease.release()

@@ -104,7 +104,7 @@ protected:
     /// Time from `now` until `needed` permits are available if nothing else happens; kNever
     /// when time alone never brings them (concurrency).
     virtual Nanos time_until(std::int64_t needed, Nanos now) const = 0;
-    virtual void put_back(std::int64_t n, std::int64_t tag, Nanos now) = 0;
+    virtual void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) = 0;
     /// A projection of the current state; nullptr for limiters whose permits time does not bring back.
     virtual std::unique_ptr<Projection> project() const = 0;
 

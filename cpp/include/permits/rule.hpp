@@ -41,8 +41,8 @@ public:
     /// when time alone never brings them (concurrency) or beyond the int64 range.
     virtual Nanos time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept = 0;
     /// Gives n permits back: false when that changes nothing (a refund for a window gone by).
-    virtual bool put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
-                          Pair& next) const noexcept = 0;
+    virtual bool give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
+                           Pair& next) const noexcept = 0;
     /// When the state is full (all permits available), or will be if nothing else happens;
     /// kNever when time alone never fills it.
     virtual Nanos full_at(Pair s, Nanos anchor) const noexcept = 0;

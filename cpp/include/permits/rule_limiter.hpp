@@ -42,11 +42,11 @@ protected:
     Nanos time_until(std::int64_t needed, Nanos now) const override {
         return rule_.time_until(state_.load(), anchor_, needed, now);
     }
-    void put_back(std::int64_t n, std::int64_t tag, Nanos now) override {
+    void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
         Pair s = state_.hint();
         for (;;) {
             Pair next;
-            if (!rule_.put_back(s, anchor_, n, tag, now, next)) {
+            if (!rule_.give_back(s, anchor_, n, tag, now, next)) {
                 if (!state_.confirm(s)) {
                     continue;
                 }

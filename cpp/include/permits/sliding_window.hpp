@@ -27,7 +27,7 @@ protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override;
     std::int64_t available_at(Nanos now) const override;
     Nanos time_until(std::int64_t needed, Nanos now) const override;
-    void put_back(std::int64_t n, std::int64_t tag, Nanos now) override;
+    void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override;
     std::unique_ptr<Projection> project() const override;
 
 private:

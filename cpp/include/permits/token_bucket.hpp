@@ -20,8 +20,8 @@ public:
     bool take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair& next, std::int64_t& tag) const noexcept override;
     std::int64_t available(Pair s, Nanos anchor, Nanos now) const noexcept override;
     Nanos time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept override;
-    bool put_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
-                  Pair& next) const noexcept override;
+    bool give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
+                   Pair& next) const noexcept override;
     Nanos full_at(Pair s, Nanos anchor) const noexcept override;
     std::unique_ptr<Projection> project(Pair s, Nanos anchor) const override;
 

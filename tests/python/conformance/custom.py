@@ -95,7 +95,7 @@ class CustomConcurrency(permits.RateLimiter):
         self._lock = threading.Lock()
         self._held = 0
 
-    def _give_back(self, permit_count: int) -> None:
+    def _refund(self, permit_count: int) -> None:
         with self._lock:
             self._held -= permit_count
 
@@ -106,7 +106,7 @@ class CustomConcurrency(permits.RateLimiter):
             if permit_count <= free and (permit_count > 0 or free > 0):
                 self._held += permit_count
                 # The lease calls on_release once, however often it is released.
-                return permits.Lease.granted(permit_count, on_release=lambda: self._give_back(permit_count))
+                return permits.Lease.granted(permit_count, on_release=lambda: self._refund(permit_count))
             return permits.Lease.denied("limit_reached")
 
     def _acquire(self, permit_count: int) -> permits.Lease:
@@ -133,7 +133,7 @@ class CustomKeyedConcurrency(permits.KeyedRateLimiter):
         self._granted: dict[object, int] = {}
         self._refused: dict[object, int] = {}
 
-    def _give_back(self, resource: object, permit_count: int) -> None:
+    def _refund(self, resource: object, permit_count: int) -> None:
         with self._lock:
             self._held[resource] -= permit_count
 
@@ -143,7 +143,7 @@ class CustomKeyedConcurrency(permits.KeyedRateLimiter):
             free = self.permit_limit - self._held.get(resource, 0)
             if permit_count <= free and (permit_count > 0 or free > 0):
                 self._held[resource] = self._held.get(resource, 0) + permit_count
-                return permits.Lease.granted(permit_count, on_release=lambda: self._give_back(resource, permit_count))
+                return permits.Lease.granted(permit_count, on_release=lambda: self._refund(resource, permit_count))
             return permits.Lease.denied("limit_reached")
 
     def _acquire(self, resource: object, permit_count: int) -> permits.Lease:

@@ -65,7 +65,7 @@ class ChainModel:
         assert isinstance(model, LimiterModel)
         return model
 
-    def _give_back(self, grants: list[Grant]) -> None:
+    def _refund(self, grants: list[Grant]) -> None:
         for g in reversed(grants):
             g.model.give_back(g.n, g.taken_at)
 
@@ -78,7 +78,7 @@ class ChainModel:
             else:
                 outcome = model.acquire(n)
             if not outcome.acquired:
-                self._give_back(grants)
+                self._refund(grants)
                 return outcome
             grants.append(Grant(model, n, model.state_time))
         self.grants[lease_id] = grants
