@@ -1,4 +1,4 @@
-"""Command line of permits: ``python -m permits demo [--plot FILE] [--seconds S]``."""
+"""Command line of permits: ``python -m permits demo [--plot FILE] [--seconds S] [--http]``."""
 
 from __future__ import annotations
 
@@ -62,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a concurrency limiter (3 at once, each request holding its permit 0.25 s)",
     )
     demo.add_argument(
+        "--http",
+        action="store_true",
+        help=(
+            "instead: a FastAPI app with the rate-limit middleware under uvicorn on loopback, driven by "
+            "an async httpx client (needs fastapi, uvicorn and httpx)"
+        ),
+    )
+    demo.add_argument(
         "--simulate",
         action="store_true",
         help="run on a ManualClock as fast as possible instead of in real time (no live display)",
@@ -76,6 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     if args.command == "demo":
+        if args.http:
+            if args.plot or args.concurrency or args.simulate:
+                parser.error("--http runs on its own: without --plot, --concurrency or --simulate")
+            from permits.demo.http import run_http_demo
+
+            return run_http_demo(seconds=args.seconds)
         from permits.demo import run_demo
 
         return run_demo(

@@ -116,14 +116,12 @@ class TokenBucket(Spec["TokenBucketLimiter"]):
         _set(self, "_key", (limit, per_period, period_ns))
 
 
-@final
-class FixedWindow(Spec["FixedWindowLimiter"]):
-    """At most ``permit_limit`` grants per window; windows follow each other from the limiter's start."""
+class _Window(Spec[L]):
+    """A limit of ``permit_limit`` grants over a ``window`` (the fixed window, the sliding window counter)."""
 
     __slots__ = ("_window_ns", "permit_limit", "window")
     __match_args__ = ("permit_limit", "window")
     _attributes = (*__match_args__, "replenishment_period")
-    _engine = _core.FixedWindow
     permit_limit: int
     window: float  # seconds
     _window_ns: int
@@ -140,6 +138,14 @@ class FixedWindow(Spec["FixedWindowLimiter"]):
     def replenishment_period(self) -> float:
         """Seconds: the window."""
         return self.window
+
+
+@final
+class FixedWindow(_Window["FixedWindowLimiter"]):
+    """At most ``permit_limit`` grants per window; windows follow each other from the limiter's start."""
+
+    __slots__ = ()
+    _engine = _core.FixedWindow
 
 
 @final
@@ -172,29 +178,11 @@ class SlidingWindow(Spec["SlidingWindowLimiter"]):
 
 
 @final
-class SlidingWindowCounter(Spec["SlidingWindowCounterLimiter"]):
+class SlidingWindowCounter(_Window["SlidingWindowCounterLimiter"]):
     """Two fixed windows weighted by the elapsed fraction: O(1) state, no boundary burst."""
 
-    __slots__ = ("_window_ns", "permit_limit", "window")
-    __match_args__ = ("permit_limit", "window")
-    _attributes = (*__match_args__, "replenishment_period")
+    __slots__ = ()
     _engine = _core.SlidingWindowCounter
-    permit_limit: int
-    window: float  # seconds
-    _window_ns: int
-
-    def __init__(self, permit_limit: int, window: Duration) -> None:
-        limit = count(permit_limit, "permit_limit")
-        window_ns = duration_ns(window, "window")
-        _set(self, "permit_limit", limit)
-        _set(self, "window", window_ns / 1e9)
-        _set(self, "_window_ns", window_ns)
-        _set(self, "_key", (limit, window_ns))
-
-    @property
-    def replenishment_period(self) -> float:
-        """Seconds: the window."""
-        return self.window
 
 
 @final

@@ -3,6 +3,10 @@
 Limits and counts must be ints (bool and float are TypeErrors); values above 2**31 - 1 and
 non-positive limits are ValueErrors naming the argument; durations are float seconds or
 timedelta, and NaN, infinity or non-positive durations are ValueErrors naming the argument.
+
+This file holds the rules, each with its plain cases. test_hostile_input.py holds the adversarial
+inputs against the same rules (objects whose conversions raise or lie, int and float subclasses,
+NumPy scalars, extremes found by hypothesis) and does not repeat what is here.
 """
 
 from __future__ import annotations
