@@ -355,7 +355,7 @@ TEST(Keyed, AKeyWhoseCountsReachTheirLimitMovesToAFullLimiterAndKeepsEveryCount)
 
 TEST(Keyed, EvictionFollowsEachKeysOwnIdleTimeAcrossManyKeysAndRefunds) {
     // Keys idle at scattered times, some refunded to idle sooner: each is evicted exactly when it
-    // has been idle for longer than the timeout, whatever order the looks were set in.
+    // has been idle for longer than the timeout, whatever order the checks were set in.
     auto clock = make_clock();
     const Nanos idle = 5 * kSec;
     auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), idle);
@@ -383,8 +383,8 @@ TEST(Keyed, EvictionFollowsEachKeysOwnIdleTimeAcrossManyKeysAndRefunds) {
 }
 
 TEST(Keyed, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
-    // Each new key at the bound drops an idle partition wherever its look sits in the heap; the
-    // looks are out of order by then (each first look at 20 s sets the next at full + 20 s).
+    // Each new key at the bound drops an idle partition wherever its check sits in the heap; the
+    // checks are out of order by then (each first check at 20 s sets the next at full + 20 s).
     auto clock = make_clock();
     auto tmpl = KeyedTemplate::of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), QueueOptions{});
     auto k = std::make_shared<KeyedLimiter>(clock, tmpl, 20 * kSec, 300);
@@ -396,7 +396,7 @@ TEST(Keyed, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
         }
     };
     fill("old");
-    clock->advance(23 * kSec - clock->now()); // every first look done; the keys full at < 3 s evicted
+    clock->advance(23 * kSec - clock->now()); // every first check done; the keys full at < 3 s evicted
     ASSERT_LT(k->size(), 300);
     fill("refill");
     std::int64_t granted = 0;
@@ -428,7 +428,7 @@ TEST(Keyed, MemoryCountsRecordsIndexLooksAndLongKeysAndComesBackWhenAllAreGone) 
     const auto full = k->memory();
     EXPECT_EQ(full.key_bytes, key_bytes);
     const double per_key = static_cast<double>(full.bytes - empty.bytes) / kKeys;
-    // A 64-byte record each, plus index slots and look entries (4 bytes each, tables run 57-85%
+    // A 64-byte record each, plus index slots and check-heap entries (4 bytes each, tables run 57-85%
     // full) and the long keys' heap bytes; chunks of 64 records across 64 shards add up to 63
     // unused records a shard.
     const double long_keys = 45.0 / 10;

@@ -180,7 +180,7 @@ private:
     void advance(Nanos delta) {
         delta = std::clamp<Nanos>(delta, 0, permits::kMaxTime - clock_->now());
         trace("advance %lld to %lld\n", ll(delta), ll(clock_->now() + delta));
-        clock_->advance(delta); // the table's looks run here
+        clock_->advance(delta); // the table's eviction checks run here
         evict_reference();
     }
 
