@@ -123,8 +123,8 @@ PyObject* g_foreign_wait = nullptr;
 
 // A lease for an outcome of the target: per-key grants go back through the table.
 PyObject* lease_for(const WaitTarget& t, const Outcome& o) {
-    if (t.keyed != nullptr && o.acquired) {
-        return py_lease::from_keyed_outcome(o, *t.keyed, t.key);
+    if (t.per_key != nullptr && o.acquired) {
+        return py_lease::from_per_key_outcome(o, *t.per_key, t.key);
     }
     return py_lease::from_outcome(o, t.limiter);
 }
@@ -258,8 +258,8 @@ PySendResult delegate(Core& c, PyObject* arg, PyObject** out);
 PySendResult start(PyObject* self, Core& c, PyObject** out) {
     PyObject* lease = guarded([&]() -> PyObject* {
         const WaitTarget& t = c.target;
-        if (t.keyed != nullptr) {
-            if (auto r = t.keyed->try_now(t.encoded, c.permits)) {
+        if (t.per_key != nullptr) {
+            if (auto r = t.per_key->try_now(t.encoded, c.permits)) {
                 return lease_for(t, r->outcome);
             }
         } else if (auto o = t.limiter->try_now(c.permits)) {
@@ -287,8 +287,8 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
         const std::uint64_t id = bridge->next_id();
         Limiter::Enqueued q;
         std::shared_ptr<Limiter> owner;
-        if (t.keyed != nullptr) {
-            auto kq = t.keyed->enqueue(t.encoded, c.permits, -1, bridge->notifier(), id);
+        if (t.per_key != nullptr) {
+            auto kq = t.per_key->enqueue(t.encoded, c.permits, -1, bridge->notifier(), id);
             q = std::move(kq.enqueued);
             owner = std::move(kq.owner);
         } else {
@@ -298,8 +298,8 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
         if (!q.waiter) {
             return lease_for(t, q.outcome);
         }
-        c.handle = t.keyed != nullptr
-                       ? std::make_unique<WaitHandle>(std::move(owner), q.waiter, t.keyed->shared_from_this(),
+        c.handle = t.per_key != nullptr
+                       ? std::make_unique<WaitHandle>(std::move(owner), q.waiter, t.per_key->shared_from_this(),
                                                       py::reinterpret_borrow<py::object>(t.key))
                        : std::make_unique<WaitHandle>(std::move(owner), q.waiter);
         c.loop = loop.release().ptr();
@@ -536,7 +536,7 @@ int aw_clear(PyObject* self) {
     Py_CLEAR(c.target.owner); // Done: the target is never used again
     Py_CLEAR(c.target.key);
     c.target.limiter = nullptr;
-    c.target.keyed = nullptr;
+    c.target.per_key = nullptr;
     return 0;
 }
 

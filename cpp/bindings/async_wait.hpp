@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
+#include "permits/per_key.hpp"
 #include "permits/waiter.hpp"
 
 namespace permits::bind {
@@ -67,11 +67,11 @@ private:
 
 /// What an awaitable waits on: one limiter, or one key of a per-key table.
 struct WaitTarget {
-    PyObject* owner = nullptr;     ///< the Python limiter or table (strong reference)
-    Limiter* limiter = nullptr;    ///< set for a limiter
-    KeyedLimiter* keyed = nullptr; ///< set for a key of a table
-    PyObject* key = nullptr;       ///< the Python key (strong reference), for a table
-    std::string encoded;           ///< the key's engine encoding, for a table
+    PyObject* owner = nullptr;        ///< the Python limiter or table (strong reference)
+    Limiter* limiter = nullptr;       ///< set for a limiter
+    PerKeyLimiter* per_key = nullptr; ///< set for a key of a table
+    PyObject* key = nullptr;          ///< the Python key (strong reference), for a table
+    std::string encoded;              ///< the key's engine encoding, for a table
 };
 
 /// A new awaitable for `permit_count` permits of `target` (whose references it takes over);

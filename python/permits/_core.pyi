@@ -169,7 +169,7 @@ class Concurrency(Limiter):
     ) -> None: ...
     def wait_async(self, permit_count: int = 1) -> AsyncWait: ...
 
-class Keyed:
+class PerKey:
     def __init__(
         self,
         clock: Clock,

@@ -1,5 +1,5 @@
 // An algorithm's arithmetic over a state kept elsewhere: one limiter's atomic word, a record in
-// the per-key table (keyed.hpp), a slot in a shared store. Rules are pure functions of
+// the per-key table (per_key.hpp), a slot in a shared store. Rules are pure functions of
 // (state, anchor, now), so every place that holds a state applies the same rules.
 #pragma once
 

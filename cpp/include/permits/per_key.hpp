@@ -29,7 +29,7 @@ struct KeyRecord;
 } // namespace detail
 
 /// What every key's limiter is.
-struct KeyedTemplate {
+struct PerKeyTemplate {
     /// Applied to each key's record; nullptr: every key gets a full limiter at once.
     std::shared_ptr<const Rule> rule;
     QueueOptions queue;
@@ -38,7 +38,7 @@ struct KeyedTemplate {
 
     /// For a RuleLimiter type L (TokenBucket, FixedWindow, ...) and its rule.
     template <class L, class R>
-    static KeyedTemplate of(const std::shared_ptr<Clock>& clock, const R& rule, QueueOptions queue) {
+    static PerKeyTemplate of(const std::shared_ptr<Clock>& clock, const R& rule, QueueOptions queue) {
         auto r = std::make_shared<const R>(rule);
         return {r, queue, [clock, r, queue](Nanos anchor, Pair state) {
                     return std::make_shared<L>(clock, *r, queue, anchor, state);
@@ -46,13 +46,13 @@ struct KeyedTemplate {
     }
 };
 
-class KeyedLimiter final : public TimerTarget, public std::enable_shared_from_this<KeyedLimiter> {
+class PerKeyLimiter final : public TimerTarget, public std::enable_shared_from_this<PerKeyLimiter> {
 public:
     /// `max_partitions` 0: no bound.
-    KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nanos idle_timeout, std::int64_t max_partitions);
-    ~KeyedLimiter() override;
-    KeyedLimiter(const KeyedLimiter&) = delete;
-    KeyedLimiter& operator=(const KeyedLimiter&) = delete;
+    PerKeyLimiter(std::shared_ptr<Clock> clock, PerKeyTemplate tmpl, Nanos idle_timeout, std::int64_t max_partitions);
+    ~PerKeyLimiter() override;
+    PerKeyLimiter(const PerKeyLimiter&) = delete;
+    PerKeyLimiter& operator=(const PerKeyLimiter&) = delete;
 
     struct Result {
         Outcome outcome;
@@ -147,7 +147,7 @@ private:
     void schedule(Nanos when);
 
     std::shared_ptr<Clock> clock_;
-    const KeyedTemplate tmpl_;
+    const PerKeyTemplate tmpl_;
     const bool releases_; // the rule's, asked once: every per-key lease reads it
     const Nanos idle_timeout_;
     const std::int64_t max_partitions_;
@@ -158,7 +158,7 @@ private:
     std::atomic<std::int64_t> dropped_failed_{0};
     std::atomic<Nanos> scheduled_at_{kNever}; // the earliest check the clock's timer is set for
     std::uint32_t count_limit_ = 0xffffffffU;
-    detail::ForkLinks<KeyedLimiter> fork_links_;
+    detail::ForkLinks<PerKeyLimiter> fork_links_;
 };
 
 } // namespace permits

@@ -1,4 +1,4 @@
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 
 #include "permits/key_hash.hpp"
 #include "permits/key_table.hpp"
@@ -26,20 +26,20 @@ inline Pair gpr_pair(const Pair& p) noexcept {
 }
 } // namespace
 
-struct KeyedLimiter::Shard {
+struct PerKeyLimiter::Shard {
     std::mutex mu; // guards the table; held for a lookup and one non-blocking decision
     detail::KeyTable table;
 };
 
-struct KeyedLimiter::Located {
+struct PerKeyLimiter::Located {
     Shard& shard;
     std::unique_lock<std::mutex> lock;
     std::uint32_t index = detail::kNoRecord;
     bool found() const noexcept { return index != detail::kNoRecord; }
 };
 
-KeyedLimiter::KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nanos idle_timeout,
-                           std::int64_t max_partitions)
+PerKeyLimiter::PerKeyLimiter(std::shared_ptr<Clock> clock, PerKeyTemplate tmpl, Nanos idle_timeout,
+                             std::int64_t max_partitions)
     : clock_(std::move(clock)), tmpl_(std::move(tmpl)), releases_(tmpl_.rule && tmpl_.rule->releases_permits()),
       idle_timeout_(idle_timeout), max_partitions_(max_partitions),
       shards_(std::make_unique<std::array<Shard, kShards>>()) {
@@ -55,7 +55,7 @@ KeyedLimiter::KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nan
     detail::ForkRegistry::add(this);
 }
 
-KeyedLimiter::~KeyedLimiter() {
+PerKeyLimiter::~PerKeyLimiter() {
     detail::ForkRegistry::remove(this);
     clock_->scheduler().cancel(this);
     for (auto& shard : *shards_) {
@@ -63,7 +63,7 @@ KeyedLimiter::~KeyedLimiter() {
     }
 }
 
-std::uint32_t KeyedLimiter::find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash) {
+std::uint32_t PerKeyLimiter::find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash) {
     detail::KeyTable& table = shard.table;
     if (const std::uint32_t found = table.find(key, hash); found != detail::kNoRecord) {
         return found;
@@ -102,7 +102,7 @@ std::uint32_t KeyedLimiter::find_or_create_locked(Shard& shard, std::string_view
     return i;
 }
 
-bool KeyedLimiter::reserve_place() noexcept {
+bool PerKeyLimiter::reserve_place() noexcept {
     std::int64_t size = size_.load();
     do {
         if (max_partitions_ > 0 && size >= max_partitions_) {
@@ -112,7 +112,7 @@ bool KeyedLimiter::reserve_place() noexcept {
     return true;
 }
 
-Nanos KeyedLimiter::full_at_locked(Record& r, bool& poll) const {
+Nanos PerKeyLimiter::full_at_locked(Record& r, bool& poll) const {
     poll = false;
     if (!r.promoted()) {
         return tmpl_.rule->full_at(r.state, r.anchor); // kNever: held; its release comes through give_back
@@ -124,7 +124,7 @@ Nanos KeyedLimiter::full_at_locked(Record& r, bool& poll) const {
     return at;
 }
 
-bool KeyedLimiter::free_a_place_locked(Shard& shard, Nanos now) {
+bool PerKeyLimiter::free_a_place_locked(Shard& shard, Nanos now) {
     // A fully idle partition, however briefly idle, gives its place. At most 32 are examined,
     // this shard's first; other shards only if their lock is free right now (try_lock: a new key
     // never waits on, nor deadlocks with, another shard).
@@ -158,7 +158,7 @@ bool KeyedLimiter::free_a_place_locked(Shard& shard, Nanos now) {
     return false;
 }
 
-void KeyedLimiter::drop_locked(Shard& shard, std::uint32_t i) {
+void PerKeyLimiter::drop_locked(Shard& shard, std::uint32_t i) {
     // Idle: nothing is held and nothing waits, so dropping it loses no state worth keeping.
     Record& r = shard.table.at(i);
     std::int64_t successful = r.successful;
@@ -174,13 +174,13 @@ void KeyedLimiter::drop_locked(Shard& shard, std::uint32_t i) {
     size_.fetch_sub(1);
 }
 
-void KeyedLimiter::check_at_locked(Shard& shard, std::uint32_t i, Nanos when) {
+void PerKeyLimiter::check_at_locked(Shard& shard, std::uint32_t i, Nanos when) {
     if (shard.table.schedule_check(i, when)) {
         schedule(when);
     } // else an earlier check will see it and set the next one
 }
 
-void KeyedLimiter::schedule(Nanos when) {
+void PerKeyLimiter::schedule(Nanos when) {
     Nanos at = scheduled_at_.load();
     while (when < at) {
         if (scheduled_at_.compare_exchange_weak(at, when)) {
@@ -190,7 +190,7 @@ void KeyedLimiter::schedule(Nanos when) {
     }
 }
 
-void KeyedLimiter::check_locked(Shard& shard, std::uint32_t i, Nanos now, std::int64_t& evicted) {
+void PerKeyLimiter::check_locked(Shard& shard, std::uint32_t i, Nanos now, std::int64_t& evicted) {
     Record& r = shard.table.at(i);
     if (r.promoted() && r.limiter()->queued_requests() > 0) {
         // Its queue changes when its own timer runs: check right after that (same time, later in
@@ -214,7 +214,7 @@ void KeyedLimiter::check_locked(Shard& shard, std::uint32_t i, Nanos now, std::i
     }
 }
 
-std::int64_t KeyedLimiter::evict_due(Nanos now) {
+std::int64_t PerKeyLimiter::evict_due(Nanos now) {
     std::int64_t evicted = 0;
     std::vector<std::uint32_t> due;
     for (auto& shard : *shards_) {
@@ -242,7 +242,7 @@ std::int64_t KeyedLimiter::evict_due(Nanos now) {
     return evicted;
 }
 
-bool KeyedLimiter::fork_try_lock() noexcept {
+bool PerKeyLimiter::fork_try_lock() noexcept {
     for (std::size_t i = 0; i < kShards; ++i) {
         if (!(*shards_)[i].mu.try_lock()) {
             while (i > 0) {
@@ -254,13 +254,13 @@ bool KeyedLimiter::fork_try_lock() noexcept {
     return true;
 }
 
-void KeyedLimiter::fork_unlock() noexcept {
+void PerKeyLimiter::fork_unlock() noexcept {
     for (auto& shard : *shards_) {
         shard.mu.unlock();
     }
 }
 
-void KeyedLimiter::fork_reset_child(bool timers_cleared, TimerHeap& engine) {
+void PerKeyLimiter::fork_reset_child(bool timers_cleared, TimerHeap& engine) {
     if (!timers_cleared || closed_.load()) {
         return; // a manual clock's timers are still there
     }
@@ -274,7 +274,7 @@ void KeyedLimiter::fork_reset_child(bool timers_cleared, TimerHeap& engine) {
     }
 }
 
-void KeyedLimiter::on_timer(Nanos now) {
+void PerKeyLimiter::on_timer(Nanos now) {
     scheduled_at_.store(kNever);
     if (closed_.load()) {
         return;
@@ -290,7 +290,7 @@ void KeyedLimiter::on_timer(Nanos now) {
     }
 }
 
-std::shared_ptr<Limiter>& KeyedLimiter::promote_locked(Record& r) {
+std::shared_ptr<Limiter>& PerKeyLimiter::promote_locked(Record& r) {
     if (!r.promoted()) {
         auto full = tmpl_.promote(r.anchor, r.state);
         r.set_full(new std::shared_ptr<Limiter>(std::move(full)));
@@ -299,7 +299,7 @@ std::shared_ptr<Limiter>& KeyedLimiter::promote_locked(Record& r) {
     return *r.full();
 }
 
-bool KeyedLimiter::grant_locked(Record& r, std::int64_t n, Nanos now, std::int64_t& tag) {
+bool PerKeyLimiter::grant_locked(Record& r, std::int64_t n, Nanos now, std::int64_t& tag) {
     const Rule& rule = *tmpl_.rule;
     detail::check_permit_count(n, rule.max_permits());
     // A record has no queue: nothing waits ahead, a request is decided on the state alone.
@@ -314,7 +314,7 @@ bool KeyedLimiter::grant_locked(Record& r, std::int64_t n, Nanos now, std::int64
     return true;
 }
 
-i128 KeyedLimiter::retry_after(const Record& r, std::int64_t n, Nanos now) const {
+i128 PerKeyLimiter::retry_after(const Record& r, std::int64_t n, Nanos now) const {
     const Rule& rule = *tmpl_.rule;
     const Nanos wait = rule.time_until(r.state, r.anchor, std::max<std::int64_t>(n, 1), now);
     if (wait != kNever) {
@@ -325,14 +325,14 @@ i128 KeyedLimiter::retry_after(const Record& r, std::int64_t n, Nanos now) const
     return projection ? std::max<i128>(0, projection->grant(n, now, false) - now) : -1;
 }
 
-bool KeyedLimiter::promoted_locked(Record& r) {
+bool PerKeyLimiter::promoted_locked(Record& r) {
     if (!r.promoted() && (r.successful >= count_limit_ || r.failed >= count_limit_)) {
         promote_locked(r); // its own counts are 64-bit; statistics add the record's
     }
     return r.promoted();
 }
 
-KeyedLimiter::Located KeyedLimiter::locate(std::string_view key, bool create) {
+PerKeyLimiter::Located PerKeyLimiter::locate(std::string_view key, bool create) {
     if (create && closed_.load()) {
         throw ClosedError();
     }
@@ -343,7 +343,7 @@ KeyedLimiter::Located KeyedLimiter::locate(std::string_view key, bool create) {
     return at;
 }
 
-KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n) {
+PerKeyLimiter::Result PerKeyLimiter::acquire(std::string_view key, std::int64_t n) {
     auto at = locate(key, true);
     if (!at.found()) {
         return {Outcome::failed(n, Reason::PartitionLimit), false};
@@ -360,7 +360,7 @@ KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n)
     return {Outcome::failed(n, Reason::LimitReached, retry_after(r, n, now)), false};
 }
 
-std::optional<KeyedLimiter::Result> KeyedLimiter::try_now(std::string_view key, std::int64_t n) {
+std::optional<PerKeyLimiter::Result> PerKeyLimiter::try_now(std::string_view key, std::int64_t n) {
     auto at = locate(key, true);
     if (!at.found()) {
         return Result{Outcome::failed(n, Reason::PartitionLimit), false};
@@ -375,8 +375,8 @@ std::optional<KeyedLimiter::Result> KeyedLimiter::try_now(std::string_view key, 
                                                   : std::nullopt;
 }
 
-KeyedLimiter::Queued KeyedLimiter::enqueue(std::string_view key, std::int64_t n, Nanos timeout,
-                                           std::shared_ptr<Notifier> notifier, std::uint64_t id) {
+PerKeyLimiter::Queued PerKeyLimiter::enqueue(std::string_view key, std::int64_t n, Nanos timeout,
+                                             std::shared_ptr<Notifier> notifier, std::uint64_t id) {
     auto at = locate(key, true);
     if (!at.found()) {
         return {{Outcome::failed(n, Reason::PartitionLimit), nullptr}, nullptr};
@@ -401,7 +401,7 @@ KeyedLimiter::Queued KeyedLimiter::enqueue(std::string_view key, std::int64_t n,
     return {full->enqueue(n, timeout, std::move(notifier), id), full};
 }
 
-void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t tag) {
+void PerKeyLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t tag) {
     if (n <= 0 || closed_.load()) {
         return;
     }
@@ -427,7 +427,7 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     }
 }
 
-void KeyedLimiter::recheck(std::string_view key) {
+void PerKeyLimiter::recheck(std::string_view key) {
     if (closed_.load()) {
         return;
     }
@@ -441,7 +441,7 @@ void KeyedLimiter::recheck(std::string_view key) {
     }
 }
 
-std::optional<Statistics> KeyedLimiter::statistics(std::string_view key) {
+std::optional<Statistics> PerKeyLimiter::statistics(std::string_view key) {
     auto at = locate(key, true);
     if (!at.found()) {
         return std::nullopt;
@@ -456,8 +456,8 @@ std::optional<Statistics> KeyedLimiter::statistics(std::string_view key) {
     return Statistics{tmpl_.rule->available(r.state, r.anchor, clock_->now()), 0, r.successful, r.failed};
 }
 
-KeyedLimiter::Memory KeyedLimiter::memory() {
-    Memory m{sizeof(KeyedLimiter) + sizeof(*shards_), 0};
+PerKeyLimiter::Memory PerKeyLimiter::memory() {
+    Memory m{sizeof(PerKeyLimiter) + sizeof(*shards_), 0};
     for (auto& shard : *shards_) {
         std::lock_guard<std::mutex> lock(shard.mu);
         const detail::KeyTable::Memory t = shard.table.memory();
@@ -467,7 +467,7 @@ KeyedLimiter::Memory KeyedLimiter::memory() {
     return m;
 }
 
-Statistics KeyedLimiter::totals() {
+Statistics PerKeyLimiter::totals() {
     if (closed_.load()) {
         throw ClosedError();
     }
@@ -496,14 +496,14 @@ Statistics KeyedLimiter::totals() {
     return total;
 }
 
-void KeyedLimiter::check_invariants() {
+void PerKeyLimiter::check_invariants() {
     for (auto& shard : *shards_) {
         std::lock_guard<std::mutex> lock(shard.mu);
         shard.table.check_invariants();
     }
 }
 
-void KeyedLimiter::close() {
+void PerKeyLimiter::close() {
     if (closed_.exchange(true)) {
         return;
     }
