@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "args.hpp"
-#include "async_wait.hpp"
+#include "engine_lease_wait.hpp"
 #include "fastcall.hpp"
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
@@ -98,7 +98,7 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
             WaitTarget target;
             target.owner = Py_NewRef(self);
             target.limiter = holder->get();
-            return new_async_wait(std::move(target), n);
+            return new_engine_lease_wait(std::move(target), n);
         }
     });
 }

@@ -9,7 +9,7 @@
 #include <variant>
 
 #include "args.hpp"
-#include "async_wait.hpp"
+#include "engine_lease_wait.hpp"
 #include "fastcall.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
@@ -108,7 +108,7 @@ PyObject* per_key_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
             target.per_key = per_key->get();
             target.key = Py_NewRef(args[0]);
             target.encoded = std::string(key.view());
-            return new_async_wait(std::move(target), n);
+            return new_engine_lease_wait(std::move(target), n);
         }
     });
 }

@@ -56,7 +56,7 @@ py::object WaitHandle::block() {
 }
 
 void bind_wait_handle(py::module_& m) {
-    // An asyncio loop's notifier lives in its LoopBridge (async_wait.cpp); a wait queued under another
+    // An asyncio loop's notifier lives in its LoopBridge (loop_bridge.hpp); a wait queued under another
     // async library (permits._foreign) has a notifier of its own, whose fd that library watches.
     py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
         .def(py::init<>(), "__init__(self, /)\n--\n\nA pipe the engine writes a byte to when it completes a request.")

@@ -115,7 +115,7 @@ print("done")
 """
 
 ENGINE_BACKED = [
-    ("_core", t.__name__) for t in ENGINE_TYPES if t.__name__ not in ("AsyncWait",) and t is not _core.Lease
+    ("_core", t.__name__) for t in ENGINE_TYPES if t.__name__ not in ("EngineLeaseWait",) and t is not _core.Lease
 ] + [
     ("permits", c.__name__)
     for c in PUBLIC_CLASSES
@@ -132,7 +132,7 @@ def test_methods_of_an_uninitialized_instance_raise_type_error(where: str, name:
 
 
 def test_types_without_a_constructor_cannot_be_made_uninitialized() -> None:
-    for cls in (_core.Lease, _core.AsyncWait):
+    for cls in (_core.Lease, _core.EngineLeaseWait):
         with pytest.raises(TypeError):
             cls.__new__(cls)
 
