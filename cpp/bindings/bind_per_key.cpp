@@ -135,18 +135,18 @@ void bind_per_key(py::module_& m) {
             .def(
                 "_enqueue",
                 [](py::handle self_obj, py::handle resource, py::handle n, Nanos timeout_ns,
-                   std::shared_ptr<Notifier> notifier, std::uint64_t id) -> py::object {
+                   std::shared_ptr<Notifier> notifier) -> py::object {
                     const auto self = shared_self_of<PerKeyLimiter>(self_obj);
                     const std::string key = key_of(resource);
-                    auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
+                    auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier));
                     if (q.enqueued.waiter) {
                         return py::cast(
                             WaitHandle(q.owner, q.enqueued.waiter, self, py::reinterpret_borrow<py::object>(resource)));
                     }
                     return steal(lease_of(q.enqueued.outcome, *self, resource.ptr()));
                 },
-                py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"),
-                "_enqueue(self, resource, permit_count, timeout_ns, notifier, id)\n--\n\nA lease now, or a "
+                py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"),
+                "_enqueue(self, resource, permit_count, timeout_ns, notifier)\n--\n\nA lease now, or a "
                 "WaitHandle.")
             .def(
                 "_statistics",

@@ -344,6 +344,9 @@ PyObject* aw_aenter(PyObject* self, PyObject*) {
     return Py_NewRef(self);
 }
 
+/// An awaitable that completes at once with `value` (a new reference is taken).
+PyObject* new_ready(PyObject* value);
+
 PyObject* aw_aexit(PyObject* self, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
     Core& c = core_of(self);
     if (c.result != nullptr) {
@@ -470,13 +473,22 @@ EngineLeaseWaitObject* alloc() {
     return self;
 }
 
+PyObject* new_ready(PyObject* value) {
+    EngineLeaseWaitObject* self = alloc();
+    if (self == nullptr) {
+        return nullptr;
+    }
+    self->core.phase = Phase::Ready;
+    self->core.result = Py_NewRef(value);
+    return reinterpret_cast<PyObject*>(self);
+}
+
 } // namespace
 } // namespace lease_wait
 
 using lease_wait::Core;
 using lease_wait::core_of;
 using lease_wait::EngineLeaseWaitObject;
-using lease_wait::Phase;
 
 PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count) {
     EngineLeaseWaitObject* self = lease_wait::alloc();
@@ -487,16 +499,6 @@ PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count) {
     }
     self->core.target = std::move(target);
     self->core.permits = permit_count;
-    return reinterpret_cast<PyObject*>(self);
-}
-
-PyObject* new_ready(PyObject* value) {
-    EngineLeaseWaitObject* self = lease_wait::alloc();
-    if (self == nullptr) {
-        return nullptr;
-    }
-    self->core.phase = Phase::Ready;
-    self->core.result = Py_NewRef(value);
     return reinterpret_cast<PyObject*>(self);
 }
 

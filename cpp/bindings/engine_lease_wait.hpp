@@ -32,8 +32,6 @@ struct WaitTarget {
 /// A new awaitable for `permit_count` permits of `target` (whose references it takes over);
 /// nullptr with a Python error set on failure.
 PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count);
-/// An awaitable that completes at once with `value` (a new reference is taken).
-PyObject* new_ready(PyObject* value);
 
 void bind_engine_lease_wait(pybind11::module_& m);
 

@@ -57,7 +57,7 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
-        result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None, 0)
+        result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None)
         return result if isinstance(result, Lease) else result.block()
 
     def available_permits(self, resource: object) -> int:

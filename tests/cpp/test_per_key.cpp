@@ -412,7 +412,7 @@ TEST(PerKey, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
     k->check_invariants();
 }
 
-TEST(PerKey, MemoryCountsRecordsIndexLooksAndLongKeysAndComesBackWhenAllAreGone) {
+TEST(PerKey, MemoryCountsRecordsIndexChecksAndLongKeysAndComesBackWhenAllAreGone) {
     auto clock = make_clock();
     auto k = make_per_key(clock, 1, 1 * kSec);
     const auto empty = k->memory();

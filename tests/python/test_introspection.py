@@ -88,7 +88,7 @@ for attr in sorted(engine_names | {{n for n in dir(cls) if not n.startswith("_")
     try:
         value = getattr(obj, attr)
         if callable(value) and not inspect.iscoroutinefunction(value):
-            for args in ((), (1,), ("k", 1), (1, 1, None, 0), ("k", 1, 1, None, 0)):
+            for args in ((), (1,), ("k", 1), (1, 1, None), ("k", 1, 1, None)):
                 try:
                     value(*args)
                 except TypeError as exc:
