@@ -13,6 +13,7 @@
 #include "engine_lease_wait_core.hpp"
 #include "fastcall.hpp"
 #include "lease_type.hpp"
+#include "raised_error.hpp"
 #include "wait_handle.hpp"
 
 namespace permits::bind {
@@ -66,15 +67,14 @@ void close_inner(Core& c) {
         return;
     }
     PyObject* inner = std::exchange(c.inner, nullptr);
-    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-    PyErr_Fetch(&type, &value, &tb);
+    RaisedError kept = RaisedError::take();
     PyObject* r = PyObject_CallMethod(inner, "close", nullptr);
     if (r == nullptr) {
         PyErr_WriteUnraisable(inner);
     }
     Py_XDECREF(r);
     Py_DECREF(inner);
-    PyErr_Restore(type, value, tb);
+    kept.restore();
 }
 
 /// Ends the wait for good: a request still queued leaves the queue (a lease the bridge kept for
@@ -107,10 +107,9 @@ PySendResult finish(Core& c, PyObject* value, PyObject** out) {
 
 /// Ends the wait with the Python error that is set (kept across the withdrawal).
 PySendResult fail(Core& c) {
-    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-    PyErr_Fetch(&type, &value, &tb);
+    RaisedError kept = RaisedError::take();
     end(c);
-    PyErr_Restore(type, value, tb);
+    kept.restore();
     return PYGEN_ERROR;
 }
 
@@ -282,13 +281,9 @@ PyObject* throw_into_inner(Core& c, PyObject* const* args, Py_ssize_t nargs) {
         fail(c);
         return nullptr;
     }
-    PyObject *type = nullptr, *stop = nullptr, *tb = nullptr;
-    PyErr_Fetch(&type, &stop, &tb);
-    PyErr_NormalizeException(&type, &stop, &tb);
+    PyObject* stop = RaisedError::take_exception();
     PyObject* value = stop != nullptr ? PyObject_GetAttrString(stop, "value") : Py_NewRef(Py_None);
-    Py_XDECREF(type);
     Py_XDECREF(stop);
-    Py_XDECREF(tb);
     if (value == nullptr) {
         fail(c);
         return nullptr;

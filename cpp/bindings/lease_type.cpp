@@ -4,6 +4,7 @@
 
 #include "key_encoding.hpp"
 #include "lease_targets.hpp"
+#include "raised_error.hpp"
 
 #include <cmath>
 #include <new>
@@ -211,8 +212,7 @@ void release_forgotten(LeaseObject* self) {
     if (!self->must_release || !self->acquired || self->released) {
         return;
     }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    bind::RaisedError kept = bind::RaisedError::take();
     const bool closed = owner_closed(self);
     self->released = true;
     give_back_permits(self);
@@ -222,7 +222,7 @@ void release_forgotten(LeaseObject* self) {
                                 1) != 0) {
         PyErr_WriteUnraisable(nullptr);
     }
-    PyErr_Restore(type, value, tb);
+    kept.restore();
 }
 
 void lease_dealloc(LeaseObject* self) {

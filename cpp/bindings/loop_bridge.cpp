@@ -9,6 +9,7 @@
 
 #include "engine_lease_wait.hpp"
 #include "loop_bridge.hpp"
+#include "raised_error.hpp"
 #include "self.hpp" // and the namespace alias py
 
 namespace permits::bind {
@@ -118,8 +119,7 @@ void LoopBridge::resume(py::handle /*unused*/) {
         if (r == nullptr && PyErr_ExceptionMatches(PyExc_Exception) == 0) {
             // KeyboardInterrupt or SystemExit out of a task: it stops the loop. The other tasks
             // still wake, one loop callback each, whenever the loop runs again.
-            PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-            PyErr_Fetch(&type, &value, &tb);
+            RaisedError kept = RaisedError::take();
             for (std::size_t j = k + 1; j < run.size(); ++j) {
                 const Wakeup& rest = run[j];
                 PyObject* loop = wait_loop(rest.awaitable);
@@ -130,7 +130,7 @@ void LoopBridge::resume(py::handle /*unused*/) {
             for (std::size_t j = k; j < run.size(); ++j) {
                 release(run[j]);
             }
-            PyErr_Restore(type, value, tb);
+            kept.restore();
             throw py::error_already_set();
         }
         if (r == nullptr) {
