@@ -118,7 +118,7 @@ def memory_per_key(n: int) -> dict[str, float]:
 
 def memory_sweep() -> int:
     """Engine state per key by the table's accounting at 31 key counts from 20k to 2M, log-spaced:
-    where the index and the look heap stand in their growth changes the figure by a few bytes."""
+    where the index and the check heap stand in their growth changes the figure by a few bytes."""
     counts = [int(20_000 * 100 ** (i / 30)) for i in range(31)]
     keys = make_keys(counts[-1])
     values = []

@@ -12,7 +12,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -106,8 +106,8 @@ void BM_Keyed_TokenBucket(benchmark::State& state) {
     const auto keys = keyed_keys(state.range(0));
     const auto order = keyed_order(keys);
     auto clock = std::make_shared<ManualClock>();
-    const auto tmpl = KeyedTemplate::of<TokenBucket>(clock, TokenBucketRule(kHuge, kHuge, 1'000'000'000), {});
-    auto keyed = std::make_shared<KeyedLimiter>(clock, tmpl, 1'000'000'000, 0);
+    const auto tmpl = PerKeyTemplate::of<TokenBucket>(clock, TokenBucketRule(kHuge, kHuge, 1'000'000'000), {});
+    auto keyed = std::make_shared<PerKeyLimiter>(clock, tmpl, 1'000'000'000, 0);
     for (const auto& key : keys) {
         keyed->acquire(key, 1);
     }

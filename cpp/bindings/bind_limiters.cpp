@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "args.hpp"
-#include "async_wait.hpp"
+#include "engine_lease_wait.hpp"
 #include "fastcall.hpp"
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
@@ -39,10 +39,9 @@ py::object try_now(py::handle self, py::handle n) {
     return o ? to_lease(*o, limiter) : py::none();
 }
 
-py::object enqueue(py::handle self, py::handle n, Nanos timeout_ns, std::shared_ptr<Notifier> notifier,
-                   std::uint64_t id) {
+py::object enqueue(py::handle self, py::handle n, Nanos timeout_ns, std::shared_ptr<Notifier> notifier) {
     const auto limiter = shared_self_of<Limiter>(self);
-    auto q = limiter->enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
+    auto q = limiter->enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier));
     if (!q.waiter) {
         return to_lease(q.outcome, limiter);
     }
@@ -98,7 +97,7 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
             WaitTarget target;
             target.owner = Py_NewRef(self);
             target.limiter = holder->get();
-            return new_async_wait(std::move(target), n);
+            return new_engine_lease_wait(std::move(target), n);
         }
     });
 }
@@ -157,8 +156,8 @@ void bind_limiters(py::module_& m) {
              "queues.")
         .def("_try_now", &try_now, py::arg("permit_count") = 1,
              "_try_now(self, permit_count=1)\n--\n\nA wait's immediate grant, or None.")
-        .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"),
-             "_enqueue(self, permit_count, timeout_ns, notifier, id)\n--\n\nA lease now, or a WaitHandle.")
+        .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"),
+             "_enqueue(self, permit_count, timeout_ns, notifier)\n--\n\nA lease now, or a WaitHandle.")
         .def("_wait", &wait, py::arg("permit_count"), py::arg("timeout_ns"),
              "_wait(self, permit_count, timeout_ns)\n--\n\nWaits (GIL released) for a lease.")
         .def(

@@ -16,8 +16,8 @@ py::object WaitHandle::lease() {
         if (waiter_->state() != Waiter::Completed) {
             throw py::value_error("the request has not completed");
         }
-        PyObject* lease = keyed_ && waiter_->outcome().acquired
-                              ? py_lease::from_keyed_outcome(waiter_->outcome(), *keyed_, key_.ptr())
+        PyObject* lease = per_key_ && waiter_->outcome().acquired
+                              ? py_lease::from_per_key_outcome(waiter_->outcome(), *per_key_, key_.ptr())
                               : py_lease::from_outcome(waiter_->outcome(), owner_.get());
         lease_ = py::reinterpret_steal<py::object>(lease);
         if (!lease_) {
@@ -29,8 +29,8 @@ py::object WaitHandle::lease() {
 
 bool WaitHandle::cancel() {
     const bool cancelled = owner_->cancel(*waiter_);
-    if (cancelled && keyed_) {
-        keyed_->recheck(key_of(key_)); // its queue may be empty now: when is the key idle?
+    if (cancelled && per_key_) {
+        per_key_->recheck(key_of(key_)); // its queue may be empty now: when is the key idle?
     }
     return cancelled;
 }
@@ -56,7 +56,7 @@ py::object WaitHandle::block() {
 }
 
 void bind_wait_handle(py::module_& m) {
-    // An asyncio loop's notifier lives in its LoopBridge (async_wait.cpp); a wait queued under another
+    // An asyncio loop's notifier lives in its LoopBridge (loop_bridge.hpp); a wait queued under another
     // async library (permits._foreign) has a notifier of its own, whose fd that library watches.
     py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
         .def(py::init<>(), "__init__(self, /)\n--\n\nA pipe the engine writes a byte to when it completes a request.")

@@ -7,7 +7,7 @@ namespace {
 
 struct Entry {
     std::weak_ptr<Limiter> limiter;
-    std::weak_ptr<KeyedLimiter> keyed;
+    std::weak_ptr<PerKeyLimiter> per_key;
 };
 
 // Guarded by the GIL. Entries of limiters that are gone are swept when the map has doubled.
@@ -21,7 +21,7 @@ std::size_t sweep_at = 64;
 std::uint64_t add(Entry entry) {
     auto& map = registry();
     if (map.size() >= sweep_at) {
-        std::erase_if(map, [](const auto& kv) { return kv.second.limiter.expired() && kv.second.keyed.expired(); });
+        std::erase_if(map, [](const auto& kv) { return kv.second.limiter.expired() && kv.second.per_key.expired(); });
         sweep_at = 2 * map.size() + 64;
     }
     const std::uint64_t id = ++next_id;
@@ -38,11 +38,11 @@ std::uint64_t target_of(Limiter& limiter) {
     return limiter.binding_tag;
 }
 
-std::uint64_t target_of(KeyedLimiter& keyed) {
-    if (keyed.binding_tag == 0) {
-        keyed.binding_tag = add({{}, keyed.weak_from_this()});
+std::uint64_t target_of(PerKeyLimiter& per_key) {
+    if (per_key.binding_tag == 0) {
+        per_key.binding_tag = add({{}, per_key.weak_from_this()});
     }
-    return keyed.binding_tag;
+    return per_key.binding_tag;
 }
 
 Target find_target(std::uint64_t id) {
@@ -51,7 +51,7 @@ Target find_target(std::uint64_t id) {
     if (it == map.end()) {
         return {};
     }
-    return {it->second.limiter.lock(), it->second.keyed.lock()};
+    return {it->second.limiter.lock(), it->second.per_key.lock()};
 }
 
 } // namespace permits::bind

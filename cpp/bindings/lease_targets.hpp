@@ -8,18 +8,18 @@
 #include <cstdint>
 #include <memory>
 
-#include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
+#include "permits/per_key.hpp"
 
 namespace permits::bind {
 
 /// The id of `limiter` in the registry, registering it on first use.
 std::uint64_t target_of(Limiter& limiter);
-std::uint64_t target_of(KeyedLimiter& keyed);
+std::uint64_t target_of(PerKeyLimiter& per_key);
 
 struct Target {
-    std::shared_ptr<Limiter> limiter;    ///< set for a limiter's id
-    std::shared_ptr<KeyedLimiter> keyed; ///< set for a per-key table's id
+    std::shared_ptr<Limiter> limiter;       ///< set for a limiter's id
+    std::shared_ptr<PerKeyLimiter> per_key; ///< set for a per-key table's id
 };
 /// What `id` names, or an empty Target once it is gone.
 Target find_target(std::uint64_t id);

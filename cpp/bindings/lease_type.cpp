@@ -4,6 +4,7 @@
 
 #include "key_encoding.hpp"
 #include "lease_targets.hpp"
+#include "raised_error.hpp"
 
 #include <cmath>
 #include <new>
@@ -128,10 +129,10 @@ void give_back_permits(LeaseObject* self) {
     const bind::Target t = bind::find_target(self->target);
     if (t.limiter) {
         t.limiter->give_back(self->permit_count, self->tag);
-    } else if (t.keyed) {
+    } else if (t.per_key) {
         bind::KeyBuffer key;
         if (bind::encode_key(self->key, key)) { // it was encoded once already: it cannot fail
-            t.keyed->give_back(key.view(), self->permit_count, self->tag);
+            t.per_key->give_back(key.view(), self->permit_count, self->tag);
         } else {
             PyErr_Clear();
         }
@@ -143,7 +144,7 @@ bool owner_closed(const LeaseObject* self) {
         return self->owner->closed();
     }
     const bind::Target t = bind::find_target(self->target);
-    return t.limiter ? t.limiter->closed() : !t.keyed || t.keyed->closed();
+    return t.limiter ? t.limiter->closed() : !t.per_key || t.per_key->closed();
 }
 
 void set_failure(LeaseObject* self, const Outcome& o) {
@@ -211,8 +212,7 @@ void release_forgotten(LeaseObject* self) {
     if (!self->must_release || !self->acquired || self->released) {
         return;
     }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    bind::RaisedError kept = bind::RaisedError::take();
     const bool closed = owner_closed(self);
     self->released = true;
     give_back_permits(self);
@@ -222,7 +222,7 @@ void release_forgotten(LeaseObject* self) {
                                 1) != 0) {
         PyErr_WriteUnraisable(nullptr);
     }
-    PyErr_Restore(type, value, tb);
+    kept.restore();
 }
 
 void lease_dealloc(LeaseObject* self) {
@@ -536,7 +536,7 @@ PyObject* from_outcome(const Outcome& o, Limiter* owner) {
     return reinterpret_cast<PyObject*>(self);
 }
 
-PyObject* from_keyed_outcome(const Outcome& o, KeyedLimiter& keyed, PyObject* key) {
+PyObject* from_per_key_outcome(const Outcome& o, PerKeyLimiter& per_key, PyObject* key) {
     LeaseObject* self = alloc_lease();
     if (self == nullptr) {
         return nullptr;
@@ -545,8 +545,8 @@ PyObject* from_keyed_outcome(const Outcome& o, KeyedLimiter& keyed, PyObject* ke
     self->permit_count = o.permits;
     self->tag = o.tag;
     if (o.acquired) {
-        self->releases = keyed.releases_permits();
-        self->target = bind::target_of(keyed);
+        self->releases = per_key.releases_permits();
+        self->target = bind::target_of(per_key);
         self->key = Py_NewRef(key);
         self->must_release = self->releases && o.permits > 0;
     } else {

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
+#include "permits/per_key.hpp"
 
 namespace permits::py_lease {
 
@@ -17,8 +17,8 @@ bool register_type(PyObject* m);
 /// (`owner` is taken by reference: converting a derived class's shared_ptr would cost two atomic
 /// operations per lease; only a concurrency lease takes a shared_ptr of its limiter.)
 PyObject* from_outcome(const Outcome& o, Limiter* owner);
-/// A lease for `o` granted by the record of `key` in `keyed`: its permits go back to that key.
-PyObject* from_keyed_outcome(const Outcome& o, KeyedLimiter& keyed, PyObject* key);
+/// A lease for `o` granted by the record of `key` in `per_key`: its permits go back to that key.
+PyObject* from_per_key_outcome(const Outcome& o, PerKeyLimiter& per_key, PyObject* key);
 bool check(PyObject* obj);
 /// How many leases were allocated (not taken from the freelist) so far: for tests.
 std::uint64_t allocations() noexcept;

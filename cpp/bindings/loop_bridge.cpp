@@ -1,6 +1,5 @@
-// One event loop's side of the engine (LoopBridge, declared in async_wait.hpp): it drains the
-// waits the engine completed into its notifier, resolves their awaitables and wakes their tasks
-// in one loop callback per batch.
+// One event loop's side of the engine (loop_bridge.hpp): it drains the waits the engine completed
+// into its notifier, resolves their awaitables and wakes their tasks in one loop callback per batch.
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -8,11 +7,49 @@
 #include <utility>
 #include <vector>
 
-#include "async_wait.hpp"
-
-namespace py = pybind11;
+#include "engine_lease_wait.hpp"
+#include "loop_bridge.hpp"
+#include "raised_error.hpp"
+#include "self.hpp" // and the namespace alias py
 
 namespace permits::bind {
+
+namespace {
+
+// permits._asyncio._bridge, registered by that module when it is imported (permits imports it).
+PyObject* g_bridge_factory = nullptr;
+
+// The bridge of the running loop. The last one found is remembered with a weak reference to its
+// loop, so a wait that queues calls into Python (permits._asyncio) only when the loop changes.
+struct BridgeCache {
+    PyObject* loop_ref = nullptr; // weak reference
+    LoopBridge* bridge = nullptr;
+};
+BridgeCache g_bridge_cache;
+
+} // namespace
+
+LoopBridge* bridge_of(PyObject* loop) {
+    BridgeCache& cache = g_bridge_cache;
+    if (cache.loop_ref != nullptr && PyWeakref_GetObject(cache.loop_ref) == loop) {
+        return cache.bridge;
+    }
+    if (g_bridge_factory == nullptr) {
+        throw py::import_error("permits._asyncio is not imported: import permits first");
+    }
+    py::object bridge = py::reinterpret_steal<py::object>(PyObject_CallOneArg(g_bridge_factory, loop));
+    if (!bridge) {
+        throw py::error_already_set();
+    }
+    auto* b = bridge.cast<LoopBridge*>(); // kept alive by the loop (permits._asyncio) while it lives
+    PyObject* ref = PyWeakref_NewRef(loop, nullptr);
+    if (ref == nullptr) {
+        throw py::error_already_set();
+    }
+    Py_XSETREF(cache.loop_ref, ref);
+    cache.bridge = b;
+    return b;
+}
 
 void LoopBridge::hold(std::uint64_t id, PyObject* awaitable) {
     waiting_.emplace(id, Py_NewRef(awaitable));
@@ -82,8 +119,7 @@ void LoopBridge::resume(py::handle /*unused*/) {
         if (r == nullptr && PyErr_ExceptionMatches(PyExc_Exception) == 0) {
             // KeyboardInterrupt or SystemExit out of a task: it stops the loop. The other tasks
             // still wake, one loop callback each, whenever the loop runs again.
-            PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-            PyErr_Fetch(&type, &value, &tb);
+            RaisedError kept = RaisedError::take();
             for (std::size_t j = k + 1; j < run.size(); ++j) {
                 const Wakeup& rest = run[j];
                 PyObject* loop = wait_loop(rest.awaitable);
@@ -94,7 +130,7 @@ void LoopBridge::resume(py::handle /*unused*/) {
             for (std::size_t j = k; j < run.size(); ++j) {
                 release(run[j]);
             }
-            PyErr_Restore(type, value, tb);
+            kept.restore();
             throw py::error_already_set();
         }
         if (r == nullptr) {
@@ -139,6 +175,52 @@ int LoopBridge::traverse(visitproc visit, void* arg) const {
         Py_VISIT(w.context);
     }
     return 0;
+}
+
+void bind_loop_bridge(py::module_& m) {
+    // GC-aware: a bridge holds its queued waits, which hold their loop, which holds the bridge
+    // (permits._asyncio): collecting that cycle abandons the waits, giving their permits back.
+    auto setup = [](PyHeapTypeObject* heap_type) {
+        auto* type = &heap_type->ht_type;
+        type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+        type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) -> int {
+            Py_VISIT(Py_TYPE(self));
+            if (!py::detail::is_holder_constructed(self)) {
+                return 0;
+            }
+            return py::cast<const LoopBridge&>(py::handle(self)).traverse(visit, arg);
+        };
+        type->tp_clear = [](PyObject* self) -> int {
+            if (py::detail::is_holder_constructed(self)) {
+                py::cast<LoopBridge&>(py::handle(self)).abandon();
+            }
+            return 0;
+        };
+    };
+    py::class_<LoopBridge, std::shared_ptr<LoopBridge>>(m, "LoopBridge", py::custom_type_setup(setup))
+        .def(py::init<>(), "__init__(self, /)\n--\n\nA new bridge, with its own pipe.")
+        .def_property_readonly("fd", [](py::handle self) { return self_of<LoopBridge>(self).notifier()->fd(); })
+        .def_property_readonly("wakeups",
+                               [](py::handle self) { return self_of<LoopBridge>(self).notifier()->wakeups(); })
+        .def_property_readonly(
+            "pending", [](py::handle self) { return self_of<LoopBridge>(self).pending(); },
+            "Waits queued from this loop, not yet resolved.")
+        .def(
+            "drain", [](py::handle self) { self_of<LoopBridge>(self).drain(); },
+            "drain(self, /)\n--\n\nResolves the waits the engine completed; their tasks wake in resume().")
+        .def(
+            "resume", [](py::handle self, py::handle unused) { self_of<LoopBridge>(self).resume(unused); },
+            py::arg("unused") = py::none(),
+            "resume(self, unused=None)\n--\n\nWakes the tasks of the waits drain() resolved (a loop callback "
+            "drain() schedules).")
+        .def(
+            "abandon", [](py::handle self) { self_of<LoopBridge>(self).abandon(); },
+            "abandon(self, /)\n--\n\nThe loop is closed or gone: its queued waits leave their queues and their "
+            "permits go back.");
+    m.def(
+        "_set_bridge_factory", [](py::object factory) { Py_XSETREF(g_bridge_factory, factory.release().ptr()); },
+        "_set_bridge_factory(factory, /)\n--\n\nRegisters permits._asyncio._bridge(loop) -> LoopBridge (called "
+        "once, by that module).");
 }
 
 } // namespace permits::bind

@@ -13,8 +13,9 @@ namespace permits::bind {
 void bind_clock(py::module_& m);
 void bind_limiters(py::module_& m);
 void bind_wait_handle(py::module_& m);
-void bind_keyed(py::module_& m);
-void bind_async_wait(py::module_& m);
+void bind_per_key(py::module_& m);
+void bind_engine_lease_wait(py::module_& m);
+void bind_loop_bridge(py::module_& m);
 } // namespace permits::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -35,8 +36,9 @@ PYBIND11_MODULE(_core, m) {
     permits::bind::bind_clock(m);
     permits::bind::bind_limiters(m);
     permits::bind::bind_wait_handle(m);
-    permits::bind::bind_keyed(m);
-    permits::bind::bind_async_wait(m);
+    permits::bind::bind_per_key(m);
+    permits::bind::bind_engine_lease_wait(m);
+    permits::bind::bind_loop_bridge(m);
     m.def(
         "_engine_pending_timers", [] { return permits::EngineThread::instance().pending(); },
         "Timers the engine thread holds (for tests).");

@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
+#include "permits/per_key.hpp"
 
 namespace permits::bind {
 
@@ -16,9 +16,9 @@ public:
         : owner_(std::move(owner)), waiter_(std::move(waiter)) {}
     /// A request queued in a per-key table's key: its lease goes back through the table, and a
     /// cancellation tells it, so the key is evicted on time once idle.
-    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter, std::shared_ptr<KeyedLimiter> keyed,
+    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter, std::shared_ptr<PerKeyLimiter> per_key,
                pybind11::object key)
-        : owner_(std::move(owner)), waiter_(std::move(waiter)), keyed_(std::move(keyed)), key_(std::move(key)) {}
+        : owner_(std::move(owner)), waiter_(std::move(waiter)), per_key_(std::move(per_key)), key_(std::move(key)) {}
     const std::shared_ptr<Waiter>& waiter() const { return waiter_; }
     /// Leaves the queue; false if the request had already completed.
     bool cancel();
@@ -31,7 +31,7 @@ public:
 private:
     std::shared_ptr<Limiter> owner_;
     std::shared_ptr<Waiter> waiter_;
-    std::shared_ptr<KeyedLimiter> keyed_;
+    std::shared_ptr<PerKeyLimiter> per_key_;
     pybind11::object key_;
     pybind11::object lease_;
 };

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "permits/clock.hpp"
-#include "permits/keyed.hpp"
 #include "permits/limiter.hpp"
+#include "permits/per_key.hpp"
 #include "permits/scheduler.hpp"
 #include "permits/waiter.hpp"
 
@@ -22,7 +22,7 @@ template <class T> struct List { T* head = nullptr; };
 struct Lists {
     std::mutex mu; // guards the lists; held from prepare to parent/child
     List<Limiter> limiters;
-    List<KeyedLimiter> tables;
+    List<PerKeyLimiter> tables;
     List<Notifier> notifiers;
 };
 
@@ -91,13 +91,13 @@ void ForkRegistry::remove(Limiter* l) noexcept {
     unlink(lists().limiters, l);
 }
 
-void ForkRegistry::add(KeyedLimiter* k) {
+void ForkRegistry::add(PerKeyLimiter* k) {
     install();
     std::lock_guard<std::mutex> lock(lists().mu);
     link(lists().tables, k);
 }
 
-void ForkRegistry::remove(KeyedLimiter* k) noexcept {
+void ForkRegistry::remove(PerKeyLimiter* k) noexcept {
     std::lock_guard<std::mutex> lock(lists().mu);
     unlink(lists().tables, k);
 }
@@ -118,8 +118,8 @@ bool ForkRegistry::try_lock_all() noexcept {
     // notifier (a limiter completes a request under its own lock). On a miss, everything taken
     // is let go; nothing is allocated either way.
     Lists& l = lists();
-    const auto lock_table = [](KeyedLimiter& k) { return k.fork_try_lock(); };
-    const auto unlock_table = [](KeyedLimiter& k) { k.fork_unlock(); };
+    const auto lock_table = [](PerKeyLimiter& k) { return k.fork_try_lock(); };
+    const auto unlock_table = [](PerKeyLimiter& k) { k.fork_unlock(); };
     const auto lock_limiter = [](Limiter& x) { return x.fork_try_lock(); };
     const auto unlock_limiter = [](Limiter& x) { x.fork_unlock(); };
     if (!try_lock_each(l.tables, lock_table, unlock_table)) {
@@ -142,7 +142,7 @@ void ForkRegistry::unlock_all() noexcept {
     Lists& l = lists();
     each(l.notifiers, [](Notifier& n) { n.mu_.unlock(); });
     each(l.limiters, [](Limiter& x) { x.fork_unlock(); });
-    each(l.tables, [](KeyedLimiter& k) { k.fork_unlock(); });
+    each(l.tables, [](PerKeyLimiter& k) { k.fork_unlock(); });
 }
 
 void ForkRegistry::prepare() noexcept {
@@ -183,7 +183,7 @@ void ForkRegistry::child() noexcept {
     try {
         Lists& l = lists();
         each(l.limiters, [&](Limiter& x) { x.fork_reset_child(dropped, &x.clock()->scheduler() == &engine); });
-        each(l.tables, [&](KeyedLimiter& k) { k.fork_reset_child(&k.clock_->scheduler() == &engine, engine.heap_); });
+        each(l.tables, [&](PerKeyLimiter& k) { k.fork_reset_child(&k.clock_->scheduler() == &engine, engine.heap_); });
     } catch (...) {
         // Out of memory for the list of dropped requests: those not yet reached stay queued.
     }

@@ -3,7 +3,7 @@
 Each event loop gets one bridge (``_core.LoopBridge``): the engine pushes completed waiters to it
 and writes one byte to a pipe per batch; the loop's reader callback (the bridge's ``drain``, in C++)
 resolves the batch's waits and schedules one ``resume`` that wakes their tasks. ``wait_async``
-(``_core.AsyncWait``) finds the bridge here; queued, it is itself the future its task waits on.
+(``_core.EngineLeaseWait``) finds the bridge here; queued, it is itself the future its task waits on.
 
 A bridge lives on its loop (an attribute), not in a global table: its queued waits reference the
 loop, so a loop dropped with waits still queued is a cycle the GC can see and collect, giving

@@ -60,9 +60,7 @@ async def sleep(seconds: float) -> None:
 async def _trio_wait(trio: Any, owner: Any, key: object, permit_count: int) -> Lease:
     notifier = _core.Notifier()
     queued = (
-        owner._enqueue(permit_count, -1, notifier, 0)
-        if key is None
-        else owner._enqueue(key, permit_count, -1, notifier, 0)
+        owner._enqueue(permit_count, -1, notifier) if key is None else owner._enqueue(key, permit_count, -1, notifier)
     )
     if isinstance(queued, Lease):
         return queued

@@ -15,7 +15,7 @@ from ._core import Lease
 class LeaseWait(Coroutine[Any, Any, Lease]):
     """What ``wait_async`` returns: ``await`` it for a lease, or ``async with`` it to have the
     lease released on exit; ``asyncio.create_task`` and the like take it as a coroutine (so do type
-    checkers). The engine's limiters return a C type, ``permits._core.AsyncWait`` (registered as
+    checkers). The engine's limiters return a C type, ``permits._core.EngineLeaseWait`` (registered as
     one); custom limiters, chains and partitions a Python one."""
 
     __slots__ = ()
@@ -29,7 +29,7 @@ class LeaseWait(Coroutine[Any, Any, Lease]):
     ) -> Awaitable[None]: ...
 
 
-LeaseWait.register(_core.AsyncWait)
+LeaseWait.register(_core.EngineLeaseWait)
 
 
 class _Steps(LeaseWait):
@@ -94,13 +94,13 @@ class _Ready(_Steps):
 
 
 class _Waitable(Protocol):
-    """What WaitAsync waits on: a limiter, or one key of a per-key limiter."""
+    """What PolledLeaseWait waits on: a limiter, or one key of a per-key limiter."""
 
     def _try_now(self, permit_count: int) -> Lease | None: ...
     def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]: ...
 
 
-class WaitAsync(_Steps):
+class PolledLeaseWait(_Steps):
     """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit;
     ``asyncio.create_task`` and the like take it as they take a coroutine."""
 

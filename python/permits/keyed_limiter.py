@@ -10,7 +10,7 @@ from . import _polling
 from ._core import Lease
 from ._durations import timeout_ns
 from ._limiter_base import LimiterBase
-from .awaitables import Attempt, LeaseWait, WaitAsync
+from .awaitables import Attempt, LeaseWait, PolledLeaseWait
 from .rate_limiter import Statistics, _check_permit_count
 
 
@@ -97,7 +97,7 @@ class KeyedRateLimiter(LimiterBase):
         """Waits for ``resource``'s permits (asyncio or trio); also an async context manager."""
         n = _check_permit_count(permit_count)
         self._check_open()
-        return WaitAsync(_OneResource(self, resource), n)
+        return PolledLeaseWait(_OneResource(self, resource), n)
 
     def available_permits(self, resource: object) -> int:
         return self.statistics(resource).current_available_permits
@@ -118,7 +118,7 @@ class KeyedRateLimiter(LimiterBase):
 
 
 class _OneResource:
-    """One resource of a keyed limiter, seen as a limiter by WaitAsync."""
+    """One resource of a keyed limiter, seen as a limiter by PolledLeaseWait."""
 
     __slots__ = ("_owner", "_resource")
 

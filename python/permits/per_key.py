@@ -14,7 +14,7 @@ from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_cou
 from .specs import Spec
 
 
-class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
+class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
     """What ``PartitionedLimiter.per_key`` returns for the engine's limiter kinds: every key's
     limiter lives in the engine's table; ``acquire`` makes no Python call per key."""
 
@@ -35,14 +35,14 @@ class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
         idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
         newest_first = queue_order is QueueOrder.NEWEST_FIRST
         KeyedRateLimiter.__init__(self, name=name, clock=clock)
-        _core.Keyed.__init__(
+        _core.PerKey.__init__(
             self, self._rl_clock, template.spec, queue_limit, newest_first, idle_ns, max_partitions or 0
         )
         self.spec = template.spec
         self.idle_timeout = idle_ns / 1e9
         self.max_partitions = max_partitions
 
-    def _core_self(self) -> _core.Keyed:
+    def _core_self(self) -> _core.PerKey:
         return self
 
     def _check_open(self) -> None:
@@ -57,7 +57,7 @@ class PerKeyLimiter(_core.Keyed, KeyedRateLimiter):  # type: ignore[misc]
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         n = _check_permit_count(permit_count)
-        result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None, 0)
+        result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None)
         return result if isinstance(result, Lease) else result.block()
 
     def available_permits(self, resource: object) -> int:

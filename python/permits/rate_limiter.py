@@ -10,7 +10,7 @@ from . import _polling
 from ._core import Lease
 from ._durations import timeout_ns
 from ._limiter_base import LimiterBase
-from .awaitables import Attempt, LeaseWait, WaitAsync
+from .awaitables import Attempt, LeaseWait, PolledLeaseWait
 
 
 class QueueOrder(enum.Enum):
@@ -121,7 +121,7 @@ class RateLimiter(LimiterBase):
         """Waits in the queue (asyncio). Also an async context manager releasing the lease on exit."""
         _check_permit_count(permit_count)
         self._check_open()
-        return WaitAsync(self, permit_count)
+        return PolledLeaseWait(self, permit_count)
 
     def available_permits(self) -> int:
         return self.statistics().current_available_permits

@@ -13,7 +13,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -220,22 +220,22 @@ void limiters_come_and_go() {
 
 // Per-key limiters under racing acquires, creations, evictions (a ticking clock) and waits:
 // with time frozen each key grants exactly its limit; with time moving nothing races (TSan).
-void keyed_partitions() {
+void per_key_partitions() {
     auto frozen = std::make_shared<ManualClock>(0);
-    auto keyed = std::make_shared<KeyedLimiter>(
-        frozen, KeyedTemplate::of<FixedWindow>(frozen, FixedWindowRule(100, 1'000'000), QueueOptions{}), 1000, 0);
+    auto per_key = std::make_shared<PerKeyLimiter>(
+        frozen, PerKeyTemplate::of<FixedWindow>(frozen, FixedWindowRule(100, 1'000'000), QueueOptions{}), 1000, 0);
     std::atomic<long> granted{0};
     run_threads(kThreads, [&](int t) {
         for (int i = 0; i < 3000; ++i) {
-            granted += keyed->acquire(std::to_string((i + t) % 5), 1).outcome.acquired ? 1 : 0;
+            granted += per_key->acquire(std::to_string((i + t) % 5), 1).outcome.acquired ? 1 : 0;
         }
     });
-    check(granted == 500, "keyed: each of 5 keys grants exactly its limit");
+    check(granted == 500, "per-key: each of 5 keys grants exactly its limit");
 
     auto clock = std::make_shared<ManualClock>(0);
-    auto churn = std::make_shared<KeyedLimiter>(
+    auto churn = std::make_shared<PerKeyLimiter>(
         clock,
-        KeyedTemplate::of<FixedWindow>(clock, FixedWindowRule(3, 1'000'000), QueueOptions{8, QueueOrder::OldestFirst}),
+        PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(3, 1'000'000), QueueOptions{8, QueueOrder::OldestFirst}),
         2'000'000, 16);
     std::atomic<bool> stop{false};
     std::thread ticker([&] {
@@ -260,13 +260,13 @@ void keyed_partitions() {
     });
     stop = true;
     ticker.join();
-    check(churn->size() <= 16, "keyed: the bound holds");
+    check(churn->size() <= 16, "per-key: the bound holds");
     churn->check_invariants();
     churn->close();
 
     // Held and given back through the table while keys come and go at the bound.
-    auto held = std::make_shared<KeyedLimiter>(
-        clock, KeyedTemplate::of<Concurrency>(clock, ConcurrencyRule(2), QueueOptions{}), 1'000'000, 12);
+    auto held = std::make_shared<PerKeyLimiter>(
+        clock, PerKeyTemplate::of<Concurrency>(clock, ConcurrencyRule(2), QueueOptions{}), 1'000'000, 12);
     std::atomic<bool> over{false};
     std::array<std::atomic<int>, 20> holders{};
     run_threads(kThreads, [&](int t) {
@@ -283,14 +283,14 @@ void keyed_partitions() {
             }
         }
     });
-    check(!over.load(), "keyed: a key never lends more than its limit");
+    check(!over.load(), "per-key: a key never lends more than its limit");
     for (int k = 0; k < 20; ++k) {
         const auto s = held->statistics(std::to_string(k));
-        check(!s || s->current_available_permits == 2, "keyed: every permit is back");
+        check(!s || s->current_available_permits == 2, "per-key: every permit is back");
     }
     held->check_invariants();
     held->close();
-    std::printf("keyed: %ld granted with time frozen; churn done\n", granted.load());
+    std::printf("per-key: %ld granted with time frozen; churn done\n", granted.load());
 }
 
 } // namespace
@@ -308,7 +308,7 @@ int main() {
         "sliding window counter: a window's own count never exceeds the limit",
         [](auto c) { return std::make_shared<SlidingWindowCounter>(c, 50, 1'000'000, QueueOptions{}, false); }, 50, 1);
     waiters_and_close();
-    keyed_partitions();
+    per_key_partitions();
     limiters_come_and_go();
     std::puts("stress: all invariants held");
     return 0;

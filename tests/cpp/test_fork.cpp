@@ -16,7 +16,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -233,8 +233,8 @@ TEST(Fork, EveryKindTimesOutInTheChildDespiteTheParentsTimer) {
 
 TEST(Fork, KeyedTableDropsTheParentsWaitersAndEvictsInTheChild) {
     auto clock = MonotonicClock::instance();
-    auto k = std::make_shared<KeyedLimiter>(clock, KeyedTemplate::of<Concurrency>(clock, ConcurrencyRule(2), kQueue),
-                                            20 * kMs, 0);
+    auto k = std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate::of<Concurrency>(clock, ConcurrencyRule(2), kQueue),
+                                             20 * kMs, 0);
     const Outcome a = k->acquire("a", 1).outcome;
     const Outcome b = k->acquire("a", 1).outcome;
     ASSERT_TRUE(a.acquired && b.acquired);

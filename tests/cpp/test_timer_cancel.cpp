@@ -7,7 +7,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 #include "permits/token_bucket.hpp"
 #include "support.hpp"
 
@@ -97,11 +97,11 @@ TEST(TimerCancel, TheEngineThreadLetsAClosedLimiterGo) {
 
 TEST(TimerCancel, AClosedKeyedTableDropsItsEvictionTimer) {
     auto clock = make_clock();
-    auto k = std::make_shared<KeyedLimiter>(clock, KeyedTemplate::of<Concurrency>(clock, ConcurrencyRule(1), kQueue),
-                                            kYear, 0);
+    auto k = std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate::of<Concurrency>(clock, ConcurrencyRule(1), kQueue),
+                                             kYear, 0);
     ASSERT_TRUE(k->acquire("a", 1).outcome.acquired);
     ASSERT_GE(clock->pending(), 1u);
-    const std::weak_ptr<KeyedLimiter> watch = k;
+    const std::weak_ptr<PerKeyLimiter> watch = k;
     k->close();
     EXPECT_EQ(clock->pending(), 0u);
     k.reset();

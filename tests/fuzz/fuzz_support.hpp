@@ -1,4 +1,4 @@
-// What the two libFuzzer targets share (fuzz_engine.cpp, fuzz_keyed.cpp): the verbose switch for
+// What the two libFuzzer targets share (fuzz_engine.cpp, fuzz_per_key.cpp): the verbose switch for
 // triage, the trace and CHECK macros, the limiter kinds, and the entry point's body. Each target is one
 // translation unit that includes this header once.
 #pragma once

@@ -1,5 +1,5 @@
 """The awaitable that ``wait_async`` returns for the engine's limiters and per-key tables
-(``permits._core.AsyncWait``): the generator protocol a task drives (send, throw, close), one
+(``permits._core.EngineLeaseWait``): the generator protocol a task drives (send, throw, close), one
 await per object, ``async with``, and the checks made when it is created.
 """
 

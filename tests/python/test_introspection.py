@@ -88,7 +88,7 @@ for attr in sorted(engine_names | {{n for n in dir(cls) if not n.startswith("_")
     try:
         value = getattr(obj, attr)
         if callable(value) and not inspect.iscoroutinefunction(value):
-            for args in ((), (1,), ("k", 1), (1, 1, None, 0), ("k", 1, 1, None, 0)):
+            for args in ((), (1,), ("k", 1), (1, 1, None), ("k", 1, 1, None)):
                 try:
                     value(*args)
                 except TypeError as exc:
@@ -115,7 +115,7 @@ print("done")
 """
 
 ENGINE_BACKED = [
-    ("_core", t.__name__) for t in ENGINE_TYPES if t.__name__ not in ("AsyncWait",) and t is not _core.Lease
+    ("_core", t.__name__) for t in ENGINE_TYPES if t.__name__ not in ("EngineLeaseWait",) and t is not _core.Lease
 ] + [
     ("permits", c.__name__)
     for c in PUBLIC_CLASSES
@@ -132,7 +132,7 @@ def test_methods_of_an_uninitialized_instance_raise_type_error(where: str, name:
 
 
 def test_types_without_a_constructor_cannot_be_made_uninitialized() -> None:
-    for cls in (_core.Lease, _core.AsyncWait):
+    for cls in (_core.Lease, _core.EngineLeaseWait):
         with pytest.raises(TypeError):
             cls.__new__(cls)
 

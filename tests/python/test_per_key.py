@@ -267,7 +267,7 @@ def test_a_million_keys_come_and_go_and_memory_returns() -> None:
     assert limiter.partition_count == 0
     after = _rss_kib()
     grown = peak - baseline
-    # Generous bounds (a key is a 64-byte record plus its slot and its look at eviction time):
+    # Generous bounds (a key is a 64-byte record plus its slot and its eviction check):
     # what one million keys cost, and that most of it came back.
     assert grown < 300_000, f"1M keys took {grown} KiB"
     assert after - baseline < grown / 2 + 50_000, f"baseline {baseline}, peak {peak}, after {after} KiB"

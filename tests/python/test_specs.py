@@ -333,7 +333,7 @@ def test_an_engine_class_takes_its_own_spec_only() -> None:
     with pytest.raises(TypeError, match=r"permits\.specs\.TokenBucket, got FixedWindow"):
         _core.TokenBucket(clock, FixedWindow(1, 1.0), 0, False, False)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"spec must be a permits\.specs spec"):
-        _core.Keyed(clock, "token_bucket", 0, False, 0, 0)  # type: ignore[arg-type]
+        _core.PerKey(clock, "token_bucket", 0, False, 0, 0)  # type: ignore[arg-type]
 
 
 # ---- Partition.of and the factories ----

@@ -7,7 +7,7 @@
 namespace permits {
 
 class Limiter;
-class KeyedLimiter;
+class PerKeyLimiter;
 class Notifier;
 
 namespace detail {
@@ -30,8 +30,8 @@ public:
     /// handlers only ever see an object whose own members are alive.
     static void add(Limiter* l);
     static void remove(Limiter* l) noexcept;
-    static void add(KeyedLimiter* k);
-    static void remove(KeyedLimiter* k) noexcept;
+    static void add(PerKeyLimiter* k);
+    static void remove(PerKeyLimiter* k) noexcept;
     static void add(Notifier* n);
     static void remove(Notifier* n) noexcept;
     /// An object's links (its classes let only the registry see them).

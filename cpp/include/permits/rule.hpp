@@ -1,6 +1,15 @@
 // An algorithm's arithmetic over a state kept elsewhere: one limiter's atomic word, a record in
-// the per-key table (keyed.hpp), a slot in a shared store. Rules are pure functions of
+// the per-key table (per_key.hpp), a slot in a shared store. Rules are pure functions of
 // (state, anchor, now), so every place that holds a state applies the same rules.
+//
+// The engine has two algorithm seams. The token bucket, fixed window, sliding window counter and
+// concurrency are Rules: their whole state is one 16-byte Pair, changed by one compare-and-swap.
+// The sliding window is not: besides its head it keeps a ring of per-segment counts (up to 65,536
+// segments), which no single atomic word holds, so it overrides Limiter's virtual functions instead
+// (sliding_window.hpp) and the per-key table keeps a full SlidingWindow for each of its keys. For a
+// shared-memory store this means: the four Rules can live in a shared slot as they are (the Pair,
+// with a 16-byte compare-and-swap that works across processes, and the anchor beside it); the
+// sliding window would need its ring in the shared region too, and a store protocol of its own.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,9 @@
-// Per-key limits in the engine. Each key is a 60-byte record in a sharded hash table: the rule's
-// state word, its anchor, its counters, its key and when eviction next looks at it; the table's
-// index adds a 4-byte slot and the eviction heap a 4-byte entry. A key becomes a full Limiter only
+// Per-key limits in the engine. Each key is a 60-byte record in a sharded hash table (key_table.hpp):
+// the rule's state word, its anchor, its counters, its key and when eviction next checks it; the
+// table's index adds a 4-byte slot and the eviction heap a 4-byte entry. A key becomes a full Limiter only
 // when one of its requests has to queue (or for kinds without a rule, the sliding window), and
 // stays one until evicted. A key is evicted once fully idle for longer than the idle timeout,
-// exactly then, by looks kept in a per-shard heap: O(evicted), no scan.
+// exactly then, by checks kept in a per-shard heap: O(evicted), no scan.
 // Keys are byte strings (the bindings encode Python keys with their type). No Python here.
 #pragma once
 
@@ -24,8 +24,12 @@
 
 namespace permits {
 
+namespace detail {
+struct KeyRecord;
+} // namespace detail
+
 /// What every key's limiter is.
-struct KeyedTemplate {
+struct PerKeyTemplate {
     /// Applied to each key's record; nullptr: every key gets a full limiter at once.
     std::shared_ptr<const Rule> rule;
     QueueOptions queue;
@@ -34,7 +38,7 @@ struct KeyedTemplate {
 
     /// For a RuleLimiter type L (TokenBucket, FixedWindow, ...) and its rule.
     template <class L, class R>
-    static KeyedTemplate of(const std::shared_ptr<Clock>& clock, const R& rule, QueueOptions queue) {
+    static PerKeyTemplate of(const std::shared_ptr<Clock>& clock, const R& rule, QueueOptions queue) {
         auto r = std::make_shared<const R>(rule);
         return {r, queue, [clock, r, queue](Nanos anchor, Pair state) {
                     return std::make_shared<L>(clock, *r, queue, anchor, state);
@@ -42,13 +46,13 @@ struct KeyedTemplate {
     }
 };
 
-class KeyedLimiter final : public TimerTarget, public std::enable_shared_from_this<KeyedLimiter> {
+class PerKeyLimiter final : public TimerTarget, public std::enable_shared_from_this<PerKeyLimiter> {
 public:
     /// `max_partitions` 0: no bound.
-    KeyedLimiter(std::shared_ptr<Clock> clock, KeyedTemplate tmpl, Nanos idle_timeout, std::int64_t max_partitions);
-    ~KeyedLimiter() override;
-    KeyedLimiter(const KeyedLimiter&) = delete;
-    KeyedLimiter& operator=(const KeyedLimiter&) = delete;
+    PerKeyLimiter(std::shared_ptr<Clock> clock, PerKeyTemplate tmpl, Nanos idle_timeout, std::int64_t max_partitions);
+    ~PerKeyLimiter() override;
+    PerKeyLimiter(const PerKeyLimiter&) = delete;
+    PerKeyLimiter& operator=(const PerKeyLimiter&) = delete;
 
     struct Result {
         Outcome outcome;
@@ -69,7 +73,7 @@ public:
     /// Returns permits granted by the key's record or its full limiter (a release or a refund).
     void give_back(std::string_view key, std::int64_t n, std::int64_t tag);
     /// Something changed the key's full limiter behind the table's back (a queued request left):
-    /// looks at it again when it will be idle.
+    /// checks it again when it will be idle.
     void recheck(std::string_view key);
     bool releases_permits() const noexcept { return releases_; }
 
@@ -88,14 +92,14 @@ public:
     /// A key's success and failure counts are 32-bit in its record; at this count the key moves
     /// to a full limiter, whose counts are 64-bit. Lowered only by tests.
     void set_count_limit_for_testing(std::uint32_t limit) noexcept { count_limit_ = limit; }
-    /// The table's own memory, by what it has allocated (records, index slots, look heap, keys
+    /// The table's own memory, by what it has allocated (records, index slots, check heap, keys
     /// too long to sit in their record, full limiters not counted): for benchmarks and tests.
     struct Memory {
         std::size_t bytes = 0;     ///< all of it
         std::size_t key_bytes = 0; ///< of which the keys' bytes (inline or on the heap)
     };
     Memory memory();
-    /// Checks the table's own consistency (index, records, look heap); throws std::logic_error
+    /// Checks the table's own consistency (index, records, check heap); throws std::logic_error
     /// naming what is wrong. O(keys): for tests and fuzzing.
     void check_invariants();
 
@@ -108,27 +112,20 @@ private:
     bool fork_try_lock() noexcept;
     void fork_unlock() noexcept;
     /// In a forked child, under every shard lock, the scheduler's timers gone (`timers_cleared`):
-    /// the eviction timer set again for the earliest look, into `engine`'s heap (the thread is
+    /// the eviction timer set again for the earliest check, into `engine`'s heap (the thread is
     /// started later); the keys' full limiters are reset on their own.
     void fork_reset_child(bool timers_cleared, TimerHeap& engine);
 
-    class KeyBytes;
-    struct Record;
     struct Shard;
     struct Located;
+    using Record = detail::KeyRecord;
     static constexpr std::size_t kShards = 64;
 
-    /// No record index (a lookup that found none, an empty free list) and no place in the look
-    /// heap. Lookups return an index or this rather than a std::optional: an optional's flag
-    /// byte, stored and then read back with its 4-byte value in one 8-byte load, cannot be
-    /// store-forwarded (with the Outcome built in place below: 32 -> 28 ns a keyed check, measured).
-    static constexpr std::uint32_t kNone = 0xffffffffU;
     /// The key's shard, locked, and its record's index: created if absent when `create`
-    /// (kNone at the bound; ClosedError once closed), else kNone when absent.
+    /// (detail::kNoRecord at the bound; ClosedError once closed), else kNoRecord when absent.
     Located locate(std::string_view key, bool create);
-    /// Under the shard's lock: the key's record index, created if absent; kNone at the bound.
+    /// Under the shard's lock: the key's record index, created if absent; kNoRecord at the bound.
     std::uint32_t find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash);
-    static std::uint32_t find_locked(const Shard& shard, std::string_view key, std::uint64_t hash);
     bool reserve_place() noexcept;
     /// Under the shard's lock: one fully idle partition dropped to make room.
     bool free_a_place_locked(Shard& shard, Nanos now);
@@ -136,8 +133,10 @@ private:
     /// When the key is (or will be, if nothing else happens) fully idle; kNever: in use.
     /// `poll`: in use in a way no give_back will report (a full limiter's queue or leases).
     Nanos full_at_locked(Record& r, bool& poll) const;
-    void look_at_locked(Shard& shard, std::uint32_t index, Nanos when);
-    void look_locked(Shard& shard, std::uint32_t index, Nanos now, std::int64_t& evicted);
+    /// The key's eviction check at `when` if sooner than its pending one, the timer set for it.
+    void check_at_locked(Shard& shard, std::uint32_t index, Nanos when);
+    /// The key's eviction check, due at `now`: drops it if idle for long enough, else sets the next.
+    void check_locked(Shard& shard, std::uint32_t index, Nanos now, std::int64_t& evicted);
     std::shared_ptr<Limiter>& promote_locked(Record& r);
     /// Promotes the record if its 32-bit counts are at their limit; true when promoted.
     bool promoted_locked(Record& r);
@@ -148,7 +147,7 @@ private:
     void schedule(Nanos when);
 
     std::shared_ptr<Clock> clock_;
-    const KeyedTemplate tmpl_;
+    const PerKeyTemplate tmpl_;
     const bool releases_; // the rule's, asked once: every per-key lease reads it
     const Nanos idle_timeout_;
     const std::int64_t max_partitions_;
@@ -157,9 +156,9 @@ private:
     std::atomic<bool> closed_{false};
     std::atomic<std::int64_t> dropped_successful_{0};
     std::atomic<std::int64_t> dropped_failed_{0};
-    std::atomic<Nanos> scheduled_at_{kNever}; // the earliest look the clock's timer is set for
+    std::atomic<Nanos> scheduled_at_{kNever}; // the earliest check the clock's timer is set for
     std::uint32_t count_limit_ = 0xffffffffU;
-    detail::ForkLinks<KeyedLimiter> fork_links_;
+    detail::ForkLinks<PerKeyLimiter> fork_links_;
 };
 
 } // namespace permits

@@ -1,4 +1,4 @@
-// KeyedLimiter: a limiter per key, built on first use, dropped once idle (docs/design.md, Partitions).
+// PerKeyLimiter: a limiter per key, built on first use, dropped once idle (docs/design.md, Partitions).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,7 +8,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/token_bucket.hpp"
 #include "support.hpp"
@@ -18,24 +18,24 @@ using namespace permits::testing;
 
 namespace {
 
-std::shared_ptr<KeyedLimiter> make_keyed(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
-                                         Nanos idle_timeout, std::int64_t max_partitions = 0) {
-    auto tmpl = KeyedTemplate::of<FixedWindow>(clock, FixedWindowRule(limit, 10 * kSec),
-                                               QueueOptions{4, QueueOrder::OldestFirst});
-    return std::make_shared<KeyedLimiter>(clock, tmpl, idle_timeout, max_partitions);
+std::shared_ptr<PerKeyLimiter> make_per_key(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
+                                            Nanos idle_timeout, std::int64_t max_partitions = 0) {
+    auto tmpl = PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(limit, 10 * kSec),
+                                                QueueOptions{4, QueueOrder::OldestFirst});
+    return std::make_shared<PerKeyLimiter>(clock, tmpl, idle_timeout, max_partitions);
 }
 
 template <class L, class R>
-std::shared_ptr<KeyedLimiter> keyed_of(const std::shared_ptr<ManualClock>& clock, const R& rule, Nanos idle_timeout,
-                                       QueueOptions queue = {}) {
-    return std::make_shared<KeyedLimiter>(clock, KeyedTemplate::of<L>(clock, rule, queue), idle_timeout, 0);
+std::shared_ptr<PerKeyLimiter> per_key_of(const std::shared_ptr<ManualClock>& clock, const R& rule, Nanos idle_timeout,
+                                          QueueOptions queue = {}) {
+    return std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate::of<L>(clock, rule, queue), idle_timeout, 0);
 }
 
 } // namespace
 
-TEST(Keyed, EachKeyHasItsOwnLimit) {
+TEST(PerKey, EachKeyHasItsOwnLimit) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 2, 10 * kSec);
+    auto k = make_per_key(clock, 2, 10 * kSec);
     EXPECT_TRUE(k->acquire("a", 2).outcome.acquired);
     EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
     EXPECT_TRUE(k->acquire("b", 2).outcome.acquired);
@@ -45,9 +45,9 @@ TEST(Keyed, EachKeyHasItsOwnLimit) {
     EXPECT_EQ(t.total_failed_leases, 1);
 }
 
-TEST(Keyed, AnIdlePartitionIsDroppedOnlyAfterTheIdleTimeout) {
+TEST(PerKey, AnIdlePartitionIsDroppedOnlyAfterTheIdleTimeout) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1, 5 * kSec);
+    auto k = make_per_key(clock, 1, 5 * kSec);
     ASSERT_TRUE(k->acquire("a", 1).outcome.acquired); // window 0: full again at 10 s
     clock->advance(14 * kSec);
     EXPECT_EQ(k->size(), 1); // idle for 4 s
@@ -58,18 +58,18 @@ TEST(Keyed, AnIdlePartitionIsDroppedOnlyAfterTheIdleTimeout) {
     EXPECT_EQ(k->totals().total_successful_leases, 1); // its counts are kept
 }
 
-TEST(Keyed, EvictionNeverLoosensALimit) {
+TEST(PerKey, EvictionNeverLoosensALimit) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1, 1 * kSec);
+    auto k = make_per_key(clock, 1, 1 * kSec);
     ASSERT_TRUE(k->acquire("a", 1).outcome.acquired);
     clock->advance(9 * kSec); // unused for 9 s, but its window still holds the grant
     EXPECT_EQ(k->size(), 1);
     EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
 }
 
-TEST(Keyed, AQueuedRequestKeepsItsPartition) {
+TEST(PerKey, AQueuedRequestKeepsItsPartition) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1, 1 * kSec);
+    auto k = make_per_key(clock, 1, 1 * kSec);
     ASSERT_TRUE(k->acquire("a", 1).outcome.acquired);
     auto q = k->enqueue("a", 1, -1);
     ASSERT_TRUE(q.enqueued.waiter);
@@ -80,9 +80,9 @@ TEST(Keyed, AQueuedRequestKeepsItsPartition) {
     EXPECT_EQ(k->size(), 0);
 }
 
-TEST(Keyed, AtTheBoundANewKeyTakesAnIdlePartitionsPlaceOrIsRefused) {
+TEST(PerKey, AtTheBoundANewKeyTakesAnIdlePartitionsPlaceOrIsRefused) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1, 100 * kSec, 1);
+    auto k = make_per_key(clock, 1, 100 * kSec, 1);
     ASSERT_TRUE(k->acquire("a", 1).outcome.acquired);
     const Outcome refused = k->acquire("b", 1).outcome;
     EXPECT_FALSE(refused.acquired);
@@ -93,9 +93,9 @@ TEST(Keyed, AtTheBoundANewKeyTakesAnIdlePartitionsPlaceOrIsRefused) {
     EXPECT_EQ(k->size(), 1);
 }
 
-TEST(Keyed, ChurnLeavesNoPendingLooksBehind) {
+TEST(PerKey, ChurnLeavesNoPendingLooksBehind) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1, 1 * kSec, 1);
+    auto k = make_per_key(clock, 1, 1 * kSec, 1);
     for (int i = 0; i < 2000; ++i) {
         clock->advance(10 * kSec); // the previous key is idle
         ASSERT_TRUE(k->acquire(std::to_string(i), 1).outcome.acquired) << i;
@@ -105,9 +105,9 @@ TEST(Keyed, ChurnLeavesNoPendingLooksBehind) {
     EXPECT_EQ(k->size(), 0);
 }
 
-TEST(Keyed, CloseFailsWaitersInEveryPartitionAndLaterCallsThrow) {
+TEST(PerKey, CloseFailsWaitersInEveryPartitionAndLaterCallsThrow) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1, 1 * kSec);
+    auto k = make_per_key(clock, 1, 1 * kSec);
     std::vector<std::shared_ptr<Waiter>> waiters;
     for (const char* key : {"a", "b"}) {
         ASSERT_TRUE(k->acquire(key, 1).outcome.acquired);
@@ -120,9 +120,9 @@ TEST(Keyed, CloseFailsWaitersInEveryPartitionAndLaterCallsThrow) {
     EXPECT_THROW(k->acquire("a", 1), ClosedError);
 }
 
-TEST(Keyed, ManyThreadsOnFewKeysGetExactPerKeyTotals) {
+TEST(PerKey, ManyThreadsOnFewKeysGetExactPerKeyTotals) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1000, 100 * kSec);
+    auto k = make_per_key(clock, 1000, 100 * kSec);
     std::atomic<int> granted{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
@@ -139,9 +139,9 @@ TEST(Keyed, ManyThreadsOnFewKeysGetExactPerKeyTotals) {
     EXPECT_EQ(k->totals().total_failed_leases, 8000 - 3000);
 }
 
-TEST(Keyed, AReleaseComesBackToTheKeyAndItIsEvictedExactlyIdleTimeoutLater) {
+TEST(PerKey, AReleaseComesBackToTheKeyAndItIsEvictedExactlyIdleTimeoutLater) {
     auto clock = make_clock();
-    auto k = keyed_of<Concurrency>(clock, ConcurrencyRule(1), 5 * kSec);
+    auto k = per_key_of<Concurrency>(clock, ConcurrencyRule(1), 5 * kSec);
     const auto held = k->acquire("a", 1);
     ASSERT_TRUE(held.outcome.acquired);
     EXPECT_FALSE(held.promoted); // decided by the key's record
@@ -158,9 +158,9 @@ TEST(Keyed, AReleaseComesBackToTheKeyAndItIsEvictedExactlyIdleTimeoutLater) {
     EXPECT_EQ(k->totals().total_failed_leases, 1);
 }
 
-TEST(Keyed, ARefundGoesBackToTheKeysBucketAndWindow) {
+TEST(PerKey, ARefundGoesBackToTheKeysBucketAndWindow) {
     auto clock = make_clock();
-    auto tb = keyed_of<TokenBucket>(clock, TokenBucketRule(2, 1, 10 * kSec), 60 * kSec);
+    auto tb = per_key_of<TokenBucket>(clock, TokenBucketRule(2, 1, 10 * kSec), 60 * kSec);
     const auto first = tb->acquire("a", 2);
     ASSERT_TRUE(first.outcome.acquired);
     EXPECT_FALSE(tb->acquire("a", 1).outcome.acquired);
@@ -168,7 +168,7 @@ TEST(Keyed, ARefundGoesBackToTheKeysBucketAndWindow) {
     EXPECT_TRUE(tb->acquire("a", 1).outcome.acquired);
     EXPECT_FALSE(tb->acquire("a", 1).outcome.acquired);
 
-    auto fw = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
+    auto fw = per_key_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
     const auto granted = fw->acquire("a", 1);
     fw->give_back("a", 1, granted.outcome.tag); // same window: counted back
     const auto again = fw->acquire("a", 1);
@@ -179,9 +179,9 @@ TEST(Keyed, ARefundGoesBackToTheKeysBucketAndWindow) {
     EXPECT_FALSE(fw->acquire("a", 1).outcome.acquired);
 }
 
-TEST(Keyed, AFailedRecordRequestReportsTheExactRetryAfter) {
+TEST(PerKey, AFailedRecordRequestReportsTheExactRetryAfter) {
     auto clock = make_clock();
-    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(4, 2, 10 * kSec), 60 * kSec);
+    auto k = per_key_of<TokenBucket>(clock, TokenBucketRule(4, 2, 10 * kSec), 60 * kSec);
     clock->advance(3 * kSec); // the key's anchor: 3 s
     ASSERT_TRUE(k->acquire("a", 4).outcome.acquired);
     clock->advance(4 * kSec);
@@ -195,9 +195,9 @@ TEST(Keyed, AFailedRecordRequestReportsTheExactRetryAfter) {
     EXPECT_THROW(k->acquire("a", 5), std::invalid_argument);
 }
 
-TEST(Keyed, AQueuedRequestCarriesTheKeysStateIntoItsOwnLimiter) {
+TEST(PerKey, AQueuedRequestCarriesTheKeysStateIntoItsOwnLimiter) {
     auto clock = make_clock();
-    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(3, 3, 10 * kSec), 60 * kSec, {5, QueueOrder::OldestFirst});
+    auto k = per_key_of<TokenBucket>(clock, TokenBucketRule(3, 3, 10 * kSec), 60 * kSec, {5, QueueOrder::OldestFirst});
     ASSERT_TRUE(k->acquire("a", 3).outcome.acquired);
     EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
     clock->advance(4 * kSec);
@@ -220,9 +220,9 @@ TEST(Keyed, AQueuedRequestCarriesTheKeysStateIntoItsOwnLimiter) {
     EXPECT_EQ(k->totals().total_successful_leases, 3);
 }
 
-TEST(Keyed, QueueFullAndZeroTimeoutAreDecidedByTheRecord) {
+TEST(PerKey, QueueFullAndZeroTimeoutAreDecidedByTheRecord) {
     auto clock = make_clock();
-    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(3, 10 * kSec), 60 * kSec, {1, QueueOrder::OldestFirst});
+    auto k = per_key_of<FixedWindow>(clock, FixedWindowRule(3, 10 * kSec), 60 * kSec, {1, QueueOrder::OldestFirst});
     ASSERT_TRUE(k->acquire("a", 3).outcome.acquired);
     const auto full = k->enqueue("a", 2, -1); // more than the queue limit
     EXPECT_EQ(full.owner, nullptr);
@@ -235,9 +235,9 @@ TEST(Keyed, QueueFullAndZeroTimeoutAreDecidedByTheRecord) {
     EXPECT_EQ(s.total_failed_leases, 1); // the timeout is not counted, as in a limiter
 }
 
-TEST(Keyed, LongBinaryAndNearlyEqualKeysAreDistinct) {
+TEST(PerKey, LongBinaryAndNearlyEqualKeysAreDistinct) {
     auto clock = make_clock();
-    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
+    auto k = per_key_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
     const std::vector<std::string> keys = {
         "",
         std::string("\0", 1),
@@ -262,9 +262,9 @@ TEST(Keyed, LongBinaryAndNearlyEqualKeysAreDistinct) {
 
 // An inline key is compared a few words at a time: keys of every inline length that differ in a
 // single byte, at every position, are still different partitions.
-TEST(Keyed, InlineKeysDifferingInOneByteAreDistinct) {
+TEST(PerKey, InlineKeysDifferingInOneByteAreDistinct) {
     auto clock = make_clock();
-    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
+    auto k = per_key_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
     std::vector<std::string> keys;
     for (std::size_t n = 1; n <= 14; ++n) {
         const std::string base(n, 'k');
@@ -285,9 +285,9 @@ TEST(Keyed, InlineKeysDifferingInOneByteAreDistinct) {
     k->check_invariants();
 }
 
-TEST(Keyed, KeysOutliveTheirNeighboursEvictionAndMemoryIsResetOnceAllAreGone) {
+TEST(PerKey, KeysOutliveTheirNeighboursEvictionAndMemoryIsResetOnceAllAreGone) {
     auto clock = make_clock();
-    auto k = keyed_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 5 * kSec);
+    auto k = per_key_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 5 * kSec);
     for (int i = 0; i < 10000; ++i) {
         ASSERT_TRUE(k->acquire("early" + std::to_string(i), 1).outcome.acquired);
     }
@@ -308,11 +308,11 @@ TEST(Keyed, KeysOutliveTheirNeighboursEvictionAndMemoryIsResetOnceAllAreGone) {
     EXPECT_TRUE(k->acquire("again", 1).outcome.acquired); // the table works after being reset
 }
 
-TEST(Keyed, KindsWithoutARuleGetAFullLimiterPerKey) {
+TEST(PerKey, KindsWithoutARuleGetAFullLimiterPerKey) {
     auto clock = make_clock();
     const QueueOptions q{};
     auto make = [clock, q](Nanos, Pair) { return std::make_shared<SlidingWindow>(clock, 2, 10 * kSec, 2, q, false); };
-    auto k = std::make_shared<KeyedLimiter>(clock, KeyedTemplate{nullptr, q, make}, 1 * kSec, 0);
+    auto k = std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate{nullptr, q, make}, 1 * kSec, 0);
     const auto a = k->acquire("a", 2);
     ASSERT_TRUE(a.outcome.acquired);
     EXPECT_TRUE(a.promoted);
@@ -324,9 +324,9 @@ TEST(Keyed, KindsWithoutARuleGetAFullLimiterPerKey) {
     EXPECT_EQ(k->size(), 0);
 }
 
-TEST(Keyed, AKeyWhoseCountsReachTheirLimitMovesToAFullLimiterAndKeepsEveryCount) {
+TEST(PerKey, AKeyWhoseCountsReachTheirLimitMovesToAFullLimiterAndKeepsEveryCount) {
     auto clock = make_clock();
-    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(100, 100, 10 * kSec), 60 * kSec);
+    auto k = per_key_of<TokenBucket>(clock, TokenBucketRule(100, 100, 10 * kSec), 60 * kSec);
     k->set_count_limit_for_testing(3); // 2^32 - 1 in use
     for (int i = 0; i < 3; ++i) {
         const auto r = k->acquire("a", 1);
@@ -353,12 +353,12 @@ TEST(Keyed, AKeyWhoseCountsReachTheirLimitMovesToAFullLimiterAndKeepsEveryCount)
     EXPECT_EQ(k->totals().total_failed_leases, 5);
 }
 
-TEST(Keyed, EvictionFollowsEachKeysOwnIdleTimeAcrossManyKeysAndRefunds) {
+TEST(PerKey, EvictionFollowsEachKeysOwnIdleTimeAcrossManyKeysAndRefunds) {
     // Keys idle at scattered times, some refunded to idle sooner: each is evicted exactly when it
-    // has been idle for longer than the timeout, whatever order the looks were set in.
+    // has been idle for longer than the timeout, whatever order the checks were set in.
     auto clock = make_clock();
     const Nanos idle = 5 * kSec;
-    auto k = keyed_of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), idle);
+    auto k = per_key_of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), idle);
     std::vector<Nanos> full_at(500);
     std::vector<Outcome> granted(500);
     for (int i = 0; i < 500; ++i) {
@@ -382,12 +382,12 @@ TEST(Keyed, EvictionFollowsEachKeysOwnIdleTimeAcrossManyKeysAndRefunds) {
     }
 }
 
-TEST(Keyed, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
-    // Each new key at the bound drops an idle partition wherever its look sits in the heap; the
-    // looks are out of order by then (each first look at 20 s sets the next at full + 20 s).
+TEST(PerKey, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
+    // Each new key at the bound drops an idle partition wherever its check sits in the heap; the
+    // checks are out of order by then (each first check at 20 s sets the next at full + 20 s).
     auto clock = make_clock();
-    auto tmpl = KeyedTemplate::of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), QueueOptions{});
-    auto k = std::make_shared<KeyedLimiter>(clock, tmpl, 20 * kSec, 300);
+    auto tmpl = PerKeyTemplate::of<TokenBucket>(clock, TokenBucketRule(10, 1, 1 * kSec), QueueOptions{});
+    auto k = std::make_shared<PerKeyLimiter>(clock, tmpl, 20 * kSec, 300);
     int created = 0;
     auto fill = [&](const char* prefix) {
         for (int i = 0; k->size() < 300; ++i, ++created) {
@@ -396,7 +396,7 @@ TEST(Keyed, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
         }
     };
     fill("old");
-    clock->advance(23 * kSec - clock->now()); // every first look done; the keys full at < 3 s evicted
+    clock->advance(23 * kSec - clock->now()); // every first check done; the keys full at < 3 s evicted
     ASSERT_LT(k->size(), 300);
     fill("refill");
     std::int64_t granted = 0;
@@ -412,9 +412,9 @@ TEST(Keyed, NewKeysAtTheBoundTakeIdlePlacesAndTheTableStaysConsistent) {
     k->check_invariants();
 }
 
-TEST(Keyed, MemoryCountsRecordsIndexLooksAndLongKeysAndComesBackWhenAllAreGone) {
+TEST(PerKey, MemoryCountsRecordsIndexChecksAndLongKeysAndComesBackWhenAllAreGone) {
     auto clock = make_clock();
-    auto k = make_keyed(clock, 1, 1 * kSec);
+    auto k = make_per_key(clock, 1, 1 * kSec);
     const auto empty = k->memory();
     EXPECT_EQ(empty.key_bytes, 0U);
     constexpr int kKeys = 10'000;
@@ -428,7 +428,7 @@ TEST(Keyed, MemoryCountsRecordsIndexLooksAndLongKeysAndComesBackWhenAllAreGone) 
     const auto full = k->memory();
     EXPECT_EQ(full.key_bytes, key_bytes);
     const double per_key = static_cast<double>(full.bytes - empty.bytes) / kKeys;
-    // A 64-byte record each, plus index slots and look entries (4 bytes each, tables run 57-85%
+    // A 64-byte record each, plus index slots and check-heap entries (4 bytes each, tables run 57-85%
     // full) and the long keys' heap bytes; chunks of 64 records across 64 shards add up to 63
     // unused records a shard.
     const double long_keys = 45.0 / 10;

@@ -1,5 +1,5 @@
-// libFuzzer target over the per-key table (keyed.hpp), differential: every operation goes to a
-// KeyedLimiter, whose keys are 64-byte records, and to a reference table of full limiters, one per
+// libFuzzer target over the per-key table (per_key.hpp), differential: every operation goes to a
+// PerKeyLimiter, whose keys are 64-byte records, and to a reference table of full limiters, one per
 // key, kept by this harness with eviction written straight from the rule ("a key is dropped once
 // fully idle for longer than idle_timeout"). They must agree on every outcome (acquired, reason,
 // retry_after to the nanosecond, tag), every key's statistics, the partition count and the totals,
@@ -27,7 +27,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -36,12 +36,12 @@
 
 namespace {
 
-using permits::KeyedLimiter;
-using permits::KeyedTemplate;
 using permits::Limiter;
 using permits::Nanos;
 using permits::Outcome;
 using permits::Pair;
+using permits::PerKeyLimiter;
+using permits::PerKeyTemplate;
 using permits::QueueOptions;
 using permits::Statistics;
 using permits_fuzz::Kind;
@@ -84,7 +84,7 @@ public:
                       in_.ConsumeBool() ? permits::QueueOrder::NewestFirst : permits::QueueOrder::OldestFirst};
             bound_ = in_.ConsumeIntegralInRange<std::int64_t>(0, 4);
         }
-        keyed_ = std::make_shared<KeyedLimiter>(clock_, make_template(), idle_, bound_);
+        keyed_ = std::make_shared<PerKeyLimiter>(clock_, make_template(), idle_, bound_);
         trace("setup queues=%d kind=%d limit=%lld per=%lld segments=%lld period=%lld idle=%lld\n", queues_,
               static_cast<int>(kind_), ll(limit_), ll(per_period_), ll(segments_), ll(period_), ll(idle_));
         static const char* const kKeys[] = {"", "a", "b", "user-12345", "abcdefghijklmn", "abcdefghijklmno"};
@@ -112,28 +112,28 @@ public:
     }
 
 private:
-    KeyedTemplate make_template() {
+    PerKeyTemplate make_template() {
         auto c = clock_;
         switch (kind_) {
         case Kind::Concurrency:
-            return KeyedTemplate::of<permits::Concurrency>(c, permits::ConcurrencyRule(limit_), queue_);
+            return PerKeyTemplate::of<permits::Concurrency>(c, permits::ConcurrencyRule(limit_), queue_);
         case Kind::TokenBucket:
-            return KeyedTemplate::of<permits::TokenBucket>(c, permits::TokenBucketRule(limit_, per_period_, period_),
-                                                           queue_);
+            return PerKeyTemplate::of<permits::TokenBucket>(c, permits::TokenBucketRule(limit_, per_period_, period_),
+                                                            queue_);
         case Kind::FixedWindow:
-            return KeyedTemplate::of<permits::FixedWindow>(c, permits::FixedWindowRule(limit_, period_), queue_);
+            return PerKeyTemplate::of<permits::FixedWindow>(c, permits::FixedWindowRule(limit_, period_), queue_);
         case Kind::SlidingWindowCounter:
-            return KeyedTemplate::of<permits::SlidingWindowCounter>(
+            return PerKeyTemplate::of<permits::SlidingWindowCounter>(
                 c, permits::SlidingWindowCounterRule(limit_, period_), queue_);
         case Kind::SlidingWindow:
         default: {
             const auto limit = limit_, segments = segments_;
             const Nanos window = period_;
             const QueueOptions q = queue_;
-            return KeyedTemplate{nullptr, q, [c, limit, window, segments, q](Nanos, Pair) {
-                                     return std::make_shared<permits::SlidingWindow>(c, limit, window, segments, q,
-                                                                                     false);
-                                 }};
+            return PerKeyTemplate{nullptr, q, [c, limit, window, segments, q](Nanos, Pair) {
+                                      return std::make_shared<permits::SlidingWindow>(c, limit, window, segments, q,
+                                                                                      false);
+                                  }};
         }
         }
     }
@@ -144,7 +144,7 @@ private:
         if (it != ref_.end()) {
             return it->second;
         }
-        const KeyedTemplate t = make_template();
+        const PerKeyTemplate t = make_template();
         const Nanos now = clock_->now();
         return ref_[key] = t.promote(now, t.rule ? t.rule->initial(now) : Pair{});
     }
@@ -180,7 +180,7 @@ private:
     void advance(Nanos delta) {
         delta = std::clamp<Nanos>(delta, 0, permits::kMaxTime - clock_->now());
         trace("advance %lld to %lld\n", ll(delta), ll(clock_->now() + delta));
-        clock_->advance(delta); // the table's looks run here
+        clock_->advance(delta); // the table's eviction checks run here
         evict_reference();
     }
 
@@ -357,7 +357,7 @@ private:
     QueueOptions queue_{};
     std::int64_t bound_ = 0;
     std::shared_ptr<permits::ManualClock> clock_;
-    std::shared_ptr<KeyedLimiter> keyed_;
+    std::shared_ptr<PerKeyLimiter> keyed_;
     std::vector<std::string> keys_;
     std::map<std::string, std::shared_ptr<Limiter>> ref_;
     std::int64_t ref_dropped_successful_ = 0;

@@ -9,13 +9,13 @@
 #include <variant>
 
 #include "args.hpp"
-#include "async_wait.hpp"
+#include "engine_lease_wait.hpp"
 #include "fastcall.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
-#include "permits/keyed.hpp"
+#include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -28,11 +28,11 @@ namespace {
 
 // A lease for a per-key outcome: its permits go back through the table, which tells the key's
 // record or full limiter and notes when the key will be idle (exact eviction).
-PyObject* lease_of(const Outcome& o, KeyedLimiter& keyed, PyObject* resource) {
+PyObject* lease_of(const Outcome& o, PerKeyLimiter& per_key, PyObject* resource) {
     if (!o.acquired) {
         return py_lease::from_outcome(o, nullptr);
     }
-    return py_lease::from_keyed_outcome(o, keyed, resource);
+    return py_lease::from_per_key_outcome(o, per_key, resource);
 }
 
 py::object steal(PyObject* obj) {
@@ -42,8 +42,8 @@ py::object steal(PyObject* obj) {
     return py::reinterpret_steal<py::object>(obj);
 }
 
-KeyedTemplate make_template(const std::shared_ptr<Clock>& clock, py::handle spec, py::handle queue_limit,
-                            bool newest_first) {
+PerKeyTemplate make_template(const std::shared_ptr<Clock>& clock, py::handle spec, py::handle queue_limit,
+                             bool newest_first) {
     const QueueOptions q{int_arg(queue_limit, "queue_limit"),
                          newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
     if (q.queue_limit < 0 || q.queue_limit > kMaxPermits) {
@@ -51,19 +51,19 @@ KeyedTemplate make_template(const std::shared_ptr<Clock>& clock, py::handle spec
     }
     return std::visit(
         Overloaded{
-            [&](const TokenBucketRule& rule) { return KeyedTemplate::of<TokenBucket>(clock, rule, q); },
-            [&](const FixedWindowRule& rule) { return KeyedTemplate::of<FixedWindow>(clock, rule, q); },
+            [&](const TokenBucketRule& rule) { return PerKeyTemplate::of<TokenBucket>(clock, rule, q); },
+            [&](const FixedWindowRule& rule) { return PerKeyTemplate::of<FixedWindow>(clock, rule, q); },
             [&](const SlidingWindowCounterRule& rule) {
-                return KeyedTemplate::of<SlidingWindowCounter>(clock, rule, q);
+                return PerKeyTemplate::of<SlidingWindowCounter>(clock, rule, q);
             },
-            [&](const ConcurrencyRule& rule) { return KeyedTemplate::of<Concurrency>(clock, rule, q); },
+            [&](const ConcurrencyRule& rule) { return PerKeyTemplate::of<Concurrency>(clock, rule, q); },
             [&](const SlidingWindowParams& p) {
                 // Its state is a ring of segments, not one word: every key gets a full limiter.
                 auto make = [clock, p, q](Nanos, Pair) {
                     return std::make_shared<SlidingWindow>(clock, p.permit_limit, p.window, p.segments, q, false);
                 };
                 make(0, Pair{}); // builds one now, so that a bad option is a ValueError here rather than at first use
-                return KeyedTemplate{nullptr, q, make};
+                return PerKeyTemplate{nullptr, q, make};
             },
         },
         read_spec(spec));
@@ -72,7 +72,7 @@ KeyedTemplate make_template(const std::shared_ptr<Clock>& clock, py::handle spec
 // acquire(resource, permit_count=1) (and _try_now, wait_async) as a METH_FASTCALL method: the
 // per-key hot path.
 template <FastCall kind>
-PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+PyObject* per_key_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs < 1 || nargs + nkw > 2) {
         PyErr_SetString(PyExc_TypeError, "takes a resource and at most a permit_count");
@@ -90,68 +90,68 @@ PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
         if (!encode_key(args[0], key)) {
             return nullptr;
         }
-        const auto* keyed = holder_of<KeyedLimiter>(self);
-        if (keyed == nullptr) {
+        const auto* per_key = holder_of<PerKeyLimiter>(self);
+        if (per_key == nullptr) {
             return nullptr;
         }
         if constexpr (kind == FastCall::Acquire) {
-            return lease_of((*keyed)->acquire(key.view(), n).outcome, **keyed, args[0]);
+            return lease_of((*per_key)->acquire(key.view(), n).outcome, **per_key, args[0]);
         } else if constexpr (kind == FastCall::TryNow) {
-            const auto r = (*keyed)->try_now(key.view(), n);
-            return r ? lease_of(r->outcome, **keyed, args[0]) : Py_NewRef(Py_None);
+            const auto r = (*per_key)->try_now(key.view(), n);
+            return r ? lease_of(r->outcome, **per_key, args[0]) : Py_NewRef(Py_None);
         } else {
-            if ((*keyed)->closed()) {
+            if ((*per_key)->closed()) {
                 throw ClosedError();
             }
             WaitTarget target;
             target.owner = Py_NewRef(self);
-            target.keyed = keyed->get();
+            target.per_key = per_key->get();
             target.key = Py_NewRef(args[0]);
             target.encoded = std::string(key.view());
-            return new_async_wait(std::move(target), n);
+            return new_engine_lease_wait(std::move(target), n);
         }
     });
 }
 
 template <FastCall kind> void install(py::handle cls, const char* name, const char* doc) {
-    static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&keyed_call<kind>)),
+    static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&per_key_call<kind>)),
                               METH_FASTCALL | METH_KEYWORDS, doc};
     install_method(cls, def);
 }
 
 } // namespace
 
-void bind_keyed(py::module_& m) {
+void bind_per_key(py::module_& m) {
     auto cls =
-        py::class_<KeyedLimiter, std::shared_ptr<KeyedLimiter>>(m, "Keyed")
+        py::class_<PerKeyLimiter, std::shared_ptr<PerKeyLimiter>>(m, "PerKey")
             .def(py::init([](std::shared_ptr<Clock> clock, py::handle spec, py::handle queue_limit, bool newest_first,
                              Nanos idle_timeout_ns, std::int64_t max_partitions) {
                      auto tmpl = make_template(clock, spec, queue_limit, newest_first);
-                     return std::make_shared<KeyedLimiter>(std::move(clock), std::move(tmpl), idle_timeout_ns,
-                                                           max_partitions);
+                     return std::make_shared<PerKeyLimiter>(std::move(clock), std::move(tmpl), idle_timeout_ns,
+                                                            max_partitions);
                  }),
                  py::arg("clock"), py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),
                  py::arg("idle_timeout_ns"), py::arg("max_partitions"))
             .def(
                 "_enqueue",
                 [](py::handle self_obj, py::handle resource, py::handle n, Nanos timeout_ns,
-                   std::shared_ptr<Notifier> notifier, std::uint64_t id) -> py::object {
-                    const auto self = shared_self_of<KeyedLimiter>(self_obj);
+                   std::shared_ptr<Notifier> notifier) -> py::object {
+                    const auto self = shared_self_of<PerKeyLimiter>(self_obj);
                     const std::string key = key_of(resource);
-                    auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier), id);
+                    auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier));
                     if (q.enqueued.waiter) {
                         return py::cast(
                             WaitHandle(q.owner, q.enqueued.waiter, self, py::reinterpret_borrow<py::object>(resource)));
                     }
                     return steal(lease_of(q.enqueued.outcome, *self, resource.ptr()));
                 },
-                py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"), py::arg("id"),
-                "_enqueue(self, resource, permit_count, timeout_ns, notifier, id)\n--\n\nA lease now, or a "
+                py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"),
+                "_enqueue(self, resource, permit_count, timeout_ns, notifier)\n--\n\nA lease now, or a "
                 "WaitHandle.")
             .def(
                 "_statistics",
                 [](py::handle self, py::handle resource) -> py::object {
-                    const auto s = self_of<KeyedLimiter>(self).statistics(key_of(resource));
+                    const auto s = self_of<PerKeyLimiter>(self).statistics(key_of(resource));
                     if (!s) {
                         return py::none();
                     }
@@ -160,11 +160,11 @@ void bind_keyed(py::module_& m) {
                 },
                 "_statistics(self, resource, /)\n--\n\nThe key's statistics tuple (None at the partition bound).")
             .def_property_readonly("partition_count",
-                                   [](py::handle self) { return self_of<KeyedLimiter>(self).size(); })
+                                   [](py::handle self) { return self_of<PerKeyLimiter>(self).size(); })
             .def(
                 "_totals",
                 [](py::handle self) {
-                    const Statistics s = self_of<KeyedLimiter>(self).totals();
+                    const Statistics s = self_of<PerKeyLimiter>(self).totals();
                     return py::make_tuple(s.current_available_permits, s.current_queued_count,
                                           s.total_successful_leases, s.total_failed_leases);
                 },
@@ -172,19 +172,19 @@ void bind_keyed(py::module_& m) {
             .def(
                 "_memory",
                 [](py::handle self) {
-                    const auto m = self_of<KeyedLimiter>(self).memory();
+                    const auto m = self_of<PerKeyLimiter>(self).memory();
                     return py::make_tuple(m.bytes, m.key_bytes);
                 },
                 "_memory(self, /)\n--\n\n(bytes the table has allocated, of which key bytes); full limiters not "
                 "counted.")
             .def(
-                "evict_idle", [](py::handle self) { return self_of<KeyedLimiter>(self).evict_idle(); },
+                "evict_idle", [](py::handle self) { return self_of<PerKeyLimiter>(self).evict_idle(); },
                 "evict_idle(self, /)\n--\n\nDrops every partition idle for longer than the idle timeout now; "
                 "returns how many.")
             .def(
-                "close", [](py::handle self) { self_of<KeyedLimiter>(self).close(); },
+                "close", [](py::handle self) { self_of<PerKeyLimiter>(self).close(); },
                 "close(self, /)\n--\n\nFails every key's queued requests with reason 'closed'; later calls raise.")
-            .def_property_readonly("closed", [](py::handle self) { return self_of<KeyedLimiter>(self).closed(); });
+            .def_property_readonly("closed", [](py::handle self) { return self_of<PerKeyLimiter>(self).closed(); });
     install<FastCall::Acquire>(cls, "acquire",
                                "acquire($self, resource, /, permit_count=1)\n--\n\nTakes permits of the "
                                "resource's partition now or returns a failed lease; never blocks or queues.");

@@ -1,7 +1,5 @@
-// wait_async() as a C awaitable: granted at once without an event loop round trip, or queued in
-// the engine with an asyncio future that the loop's bridge resolves when the engine completes it.
-// Written against the C API because each Python frame between the task and the future costs more
-// per waiter on every wake-up than the engine's whole decision (benchmarks/bench_async.py).
+// One event loop's side of the engine: the notifier the engine completes that loop's waiters
+// into, and the lease waits (engine_lease_wait.hpp) queued from it, resolved in batches.
 #pragma once
 
 #include <Python.h>
@@ -9,12 +7,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "permits/keyed.hpp"
-#include "permits/limiter.hpp"
 #include "permits/waiter.hpp"
 
 namespace permits::bind {
@@ -65,40 +60,9 @@ private:
     std::uint64_t next_id_ = 1;
 };
 
-/// What an awaitable waits on: one limiter, or one key of a per-key table.
-struct WaitTarget {
-    PyObject* owner = nullptr;     ///< the Python limiter or table (strong reference)
-    Limiter* limiter = nullptr;    ///< set for a limiter
-    KeyedLimiter* keyed = nullptr; ///< set for a key of a table
-    PyObject* key = nullptr;       ///< the Python key (strong reference), for a table
-    std::string encoded;           ///< the key's engine encoding, for a table
-};
+/// The bridge of the running `loop` (permits._asyncio makes one per loop); throws on failure.
+LoopBridge* bridge_of(PyObject* loop);
 
-/// A new awaitable for `permit_count` permits of `target` (whose references it takes over);
-/// nullptr with a Python error set on failure.
-PyObject* new_async_wait(WaitTarget target, std::int64_t permit_count);
-/// An awaitable that completes at once with `value` (a new reference is taken).
-PyObject* new_ready(PyObject* value);
-
-void bind_async_wait(pybind11::module_& m);
-
-// ---- What the loop's bridge asks of the waits it holds (async_wait.cpp) ----
-
-/// A callback to run once a wait is resolved: its task's wake-up (strong references).
-struct WaitCallback {
-    PyObject* fn = nullptr;
-    PyObject* context = nullptr; ///< may be null
-};
-/// The engine completed the wait `awaitable`: it takes its lease (or the error making it) and
-/// lets go of its bridge. Returns its callbacks, whose references the caller takes over.
-std::vector<WaitCallback> resolve_wait(PyObject* awaitable);
-/// The loop the wait `awaitable` waits in (null once it is not queued).
-PyObject* wait_loop(PyObject* awaitable);
-/// The bridge drops the wait `awaitable` for good: it leaves its queue, a grant not handed over goes back.
-void abandon_wait(PyObject* awaitable);
-/// loop.call_soon(fn, arg, context=context); false with a Python error set on failure.
-bool schedule_on(PyObject* loop, PyObject* fn, PyObject* arg, PyObject* context);
-/// The interned name "resume".
-PyObject* resume_name();
+void bind_loop_bridge(pybind11::module_& m);
 
 } // namespace permits::bind

@@ -1,0 +1,530 @@
+#include "permits/per_key.hpp"
+
+#include "permits/key_hash.hpp"
+#include "permits/key_table.hpp"
+
+#include <algorithm>
+#include <functional>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#include <stdexcept>
+#include <utility>
+
+namespace permits {
+
+namespace {
+/// `p` read as two 8-byte loads. A rule writes its out-parameter (take's and give_back's next
+/// state) with two 8-byte stores; copied whole, the compiler loads it with one 16-byte load,
+/// which cannot be forwarded from those stores and waits for them to reach the cache
+/// (benchmarks/bench_per_key.py; the figures: benchmarks/RESULTS.md).
+inline Pair gpr_pair(const Pair& p) noexcept {
+    std::int64_t a = p.a;
+    std::int64_t b = p.b;
+    asm("" : "+r"(a), "+r"(b)); // keeps them in general registers: no 16-byte load
+    return {a, b};
+}
+} // namespace
+
+struct PerKeyLimiter::Shard {
+    std::mutex mu; // guards the table; held for a lookup and one non-blocking decision
+    detail::KeyTable table;
+};
+
+struct PerKeyLimiter::Located {
+    Shard& shard;
+    std::unique_lock<std::mutex> lock;
+    std::uint32_t index = detail::kNoRecord;
+    bool found() const noexcept { return index != detail::kNoRecord; }
+};
+
+PerKeyLimiter::PerKeyLimiter(std::shared_ptr<Clock> clock, PerKeyTemplate tmpl, Nanos idle_timeout,
+                             std::int64_t max_partitions)
+    : clock_(std::move(clock)), tmpl_(std::move(tmpl)), releases_(tmpl_.rule && tmpl_.rule->releases_permits()),
+      idle_timeout_(idle_timeout), max_partitions_(max_partitions),
+      shards_(std::make_unique<std::array<Shard, kShards>>()) {
+    if (idle_timeout < 0) {
+        throw std::invalid_argument("idle_timeout must not be negative");
+    }
+    if (max_partitions < 0) {
+        throw std::invalid_argument("max_partitions must be >= 1");
+    }
+    if (!tmpl_.promote) {
+        throw std::invalid_argument("a keyed limiter needs a way to build a key's limiter");
+    }
+    detail::ForkRegistry::add(this);
+}
+
+PerKeyLimiter::~PerKeyLimiter() {
+    detail::ForkRegistry::remove(this);
+    clock_->scheduler().cancel(this);
+    for (auto& shard : *shards_) {
+        shard.table.clear();
+    }
+}
+
+std::uint32_t PerKeyLimiter::find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash) {
+    detail::KeyTable& table = shard.table;
+    if (const std::uint32_t found = table.find(key, hash); found != detail::kNoRecord) {
+        return found;
+    }
+    if (closed_.load()) {
+        throw ClosedError(); // close() may have emptied this shard since the caller looked
+    }
+    const Nanos now = clock_->now();
+    // Reserve the new partition's place first: shards insert concurrently, the bound is global.
+    if (!reserve_place() && !(free_a_place_locked(shard, now) && reserve_place())) {
+        return detail::kNoRecord;
+    }
+    if (table.full() && !free_a_place_locked(shard, now)) {
+        size_.fetch_sub(1); // 16.7 million keys in one shard (a billion in all): treated as the bound
+        return detail::kNoRecord;
+    }
+    std::uint32_t i = detail::kNoRecord;
+    try {
+        i = table.add(key, hash);
+        Record& r = table.at(i);
+        if (tmpl_.rule) {
+            r.state = tmpl_.rule->initial(now);
+        } else {
+            r.set_full(new std::shared_ptr<Limiter>(tmpl_.promote(now, Pair{})));
+            r.key.set_flags(detail::kLive | detail::kPromoted);
+        }
+        r.anchor = now;
+    } catch (...) {
+        if (i != detail::kNoRecord) {
+            table.remove(i);
+        }
+        size_.fetch_sub(1);
+        throw;
+    }
+    check_at_locked(shard, i, sat_add(now, sat_add(idle_timeout_, 1)));
+    return i;
+}
+
+bool PerKeyLimiter::reserve_place() noexcept {
+    std::int64_t size = size_.load();
+    do {
+        if (max_partitions_ > 0 && size >= max_partitions_) {
+            return false;
+        }
+    } while (!size_.compare_exchange_weak(size, size + 1));
+    return true;
+}
+
+Nanos PerKeyLimiter::full_at_locked(Record& r, bool& poll) const {
+    poll = false;
+    if (!r.promoted()) {
+        return tmpl_.rule->full_at(r.state, r.anchor); // kNever: held; its release comes through give_back
+    }
+    const Limiter& full = *r.limiter();
+    // Its queue and the leases it granted change it without telling us: check again later.
+    const Nanos at = full.queued_requests() > 0 ? kNever : full.full_at();
+    poll = at == kNever;
+    return at;
+}
+
+bool PerKeyLimiter::free_a_place_locked(Shard& shard, Nanos now) {
+    // A fully idle partition, however briefly idle, gives its place. At most 32 are examined,
+    // this shard's first; other shards only if their lock is free right now (try_lock: a new key
+    // never waits on, nor deadlocks with, another shard).
+    int examined = 0;
+    auto search = [&](Shard& s) {
+        for (std::uint32_t i = 0; i < s.table.used() && examined < 32; ++i) {
+            Record& r = s.table.at(i);
+            if (!r.live()) {
+                continue;
+            }
+            ++examined;
+            bool poll = false;
+            if (full_at_locked(r, poll) <= now) {
+                drop_locked(s, i);
+                return true;
+            }
+        }
+        return false;
+    };
+    if (search(shard)) {
+        return true;
+    }
+    const auto first = static_cast<std::size_t>(&shard - shards_->data());
+    for (std::size_t k = 1; k < kShards && examined < 32; ++k) {
+        Shard& other = (*shards_)[(first + k) % kShards];
+        std::unique_lock<std::mutex> lock(other.mu, std::try_to_lock);
+        if (lock.owns_lock() && search(other)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void PerKeyLimiter::drop_locked(Shard& shard, std::uint32_t i) {
+    // Idle: nothing is held and nothing waits, so dropping it loses no state worth keeping.
+    Record& r = shard.table.at(i);
+    std::int64_t successful = r.successful;
+    std::int64_t failed = r.failed;
+    if (r.promoted()) {
+        const Statistics s = r.limiter()->statistics();
+        successful += s.total_successful_leases;
+        failed += s.total_failed_leases;
+    }
+    dropped_successful_.fetch_add(successful);
+    dropped_failed_.fetch_add(failed);
+    shard.table.remove(i);
+    size_.fetch_sub(1);
+}
+
+void PerKeyLimiter::check_at_locked(Shard& shard, std::uint32_t i, Nanos when) {
+    if (shard.table.schedule_check(i, when)) {
+        schedule(when);
+    } // else an earlier check will see it and set the next one
+}
+
+void PerKeyLimiter::schedule(Nanos when) {
+    Nanos at = scheduled_at_.load();
+    while (when < at) {
+        if (scheduled_at_.compare_exchange_weak(at, when)) {
+            clock_->scheduler().schedule(weak_from_this(), when);
+            return;
+        }
+    }
+}
+
+void PerKeyLimiter::check_locked(Shard& shard, std::uint32_t i, Nanos now, std::int64_t& evicted) {
+    Record& r = shard.table.at(i);
+    if (r.promoted() && r.limiter()->queued_requests() > 0) {
+        // Its queue changes when its own timer runs: check right after that (same time, later in
+        // the timer heap), so the key is evicted on time once its queue is served.
+        const Nanos next = r.limiter()->next_timer();
+        check_at_locked(shard, i, next == kNever ? sat_add(now, sat_add(idle_timeout_, 1)) : std::max(next, now));
+        return;
+    }
+    bool poll = false;
+    const Nanos at = full_at_locked(r, poll);
+    if (at != kNever && at <= now && now - at > idle_timeout_) {
+        drop_locked(shard, i);
+        ++evicted;
+        return;
+    }
+    if (at != kNever) {
+        check_at_locked(shard, i,
+                        sat_add(at, sat_add(idle_timeout_, 1))); // exactly when it will have been idle long enough
+    } else if (poll) {
+        check_at_locked(shard, i, sat_add(now, sat_add(idle_timeout_, 1)));
+    }
+}
+
+std::int64_t PerKeyLimiter::evict_due(Nanos now) {
+    std::int64_t evicted = 0;
+    std::vector<std::uint32_t> due;
+    for (auto& shard : *shards_) {
+        std::lock_guard<std::mutex> lock(shard.mu);
+        // The checks due now, taken first: a check may set another one for now (a full limiter whose
+        // timer is due), which is the next timer run's, after that limiter's own.
+        due.clear();
+        for (std::uint32_t i = shard.table.pop_due_check(now); i != detail::kNoRecord;
+             i = shard.table.pop_due_check(now)) {
+            due.push_back(i);
+        }
+        for (const std::uint32_t i : due) {
+            // Only checks of these records run meanwhile: each may drop its own, and the last one
+            // dropped lets the shard's memory go.
+            if (shard.table.live(i)) {
+                check_locked(shard, i, now, evicted);
+            }
+        }
+    }
+#if defined(__GLIBC__)
+    if (evicted >= 4096) {
+        ::malloc_trim(0); // many blocks freed at once: hand the memory back to the system
+    }
+#endif
+    return evicted;
+}
+
+bool PerKeyLimiter::fork_try_lock() noexcept {
+    for (std::size_t i = 0; i < kShards; ++i) {
+        if (!(*shards_)[i].mu.try_lock()) {
+            while (i > 0) {
+                (*shards_)[--i].mu.unlock();
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
+void PerKeyLimiter::fork_unlock() noexcept {
+    for (auto& shard : *shards_) {
+        shard.mu.unlock();
+    }
+}
+
+void PerKeyLimiter::fork_reset_child(bool timers_cleared, TimerHeap& engine) {
+    if (!timers_cleared || closed_.load()) {
+        return; // a manual clock's timers are still there
+    }
+    Nanos next = kNever;
+    for (auto& shard : *shards_) {
+        next = std::min(next, shard.table.next_check());
+    }
+    scheduled_at_.store(next);
+    if (next != kNever) {
+        engine.push(next, weak_from_this(), this);
+    }
+}
+
+void PerKeyLimiter::on_timer(Nanos now) {
+    scheduled_at_.store(kNever);
+    if (closed_.load()) {
+        return;
+    }
+    evict_due(now);
+    Nanos next = kNever;
+    for (auto& shard : *shards_) {
+        std::lock_guard<std::mutex> lock(shard.mu);
+        next = std::min(next, shard.table.next_check());
+    }
+    if (next != kNever) {
+        schedule(next);
+    }
+}
+
+std::shared_ptr<Limiter>& PerKeyLimiter::promote_locked(Record& r) {
+    if (!r.promoted()) {
+        auto full = tmpl_.promote(r.anchor, r.state);
+        r.set_full(new std::shared_ptr<Limiter>(std::move(full)));
+        r.key.set_flags(detail::kLive | detail::kPromoted);
+    }
+    return *r.full();
+}
+
+bool PerKeyLimiter::grant_locked(Record& r, std::int64_t n, Nanos now, std::int64_t& tag) {
+    const Rule& rule = *tmpl_.rule;
+    detail::check_permit_count(n, rule.max_permits());
+    // A record has no queue: nothing waits ahead, a request is decided on the state alone.
+    Pair next{};
+    if (n == 0 ? rule.available(r.state, r.anchor, now) <= 0 : !rule.take(r.state, r.anchor, n, now, next, tag)) {
+        return false;
+    }
+    if (n > 0) {
+        r.state = gpr_pair(next);
+    }
+    ++r.successful;
+    return true;
+}
+
+i128 PerKeyLimiter::retry_after(const Record& r, std::int64_t n, Nanos now) const {
+    const Rule& rule = *tmpl_.rule;
+    const Nanos wait = rule.time_until(r.state, r.anchor, std::max<std::int64_t>(n, 1), now);
+    if (wait != kNever) {
+        return wait;
+    }
+    // Never by time (concurrency), or beyond the int64 range: ask a projection, exact in 128 bits.
+    auto projection = rule.project(r.state, r.anchor);
+    return projection ? std::max<i128>(0, projection->grant(n, now, false) - now) : -1;
+}
+
+bool PerKeyLimiter::promoted_locked(Record& r) {
+    if (!r.promoted() && (r.successful >= count_limit_ || r.failed >= count_limit_)) {
+        promote_locked(r); // its own counts are 64-bit; statistics add the record's
+    }
+    return r.promoted();
+}
+
+PerKeyLimiter::Located PerKeyLimiter::locate(std::string_view key, bool create) {
+    if (create && closed_.load()) {
+        throw ClosedError();
+    }
+    const std::uint64_t hash = hash_key(key);
+    Shard& shard = (*shards_)[hash % kShards];
+    Located at{shard, std::unique_lock<std::mutex>(shard.mu)};
+    at.index = create ? find_or_create_locked(shard, key, hash) : shard.table.find(key, hash);
+    return at;
+}
+
+PerKeyLimiter::Result PerKeyLimiter::acquire(std::string_view key, std::int64_t n) {
+    auto at = locate(key, true);
+    if (!at.found()) {
+        return {Outcome::failed(n, Reason::PartitionLimit), false};
+    }
+    Record& r = at.shard.table.at(at.index);
+    if (promoted_locked(r)) {
+        return {r.limiter()->acquire(n), true};
+    }
+    const Nanos now = clock_->now();
+    if (std::int64_t tag = 0; grant_locked(r, n, now, tag)) {
+        return {Outcome::granted(n, tag), false};
+    }
+    ++r.failed;
+    return {Outcome::failed(n, Reason::LimitReached, retry_after(r, n, now)), false};
+}
+
+std::optional<PerKeyLimiter::Result> PerKeyLimiter::try_now(std::string_view key, std::int64_t n) {
+    auto at = locate(key, true);
+    if (!at.found()) {
+        return Result{Outcome::failed(n, Reason::PartitionLimit), false};
+    }
+    Record& r = at.shard.table.at(at.index);
+    if (promoted_locked(r)) {
+        auto o = r.limiter()->try_now(n);
+        return o ? std::optional<Result>(Result{*o, true}) : std::nullopt;
+    }
+    std::int64_t tag = 0;
+    return grant_locked(r, n, clock_->now(), tag) ? std::optional<Result>(Result{Outcome::granted(n, tag), false})
+                                                  : std::nullopt;
+}
+
+PerKeyLimiter::Queued PerKeyLimiter::enqueue(std::string_view key, std::int64_t n, Nanos timeout,
+                                             std::shared_ptr<Notifier> notifier, std::uint64_t id) {
+    auto at = locate(key, true);
+    if (!at.found()) {
+        return {{Outcome::failed(n, Reason::PartitionLimit), nullptr}, nullptr};
+    }
+    Record& r = at.shard.table.at(at.index);
+    if (!promoted_locked(r)) {
+        const Nanos now = clock_->now();
+        if (std::int64_t tag = 0; grant_locked(r, n, now, tag)) {
+            return {{Outcome::granted(n, tag), nullptr}, nullptr};
+        }
+        // The queue is empty: a request fits iff it is within the queue limit (Limiter::enqueue).
+        if (n > tmpl_.queue.queue_limit) {
+            ++r.failed;
+            return {{Outcome::failed(n, Reason::QueueFull, retry_after(r, n, now)), nullptr}, nullptr};
+        }
+        if (timeout == 0) {
+            return {{Outcome::failed(n, Reason::Timeout), nullptr}, nullptr};
+        }
+    }
+    // It has to queue: from now on the key is a full limiter with its own queue.
+    auto& full = promote_locked(r);
+    return {full->enqueue(n, timeout, std::move(notifier), id), full};
+}
+
+void PerKeyLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t tag) {
+    if (n <= 0 || closed_.load()) {
+        return;
+    }
+    auto at = locate(key, false);
+    if (!at.found()) {
+        return; // evicted: it was full, nothing to give back to
+    }
+    Record& r = at.shard.table.at(at.index);
+    if (r.promoted()) {
+        r.limiter()->give_back(n, tag);
+    } else {
+        Pair next{};
+        if (!tmpl_.rule->give_back(r.state, r.anchor, n, tag, clock_->now(), next)) {
+            return;
+        }
+        r.state = gpr_pair(next);
+    }
+    // Idle sooner than the pending check expects (a release, a refund): check it then.
+    bool poll = false;
+    const Nanos when = full_at_locked(r, poll);
+    if (when != kNever) {
+        check_at_locked(at.shard, at.index, sat_add(when, sat_add(idle_timeout_, 1)));
+    }
+}
+
+void PerKeyLimiter::recheck(std::string_view key) {
+    if (closed_.load()) {
+        return;
+    }
+    auto at = locate(key, false);
+    if (at.found()) {
+        bool poll = false;
+        const Nanos when = full_at_locked(at.shard.table.at(at.index), poll);
+        if (when != kNever) {
+            check_at_locked(at.shard, at.index, sat_add(when, sat_add(idle_timeout_, 1)));
+        }
+    }
+}
+
+std::optional<Statistics> PerKeyLimiter::statistics(std::string_view key) {
+    auto at = locate(key, true);
+    if (!at.found()) {
+        return std::nullopt;
+    }
+    Record& r = at.shard.table.at(at.index);
+    if (r.promoted()) {
+        Statistics s = r.limiter()->statistics();
+        s.total_successful_leases += r.successful;
+        s.total_failed_leases += r.failed;
+        return s;
+    }
+    return Statistics{tmpl_.rule->available(r.state, r.anchor, clock_->now()), 0, r.successful, r.failed};
+}
+
+PerKeyLimiter::Memory PerKeyLimiter::memory() {
+    Memory m{sizeof(PerKeyLimiter) + sizeof(*shards_), 0};
+    for (auto& shard : *shards_) {
+        std::lock_guard<std::mutex> lock(shard.mu);
+        const detail::KeyTable::Memory t = shard.table.memory();
+        m.bytes += t.bytes;
+        m.key_bytes += t.key_bytes;
+    }
+    return m;
+}
+
+Statistics PerKeyLimiter::totals() {
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    Statistics total{0, 0, dropped_successful_.load(), dropped_failed_.load()};
+    const Nanos now = clock_->now();
+    for (auto& shard : *shards_) {
+        std::lock_guard<std::mutex> lock(shard.mu);
+        for (std::uint32_t i = 0; i < shard.table.used(); ++i) {
+            const Record& r = shard.table.at(i);
+            if (!r.live()) {
+                continue;
+            }
+            total.total_successful_leases += r.successful;
+            total.total_failed_leases += r.failed;
+            if (r.promoted()) {
+                const Statistics s = r.limiter()->statistics();
+                total.current_available_permits += s.current_available_permits;
+                total.current_queued_count += s.current_queued_count;
+                total.total_successful_leases += s.total_successful_leases;
+                total.total_failed_leases += s.total_failed_leases;
+            } else {
+                total.current_available_permits += tmpl_.rule->available(r.state, r.anchor, now);
+            }
+        }
+    }
+    return total;
+}
+
+void PerKeyLimiter::check_invariants() {
+    for (auto& shard : *shards_) {
+        std::lock_guard<std::mutex> lock(shard.mu);
+        shard.table.check_invariants();
+    }
+}
+
+void PerKeyLimiter::close() {
+    if (closed_.exchange(true)) {
+        return;
+    }
+    for (auto& shard : *shards_) {
+        std::vector<std::shared_ptr<Limiter>> full;
+        {
+            std::lock_guard<std::mutex> lock(shard.mu);
+            for (std::uint32_t i = 0; i < shard.table.used(); ++i) {
+                const Record& r = shard.table.at(i);
+                if (r.live() && r.promoted()) {
+                    full.push_back(r.limiter());
+                }
+            }
+            shard.table.clear();
+        }
+        for (auto& limiter : full) {
+            limiter->close(); // queued requests complete with reason "closed"
+        }
+    }
+    size_.store(0);
+    clock_->scheduler().cancel(this); // nothing left to evict: its timers would only pin it
+}
+
+} // namespace permits
