@@ -65,9 +65,3 @@ async def _aiohttp(app: web.Application, **options: Any) -> AsyncIterator[str]:
 def serve_aiohttp() -> ServeAiohttp:
     """``async with serve_aiohttp(app) as base_url``: the app under aiohttp's server on 127.0.0.1."""
     return _aiohttp
-
-
-async def eventually(condition: Callable[[], bool]) -> None:
-    """Yields to the event loop until ``condition()`` holds (the test's timeout bounds it)."""
-    while not condition():
-        await asyncio.sleep(0.005)
