@@ -105,6 +105,10 @@ class Policy:
             raise TypeError(
                 f"on_rejected must be callable (on_rejected(request, lease)) or None, got {type(on_rejected).__name__}"
             )
+        spec = getattr(limiter, "spec", None)
+        most = getattr(spec, "token_limit", getattr(spec, "permit_limit", None))
+        if isinstance(most, int) and permit_count > most:  # every request would fail with a ValueError
+            raise ValueError(f"permit_count {permit_count} exceeds the limiter's limit of {most}")
         self.limiter = limiter
         self.keyed = isinstance(limiter, KeyedRateLimiter)
         # A plain RateLimiter ignores the key: no key function runs for it.
