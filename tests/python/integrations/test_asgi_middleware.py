@@ -334,3 +334,20 @@ async def test_lifespan_and_other_scopes_pass_through(clock: permits.ManualClock
         await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
     assert seen == ["lifespan"] * 3
     assert limiter.statistics().total_successful_leases == 0
+
+
+async def test_per_ip_keys_behind_a_trusted_proxy(serve_asgi, clock: permits.ManualClock) -> None:
+    behind_proxy = keys.client_ip(trusted_proxies=["127.0.0.0/8"])
+    direct = keys.client_ip()  # the peer only: forwarding headers are anyone's words
+    for key, expected in ((behind_proxy, [200, 200, 429, 200, 200]), (direct, [200, 429, 429, 429, 429])):
+        limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(1, 10), clock=clock)
+        app = app_with(limiter, key=key)
+        async with serve_asgi(app, proxy_headers=False) as url, httpx.AsyncClient(base_url=url) as client:
+            sent = [
+                {"X-Forwarded-For": "203.0.113.1"},
+                {"X-Forwarded-For": "203.0.113.2"},
+                {"Forwarded": "for=203.0.113.2"},
+                {"Forwarded": 'for="[2001:db8::1]:80"'},
+                {"X-Forwarded-For": "not-an-address"},  # malformed: the peer (127.0.0.1) is the key
+            ]
+            assert [(await client.get("/hello", headers=h)).status_code for h in sent] == expected
