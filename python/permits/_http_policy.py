@@ -5,11 +5,11 @@ acquisition; the ``Retry-After`` and IETF ``RateLimit`` / ``RateLimit-Policy`` h
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import specs
 from ._core import Lease
@@ -19,8 +19,7 @@ from .partitioned import PartitionedLimiter
 from .rate_limiter import RateLimiter
 
 
-@dataclass(frozen=True, slots=True)
-class Quota:
+class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a frozen dataclass)
     """What the IETF headers say about one limiter, for one request."""
 
     name: str
@@ -36,6 +35,7 @@ class Quota:
         return [("RateLimit-Policy", policy), ("RateLimit", state)]
 
 
+@functools.lru_cache(maxsize=256)  # a few limiter names, formatted on every response
 def _sf_string(text: str) -> str:
     """An RFC 8941 string: printable ASCII, with quote and backslash escaped (others dropped)."""
     kept = "".join(c for c in text if " " <= c <= "~")
@@ -152,8 +152,10 @@ class Policy:
             spec = limiter._on_limiter(key, lambda inner: getattr(inner, "spec", None), None)
         if not isinstance(spec, specs.Spec):
             return None
-        stats = limiter.statistics(key) if isinstance(limiter, KeyedRateLimiter) else limiter.statistics()
-        return quota_of(spec, limiter.name, stats.current_available_permits, lease)
+        remaining = (
+            limiter.available_permits(key) if isinstance(limiter, KeyedRateLimiter) else limiter.available_permits()
+        )
+        return quota_of(spec, limiter.name, remaining, lease)
 
     def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
         found = [] if quota is None else quota.headers()
@@ -162,28 +164,32 @@ class Policy:
         return found
 
 
+@functools.lru_cache(maxsize=256)  # specs are values: the figures of each are worked out once
+def _figures(spec: specs.Spec[Any]) -> tuple[int, int | None, float | None]:
+    """(quota, window in whole seconds, replenishment period) of a limit."""
+    if isinstance(spec, specs.Concurrency):
+        return spec.permit_limit, None, None
+    if isinstance(spec, specs.TokenBucket):
+        # The bucket's quota is its size, over the time it takes to fill from empty: q/w is the rate.
+        periods = math.ceil(spec.token_limit / spec.tokens_per_period)
+        return spec.token_limit, max(1, _seconds(spec.replenishment_period * periods)), spec.replenishment_period
+    if isinstance(spec, specs.FixedWindow | specs.SlidingWindow | specs.SlidingWindowCounter):
+        return spec.permit_limit, max(1, _seconds(spec.window)), spec.replenishment_period
+    return 0, None, None  # a spec this module does not know yet: no time figures
+
+
 def quota_of(spec: specs.Spec[Any], name: str, remaining: int, lease: Lease) -> Quota:
     """``t`` (seconds until more): a failed lease's own ``retry_after``; otherwise at most one
     replenishment period (the limiter does not say where in its period it is), 0 when full."""
     remaining = max(0, remaining)
-    if isinstance(spec, specs.Concurrency):
-        return Quota(name, spec.permit_limit, None, remaining, None)
-    if isinstance(spec, specs.TokenBucket):
-        quota = spec.token_limit
-        # The bucket's quota is its size, over the time it takes to fill from empty: q/w is the rate.
-        window = _seconds(spec.replenishment_period * math.ceil(spec.token_limit / spec.tokens_per_period))
-        period = spec.replenishment_period
-    elif isinstance(spec, specs.FixedWindow | specs.SlidingWindow | specs.SlidingWindowCounter):
-        quota = spec.permit_limit
-        window = _seconds(spec.window)
-        period = spec.replenishment_period
-    else:  # a spec this module does not know yet: no time figures
-        return Quota(name, 0, None, remaining, None)
+    quota, window, period = _figures(spec)
+    if period is None:
+        return Quota(name, quota, window, remaining, None)
     if not lease and lease.retry_after is not None:
-        reset: int | None = _seconds(lease.retry_after)
+        reset = _seconds(lease.retry_after)
     else:
         reset = 0 if remaining >= quota else _seconds(period)
-    return Quota(name, quota, max(1, window), remaining, reset)
+    return Quota(name, quota, window, remaining, reset)
 
 
 DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})

@@ -8,6 +8,7 @@ values, the path), so one helper serves every framework and none is imported her
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -63,6 +64,7 @@ def path_of(request: Any) -> str:
 
 
 # ---- address parsing ----
+@functools.lru_cache(maxsize=4096)  # the same few peers and proxies come back: ipaddress parses slowly
 def _address(text: str) -> IPAddress | None:
     """An address from a peer string or a forwarding hop: brackets, a port and an IPv6 zone are
     dropped; an IPv4-mapped IPv6 address is its IPv4 address. None when it is no address
@@ -83,6 +85,13 @@ def _address(text: str) -> IPAddress | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_text(address: IPAddress, ipv6_prefix: int | None) -> str:
+    if ipv6_prefix is not None and address.version == 6:
+        return str(ipaddress.ip_network((address, ipv6_prefix), strict=False))
+    return str(address)
 
 
 def _split_outside_quotes(text: str, separator: str) -> list[str]:
@@ -161,9 +170,7 @@ class _ClientIP:
         return any(address.version == net.version and address in net for net in self._trusted)
 
     def _key(self, address: IPAddress) -> str:
-        if self._ipv6_prefix is not None and address.version == 6:
-            return str(ipaddress.ip_network((address, self._ipv6_prefix), strict=False))
-        return str(address)
+        return _key_text(address, self._ipv6_prefix)
 
     def from_parts(self, peer: str | None, forwarded: list[str], forwarded_for: list[str]) -> str:
         """The key from the peer and the ``Forwarded`` / ``X-Forwarded-For`` lines: the framework-neutral core."""
