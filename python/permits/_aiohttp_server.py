@@ -37,6 +37,8 @@ class _Handoff:
 #: Where the middleware leaves its handoff in the request, for a decorated handler to find (a
 #: typed key where aiohttp has them, 3.12 on; a str before).
 HANDOFF: Any = web.RequestKey("permits.handoff", _Handoff) if hasattr(web, "RequestKey") else "permits.handoff"
+#: Where a request's handler leases are listed (a rejection by a stacked @limit refunds them all).
+GRANTED: Any = web.RequestKey("permits.granted", list) if hasattr(web, "RequestKey") else "permits.granted"
 
 
 async def _disconnected(request: web.Request) -> None:
@@ -160,12 +162,15 @@ def limit(
             if lease is None:
                 return web.Response(status=CLIENT_CLOSED_REQUEST)
             handoff = request.get(HANDOFF)
+            granted: list[Lease] = request.setdefault(GRANTED, [])
             quota = policy.quota(key, lease)
             if not lease:
-                if isinstance(handoff, _Handoff):
-                    for global_lease in handoff.global_leases:
-                        global_lease._refund()  # rejected: the request consumes no global permit
+                # Rejected: the request consumes nothing, neither the global permit nor those of
+                # the handler's other limits that granted it.
+                for earlier in [*(handoff.global_leases if isinstance(handoff, _Handoff) else ()), *granted]:
+                    earlier._refund()
                 return await _rejection(policy, request, lease, quota)
+            granted.append(lease)
             if isinstance(handoff, _Handoff):  # the middleware holds the lease and writes the headers
                 handoff.route_leases.append(lease)
                 handoff.quotas.append(quota)

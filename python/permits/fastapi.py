@@ -24,6 +24,8 @@ from .rate_limiter import RateLimiter
 #: The status of the response to a client that disconnected while its request was queued (it
 #: reads none: the connection is gone); nginx's "client closed request".
 CLIENT_CLOSED_REQUEST = 499
+#: Where a request's route leases are listed in the ASGI scope (a rejection refunds them all).
+GRANTED = "permits.granted"
 
 
 class RateLimitExceeded(HTTPException):
@@ -84,14 +86,17 @@ class RateLimit:
         else:
             lease = await policy.acquire(key)
         handoff = request.scope.get(HANDOFF)
+        granted: list[Lease] = request.scope.setdefault(GRANTED, [])
         quota = policy.quota(key, lease)
         if not lease:
-            if isinstance(handoff, Handoff):
-                for global_lease in handoff.global_leases:
-                    global_lease._refund()  # the request is rejected: it consumes no global permit
+            # The request is rejected: it consumes nothing, neither the global permit nor those
+            # of the route's other limits that granted it.
+            for earlier in [*(handoff.global_leases if isinstance(handoff, Handoff) else ()), *granted]:
+                earlier._refund()
             headers = dict(policy.rejection_headers(lease, quota))
             custom = await policy.rejection(request, lease)
             raise RateLimitExceeded(policy.status_code, headers, lease, custom)
+        granted.append(lease)
         if isinstance(handoff, Handoff):
             # The middleware holds the lease until the response is sent and writes the headers
             # (those of the limiter with fewer permits left).

@@ -231,3 +231,21 @@ async def test_queued_in_order_and_a_client_that_leaves(serve_aiohttp, clock: pe
         async with aiohttp.ClientSession() as session:
             assert await codes(session, url, "/hello") == [200]  # the permit went to nobody else
         assert app[CALLS] == ["0", "1", "2", "/hello"]
+
+
+async def test_a_rejection_by_one_of_stacked_limits_refunds_the_others(
+    serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    wide = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="wide")
+    narrow = permits.FixedWindowLimiter(1, 60, clock=clock, name="narrow")
+
+    @limit(wide)
+    @limit(narrow)
+    async def both(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/both", both)
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        assert await codes(session, url, "/both", "/both", "/both") == [200, 429, 429]
+    assert wide.available_permits() == 4

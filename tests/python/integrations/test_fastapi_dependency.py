@@ -192,3 +192,24 @@ async def test_a_queued_route_request_is_granted_and_one_that_leaves_is_dropped(
         clock.advance_ns(10**9)
         async with httpx.AsyncClient(base_url=url) as client:
             assert (await client.get("/limited")).status_code == 200  # nobody took the permit
+
+
+async def test_a_rejection_by_one_of_stacked_limits_refunds_the_others(serve_asgi, clock: permits.ManualClock) -> None:
+    wide = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="wide")
+    narrow = permits.FixedWindowLimiter(1, 60, clock=clock, name="narrow")
+    global_limiter = permits.TokenBucketLimiter(9, 1, 60, clock=clock)
+    for installed in (None, global_limiter):
+        app = FastAPI()
+
+        @app.get("/both", dependencies=[Depends(RateLimit(wide)), Depends(RateLimit(narrow))])
+        async def both() -> dict[str, bool]:
+            return {"ok": True}
+
+        if installed is not None:
+            app.add_middleware(RateLimitMiddleware, limiter=installed)
+        async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+            assert [(await client.get("/both")).status_code for _ in range(3)] == [200, 429, 429]
+        assert wide.available_permits() == 4  # only the granted request took one
+        wide = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="wide")
+        narrow = permits.FixedWindowLimiter(1, 60, clock=clock, name="narrow")
+    assert global_limiter.available_permits() == 8
