@@ -9,6 +9,7 @@ gives the middleware's permit back, so a rejected request consumes nothing.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -79,7 +80,8 @@ class RateLimit:
         policy = self.policy
         key = await policy.key_of(request)
         if policy.wait and isinstance(request, Request):
-            await request.body()  # kept by the Request for the endpoint; what follows is the disconnect
+            with contextlib.suppress(RuntimeError):  # a form FastAPI has parsed already: body read
+                await request.body()  # kept by the Request for the endpoint; what follows is the disconnect
             lease = await wait_or_leave(policy.acquire(key), _disconnected(request))
             if lease is None:
                 raise HTTPException(CLIENT_CLOSED_REQUEST, "client closed request")

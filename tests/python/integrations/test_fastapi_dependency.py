@@ -213,3 +213,19 @@ async def test_a_rejection_by_one_of_stacked_limits_refunds_the_others(serve_asg
         wide = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="wide")
         narrow = permits.FixedWindowLimiter(1, 60, clock=clock, name="narrow")
     assert global_limiter.available_permits() == 8
+
+
+async def test_a_queued_request_keeps_its_body(serve_asgi, clock: permits.ManualClock) -> None:
+    route = permits.FixedWindowLimiter(1, 1, queue_limit=1, clock=clock)
+    app = FastAPI()
+
+    @app.post("/echo", dependencies=[Depends(RateLimit(route, wait=True))])
+    async def echo(item: dict[str, int]) -> dict[str, int]:
+        return item
+
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.post("/echo", json={"n": 1})).json() == {"n": 1}
+        queued = asyncio.create_task(client.post("/echo", json={"n": 2}))
+        await eventually(lambda: route.statistics().current_queued_count == 1)
+        clock.advance_ns(10**9)
+        assert (await queued).json() == {"n": 2}
