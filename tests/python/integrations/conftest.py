@@ -4,7 +4,6 @@ limiters' statistics between requests."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -26,20 +25,23 @@ def clock() -> permits.ManualClock:
 
 @asynccontextmanager
 async def _uvicorn(app: Any, **options: Any) -> AsyncIterator[str]:
+    # Server.serve() would tick every 0.1 s and pause 0.1 s on shutdown; the tests start many
+    # servers, so they run startup() and close the listening socket and connections themselves.
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical", lifespan="off", **options)
+    config.load()
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()  # it failed to start: say why
-        await asyncio.sleep(0.005)
+    server.lifespan = config.lifespan_class(config)
+    await server.startup()
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
-        server.force_exit = True
-        await task
+        for listening in server.servers:
+            listening.close()
+        for connection in list(server.server_state.connections):
+            connection.shutdown()
+        for listening in server.servers:
+            await listening.wait_closed()
 
 
 @pytest.fixture
