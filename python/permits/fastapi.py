@@ -13,12 +13,12 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import HTTPException, Request, Response
+from fastapi import HTTPException, Request, Response, WebSocketException
 from starlette.requests import HTTPConnection
 
 from ._core import Lease
 from ._http_policy import Policy, wait_or_leave
-from .asgi import HANDOFF, Handoff
+from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
@@ -95,6 +95,8 @@ class RateLimit:
             # of the route's other limits that granted it.
             for earlier in [*(handoff.global_leases if isinstance(handoff, Handoff) else ()), *granted]:
                 earlier._refund()
+            if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
+                raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
             headers = dict(policy.rejection_headers(lease, quota))
             custom = await policy.rejection(request, lease)
             raise RateLimitExceeded(policy.status_code, headers, lease, custom)

@@ -7,8 +7,10 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
+import websockets
 from _integration import eventually
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
 import permits
@@ -229,3 +231,24 @@ async def test_a_queued_request_keeps_its_body(serve_asgi, clock: permits.Manual
         await eventually(lambda: route.statistics().current_queued_count == 1)
         clock.advance_ns(10**9)
         assert (await queued).json() == {"n": 2}
+
+
+async def test_a_websocket_route_rejected_is_closed_1013(serve_asgi, clock: permits.ManualClock) -> None:
+    route = permits.ConcurrencyLimiter(1, clock=clock)
+    app = FastAPI()
+
+    @app.websocket("/ws", dependencies=[Depends(RateLimit(route))])
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        async for text in websocket.iter_text():
+            await websocket.send_text(text)
+
+    async with serve_asgi(app) as url:
+        ws_url = url.replace("http", "ws") + "/ws"
+        async with websockets.connect(ws_url) as ws:
+            await ws.send("ping")
+            assert await ws.recv() == "ping"
+            assert route.available_permits() == 0
+            with pytest.raises(websockets.InvalidStatus):  # closed before accept: uvicorn answers 403
+                await websockets.connect(ws_url)
+        await eventually(lambda: route.available_permits() == 1)
