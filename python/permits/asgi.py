@@ -49,13 +49,14 @@ class Handoff:
 
 def _with_headers(message: Message, headers: list[tuple[str, str]]) -> Message:
     """The message with the headers it does not already carry (an app's own win)."""
-    existing = list(message.get("headers", ()))
-    present = {bytes(name).lower() for name, _ in existing}
-    extra = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
-    added = [(n, v) for n, v in extra if n not in present]
+    existing = message.get("headers") or []
+    ours = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+    names = {n for n, _ in ours}
+    taken = {bytes(n).lower() for n, _ in existing} & names if existing else set()
+    added = [(n, v) for n, v in ours if n not in taken]
     if not added:
         return message
-    return {**message, "headers": existing + added}
+    return {**message, "headers": [*existing, *added]}
 
 
 async def send_response(
@@ -139,7 +140,7 @@ class RateLimitMiddleware:
 
             async def send_with_headers(message: Message) -> None:
                 if message["type"] == "http.response.start":
-                    best = fewest_remaining([quota, *handoff.quotas])
+                    best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
                     if best is not None:
                         message = _with_headers(message, best.headers())
                 await send(message)
