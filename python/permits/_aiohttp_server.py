@@ -163,7 +163,11 @@ def limit(
                 return web.Response(status=CLIENT_CLOSED_REQUEST)
             handoff = request.get(HANDOFF)
             granted: list[Lease] = request.setdefault(GRANTED, [])
-            quota = policy.quota(key, lease)
+            try:
+                quota = policy.quota(key, lease)
+            except BaseException:
+                lease.release()
+                raise
             if not lease:
                 # Rejected: the request consumes nothing, neither the global permit nor those of
                 # the handler's other limits that granted it.

@@ -89,7 +89,11 @@ class RateLimit:
             lease = await policy.acquire(key)
         handoff = request.scope.get(HANDOFF)
         granted: list[Lease] = request.scope.setdefault(GRANTED, [])
-        quota = policy.quota(key, lease)
+        try:
+            quota = policy.quota(key, lease)
+        except BaseException:
+            lease.release()
+            raise
         if not lease:
             # The request is rejected: it consumes nothing, neither the global permit nor those
             # of the route's other limits that granted it.
