@@ -252,3 +252,22 @@ async def test_a_websocket_route_rejected_is_closed_1013(serve_asgi, clock: perm
             with pytest.raises(websockets.InvalidStatus):  # closed before accept: uvicorn answers 403
                 await websockets.connect(ws_url)
         await eventually(lambda: route.available_permits() == 1)
+
+
+async def test_an_endpoint_that_builds_its_response_gets_the_headers_from_the_middleware(
+    serve_asgi, clock: permits.ManualClock
+) -> None:
+    route = permits.FixedWindowLimiter(5, 60, clock=clock, name="route")
+    for installed in (False, True):
+        app = FastAPI()
+
+        @app.get("/own", dependencies=[Depends(RateLimit(route))])
+        async def own() -> JSONResponse:
+            return JSONResponse({"own": True})
+
+        if installed:
+            app.add_middleware(RateLimitMiddleware, limiter=permits.FixedWindowLimiter(100, 60, clock=clock))
+        async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+            response = await client.get("/own")
+        # FastAPI drops the injected Response's headers when the endpoint returns its own.
+        assert response.headers.get("ratelimit") == ('"route";r=3;t=60' if installed else None)

@@ -3,9 +3,13 @@ uvicorn and aiohttp servers (their own request objects) and on the framework-neu
 
 from __future__ import annotations
 
+import ipaddress
+
 import httpx
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -150,3 +154,22 @@ async def test_the_helpers_read_each_frameworks_request(framework: str, serve_as
         response = await client.get("/y", headers=odd_bytes)
         assert response.status_code == 200
         assert response.text.split("|")[:2] == ["127.0.0.1", "127.0.0.1"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    forwarded=st.lists(st.text(max_size=80), max_size=3),
+    forwarded_for=st.lists(st.text(alphabet='0123456789abcdef.:[]%, ;="_-unkow', max_size=80), max_size=3),
+    peer=st.sampled_from(["10.0.0.1", "10.9.9.9", "203.0.113.5", "::1", "fd00::1", "garbage", None]),
+)
+def test_client_ip_never_raises_and_returns_an_address_or_the_peer(
+    forwarded: list[str], forwarded_for: list[str], peer: str | None
+) -> None:
+    found = ip(("10.0.0.0/8", "fd00::/8"), peer, fwd=forwarded, xff=forwarded_for, prefix=64)
+    assert isinstance(found, str)
+    if peer is None or peer == "garbage":
+        assert found == (peer or "unknown")
+    elif peer in ("203.0.113.5", "::1"):  # not a trusted proxy: the headers are ignored
+        assert found == {"::1": "::/64"}.get(peer, peer)
+    else:
+        ipaddress.ip_network(found, strict=False)  # an address (or a /64) from the headers or the peer
