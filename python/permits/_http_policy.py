@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from . import specs
 from ._core import Lease
+from .chain import ChainedLimiter, ChainedPartitionedLimiter
 from .keyed_limiter import KeyedRateLimiter
 from .keys import client_ip
 from .partitioned import PartitionedLimiter
@@ -142,26 +143,30 @@ class Policy:
         return await found if inspect.isawaitable(found) else found
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
-        """The IETF headers' figures, when the limiter can tell them (a limit from permits.specs);
-        None for one that cannot (a custom limiter, a chain)."""
-        if not self.headers:
-            return None
-        limiter = self.limiter
-        spec = getattr(limiter, "spec", None)
-        if not isinstance(spec, specs.Spec) and isinstance(limiter, PartitionedLimiter):
-            spec = limiter._on_limiter(key, lambda inner: getattr(inner, "spec", None), None)
-        if not isinstance(spec, specs.Spec):
-            return None
-        remaining = (
-            limiter.available_permits(key) if isinstance(limiter, KeyedRateLimiter) else limiter.available_permits()
-        )
-        return quota_of(spec, limiter.name, remaining, lease)
+        """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
+        return limiter_quota(self.limiter, key, lease) if self.headers else None
 
     def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
         found = [] if quota is None else quota.headers()
         if lease.retry_after is not None:
             found.append(("Retry-After", str(_seconds(lease.retry_after))))
         return found
+
+
+def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: Lease) -> Quota | None:
+    """A limiter's figures: those of its limit (a ``permits.specs`` value: engine limiters,
+    per-key limiters, a partitioned limiter's partition); for a chain, its member with the fewest
+    permits left; None for a limiter that cannot tell (a custom one)."""
+    members = getattr(limiter, "limiters", None)
+    if isinstance(limiter, ChainedLimiter | ChainedPartitionedLimiter) and members:
+        return fewest_remaining(limiter_quota(member, key, lease) for member in members)
+    spec = getattr(limiter, "spec", None)
+    if not isinstance(spec, specs.Spec) and isinstance(limiter, PartitionedLimiter):
+        spec = limiter._on_limiter(key, lambda inner: getattr(inner, "spec", None), None)
+    if not isinstance(spec, specs.Spec):
+        return None
+    remaining = limiter.available_permits(key) if isinstance(limiter, KeyedRateLimiter) else limiter.available_permits()
+    return quota_of(spec, limiter.name, remaining, lease)
 
 
 @functools.lru_cache(maxsize=256)  # specs are values: the figures of each are worked out once
@@ -227,6 +232,7 @@ __all__ = [
     "check_exempt",
     "fewest_remaining",
     "is_exempt",
+    "limiter_quota",
     "quota_of",
     "wait_or_leave",
 ]

@@ -351,3 +351,24 @@ async def test_per_ip_keys_behind_a_trusted_proxy(serve_asgi, clock: permits.Man
                 {"X-Forwarded-For": "not-an-address"},  # malformed: the peer (127.0.0.1) is the key
             ]
             assert [(await client.get("/hello", headers=h)).status_code for h in sent] == expected
+
+
+async def test_a_chain_reports_its_member_with_fewest_left(serve_asgi, clock: permits.ManualClock) -> None:
+    per_second = permits.FixedWindowLimiter(3, 1, clock=clock, name="second")
+    per_minute = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(5, 60), clock=clock, name="minute")
+    limiter = permits.chain(per_second, per_minute)
+    async with serve_asgi(app_with(limiter, key=CLIENT)) as url, httpx.AsyncClient(base_url=url) as client:
+        seen = []
+        for _ in range(4):
+            response = await client.get("/hello", headers={"x-client": "a"})
+            seen.append((response.status_code, response.headers["ratelimit"]))
+        clock.advance_ns(10**9)
+        response = await client.get("/hello", headers={"x-client": "a"})
+        seen.append((response.status_code, response.headers["ratelimit"]))
+    assert seen == [
+        (200, '"second";r=2;t=1'),
+        (200, '"second";r=1;t=1'),
+        (200, '"second";r=0;t=1'),
+        (429, '"second";r=0;t=1'),
+        (200, '"minute";r=1;t=60'),
+    ]
