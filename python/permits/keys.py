@@ -64,8 +64,14 @@ def path_of(request: Any) -> str:
 
 
 # ---- address parsing ----
-@functools.lru_cache(maxsize=4096)  # the same few peers and proxies come back: ipaddress parses slowly
 def _address(text: str) -> IPAddress | None:
+    # No address is this long (bracketed IPv6 with a port and a zone included); refusing longer
+    # text first also keeps an attacker's long hops out of the cache below.
+    return None if len(text) > 100 else _parse_address(text)
+
+
+@functools.lru_cache(maxsize=4096)  # the same few peers and proxies come back: ipaddress parses slowly
+def _parse_address(text: str) -> IPAddress | None:
     """An address from a peer string or a forwarding hop: brackets, a port and an IPv6 zone are
     dropped; an IPv4-mapped IPv6 address is its IPv4 address. None when it is no address
     ("unknown", an obfuscated ``_name``, garbage)."""
