@@ -75,7 +75,7 @@ def test_ipv6_peer_prefix_grouping_and_mapped_addresses() -> None:
         "999.1.1.1",
         '"""""',
         "for=" + "1" * 10_000,
-        " " * 200 + "192.0.2.9",  # a hop longer than any address: refused before parsing
+        '"' + " " * 200 + '192.0.2.9"',  # a hop longer than any address: refused before parsing
         ", ".join(["192.0.2.1"] * 5000),
     ],
 )
