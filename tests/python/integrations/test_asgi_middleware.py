@@ -372,3 +372,19 @@ async def test_a_chain_reports_its_member_with_fewest_left(serve_asgi, clock: pe
         (429, '"second";r=0;t=1'),
         (200, '"minute";r=1;t=60'),
     ]
+
+
+async def test_a_queued_request_keeps_its_body(serve_asgi, clock: permits.ManualClock) -> None:
+    async def echo(request: Request) -> Response:
+        return Response(await request.body())
+
+    app = Starlette(routes=[Route("/echo", echo, methods=["POST"])])
+    limiter = permits.FixedWindowLimiter(1, 1, queue_limit=1, clock=clock)
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, wait=True)
+    body = b"x" * 300_000  # several receive() messages, read by the middleware while queued
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.post("/echo", content=b"first")).content == b"first"
+        queued = asyncio.create_task(client.post("/echo", content=body))
+        await eventually(lambda: limiter.statistics().current_queued_count == 1)
+        clock.advance_ns(10**9)
+        assert (await queued).content == body
