@@ -1,0 +1,195 @@
+"""aiohttp server integration: ``rate_limit_middleware`` (the global limiter) and ``@limit`` (one
+handler's limit), with the options of :mod:`permits.asgi`'s middleware."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aiohttp import web
+
+from ._core import Lease
+from ._http_policy import Policy, Quota, check_exempt, fewest_remaining, is_exempt, wait_or_leave
+from .keyed_limiter import KeyedRateLimiter
+from .rate_limiter import RateLimiter
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: How often a queued request looks whether its client is still connected: aiohttp tells a handler
+#: nothing of a disconnect (unless the server runs with ``handler_cancellation=True``, which
+#: cancels the handler, and so the wait, at once).
+DISCONNECT_POLL = 0.05
+#: The status of the response to a client that left while queued (it reads none); nginx's
+#: "client closed request".
+CLIENT_CLOSED_REQUEST = 499
+
+
+class _Handoff:
+    __slots__ = ("global_leases", "quotas", "route_leases")
+
+    def __init__(self) -> None:
+        self.global_leases: list[Lease] = []
+        self.route_leases: list[Lease] = []
+        self.quotas: list[Quota | None] = []
+
+
+#: Where the middleware leaves its handoff in the request, for a decorated handler to find (a
+#: typed key where aiohttp has them, 3.12 on; a str before).
+HANDOFF: Any = web.RequestKey("permits.handoff", _Handoff) if hasattr(web, "RequestKey") else "permits.handoff"
+#: Where a request's handler leases are listed (a rejection by a stacked @limit refunds them all).
+GRANTED: Any = web.RequestKey("permits.granted", list) if hasattr(web, "RequestKey") else "permits.granted"
+
+
+async def _disconnected(request: web.Request) -> None:
+    while True:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return
+        await asyncio.sleep(DISCONNECT_POLL)
+
+
+async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
+    if policy.wait:
+        return await wait_or_leave(policy.acquire(key), _disconnected(request))
+    return await policy.acquire(key)
+
+
+def _add_headers(response: web.StreamResponse, headers: list[tuple[str, str]]) -> None:
+    if not response.prepared:  # a stream the handler has begun has sent its headers already
+        for name, value in headers:
+            response.headers.setdefault(name, value)
+
+
+async def _sent(response: web.StreamResponse, request: web.Request) -> web.StreamResponse:
+    """Sends the response now, so that the lease is held until it has been sent (aiohttp would
+    send it after the middleware returns)."""
+    if not response.prepared:
+        await response.prepare(request)
+        await response.write_eof()
+    return response
+
+
+async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: Quota | None) -> web.StreamResponse:
+    headers = policy.rejection_headers(lease, quota)
+    custom = await policy.rejection(request, lease)
+    if custom is not None and not isinstance(custom, web.StreamResponse):
+        raise TypeError(f"on_rejected must return an aiohttp web.StreamResponse or None, got {type(custom).__name__}")
+    # (not `custom or ...`: a response is a mapping, false while empty)
+    response = web.Response(status=policy.status_code, text="Too Many Requests") if custom is None else custom
+    _add_headers(response, headers)
+    return response
+
+
+def rate_limit_middleware(
+    limiter: RateLimiter | KeyedRateLimiter,
+    *,
+    key: Callable[[Any], Any] | None = None,
+    permit_count: int = 1,
+    wait: bool = False,
+    status_code: int = 429,
+    on_rejected: Callable[[Any, Lease], Any] | None = None,
+    headers: bool = True,
+    exempt: Iterable[str] = (),
+) -> Any:
+    """The global limiter of an aiohttp application: ``web.Application(middlewares=[...])``.
+    Put it first (outermost): it sends the response itself, to hold the lease until then."""
+    policy = Policy(
+        limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
+        on_rejected=on_rejected, headers=headers,
+    )  # fmt: skip
+    prefixes = check_exempt(exempt)
+
+    @web.middleware
+    async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_exempt(request.path, prefixes):
+            return await handler(request)
+        key = await policy.key_of(request)
+        lease = await _acquire(policy, key, request)
+        if lease is None:  # the client left while queued: nobody reads this
+            return web.Response(status=CLIENT_CLOSED_REQUEST)
+        handoff = _Handoff()
+        request[HANDOFF] = handoff
+        try:
+            quota = policy.quota(key, lease)
+            if not lease:
+                return await _sent(await _rejection(policy, request, lease, quota), request)
+            handoff.global_leases.append(lease)
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:  # aiohttp's HTTP errors are responses: they get the headers too
+                best = fewest_remaining([quota, *handoff.quotas])
+                for name, value in [] if best is None else best.headers():
+                    exc.headers.setdefault(name, value)
+                raise
+            best = fewest_remaining([quota, *handoff.quotas])
+            if best is not None:
+                _add_headers(response, best.headers())
+            return await _sent(response, request)
+        finally:
+            lease.release()
+            for route_lease in handoff.route_leases:
+                route_lease.release()
+
+    return rate_limit
+
+
+def limit(
+    limiter: RateLimiter | KeyedRateLimiter,
+    *,
+    key: Callable[[Any], Any] | None = None,
+    permit_count: int = 1,
+    wait: bool = False,
+    status_code: int = 429,
+    on_rejected: Callable[[Any, Lease], Any] | None = None,
+    headers: bool = True,
+) -> Callable[[Handler], Handler]:
+    """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``. Runs after the
+    middleware's global limiter; its rejection gives the global permit back."""
+    policy = Policy(
+        limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
+        on_rejected=on_rejected, headers=headers,
+    )  # fmt: skip
+
+    def decorate(handler: Handler) -> Handler:
+        if not callable(handler):
+            raise TypeError(f"limit() decorates a handler, got {type(handler).__name__}")
+
+        @functools.wraps(handler)
+        async def limited(request: web.Request) -> web.StreamResponse:
+            key = await policy.key_of(request)
+            lease = await _acquire(policy, key, request)
+            if lease is None:
+                return web.Response(status=CLIENT_CLOSED_REQUEST)
+            handoff = request.get(HANDOFF)
+            granted: list[Lease] = request.setdefault(GRANTED, [])
+            try:
+                quota = policy.quota(key, lease)
+            except BaseException:
+                lease.release()
+                raise
+            if not lease:
+                # Rejected: the request consumes nothing, neither the global permit nor those of
+                # the handler's other limits that granted it.
+                for earlier in [*(handoff.global_leases if isinstance(handoff, _Handoff) else ()), *granted]:
+                    earlier._refund()
+                return await _rejection(policy, request, lease, quota)
+            granted.append(lease)
+            if isinstance(handoff, _Handoff):  # the middleware holds the lease and writes the headers
+                handoff.route_leases.append(lease)
+                handoff.quotas.append(quota)
+                return await handler(request)
+            try:
+                response = await handler(request)
+                if quota is not None:
+                    _add_headers(response, quota.headers())
+                return await _sent(response, request)
+            finally:
+                lease.release()
+
+        return limited
+
+    return decorate
+
+
+__all__ = ["limit", "rate_limit_middleware"]

@@ -1,0 +1,238 @@
+"""The part of every server integration that knows no framework: one policy (a limiter, a key, how
+many permits, wait or reject, what a rejection looks like), checked when it is built; the
+acquisition; the ``Retry-After`` and IETF ``RateLimit`` / ``RateLimit-Policy`` headers."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, NamedTuple
+
+from . import specs
+from ._core import Lease
+from .chain import ChainedLimiter, ChainedPartitionedLimiter
+from .keyed_limiter import KeyedRateLimiter
+from .keys import client_ip
+from .partitioned import PartitionedLimiter
+from .rate_limiter import RateLimiter
+
+
+class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a frozen dataclass)
+    """What the IETF headers say about one limiter, for one request."""
+
+    name: str
+    quota: int
+    window: int | None  # seconds; None for a concurrency limit (no time window)
+    remaining: int
+    reset: int | None  # seconds until more permits; None when time frees nothing
+
+    def headers(self) -> list[tuple[str, str]]:
+        name = _sf_string(self.name)
+        policy = f"{name};q={self.quota}" + ("" if self.window is None else f";w={self.window}")
+        state = f"{name};r={self.remaining}" + ("" if self.reset is None else f";t={self.reset}")
+        return [("RateLimit-Policy", policy), ("RateLimit", state)]
+
+
+@functools.lru_cache(maxsize=256)  # a few limiter names, formatted on every response
+def _sf_string(text: str) -> str:
+    """An RFC 8941 string: printable ASCII, with quote and backslash escaped (others dropped)."""
+    kept = "".join(c for c in text if " " <= c <= "~")
+    return '"' + kept.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _seconds(value: float) -> int:
+    return max(0, math.ceil(value - 1e-9))  # whole seconds rounded up (float noise aside)
+
+
+def fewest_remaining(quotas: Iterable[Quota | None]) -> Quota | None:
+    """Of several limiters' quotas, the one with the fewest remaining permits (the binding one)."""
+    found = [q for q in quotas if q is not None]
+    return min(found, key=lambda q: q.remaining) if found else None
+
+
+def check_exempt(exempt: object) -> tuple[str, ...]:
+    if isinstance(exempt, str):
+        exempt = (exempt,)
+    if not isinstance(exempt, Iterable):
+        raise TypeError(f"exempt must be path prefixes (e.g. ('/health',)), got {type(exempt).__name__}")
+    prefixes = []
+    for prefix in exempt:
+        if not isinstance(prefix, str) or not prefix.startswith("/"):
+            raise ValueError(f"exempt paths must be str starting with '/', got {prefix!r}")
+        prefixes.append(prefix.rstrip("/") or "/")
+    return tuple(prefixes)
+
+
+def is_exempt(path: str, prefixes: tuple[str, ...]) -> bool:
+    """A path is exempt when it equals a prefix or continues it after a '/'."""
+    return any(prefix == "/" or path == prefix or path.startswith(prefix + "/") for prefix in prefixes)
+
+
+class Policy:
+    """One limiter applied to requests, as the middlewares, the dependency and the decorator use it."""
+
+    __slots__ = ("headers", "key", "keyed", "limiter", "on_rejected", "permit_count", "status_code", "wait")
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: object,
+        permit_count: object,
+        wait: object,
+        status_code: object,
+        on_rejected: object,
+        headers: object,
+    ) -> None:
+        if not isinstance(limiter, RateLimiter | KeyedRateLimiter):
+            raise TypeError(f"limiter must be a permits.RateLimiter or KeyedRateLimiter, got {type(limiter).__name__}")
+        if key is not None and not callable(key):
+            raise TypeError(f"key must be callable (key(request) -> key) or None, got {type(key).__name__}")
+        if isinstance(permit_count, bool) or not isinstance(permit_count, int):
+            raise TypeError(f"permit_count must be an int, got {type(permit_count).__name__}")
+        if permit_count < 1:
+            raise ValueError(f"permit_count must be at least 1, got {permit_count}")
+        for flag, value in (("wait", wait), ("headers", headers)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
+        if isinstance(status_code, bool) or not isinstance(status_code, int):
+            raise TypeError(f"status_code must be an int, got {type(status_code).__name__}")
+        if not 400 <= status_code <= 599:
+            raise ValueError(f"status_code must be an HTTP error status (400-599), got {status_code}")
+        if on_rejected is not None and not callable(on_rejected):
+            raise TypeError(
+                f"on_rejected must be callable (on_rejected(request, lease)) or None, got {type(on_rejected).__name__}"
+            )
+        spec = getattr(limiter, "spec", None)
+        most = getattr(spec, "token_limit", getattr(spec, "permit_limit", None))
+        if isinstance(most, int) and permit_count > most:  # every request would fail with a ValueError
+            raise ValueError(f"permit_count {permit_count} exceeds the limiter's limit of {most}")
+        self.limiter = limiter
+        self.keyed = isinstance(limiter, KeyedRateLimiter)
+        # A plain RateLimiter ignores the key: no key function runs for it.
+        self.key: Callable[[Any], Any] | None = (key or client_ip()) if self.keyed else None
+        self.permit_count = permit_count
+        self.wait = wait
+        self.status_code = status_code
+        self.on_rejected: Callable[[Any, Lease], Any] | None = on_rejected
+        self.headers = headers
+
+    async def key_of(self, request: Any) -> object:
+        if self.key is None:
+            return None
+        found = self.key(request)
+        return await found if inspect.isawaitable(found) else found
+
+    def acquire(self, key: object) -> Awaitable[Lease]:
+        """The one acquisition of a request: an attempt, or with ``wait`` a place in the queue.
+        Never a blocking call: the limiter's own awaitables."""
+        limiter = self.limiter
+        n = self.permit_count
+        if isinstance(limiter, KeyedRateLimiter):
+            return limiter.wait_async(key, n) if self.wait else limiter.acquire_async(key, n)
+        return limiter.wait_async(n) if self.wait else limiter.acquire_async(n)
+
+    async def rejection(self, request: Any, lease: Lease) -> Any:
+        """on_rejected's response, or None for the default one."""
+        if self.on_rejected is None:
+            return None
+        found = self.on_rejected(request, lease)
+        return await found if inspect.isawaitable(found) else found
+
+    def quota(self, key: object, lease: Lease) -> Quota | None:
+        """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
+        return limiter_quota(self.limiter, key, lease) if self.headers else None
+
+    def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
+        found = [] if quota is None else quota.headers()
+        if lease.retry_after is not None:
+            found.append(("Retry-After", str(_seconds(lease.retry_after))))
+        return found
+
+
+def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: Lease) -> Quota | None:
+    """A limiter's figures: those of its limit (a ``permits.specs`` value: engine limiters,
+    per-key limiters, a partitioned limiter's partition); for a chain, its member with the fewest
+    permits left; None for a limiter that cannot tell (a custom one)."""
+    members = getattr(limiter, "limiters", None)
+    if isinstance(limiter, ChainedLimiter | ChainedPartitionedLimiter) and members:
+        return fewest_remaining(limiter_quota(member, key, lease) for member in members)
+    spec = getattr(limiter, "spec", None)
+    if not isinstance(spec, specs.Spec) and isinstance(limiter, PartitionedLimiter):
+        spec = limiter._on_limiter(key, lambda inner: getattr(inner, "spec", None), None)
+    if not isinstance(spec, specs.Spec):
+        return None
+    remaining = limiter.available_permits(key) if isinstance(limiter, KeyedRateLimiter) else limiter.available_permits()
+    return quota_of(spec, limiter.name, remaining, lease)
+
+
+@functools.lru_cache(maxsize=256)  # specs are values: the figures of each are worked out once
+def _figures(spec: specs.Spec[Any]) -> tuple[int, int | None, float | None]:
+    """(quota, window in whole seconds, replenishment period) of a limit."""
+    if isinstance(spec, specs.Concurrency):
+        return spec.permit_limit, None, None
+    if isinstance(spec, specs.TokenBucket):
+        # The bucket's quota is its size, over the time it takes to fill from empty: q/w is the rate.
+        periods = math.ceil(spec.token_limit / spec.tokens_per_period)
+        return spec.token_limit, max(1, _seconds(spec.replenishment_period * periods)), spec.replenishment_period
+    if isinstance(spec, specs.FixedWindow | specs.SlidingWindow | specs.SlidingWindowCounter):
+        return spec.permit_limit, max(1, _seconds(spec.window)), spec.replenishment_period
+    return 0, None, None  # a spec this module does not know yet: no time figures
+
+
+def quota_of(spec: specs.Spec[Any], name: str, remaining: int, lease: Lease) -> Quota:
+    """``t`` (seconds until more): a failed lease's own ``retry_after``; otherwise at most one
+    replenishment period (the limiter does not say where in its period it is), 0 when full."""
+    remaining = max(0, remaining)
+    quota, window, period = _figures(spec)
+    if period is None:
+        return Quota(name, quota, window, remaining, None)
+    if not lease and lease.retry_after is not None:
+        reset = _seconds(lease.retry_after)
+    else:
+        reset = 0 if remaining >= quota else _seconds(period)
+    return Quota(name, quota, window, remaining, reset)
+
+
+DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
+
+
+async def _awaited(waiting: Awaitable[Lease]) -> Lease:
+    return await waiting
+
+
+async def wait_or_leave(waiting: Awaitable[Lease], gone: Awaitable[object]) -> Lease | None:
+    """The lease of a queued wait, or None when ``gone`` completes first (the client left): the
+    wait is cancelled, so the request leaves the queue at once; a lease granted in that very
+    moment is given back (``_refund``), as if never taken."""
+    wait_task = asyncio.ensure_future(_awaited(waiting))
+    gone_task = asyncio.ensure_future(gone)
+    try:
+        await asyncio.wait({wait_task, gone_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left = not wait_task.done()
+        for task in (wait_task, gone_task):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(wait_task, gone_task, return_exceptions=True)
+        if left and not wait_task.cancelled() and wait_task.exception() is None:
+            wait_task.result()._refund()
+    if left:
+        return None
+    return wait_task.result()
+
+
+__all__ = [
+    "DISCONNECTS",
+    "Policy",
+    "Quota",
+    "check_exempt",
+    "fewest_remaining",
+    "is_exempt",
+    "limiter_quota",
+    "quota_of",
+    "wait_or_leave",
+]

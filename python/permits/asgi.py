@@ -1,0 +1,197 @@
+"""RateLimitMiddleware: a global limiter for any ASGI application (Starlette, FastAPI, ...).
+
+Pure ASGI: it wraps ``send`` to add headers and holds a request's lease until the application
+returns, which is when the response has been sent in full (a streaming one included) or, for a
+WebSocket, when the connection has closed; an exception, a cancellation or a client that went
+away releases it too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.websockets import WebSocket
+
+from ._core import Lease
+from ._http_policy import DISCONNECTS, Policy, Quota, check_exempt, fewest_remaining, is_exempt, wait_or_leave
+from .keyed_limiter import KeyedRateLimiter
+from .rate_limiter import RateLimiter
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Where the middleware leaves its handoff in the ASGI scope, for a route's dependency to find.
+HANDOFF = "permits.handoff"
+#: The close code of a rejected WebSocket when the server cannot send an HTTP denial response:
+#: 1013 "Try Again Later" (RFC 6455's registry), the code meant for a temporary refusal.
+WEBSOCKET_CLOSE_CODE = 1013
+
+
+class Handoff:
+    """What the middleware and a route's dependency share through the scope: the global leases
+    (refunded when the route rejects), the route's leases (released by the middleware once the
+    response is sent) and the route's quotas (for the headers)."""
+
+    __slots__ = ("global_leases", "quotas", "route_leases")
+
+    def __init__(self) -> None:
+        self.global_leases: list[Lease] = []
+        self.route_leases: list[Lease] = []
+        self.quotas: list[Quota | None] = []
+
+
+def _with_headers(message: Message, headers: list[tuple[str, str]]) -> Message:
+    """The message with the headers it does not already carry (an app's own win)."""
+    existing = message.get("headers") or []
+    ours = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+    names = {n for n, _ in ours}
+    taken = {bytes(n).lower() for n, _ in existing} & names if existing else set()
+    added = [(n, v) for n, v in ours if n not in taken]
+    if not added:
+        return message
+    return {**message, "headers": [*existing, *added]}
+
+
+async def send_response(
+    response: Any, scope: Scope, receive: Receive, send: Send, headers: list[tuple[str, str]]
+) -> None:
+    """Sends an on_rejected response (any ASGI response) with the headers it does not set itself."""
+
+    async def send_with(message: Message) -> None:
+        if message["type"] in ("http.response.start", "websocket.http.response.start"):
+            message = _with_headers(message, headers)
+        await send(message)
+
+    await response(scope, receive, send_with)
+
+
+class RateLimitMiddleware:
+    """The global limiter of an ASGI application: one acquisition per HTTP request or WebSocket
+    connection, before the application runs.
+
+    ``limiter``: a ``RateLimiter`` (one limit for everyone) or a ``KeyedRateLimiter`` (a limit per
+    ``key(request)``, by default the client's IP address, see :mod:`permits.keys`). A rejected
+    request gets ``status_code`` with ``Retry-After`` and the ``RateLimit`` headers, or what
+    ``on_rejected(request, lease)`` returns. ``wait=True`` queues instead (``wait_async``); a
+    client that disconnects while queued leaves the queue and gets nothing. ``exempt`` path
+    prefixes skip this limiter.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: RateLimiter | KeyedRateLimiter,
+        *,
+        key: Callable[[Any], Any] | None = None,
+        permit_count: int = 1,
+        wait: bool = False,
+        status_code: int = 429,
+        on_rejected: Callable[[Any, Lease], Any] | None = None,
+        headers: bool = True,
+        exempt: Iterable[str] = (),
+    ) -> None:
+        if not callable(app):
+            raise TypeError(f"app must be an ASGI application, got {type(app).__name__}")
+        self.app = app
+        self.policy = Policy(
+            limiter,
+            key=key,
+            permit_count=permit_count,
+            wait=wait,
+            status_code=status_code,
+            on_rejected=on_rejected,
+            headers=headers,
+        )
+        self.exempt = check_exempt(exempt)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or is_exempt(scope.get("path", ""), self.exempt):
+            await self.app(scope, receive, send)
+            return
+        policy = self.policy
+        connection: HTTPConnection = Request(scope, receive) if kind == "http" else HTTPConnection(scope)
+        key = await policy.key_of(connection)
+        if policy.wait:
+            buffered: deque[Message] = deque()
+            lease = await wait_or_leave(policy.acquire(key), _until_disconnect(receive, buffered))
+            if lease is None:
+                return  # the client left while queued: nothing to send
+            receive = _replaying(buffered, receive)
+        else:
+            lease = await policy.acquire(key)
+        handoff = scope.get(HANDOFF)
+        owner = handoff is None
+        if handoff is None:
+            handoff = scope[HANDOFF] = Handoff()
+        try:
+            quota = policy.quota(key, lease)
+            if not lease:
+                await self._reject(scope, receive, send, connection, lease, quota)
+                return
+            handoff.global_leases.append(lease)
+
+            async def send_with_headers(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
+                    if best is not None:
+                        message = _with_headers(message, best.headers())
+                await send(message)
+
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            lease.release()
+            if owner:
+                for route_lease in handoff.route_leases:
+                    route_lease.release()
+
+    async def _reject(
+        self, scope: Scope, receive: Receive, send: Send, connection: HTTPConnection, lease: Lease, quota: Quota | None
+    ) -> None:
+        policy = self.policy
+        headers = policy.rejection_headers(lease, quota)
+        response = await policy.rejection(connection, lease)
+        if scope["type"] == "http":
+            if response is None:
+                response = PlainTextResponse("Too Many Requests", policy.status_code)
+            await send_response(response, scope, receive, send, headers)
+            return
+        message = await receive()  # websocket.connect, before any answer
+        if message["type"] in DISCONNECTS:
+            return
+        if "websocket.http.response" in scope.get("extensions", {}):
+            if response is None:
+                response = Response(b"", policy.status_code)
+            await send_response(response, scope, receive, send, headers)
+        else:
+            await WebSocket(scope, receive, send).close(WEBSOCKET_CLOSE_CODE, "rate limited")
+
+
+async def _until_disconnect(receive: Receive, buffered: deque[Message]) -> None:
+    """Reads the client's messages while its request is queued (keeping them for the app) until
+    the client disconnects; cancelled when the wait ends first."""
+    while True:
+        message = await receive()
+        buffered.append(message)
+        if message["type"] in DISCONNECTS:
+            return
+
+
+def _replaying(buffered: deque[Message], receive: Receive) -> Receive:
+    if not buffered:
+        return receive
+
+    async def replay() -> Message:
+        return buffered.popleft() if buffered else await receive()
+
+    return replay
+
+
+__all__ = ["HANDOFF", "WEBSOCKET_CLOSE_CODE", "Handoff", "RateLimitMiddleware"]

@@ -1,0 +1,129 @@
+"""RateLimit: a route's own limit, as a FastAPI dependency.
+
+    @app.get("/search", dependencies=[Depends(RateLimit(limiter))])
+
+It runs after the global :class:`permits.asgi.RateLimitMiddleware` (when one is installed). A
+rejection raises :class:`RateLimitExceeded` (an ``HTTPException`` with the status and headers) and
+gives the middleware's permit back, so a rejected request consumes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import HTTPException, Request, Response, WebSocketException
+from starlette.requests import HTTPConnection
+
+from ._core import Lease
+from ._http_policy import Policy, wait_or_leave
+from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
+from .keyed_limiter import KeyedRateLimiter
+from .rate_limiter import RateLimiter
+
+#: The status of the response to a client that disconnected while its request was queued (it
+#: reads none: the connection is gone); nginx's "client closed request".
+CLIENT_CLOSED_REQUEST = 499
+#: Where a request's route leases are listed in the ASGI scope (a rejection refunds them all).
+GRANTED = "permits.granted"
+
+
+class RateLimitExceeded(HTTPException):
+    """A route's rejection: status, ``Retry-After`` and ``RateLimit`` headers; ``response`` holds
+    what ``on_rejected`` returned (sent by :func:`rejection_handler`), else None."""
+
+    def __init__(self, status_code: int, headers: dict[str, str], lease: Lease, response: Response | None) -> None:
+        super().__init__(status_code, "Too Many Requests", headers)
+        self.lease = lease
+        self.response = response
+
+
+async def rejection_handler(request: Request, exc: Exception) -> Response:
+    """An exception handler sending ``on_rejected``'s own response:
+    ``app.add_exception_handler(RateLimitExceeded, rejection_handler)``. Without it, FastAPI's
+    handler of ``HTTPException`` answers (JSON ``detail``, the same status and headers)."""
+    assert isinstance(exc, RateLimitExceeded)
+    if exc.response is not None:
+        for name, value in (exc.headers or {}).items():
+            exc.response.headers.setdefault(name, value)
+        return exc.response
+    return Response(b"Too Many Requests", exc.status_code, exc.headers, media_type="text/plain")
+
+
+class RateLimit:
+    """A route's limit: ``Depends(RateLimit(limiter, ...))`` on a path operation, or in a router's
+    ``dependencies=[...]``. The options are those of the middleware (see :mod:`permits.asgi`)."""
+
+    def __init__(
+        self,
+        limiter: RateLimiter | KeyedRateLimiter,
+        *,
+        key: Callable[[Any], Any] | None = None,
+        permit_count: int = 1,
+        wait: bool = False,
+        status_code: int = 429,
+        on_rejected: Callable[[Any, Lease], Any] | None = None,
+        headers: bool = True,
+    ) -> None:
+        self.policy = Policy(
+            limiter,
+            key=key,
+            permit_count=permit_count,
+            wait=wait,
+            status_code=status_code,
+            on_rejected=on_rejected,
+            headers=headers,
+        )
+
+    async def __call__(self, request: HTTPConnection, response: Response) -> AsyncIterator[Lease]:
+        policy = self.policy
+        key = await policy.key_of(request)
+        if policy.wait and isinstance(request, Request):
+            with contextlib.suppress(RuntimeError):  # a form FastAPI has parsed already: body read
+                await request.body()  # kept by the Request for the endpoint; what follows is the disconnect
+            lease = await wait_or_leave(policy.acquire(key), _disconnected(request))
+            if lease is None:
+                raise HTTPException(CLIENT_CLOSED_REQUEST, "client closed request")
+        else:
+            lease = await policy.acquire(key)
+        handoff = request.scope.get(HANDOFF)
+        granted: list[Lease] = request.scope.setdefault(GRANTED, [])
+        try:
+            quota = policy.quota(key, lease)
+        except BaseException:
+            lease.release()
+            raise
+        if not lease:
+            # The request is rejected: it consumes nothing, neither the global permit nor those
+            # of the route's other limits that granted it.
+            for earlier in [*(handoff.global_leases if isinstance(handoff, Handoff) else ()), *granted]:
+                earlier._refund()
+            if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
+                raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
+            headers = dict(policy.rejection_headers(lease, quota))
+            custom = await policy.rejection(request, lease)
+            raise RateLimitExceeded(policy.status_code, headers, lease, custom)
+        granted.append(lease)
+        if isinstance(handoff, Handoff):
+            # The middleware holds the lease until the response is sent and writes the headers
+            # (those of the limiter with fewer permits left).
+            handoff.route_leases.append(lease)
+            handoff.quotas.append(quota)
+            yield lease
+            return
+        if quota is not None:
+            for name, value in quota.headers():
+                response.headers[name] = value
+        try:
+            yield lease  # FastAPI ends a yield dependency after the response has been sent
+        finally:
+            lease.release()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+__all__ = ["CLIENT_CLOSED_REQUEST", "RateLimit", "RateLimitExceeded", "rejection_handler"]

@@ -1,0 +1,274 @@
+"""Key functions for the server integrations: which partition a request counts against.
+
+A key function receives the framework's own request object (a Starlette ``Request`` or
+``HTTPConnection``, an aiohttp ``web.Request``, an ``httpx.Request``) and returns a hashable key.
+These helpers read a request through a small duck-typed reader (the peer's address, a header's
+values, the path), so one helper serves every framework and none is imported here.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+from collections.abc import Callable, Iterable
+from typing import Any
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+KeyFunction = Callable[[Any], Any]
+
+#: Forwarding headers longer than this (all their lines together) are not parsed: the peer is
+#: the key. A real chain of proxies is a few hundred bytes; parsing megabytes per request is a cost
+#: an attacker would choose.
+MAX_FORWARDED_LENGTH = 8192
+#: At most this many hops are walked from the right.
+MAX_HOPS = 64
+_UNKNOWN = "unknown"
+
+
+# ---- readers: the few things a key needs from any framework's request ----
+def peer_of(request: Any) -> str | None:
+    """The direct peer's address: Starlette's ``request.client.host``, aiohttp's ``request.remote``."""
+    client = getattr(request, "client", None)
+    if client is not None:
+        host = getattr(client, "host", None)
+        return host if isinstance(host, str) else None
+    remote = getattr(request, "remote", None)
+    return remote if isinstance(remote, str) else None
+
+
+def header_values(request: Any, name: str) -> list[str]:
+    """Every value of header ``name`` (each line once), in the order received."""
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return []
+    for method in ("getlist", "getall", "get_list"):  # Starlette, aiohttp (multidict), httpx
+        get = getattr(headers, method, None)
+        if get is not None:
+            values = get(name, []) if method == "getall" else get(name)
+            return [v for v in values if isinstance(v, str)]
+    value = headers.get(name) if hasattr(headers, "get") else None
+    return [value] if isinstance(value, str) else []
+
+
+def path_of(request: Any) -> str:
+    path = getattr(request, "path", None)  # aiohttp
+    if isinstance(path, str):
+        return path
+    url = getattr(request, "url", None)  # Starlette, httpx
+    path = getattr(url, "path", None)
+    if isinstance(path, str):
+        return path
+    scope = getattr(request, "scope", None)
+    return str(scope.get("path", "")) if isinstance(scope, dict) else ""
+
+
+# ---- address parsing ----
+def _address(text: str) -> IPAddress | None:
+    # No address is this long (bracketed IPv6 with a port and a zone included); refusing longer
+    # text first also keeps an attacker's long hops out of the cache below.
+    return None if len(text) > 100 else _parse_address(text)
+
+
+@functools.lru_cache(maxsize=4096)  # the same few peers and proxies come back: ipaddress parses slowly
+def _parse_address(text: str) -> IPAddress | None:
+    """An address from a peer string or a forwarding hop: brackets, a port and an IPv6 zone are
+    dropped; an IPv4-mapped IPv6 address is its IPv4 address. None when it is no address
+    ("unknown", an obfuscated ``_name``, garbage)."""
+    text = text.strip().strip('"').strip()
+    if text.startswith("["):  # "[2001:db8::1]:4711"
+        end = text.find("]")
+        if end < 0:
+            return None
+        text = text[1:end]
+    elif text.count(":") == 1:  # "192.0.2.1:4711"
+        text = text.split(":", 1)[0]
+    text = text.split("%", 1)[0]  # a zone (fe80::1%eth0) says nothing about the client
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_text(address: IPAddress, ipv6_prefix: int | None) -> str:
+    if ipv6_prefix is not None and address.version == 6:
+        return str(ipaddress.ip_network((address, ipv6_prefix), strict=False))
+    return str(address)
+
+
+def _split_outside_quotes(text: str, separator: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def _forwarded_hops(lines: list[str]) -> list[str | None]:
+    """The ``for=`` node of each element of RFC 7239 ``Forwarded`` (None when an element has none)."""
+    hops: list[str | None] = []
+    for element in _split_outside_quotes(",".join(lines), ","):
+        node = None
+        for pair in _split_outside_quotes(element, ";"):
+            name, sep, value = pair.partition("=")
+            if sep and name.strip().lower() == "for":
+                node = value.strip()
+        hops.append(node)
+    return hops
+
+
+def _xff_hops(lines: list[str]) -> list[str | None]:
+    return [hop.strip() for hop in ",".join(lines).split(",")]
+
+
+def _networks(trusted_proxies: object) -> tuple[IPNetwork, ...]:
+    if isinstance(
+        trusted_proxies,
+        str | ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress.IPv4Network | ipaddress.IPv6Network,
+    ):
+        trusted_proxies = (trusted_proxies,)
+    if not isinstance(trusted_proxies, Iterable):
+        raise TypeError(f"trusted_proxies must be addresses or networks, got {type(trusted_proxies).__name__}")
+    networks: list[IPNetwork] = []
+    for item in trusted_proxies:
+        if not isinstance(
+            item, str | ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress.IPv4Network | ipaddress.IPv6Network
+        ):
+            raise TypeError(f"trusted_proxies holds {type(item).__name__}, not an address or network")
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"trusted_proxies: {item!r} is not an IP address or network ({exc})") from None
+    return tuple(networks)
+
+
+class _ClientIP:
+    """The callable :func:`client_ip` returns (a class so that its options show in its repr)."""
+
+    __slots__ = ("_ipv6_prefix", "_trusted")
+
+    def __init__(self, trusted_proxies: object, ipv6_prefix: object) -> None:
+        self._trusted = _networks(trusted_proxies)
+        if ipv6_prefix is not None:
+            if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int):
+                raise TypeError(f"ipv6_prefix must be an int or None, got {type(ipv6_prefix).__name__}")
+            if not 1 <= ipv6_prefix <= 128:
+                raise ValueError(f"ipv6_prefix must be between 1 and 128, got {ipv6_prefix}")
+        self._ipv6_prefix = ipv6_prefix
+
+    def _is_trusted(self, address: IPAddress) -> bool:
+        return any(address.version == net.version and address in net for net in self._trusted)
+
+    def _key(self, address: IPAddress) -> str:
+        return _key_text(address, self._ipv6_prefix)
+
+    def from_parts(self, peer: str | None, forwarded: list[str], forwarded_for: list[str]) -> str:
+        """The key from the peer and the ``Forwarded`` / ``X-Forwarded-For`` lines: the framework-neutral core."""
+        address = _address(peer) if peer is not None else None
+        if address is None:
+            return peer or _UNKNOWN  # a unix socket, a test client: whatever the server calls its peer
+        if not self._trusted or not self._is_trusted(address):
+            return self._key(address)  # headers from an untrusted peer are the client's own words
+        lines = forwarded or forwarded_for
+        if not lines or sum(len(line) for line in lines) > MAX_FORWARDED_LENGTH:
+            return self._key(address)
+        hops = _forwarded_hops(lines) if forwarded else _xff_hops(lines)
+        # From the right: each trusted proxy vouches for the hop before it; the first hop that is
+        # not a trusted proxy is the client. A hop that is no address ends the walk at the last
+        # address that a trusted proxy reported (never a spoofable one further left).
+        for hop in reversed(hops[-MAX_HOPS:]):
+            hop_address = _address(hop) if hop is not None else None
+            if hop_address is None:
+                return self._key(address)
+            address = hop_address
+            if not self._is_trusted(address):
+                return self._key(address)
+        return self._key(address)  # every hop a proxy of ours: the left-most one
+
+    def __call__(self, request: Any) -> str:
+        try:
+            forwarded = header_values(request, "forwarded") if self._trusted else []
+            forwarded_for = header_values(request, "x-forwarded-for") if self._trusted else []
+        except (UnicodeError, ValueError):  # undecodable header bytes: ignore them, as malformed
+            forwarded = forwarded_for = []
+        return self.from_parts(peer_of(request), forwarded, forwarded_for)
+
+    def __repr__(self) -> str:
+        proxies = tuple(str(n) for n in self._trusted)
+        return f"client_ip(trusted_proxies={proxies!r}, ipv6_prefix={self._ipv6_prefix!r})"
+
+
+def client_ip(
+    trusted_proxies: Iterable[str | IPAddress | IPNetwork] | str = (), ipv6_prefix: int | None = None
+) -> KeyFunction:
+    """A key function: the client's IP address, as a string.
+
+    Without ``trusted_proxies`` it is the direct peer's address. With them (addresses or CIDR
+    networks), when the peer is one of them, the client is found in ``Forwarded`` (RFC 7239) or,
+    when that is absent, ``X-Forwarded-For``: the right-most hop that is not a trusted proxy.
+    Headers sent by any other peer are ignored (anyone can write them); malformed or oversized
+    headers never raise, the peer is used instead. ``ipv6_prefix=64`` keys IPv6 clients by their
+    /64 network (one subscriber usually holds a whole /64).
+    """
+    return _ClientIP(trusted_proxies, ipv6_prefix)
+
+
+class _Header:
+    __slots__ = ("_fallback", "_name")
+
+    def __init__(self, name: object, fallback: object) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if fallback is not None and not callable(fallback):
+            raise TypeError(f"fallback must be callable or None, got {type(fallback).__name__}")
+        self._name = name.lower()
+        self._fallback: KeyFunction | None = fallback
+
+    def __call__(self, request: Any) -> Any:
+        try:
+            values = header_values(request, self._name)
+        except (UnicodeError, ValueError):
+            values = []
+        if values:
+            return values[0].strip()
+        return None if self._fallback is None else self._fallback(request)
+
+    def __repr__(self) -> str:
+        return f"header({self._name!r}, fallback={self._fallback!r})"
+
+
+_DEFAULT = client_ip()
+
+
+def header(name: str, fallback: KeyFunction | None = _DEFAULT) -> KeyFunction:
+    """A key function: the value of header ``name`` (an API key, a tenant id); without the header,
+    ``fallback(request)`` (by default the client's IP address; None keys such requests None)."""
+    return _Header(name, fallback)
+
+
+def _path(request: Any) -> str:
+    return path_of(request)
+
+
+def path() -> KeyFunction:
+    """A key function: the request's path (one limit per endpoint URL, shared by every client)."""
+    return _path
+
+
+__all__ = ["client_ip", "header", "path"]

@@ -1,0 +1,251 @@
+"""permits.aiohttp.rate_limit_middleware and @limit under aiohttp's own server, driven by real
+aiohttp clients; time on a ManualClock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+from _integration import eventually
+from aiohttp import web
+
+import permits
+from permits import keys
+from permits.aiohttp import limit, rate_limit_middleware
+
+FEED = web.AppKey("feed", asyncio.Queue)
+CALLS = web.AppKey("calls", list)
+
+
+def make_app(
+    global_limiter: Any = None, route_limiter: Any = None, middleware: Any = None, route: Any = None
+) -> web.Application:
+    middlewares = [] if global_limiter is None else [rate_limit_middleware(global_limiter, **(middleware or {}))]
+    app = web.Application(middlewares=middlewares)
+    feed: asyncio.Queue[bytes | None] = asyncio.Queue()
+    calls: list[str] = []
+    app[FEED], app[CALLS] = feed, calls
+    decorate = (lambda handler: handler) if route_limiter is None else limit(route_limiter, **(route or {}))
+
+    async def hello(request: web.Request) -> web.Response:
+        calls.append(request.headers.get("x-order", request.path))
+        return web.Response(text="hello")
+
+    @decorate
+    async def limited(request: web.Request) -> web.Response:
+        return web.Response(text="limited")
+
+    async def boom(request: web.Request) -> web.Response:
+        raise RuntimeError("boom")
+
+    async def missing(request: web.Request) -> web.Response:
+        raise web.HTTPNotFound()
+
+    @decorate
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        while (chunk := await feed.get()) is not None:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    async def ws(request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        async for message in socket:
+            await socket.send_str(message.data)
+        return socket
+
+    app.router.add_get("/hello", hello)
+    app.router.add_get("/health", hello)
+    app.router.add_get("/health/live", hello)
+    app.router.add_get("/healthz", hello)
+    app.router.add_get("/limited", limited)
+    app.router.add_get("/boom", boom)
+    app.router.add_get("/missing", missing)
+    app.router.add_get("/stream", stream)
+    app.router.add_get("/ws", ws)
+    return app
+
+
+def rate_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
+    return {
+        k.lower(): v
+        for k, v in response.headers.items()
+        if k.lower() in ("ratelimit", "ratelimit-policy", "retry-after")
+    }
+
+
+async def codes(session: aiohttp.ClientSession, url: str, *paths: str, **kw: Any) -> list[int]:
+    found = []
+    for path in paths:
+        async with session.get(url + path, **kw) as response:
+            await response.read()
+            found.append(response.status)
+    return found
+
+
+async def test_exact_sequence_per_key_and_headers(serve_aiohttp, clock: permits.ManualClock) -> None:
+    limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(2, 10), clock=clock, name="api")
+    app = make_app(limiter, middleware={"key": keys.header("x-client")})
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        a, b = {"headers": {"x-client": "a"}}, {"headers": {"x-client": "b"}}
+        assert await codes(session, url, "/hello", "/hello", "/hello", **a) == [200, 200, 429]
+        assert await codes(session, url, "/hello", **b) == [200]
+        async with session.get(url + "/hello", **a) as response:
+            assert rate_headers(response) == {
+                "ratelimit-policy": '"api";q=2;w=10', "ratelimit": '"api";r=0;t=10', "retry-after": "10"
+            }  # fmt: skip
+        clock.advance_ns(10 * 10**9)
+        assert await codes(session, url, "/hello", **a) == [200]
+    assert limiter.statistics("a").total_failed_leases == 2
+
+
+async def test_an_aiohttp_http_error_gets_the_headers_and_exempt_paths(
+    serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    limiter = permits.FixedWindowLimiter(3, 10, clock=clock)
+    app = make_app(limiter, middleware={"exempt": ["/health"]})
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        async with session.get(url + "/missing") as response:
+            assert response.status == 404
+            assert response.headers["RateLimit"] == '"default";r=2;t=10'
+        assert await codes(session, url, "/health", "/health/live", "/hello", "/hello", "/healthz") == [
+            200, 200, 200, 200, 429
+        ]  # fmt: skip
+
+
+async def test_a_route_rejection_refunds_the_global_permit(serve_aiohttp, clock: permits.ManualClock) -> None:
+    global_limiter = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="global")
+    route = permits.FixedWindowLimiter(1, 60, clock=clock, name="route")
+    app = make_app(global_limiter, route)
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        async with session.get(url + "/limited") as response:
+            assert response.headers["RateLimit"] == '"route";r=0;t=60'  # fewer left than global's 4
+        assert global_limiter.available_permits() == 4
+        assert await codes(session, url, "/limited", "/limited") == [429, 429]
+        assert global_limiter.available_permits() == 4
+        assert await codes(session, url, "/hello") == [200]
+        assert global_limiter.available_permits() == 3
+
+
+async def test_the_decorator_alone(serve_aiohttp, clock: permits.ManualClock) -> None:
+    route = permits.FixedWindowLimiter(1, 60, clock=clock, name="route")
+    async with serve_aiohttp(make_app(route_limiter=route)) as url, aiohttp.ClientSession() as session:
+        async with session.get(url + "/limited") as response:
+            assert rate_headers(response) == {"ratelimit-policy": '"route";q=1;w=60', "ratelimit": '"route";r=0;t=60'}
+        async with session.get(url + "/limited") as response:
+            assert (response.status, response.headers["Retry-After"]) == (429, "60")
+
+
+@pytest.mark.parametrize("with_middleware", [False, True])
+async def test_a_stream_response_holds_its_concurrency_permit(
+    serve_aiohttp, clock: permits.ManualClock, with_middleware: bool
+) -> None:
+    limiter = permits.ConcurrencyLimiter(1, clock=clock)
+    app = make_app(limiter) if with_middleware else make_app(route_limiter=limiter)
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        async with session.get(url + "/stream") as streaming:
+            app[FEED].put_nowait(b"one")
+            assert await streaming.content.readexactly(3) == b"one"
+            assert limiter.available_permits() == 0
+            assert await codes(session, url, "/limited" if not with_middleware else "/hello") == [429]
+            app[FEED].put_nowait(None)
+            assert await streaming.read() == b""
+        await eventually(lambda: limiter.available_permits() == 1)
+
+
+async def test_a_websocket_holds_its_permit_until_closed(serve_aiohttp, clock: permits.ManualClock) -> None:
+    limiter = permits.ConcurrencyLimiter(1, clock=clock)
+    async with serve_aiohttp(make_app(limiter)) as url, aiohttp.ClientSession() as session:
+        async with session.ws_connect(url + "/ws") as socket:
+            await socket.send_str("ping")
+            assert (await socket.receive()).data == "ping"
+            assert limiter.available_permits() == 0
+            with pytest.raises(aiohttp.WSServerHandshakeError) as denied:
+                await session.ws_connect(url + "/ws")
+            assert denied.value.status == 429
+        await eventually(lambda: limiter.available_permits() == 1)
+
+
+async def test_exceptions_give_a_500_and_the_permit_back(serve_aiohttp, clock: permits.ManualClock) -> None:
+    limiter = permits.PartitionedLimiter.per_key(permits.specs.Concurrency(1), clock=clock)
+
+    def key(request: web.Request) -> str:
+        if "x-bad" in request.headers:
+            raise ValueError("no key")
+        return "k"
+
+    app = make_app(limiter, middleware={"key": key})
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        assert await codes(session, url, "/boom") == [500]
+        assert limiter.available_permits("k") == 1
+        assert await codes(session, url, "/hello", headers={"x-bad": "1"}) == [500]
+        assert limiter.statistics("k").total_successful_leases == 1
+        assert await codes(session, url, "/hello") == [200]
+        assert limiter.available_permits("k") == 1
+
+
+async def test_on_rejected_sync_and_async(serve_aiohttp, clock: permits.ManualClock) -> None:
+    def sync(request: web.Request, lease: permits.Lease) -> web.Response:
+        return web.json_response({"retry_in": lease.retry_after}, status=429)
+
+    async def async_(request: web.Request, lease: permits.Lease) -> None:
+        return None
+
+    for on_rejected, expected in ((sync, '{"retry_in": 60.0}'), (async_, "Too Many Requests")):
+        limiter = permits.FixedWindowLimiter(1, 60, clock=clock)
+        app = make_app(limiter, middleware={"on_rejected": on_rejected, "status_code": 503})
+        async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+            await codes(session, url, "/hello")
+            async with session.get(url + "/hello") as response:
+                status = 429 if on_rejected is sync else 503
+                assert (response.status, await response.text()) == (status, expected)
+                assert response.headers["Retry-After"] == "60"
+
+
+async def test_queued_in_order_and_a_client_that_leaves(serve_aiohttp, clock: permits.ManualClock) -> None:
+    limiter = permits.FixedWindowLimiter(1, 1, queue_limit=3, clock=clock)
+    app = make_app(limiter, middleware={"wait": True})
+    async with serve_aiohttp(app) as url:
+        async with aiohttp.ClientSession() as session:
+            assert await codes(session, url, "/hello", headers={"x-order": "0"}) == [200]
+            tasks = []
+            for i in (1, 2):
+                tasks.append(asyncio.create_task(codes(session, url, "/hello", headers={"x-order": str(i)})))
+                await eventually(lambda i=i: limiter.statistics().current_queued_count == i)
+            for n in (1, 2):
+                clock.advance_ns(10**9)
+                await eventually(lambda n=n: len(app[CALLS]) == n + 1)
+            assert await asyncio.gather(*tasks) == [[200], [200]]
+        assert app[CALLS] == ["0", "1", "2"]
+        async with aiohttp.ClientSession() as session:
+            leaving = asyncio.create_task(codes(session, url, "/hello"))
+            await eventually(lambda: limiter.statistics().current_queued_count == 1)
+        leaving.cancel()
+        await eventually(lambda: limiter.statistics().current_queued_count == 0)
+        clock.advance_ns(10**9)
+        async with aiohttp.ClientSession() as session:
+            assert await codes(session, url, "/hello") == [200]  # the permit went to nobody else
+        assert app[CALLS] == ["0", "1", "2", "/hello"]
+
+
+async def test_a_rejection_by_one_of_stacked_limits_refunds_the_others(
+    serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    wide = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="wide")
+    narrow = permits.FixedWindowLimiter(1, 60, clock=clock, name="narrow")
+
+    @limit(wide)
+    @limit(narrow)
+    async def both(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/both", both)
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        assert await codes(session, url, "/both", "/both", "/both") == [200, 429, 429]
+    assert wide.available_permits() == 4

@@ -1,0 +1,28 @@
+"""`import permits` (and permits.keys) imports no web framework: the integrations are imported
+only by name (permits.asgi, permits.fastapi, permits.aiohttp)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+FRAMEWORKS = ("fastapi", "starlette", "aiohttp", "httpx", "uvicorn", "anyio")
+
+
+def modules_after(statement: str) -> set[str]:
+    code = f"{statement}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return {name.split(".")[0] for name in json.loads(out)}
+
+
+def test_import_permits_imports_no_framework() -> None:
+    loaded = modules_after("import permits, permits.keys")
+    assert loaded.isdisjoint(FRAMEWORKS), sorted(loaded & set(FRAMEWORKS))
+
+
+def test_each_integration_imports_its_own_framework() -> None:
+    assert "starlette" in modules_after("import permits.asgi")
+    assert "fastapi" in modules_after("import permits.fastapi")
+    assert "aiohttp" in modules_after("import permits.aiohttp")
+    assert "fastapi" not in modules_after("import permits.asgi")
