@@ -70,6 +70,26 @@ class _AsyncLeasedStream(httpx.AsyncByteStream):
             self._lease.release()
 
 
+def _hold(response: httpx.Response, lease: Lease) -> httpx.Response:
+    """The response, releasing ``lease`` when it is closed (at once if it already is: a
+    transport may hand back a response read in full, such as httpx.MockTransport's)."""
+    if response.is_closed:
+        lease.release()
+    else:
+        assert isinstance(response.stream, httpx.SyncByteStream)
+        response.stream = _LeasedStream(response.stream, lease)
+    return response
+
+
+def _hold_async(response: httpx.Response, lease: Lease) -> httpx.Response:
+    if response.is_closed:
+        lease.release()
+    else:
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _AsyncLeasedStream(response.stream, lease)
+    return response
+
+
 class RateLimitedTransport(httpx.BaseTransport):
     """Wraps ``transport`` (default ``httpx.HTTPTransport()``) so that each request waits for a
     permit of ``limiter`` (a ``RateLimiter``, or a ``KeyedRateLimiter`` keyed by ``key(request)``,
@@ -106,9 +126,7 @@ class RateLimitedTransport(httpx.BaseTransport):
                 raise
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is None or attempt >= retries:
-                assert isinstance(response.stream, httpx.SyncByteStream)
-                response.stream = _LeasedStream(response.stream, lease)
-                return response
+                return _hold(response, lease)
             try:  # read the body so that the connection can be reused, then retry
                 response.read()
             finally:
@@ -169,9 +187,7 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
                 raise
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is None or attempt >= retries:
-                assert isinstance(response.stream, httpx.AsyncByteStream)
-                response.stream = _AsyncLeasedStream(response.stream, lease)
-                return response
+                return _hold_async(response, lease)
             try:
                 await response.aread()
             finally:

@@ -282,3 +282,21 @@ def test_the_transports_refuse_each_others_inner_transport():
         RateLimitedTransport(permits.NoLimiter(), transport=httpx.AsyncHTTPTransport())
     with pytest.raises(TypeError, match="transport"):
         AsyncRateLimitedTransport(permits.NoLimiter(), transport=httpx.HTTPTransport())
+
+
+def test_a_response_read_in_full_by_the_transport_releases_at_once():
+    limiter = permits.ConcurrencyLimiter(1)
+    inner = httpx.MockTransport(lambda request: httpx.Response(200, text="mock"))  # responses come back read
+    with client(limiter, transport=inner) as http:
+        for _ in range(3):
+            assert http.get("https://example.com/").text == "mock"
+    assert limiter.available_permits() == 1
+
+
+async def test_async_a_response_read_in_full_by_the_transport_releases_at_once():
+    limiter = permits.ConcurrencyLimiter(1)
+    inner = httpx.MockTransport(lambda request: httpx.Response(200, text="mock"))
+    async with aclient(limiter, transport=inner) as http:
+        for _ in range(3):
+            assert (await http.get("https://example.com/")).text == "mock"
+    assert limiter.available_permits() == 1
