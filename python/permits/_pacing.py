@@ -152,6 +152,9 @@ class Pacer:
                 continue
             lease = self._ask(key, permit_count)
             if lease:
+                if self.paused_for(key) > 0:  # paused while this request was queued
+                    lease._refund()
+                    continue
                 return lease
             self._sleep(_pause(lease))
 
@@ -168,6 +171,9 @@ class Pacer:
             else:
                 lease = await limiter.wait_async(permit_count)
             if lease:
+                if self.paused_for(key) > 0:
+                    lease._refund()
+                    continue
                 return lease
             await self._sleep_async(_pause(lease))
 

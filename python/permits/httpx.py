@@ -114,6 +114,8 @@ class RateLimitedTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         key = self._key(request)
         if inspect.isawaitable(key):
+            if inspect.iscoroutine(key):
+                key.close()  # never awaited: no "never awaited" warning on top of the error
             raise TypeError("key returned an awaitable: use AsyncRateLimitedTransport for an async key")
         retries = self._retries if _replayable(request) else 0
         attempt = 0

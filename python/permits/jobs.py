@@ -8,6 +8,7 @@ instead of sleeping.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
@@ -50,8 +51,9 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
 
             async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
                 with await pacer.wait_async(await _resolve(key_of(*args, **kwargs)), n):
-                    async for item in fn(*args, **kwargs):
-                        yield item
+                    async with contextlib.aclosing(fn(*args, **kwargs)) as inner:
+                        async for item in inner:
+                            yield item
 
             wrapper = agen_wrapper
         elif inspect.iscoroutinefunction(fn):

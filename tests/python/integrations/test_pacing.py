@@ -177,3 +177,17 @@ async def test_an_async_wait_sleeps_out_a_pause(clock: permits.ManualClock):
     pacer.pause("a", 1 / 3)
     assert await pacer.wait_async("a")
     assert clock.now_ns() == 333_333_334  # rounded up to the nanosecond, never short
+
+
+async def test_a_pause_set_while_queued_is_kept(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(1, 1.0, clock=clock, queue_limit=1)
+    pacer = Pacer(limiter)
+    assert await pacer.wait_async("k")
+    queued = asyncio.create_task(pacer.wait_async("k"))
+    while limiter.statistics().current_queued_count == 0:
+        await asyncio.sleep(0)
+    pacer.pause("k", 5.0)
+    clock.advance(1.0)  # grants the queued request, which gives the permit back and sleeps out the pause
+    assert await queued
+    assert clock.now() == 5.0
+    assert limiter.statistics().total_successful_leases == 3  # the first, the refunded one, the kept one
