@@ -292,3 +292,33 @@ def test_limit_works_on_methods_too(clock: permits.ManualClock):
 
     crawler = Crawler()
     assert [crawler.visit(1), crawler.visit(2)] == [(1, 0.0), (2, 1.0)]
+
+
+def test_under_trio(clock: permits.ManualClock):
+    import httpx
+    import trio
+
+    from permits.httpx import AsyncRateLimitedTransport
+
+    limiter = permits.FixedWindowLimiter(2, 1.0, clock=clock)
+
+    @limit(limiter)
+    async def job() -> float:
+        await trio.sleep(0)
+        return clock.now()
+
+    async def items() -> AsyncIterator[int]:
+        for i in range(2):
+            yield i
+
+    async def main() -> list[float]:
+        seen = [await job() for _ in range(3)]
+        seen += [clock.now() async for _ in throttle(items(), limiter)]
+        transport = AsyncRateLimitedTransport(limiter, transport=httpx.MockTransport(lambda r: httpx.Response(204)))
+        async with httpx.AsyncClient(transport=transport) as client:
+            for _ in range(2):
+                await client.get("https://example.com/")
+                seen.append(clock.now())
+        return seen
+
+    assert trio.run(main) == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0]
