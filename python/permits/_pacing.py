@@ -96,11 +96,10 @@ def check_permit_count(permit_count: object) -> int:
 class Pacer:
     """Waits for one limiter's permits, per key, and keeps the keys' pauses."""
 
-    __slots__ = ("_clock", "_keyed", "_limiter", "_paused", "_sleep", "_sleep_async")
+    __slots__ = ("_clock", "_limiter", "_paused", "_sleep", "_sleep_async")
 
     def __init__(self, limiter: object, *, sleep: Sleep | None = None, sleep_async: AsyncSleep | None = None) -> None:
         self._limiter = check_limiter(limiter)
-        self._keyed = isinstance(limiter, KeyedRateLimiter)
         self._clock = self._limiter._rl_clock
         self._paused: dict[object, int] = {}  # key -> the clock's time (ns) its pause ends
         clock = self._clock
