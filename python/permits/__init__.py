@@ -17,6 +17,7 @@ from .engine_limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
+from .jobs import limit, throttle
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition
 from .partitioned import PartitionedLimiter
@@ -56,5 +57,7 @@ __all__ = [
     "TokenBucketLimiter",
     "__version__",
     "chain",
+    "limit",
     "specs",
+    "throttle",
 ]

@@ -1,0 +1,216 @@
+"""httpx transports that wait for a permit before each request.
+
+``httpx.Client(transport=RateLimitedTransport(limiter))`` and
+``httpx.AsyncClient(transport=AsyncRateLimitedTransport(limiter))``: a transport is httpx's own
+extension point, it sees every request once per attempt (redirects included), whatever client
+options are used.
+
+Each request waits for a permit (the key is the request's host unless ``key(request)`` says
+otherwise). A 429 or 503 answered with a ``Retry-After`` pauses that key until then and retries,
+up to ``max_retries`` times (a retry takes a permit like any request); once the retries are used
+up, the last response is returned. Only requests whose body is in memory are retried (a body read
+from a generator or a file cannot be sent twice). The lease is held until the response is closed,
+streamed responses included, and released if sending fails or is cancelled.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ._core import Lease
+from ._pacing import Pacer
+from ._retry import check_key, check_retries, retry_delay
+
+__all__ = ["AsyncRateLimitedTransport", "RateLimitedTransport"]
+
+
+def _host(request: httpx.Request) -> str:
+    return request.url.host
+
+
+def _replayable(request: httpx.Request) -> bool:
+    return isinstance(request.stream, httpx.ByteStream)
+
+
+class _LeasedStream(httpx.SyncByteStream):
+    """A response body that releases its request's lease when the response is closed."""
+
+    def __init__(self, stream: httpx.SyncByteStream, lease: Lease) -> None:
+        self._stream = stream
+        self._lease = lease
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._stream
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._lease.release()
+
+
+class _AsyncLeasedStream(httpx.AsyncByteStream):
+    def __init__(self, stream: httpx.AsyncByteStream, lease: Lease) -> None:
+        self._stream = stream
+        self._lease = lease
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            self._lease.release()
+
+
+def _hold(response: httpx.Response, lease: Lease) -> httpx.Response:
+    """The response, releasing ``lease`` when it is closed (at once if it already is: a
+    transport may hand back a response read in full, such as httpx.MockTransport's)."""
+    if response.is_closed:
+        lease.release()
+    else:
+        assert isinstance(response.stream, httpx.SyncByteStream)
+        response.stream = _LeasedStream(response.stream, lease)
+    return response
+
+
+def _hold_async(response: httpx.Response, lease: Lease) -> httpx.Response:
+    if response.is_closed:
+        lease.release()
+    else:
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _AsyncLeasedStream(response.stream, lease)
+    return response
+
+
+class RateLimitedTransport(httpx.BaseTransport):
+    """Wraps ``transport`` (default ``httpx.HTTPTransport()``) so that each request waits for a
+    permit of ``limiter`` (a ``RateLimiter``, or a ``KeyedRateLimiter`` keyed by ``key(request)``,
+    by default the request's host)."""
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: Callable[[httpx.Request], object] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        retry_429: bool = True,
+        max_retries: int = 3,
+    ) -> None:
+        self._pacer = Pacer(limiter)
+        self._key = check_key(key, allow_async=False) or _host
+        if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            raise TypeError(f"transport must be an httpx.BaseTransport or None, got {type(transport).__name__}")
+        self._retries = check_retries(retry_429, max_retries)
+        self._transport = transport if transport is not None else httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        key = self._key(request)
+        if inspect.isawaitable(key):
+            if inspect.iscoroutine(key):
+                key.close()  # never awaited: no "never awaited" warning on top of the error
+            raise TypeError("key returned an awaitable: use AsyncRateLimitedTransport for an async key")
+        retries = self._retries if _replayable(request) else 0
+        attempt = 0
+        while True:
+            lease = self._pacer.wait(key)
+            try:
+                response = self._transport.handle_request(request)
+            except BaseException:
+                lease.release()
+                raise
+            delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
+            if delay is None or attempt >= retries:
+                return _hold(response, lease)
+            try:  # read the body so that the connection can be reused, then retry
+                response.read()
+            finally:
+                response.close()
+                lease.release()
+            self._pacer.pause(key, delay)
+            attempt += 1
+
+    def close(self) -> None:
+        self._transport.close()
+
+    # httpx's clients enter and exit their transport: the wrapped one is entered and exited with it.
+    def __enter__(self) -> RateLimitedTransport:
+        self._transport.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> None:
+        self._transport.__exit__(exc_type, exc, tb)
+
+
+class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
+    """The asyncio (or trio) transport: as :class:`RateLimitedTransport`, waiting with
+    ``wait_async`` so that the event loop is never blocked; ``key`` may be a coroutine function."""
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: Callable[[httpx.Request], Any] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_429: bool = True,
+        max_retries: int = 3,
+    ) -> None:
+        self._pacer = Pacer(limiter)
+        self._key = check_key(key, allow_async=True) or _host
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError(f"transport must be an httpx.AsyncBaseTransport or None, got {type(transport).__name__}")
+        self._retries = check_retries(retry_429, max_retries)
+        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        key = self._key(request)
+        if inspect.isawaitable(key):
+            key = await key
+        retries = self._retries if _replayable(request) else 0
+        attempt = 0
+        while True:
+            lease = await self._pacer.wait_async(key)
+            try:
+                response = await self._transport.handle_async_request(request)
+            except BaseException:
+                lease.release()
+                raise
+            delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
+            if delay is None or attempt >= retries:
+                return _hold_async(response, lease)
+            try:
+                await response.aread()
+            finally:
+                try:
+                    await response.aclose()
+                finally:
+                    lease.release()
+            self._pacer.pause(key, delay)
+            attempt += 1
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> AsyncRateLimitedTransport:
+        await self._transport.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> None:
+        await self._transport.__aexit__(exc_type, exc, tb)

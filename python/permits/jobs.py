@@ -1,0 +1,137 @@
+"""Pacing jobs: ``@limit`` waits for permits before each call, ``throttle`` paces an iteration.
+
+Both wait however the limiter's queue is configured (in the queue when it has one, otherwise
+sleeping for the failed lease's ``retry_after`` and asking again); a closed limiter raises
+:class:`permits.LimiterClosedError`. On a :class:`permits.ManualClock` a wait advances the clock
+instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
+from typing import Any, TypeVar, overload
+
+from ._core import Lease
+from ._pacing import Pacer, check_permit_count
+from .keyed_limiter import KeyedRateLimiter
+
+__all__ = ["limit", "throttle"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def _check_key(limiter: object, key: object) -> None:
+    if key is None and isinstance(limiter, KeyedRateLimiter):
+        raise TypeError("key is required with a KeyedRateLimiter: a resource, or a callable returning one")
+
+
+def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Callable[[F], F]:
+    """Decorates a function so that each call first waits for ``permit_count`` permits.
+
+    Works on plain and ``async`` functions, and on (async) generator functions, whose permits
+    are taken when iteration starts. The lease is held for the call (or the iteration) and
+    released when it ends, however it ends: a concurrency limit bounds the calls running at once.
+    With a ``KeyedRateLimiter``, ``key`` is a resource, or a callable given the call's arguments
+    that returns one (it may be a coroutine function for an async function).
+    """
+    pacer = Pacer(limiter)
+    n = check_permit_count(permit_count)
+    _check_key(limiter, key)
+    key_of: Callable[..., Any] = key if callable(key) else (lambda *args, **kwargs: key)
+
+    def decorate(fn: F) -> F:
+        if not callable(fn):
+            raise TypeError(f"@limit decorates a function, got {type(fn).__name__}")
+        wrapper: Callable[..., Any]
+        if inspect.isasyncgenfunction(fn):
+
+            async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                with await pacer.wait_async(await _resolve(key_of(*args, **kwargs)), n):
+                    async with contextlib.aclosing(fn(*args, **kwargs)) as inner:
+                        async for item in inner:
+                            yield item
+
+            wrapper = agen_wrapper
+        elif inspect.iscoroutinefunction(fn):
+
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with await pacer.wait_async(await _resolve(key_of(*args, **kwargs)), n):
+                    return await fn(*args, **kwargs)
+
+            wrapper = async_wrapper
+        elif inspect.isgeneratorfunction(fn):
+
+            def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+                with pacer.wait(_plain(key_of(*args, **kwargs)), n):
+                    return (yield from fn(*args, **kwargs))
+
+            wrapper = gen_wrapper
+        else:
+
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with pacer.wait(_plain(key_of(*args, **kwargs)), n):
+                    return fn(*args, **kwargs)
+
+            wrapper = sync_wrapper
+        return functools.wraps(fn)(wrapper)  # type: ignore[return-value]
+
+    return decorate
+
+
+async def _resolve(key: object) -> object:
+    return await key if inspect.isawaitable(key) else key
+
+
+def _plain(key: object) -> object:
+    if inspect.isawaitable(key):
+        if inspect.iscoroutine(key):
+            key.close()  # never awaited: say so without a "never awaited" warning
+        raise TypeError("key returned an awaitable for a synchronous function")
+    return key
+
+
+@overload
+def throttle(
+    iterable: AsyncIterable[T], limiter: object, permit_count: int = 1, *, key: object = None
+) -> AsyncIterator[T]: ...
+@overload
+def throttle(iterable: Iterable[T], limiter: object, permit_count: int = 1, *, key: object = None) -> Iterator[T]: ...
+def throttle(
+    iterable: Iterable[T] | AsyncIterable[T], limiter: object, permit_count: int = 1, *, key: object = None
+) -> Iterator[T] | AsyncIterator[T]:
+    """Yields the items of ``iterable`` no faster than ``limiter`` allows, ``permit_count``
+    permits per item: a plain iterable gives a generator, an async iterable an async iterator.
+
+    Each item's lease is held while the consumer has it, until it asks for the next one (so a
+    concurrency limit of 1 holds one item at a time). With a ``KeyedRateLimiter``, ``key`` is a
+    resource or a callable given the item that returns one.
+    """
+    pacer = Pacer(limiter)
+    n = check_permit_count(permit_count)
+    _check_key(limiter, key)
+    key_of: Callable[[Any], Any] = key if callable(key) else (lambda item: key)
+    if isinstance(iterable, AsyncIterable):
+        return _athrottle(iterable, pacer, n, key_of)
+    if isinstance(iterable, Iterable):
+        return _throttle(iterable, pacer, n, key_of)
+    raise TypeError(f"throttle needs an iterable or an async iterable, got {type(iterable).__name__}")
+
+
+def _throttle(iterable: Iterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]) -> Iterator[T]:
+    for item in iterable:
+        lease: Lease = pacer.wait(_plain(key_of(item)), n)
+        with lease:
+            yield item
+
+
+async def _athrottle(
+    iterable: AsyncIterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]
+) -> AsyncIterator[T]:
+    async for item in iterable:
+        lease = await pacer.wait_async(await _resolve(key_of(item)), n)
+        with lease:
+            yield item
