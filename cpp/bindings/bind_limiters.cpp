@@ -28,17 +28,6 @@ py::object to_lease(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
     return py::reinterpret_steal<py::object>(lease);
 }
 
-py::object acquire(py::handle self, py::handle n) {
-    const auto limiter = shared_self_of<Limiter>(self);
-    return to_lease(limiter->acquire(int_arg(n, "permit_count")), limiter);
-}
-
-py::object try_now(py::handle self, py::handle n) {
-    const auto limiter = shared_self_of<Limiter>(self);
-    const auto o = limiter->try_now(int_arg(n, "permit_count"));
-    return o ? to_lease(*o, limiter) : py::none();
-}
-
 py::object enqueue(py::handle self, py::handle n, Nanos timeout_ns, std::shared_ptr<Notifier> notifier) {
     const auto limiter = shared_self_of<Limiter>(self);
     auto q = limiter->enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier));
@@ -151,11 +140,6 @@ void bind_limiters(py::module_& m) {
     // Signatures in the docstrings (name(...)\n--\n\n) give inspect.signature and help() what the
     // docs show.
     py::class_<Limiter, std::shared_ptr<Limiter>>(m, "Limiter")
-        .def("acquire", &acquire, py::arg("permit_count") = 1,
-             "acquire(self, permit_count=1)\n--\n\nTakes permits now or returns a failed lease; never blocks or "
-             "queues.")
-        .def("_try_now", &try_now, py::arg("permit_count") = 1,
-             "_try_now(self, permit_count=1)\n--\n\nA wait's immediate grant, or None.")
         .def("_enqueue", &enqueue, py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"),
              "_enqueue(self, permit_count, timeout_ns, notifier)\n--\n\nA lease now, or a WaitHandle.")
         .def("_wait", &wait, py::arg("permit_count"), py::arg("timeout_ns"),
