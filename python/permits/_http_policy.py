@@ -19,6 +19,8 @@ from .keys import client_ip
 from .partitioned import PartitionedLimiter
 from .rate_limiter import RateLimiter
 
+_CHAINS = (ChainedLimiter, ChainedPartitionedLimiter)
+
 
 class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a frozen dataclass)
     """What the IETF headers say about one limiter, for one request."""
@@ -34,6 +36,28 @@ class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a 
         policy = f"{name};q={self.quota}" + ("" if self.window is None else f";w={self.window}")
         state = f"{name};r={self.remaining}" + ("" if self.reset is None else f";t={self.reset}")
         return [("RateLimit-Policy", policy), ("RateLimit", state)]
+
+
+def encoded_headers(quota: Quota) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
+    """The quota's headers as an ASGI message carries them (lowercase names, latin-1 bytes): the
+    same text as ``headers()``, made on every response, so the parts that never change are cached."""
+    name = _sf_bytes(quota.name)
+    if quota.reset is None:
+        state = b"%s;r=%d" % (name, quota.remaining)
+    else:
+        state = b"%s;r=%d;t=%d" % (name, quota.remaining, quota.reset)
+    return _policy_header(quota.name, quota.quota, quota.window), (b"ratelimit", state)
+
+
+@functools.lru_cache(maxsize=256)
+def _sf_bytes(name: str) -> bytes:
+    return _sf_string(name).encode("latin-1")
+
+
+@functools.lru_cache(maxsize=256)
+def _policy_header(name: str, quota: int, window: int | None) -> tuple[bytes, bytes]:
+    policy = b"%s;q=%d" % (_sf_bytes(name), quota) + (b"" if window is None else b";w=%d" % window)
+    return b"ratelimit-policy", policy
 
 
 @functools.lru_cache(maxsize=256)  # a few limiter names, formatted on every response
@@ -74,7 +98,17 @@ def is_exempt(path: str, prefixes: tuple[str, ...]) -> bool:
 class Policy:
     """One limiter applied to requests, as the middlewares, the dependency and the decorator use it."""
 
-    __slots__ = ("headers", "key", "keyed", "limiter", "on_rejected", "permit_count", "status_code", "wait")
+    __slots__ = (
+        "_fixed_quota",
+        "headers",
+        "key",
+        "keyed",
+        "limiter",
+        "on_rejected",
+        "permit_count",
+        "status_code",
+        "wait",
+    )
 
     def __init__(
         self,
@@ -119,6 +153,11 @@ class Policy:
         self.status_code = status_code
         self.on_rejected: Callable[[Any, Lease], Any] | None = on_rejected
         self.headers = headers
+        # A limiter with one limit for every request (not a chain, not a partitioned limiter whose
+        # partitions differ): its figures are worked out here, once, not on every response.
+        spec = getattr(limiter, "spec", None)
+        fixed = headers and isinstance(spec, specs.Spec) and not isinstance(limiter, _CHAINS)
+        self._fixed_quota = (_figures(spec), limiter.name) if fixed else None
 
     async def key_of(self, request: Any) -> object:
         if self.key is None:
@@ -144,7 +183,12 @@ class Policy:
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
-        return limiter_quota(self.limiter, key, lease) if self.headers else None
+        fixed = self._fixed_quota
+        if fixed is None:
+            return limiter_quota(self.limiter, key, lease) if self.headers else None
+        limiter = self.limiter
+        remaining = limiter.available_permits(key) if self.keyed else limiter.available_permits()  # type: ignore[call-arg]
+        return _quota(fixed[0], fixed[1], remaining, lease)
 
     def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
         found = [] if quota is None else quota.headers()
@@ -158,7 +202,7 @@ def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: L
     per-key limiters, a partitioned limiter's partition); for a chain, its member with the fewest
     permits left; None for a limiter that cannot tell (a custom one)."""
     members = getattr(limiter, "limiters", None)
-    if isinstance(limiter, ChainedLimiter | ChainedPartitionedLimiter) and members:
+    if isinstance(limiter, _CHAINS) and members:
         return fewest_remaining(limiter_quota(member, key, lease) for member in members)
     spec = getattr(limiter, "spec", None)
     if not isinstance(spec, specs.Spec) and isinstance(limiter, PartitionedLimiter):
@@ -186,8 +230,12 @@ def _figures(spec: specs.Spec[Any]) -> tuple[int, int | None, float | None]:
 def quota_of(spec: specs.Spec[Any], name: str, remaining: int, lease: Lease) -> Quota:
     """``t`` (seconds until more): a failed lease's own ``retry_after``; otherwise at most one
     replenishment period (the limiter does not say where in its period it is), 0 when full."""
+    return _quota(_figures(spec), name, remaining, lease)
+
+
+def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: int, lease: Lease) -> Quota:
     remaining = max(0, remaining)
-    quota, window, period = _figures(spec)
+    quota, window, period = figures
     if period is None:
         return Quota(name, quota, window, remaining, None)
     if not lease and lease.retry_after is not None:
@@ -230,6 +278,7 @@ __all__ = [
     "Policy",
     "Quota",
     "check_exempt",
+    "encoded_headers",
     "fewest_remaining",
     "is_exempt",
     "limiter_quota",

@@ -17,8 +17,18 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.websockets import WebSocket
 
 from ._core import Lease
-from ._http_policy import DISCONNECTS, Policy, Quota, check_exempt, fewest_remaining, is_exempt, wait_or_leave
+from ._http_policy import (
+    DISCONNECTS,
+    Policy,
+    Quota,
+    check_exempt,
+    encoded_headers,
+    fewest_remaining,
+    is_exempt,
+    wait_or_leave,
+)
 from .keyed_limiter import KeyedRateLimiter
+from .keys import _ClientIP, _Header
 from .rate_limiter import RateLimiter
 
 Scope = MutableMapping[str, Any]
@@ -49,14 +59,17 @@ class Handoff:
 
 def _with_headers(message: Message, headers: list[tuple[str, str]]) -> Message:
     """The message with the headers it does not already carry (an app's own win)."""
+    return _with_raw_headers(message, [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers])
+
+
+def _with_raw_headers(message: Message, ours: Iterable[tuple[bytes, bytes]]) -> Message:
     existing = message.get("headers") or []
-    ours = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
-    names = {n for n, _ in ours}
-    taken = {bytes(n).lower() for n, _ in existing} & names if existing else set()
-    added = [(n, v) for n, v in ours if n not in taken]
-    if not added:
+    if existing:
+        names = {bytes(n).lower() for n, _ in existing}
+        ours = [(n, v) for n, v in ours if n not in names]
+    if not ours:
         return message
-    return {**message, "headers": [*existing, *added]}
+    return {**message, "headers": [*existing, *ours]}
 
 
 async def send_response(
@@ -110,15 +123,32 @@ class RateLimitMiddleware:
             headers=headers,
         )
         self.exempt = check_exempt(exempt)
+        # The built-in keys read the scope itself: no request object is made for them.
+        self._key = self.policy.key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind not in ("http", "websocket") or is_exempt(scope.get("path", ""), self.exempt):
+        if (kind != "http" and kind != "websocket") or (self.exempt and is_exempt(scope.get("path", ""), self.exempt)):
             await self.app(scope, receive, send)
             return
         policy = self.policy
-        connection: HTTPConnection = Request(scope, receive) if kind == "http" else HTTPConnection(scope)
-        key = await policy.key_of(connection)
+        made: list[HTTPConnection] = []
+
+        def connection() -> HTTPConnection:
+            if not made:
+                made.append(Request(scope, receive) if kind == "http" else HTTPConnection(scope))
+            return made[0]
+
+        key_function = self._key
+        key: object
+        if key_function is None:
+            key = None
+        elif isinstance(key_function, _ClientIP):
+            key = key_function.from_scope(scope)
+        elif isinstance(key_function, _Header):
+            key = key_function.from_scope(scope, connection)
+        else:
+            key = await policy.key_of(connection())
         if policy.wait:
             buffered: deque[Message] = deque()
             lease = await wait_or_leave(policy.acquire(key), _until_disconnect(receive, buffered))
@@ -134,7 +164,7 @@ class RateLimitMiddleware:
         try:
             quota = policy.quota(key, lease)
             if not lease:
-                await self._reject(scope, receive, send, connection, lease, quota)
+                await self._reject(scope, receive, send, connection(), lease, quota)
                 return
             handoff.global_leases.append(lease)
 
@@ -142,7 +172,7 @@ class RateLimitMiddleware:
                 if message["type"] == "http.response.start":
                     best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
                     if best is not None:
-                        message = _with_headers(message, best.headers())
+                        message = _with_raw_headers(message, encoded_headers(best))
                 await send(message)
 
             await self.app(scope, receive, send_with_headers)

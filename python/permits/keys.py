@@ -63,6 +63,19 @@ def path_of(request: Any) -> str:
     return str(scope.get("path", "")) if isinstance(scope, dict) else ""
 
 
+def scope_header_values(scope: Any, name: bytes) -> list[str]:
+    """Every value of header ``name`` (lowercase bytes) in an ASGI scope, decoded as Starlette
+    decodes them (latin-1), in the order received."""
+    return [value.decode("latin-1") for key, value in scope.get("headers") or () if key == name]
+
+
+def scope_peer(scope: Any) -> str | None:
+    """The direct peer's address in an ASGI scope (what Starlette's ``request.client.host`` reads)."""
+    client = scope.get("client")
+    host = client[0] if client else None
+    return host if isinstance(host, str) else None
+
+
 # ---- address parsing ----
 def _address(text: str) -> IPAddress | None:
     # No address is this long (bracketed IPv6 with a port and a zone included); refusing longer
@@ -91,6 +104,14 @@ def _parse_address(text: str) -> IPAddress | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+@functools.lru_cache(maxsize=4096)
+def _peer_key(peer: str, ipv6_prefix: int | None) -> str:
+    """The key of a peer whose forwarding headers are not trusted: its address, or what the server
+    calls it when that is no address (a unix socket, a test client)."""
+    address = _address(peer)
+    return peer if address is None else _key_text(address, ipv6_prefix)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -201,6 +222,16 @@ class _ClientIP:
                 return self._key(address)
         return self._key(address)  # every hop a proxy of ours: the left-most one
 
+    def from_scope(self, scope: Any) -> str:
+        """The same key read straight from an ASGI scope: the middleware's path, which builds no
+        request object for it."""
+        peer = scope_peer(scope)
+        if not self._trusted:
+            return _UNKNOWN if not peer else _peer_key(peer, self._ipv6_prefix)
+        forwarded = scope_header_values(scope, b"forwarded")
+        forwarded_for = scope_header_values(scope, b"x-forwarded-for")
+        return self.from_parts(peer, forwarded, forwarded_for)
+
     def __call__(self, request: Any) -> str:
         try:
             forwarded = header_values(request, "forwarded") if self._trusted else []
@@ -230,7 +261,7 @@ def client_ip(
 
 
 class _Header:
-    __slots__ = ("_fallback", "_name")
+    __slots__ = ("_fallback", "_name", "_raw_name")
 
     def __init__(self, name: object, fallback: object) -> None:
         if not isinstance(name, str) or not name:
@@ -238,7 +269,21 @@ class _Header:
         if fallback is not None and not callable(fallback):
             raise TypeError(f"fallback must be callable or None, got {type(fallback).__name__}")
         self._name = name.lower()
+        self._raw_name = self._name.encode("latin-1", "replace")
         self._fallback: KeyFunction | None = fallback
+
+    def from_scope(self, scope: Any, request: Callable[[], Any]) -> Any:
+        """The same key read straight from an ASGI scope; ``request()`` makes the framework's
+        request for a fallback that needs one."""
+        values = scope_header_values(scope, self._raw_name)
+        if values:
+            return values[0].strip()
+        fallback = self._fallback
+        if fallback is None:
+            return None
+        if isinstance(fallback, _ClientIP):
+            return fallback.from_scope(scope)
+        return fallback(request())
 
     def __call__(self, request: Any) -> Any:
         try:
