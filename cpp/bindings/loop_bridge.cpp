@@ -27,11 +27,28 @@ struct BridgeCache {
 };
 BridgeCache g_bridge_cache;
 
+// Whether the weak reference still points at `loop`. (PyWeakref_GetObject, a borrowed reference, is
+// deprecated from 3.13; its successor returns a strong one.)
+bool refers_to(PyObject* ref, PyObject* loop) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject* target = nullptr;
+    if (PyWeakref_GetRef(ref, &target) < 0) {
+        PyErr_Clear();
+        return false;
+    }
+    const bool same = target == loop;
+    Py_XDECREF(target);
+    return same;
+#else
+    return PyWeakref_GetObject(ref) == loop;
+#endif
+}
+
 } // namespace
 
 LoopBridge* bridge_of(PyObject* loop) {
     BridgeCache& cache = g_bridge_cache;
-    if (cache.loop_ref != nullptr && PyWeakref_GetObject(cache.loop_ref) == loop) {
+    if (cache.loop_ref != nullptr && refers_to(cache.loop_ref, loop)) {
         return cache.bridge;
     }
     if (g_bridge_factory == nullptr) {
