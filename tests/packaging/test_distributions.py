@@ -27,7 +27,9 @@ pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
 TOP_LEVEL = {"pyproject.toml", "CMakeLists.txt", "LICENSE", "README.md", "PKG-INFO"}
 
 #: Path parts that belong to a working tree or a build, never to an sdist.
-NOT_SOURCES = {".git", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+WORKING_TREE = {".git", ".venv", "build", "dist", "__pycache__"}
+CACHES = {".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+NOT_SOURCES = WORKING_TREE | CACHES
 
 
 def clean_env() -> dict[str, str]:
