@@ -1,0 +1,168 @@
+"""The release configuration, checked without building anything: [tool.cibuildwheel] selects CPython
+3.11 to 3.14 on every platform and architecture the project ships wheels for, the wheels' test
+environment has what the suite needs, and .github/workflows/wheels.yml builds exactly those wheels
+(cibuildwheel itself prints what each of the workflow's runners would build) and publishes them on a tag."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.metadata
+import os
+import re
+import sys
+from typing import Any
+
+from _dist import PYPROJECT, ROOT, WORKFLOW, need, run
+
+PYTHONS = ["cp311", "cp312", "cp313", "cp314"]
+#: The platform tags of the wheels, by cibuildwheel platform and architecture.
+PLATFORMS = {
+    "linux": {
+        "x86_64": ["manylinux_x86_64", "musllinux_x86_64"],
+        "aarch64": ["manylinux_aarch64", "musllinux_aarch64"],
+    },
+    "macos": {"x86_64": ["macosx_x86_64"], "arm64": ["macosx_arm64"]},
+    "windows": {"AMD64": ["win_amd64"]},
+}
+EXPECTED = {f"{py}-{tag}" for py in PYTHONS for archs in PLATFORMS.values() for tags in archs.values() for tag in tags}
+
+#: Identifiers of other Pythons: older and newer CPythons, free-threaded ones, PyPy. (Other
+#: architectures are left out by `archs`, not by the build selectors.)
+OTHERS = [
+    f"{py}-{tag}"
+    for py in ["cp38", "cp39", "cp310", "cp313t", "cp314t", "cp315", "cp315t", "pp311"]
+    for tag in ["manylinux_x86_64", "musllinux_aarch64", "macosx_arm64", "win_amd64"]
+]
+
+CIBW: dict[str, Any] = PYPROJECT["tool"]["cibuildwheel"]
+
+
+def as_list(value: str | list[str]) -> list[str]:
+    return value.split() if isinstance(value, str) else value
+
+
+def selected(identifier: str) -> bool:
+    """cibuildwheel's build/skip rule: selected by a `build` pattern and by no `skip` pattern."""
+    return any(fnmatch.fnmatch(identifier, p) for p in as_list(CIBW["build"])) and not any(
+        fnmatch.fnmatch(identifier, p) for p in as_list(CIBW.get("skip", []))
+    )
+
+
+def requirement_name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_the_build_selectors_take_cpython_311_to_314_and_nothing_else() -> None:
+    assert {i for i in EXPECTED if selected(i)} == EXPECTED
+    assert not [i for i in OTHERS if selected(i)]
+
+
+def test_every_platform_names_the_architectures_shipped() -> None:
+    for name, archs in PLATFORMS.items():
+        assert sorted(as_list(CIBW[name]["archs"])) == sorted(archs), name
+
+
+def test_macos_targets_a_release_with_cpp20s_library() -> None:
+    target = CIBW["macos"]["environment"]["MACOSX_DEPLOYMENT_TARGET"]
+    assert tuple(int(p) for p in target.split(".")) >= (10, 15)
+
+
+def test_each_wheel_is_tested_by_the_python_suite_with_what_it_needs() -> None:
+    command = CIBW["test-command"]
+    assert "pytest" in command and "{project}/tests/python" in command
+    assert "-c {project}/pyproject.toml" in command  # the suite's pytest settings (asyncio mode, timeouts)
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    provided = {requirement_name(r) for r in as_list(CIBW["test-requires"])}
+    for extra in CIBW["test-extras"]:
+        provided |= {requirement_name(r) for r in extras[extra]}
+    # What ./scripts/test installs for its checks, less the build and lint tools.
+    script = (ROOT / "scripts" / "test").read_text()
+    block = re.search(r'^"\$PY" -m pip install -q --disable-pip-version-check \\\n(.*?)\n(?=\S)', script, re.S | re.M)
+    assert block, "scripts/test: the dependency install line moved; update this test"
+    wanted = {requirement_name(t.strip('"')) for t in block.group(1).split() if t != "\\"}
+    wanted -= {"scikit-build-core", "pybind11", "cmake", "ninja", "ruff"}
+    assert {"pytest", "hypothesis", "fastapi", "uvloop", "mypy"} <= wanted
+    assert not wanted - provided, f"the wheels' tests would lack {sorted(wanted - provided)}"
+    # uvloop has no Windows build: there the suite skips its uvloop tests.
+    (uvloop,) = [r for r in as_list(CIBW["test-requires"]) if requirement_name(r) == "uvloop"]
+    assert "sys_platform!='win32'" in uvloop.replace(" ", "")
+
+
+def workflow() -> dict[Any, Any]:
+    yaml = need("yaml")
+    data = yaml.safe_load(WORKFLOW.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def cibuildwheel_action() -> str:
+    (step,) = [s for s in workflow()["jobs"]["wheels"]["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@")]
+    return str(step["uses"])
+
+
+def test_the_workflow_builds_on_a_native_runner_per_platform_and_architecture() -> None:
+    job = workflow()["jobs"]["wheels"]
+    runners = {(e["os"], e["archs"]) for e in job["strategy"]["matrix"]["include"]}
+    assert runners == {
+        ("ubuntu-latest", "x86_64"),
+        ("ubuntu-24.04-arm", "aarch64"),
+        ("macos-15-intel", "x86_64"),
+        ("macos-14", "arm64"),
+        ("windows-latest", "AMD64"),
+    }
+    assert job["runs-on"] == "${{ matrix.os }}"
+    (build,) = [s for s in job["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@")]
+    assert build["env"]["CIBW_ARCHS"] == "${{ matrix.archs }}"
+    assert re.fullmatch(r"pypa/cibuildwheel@v4\.\d+\.\d+", build["uses"])
+    assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in job["steps"])
+
+
+def test_the_workflow_publishes_the_wheels_and_the_sdist_on_a_version_tag() -> None:
+    data = workflow()
+    on = data.get("on", data.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert on["push"]["tags"] == ["v*"]
+    jobs = data["jobs"]
+    assert any("build --sdist" in s.get("run", "") for s in jobs["sdist"]["steps"])
+    publish = jobs["publish"]
+    assert set(publish["needs"]) == {"wheels", "sdist"}
+    assert "startsWith(github.ref, 'refs/tags/v')" in publish["if"]
+    assert publish["permissions"] == {"id-token": "write"}  # trusted publishing, no token
+    assert publish["steps"][-1]["uses"] == "pypa/gh-action-pypi-publish@release/v1"
+    (download,) = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert download["with"] == {"path": "dist", "merge-multiple": True}
+
+
+def print_identifiers(platform: str, archs: str | None) -> set[str]:
+    """What cibuildwheel would build for a platform (it prints that for any platform, on any host)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    if archs is not None:
+        env["CIBW_ARCHS"] = archs
+    out = run(
+        [sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", platform],
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    ).stdout
+    return set(out.split())
+
+
+def test_cibuildwheel_would_build_the_expected_wheels_on_the_workflows_runners() -> None:
+    need("cibuildwheel")
+    # The cibuildwheel checked here is the release's (./scripts/test installs the workflow's version).
+    assert cibuildwheel_action() == f"pypa/cibuildwheel@v{importlib.metadata.version('cibuildwheel')}"
+    platform_of = {"ubuntu": "linux", "macos": "macos", "windows": "windows"}
+    built: set[str] = set()
+    for entry in workflow()["jobs"]["wheels"]["strategy"]["matrix"]["include"]:
+        platform = platform_of[entry["os"].split("-")[0]]
+        ids = print_identifiers(platform, entry["archs"])
+        assert ids, entry
+        assert all(i.endswith(entry["archs"].lower()) or i.endswith("amd64") for i in ids), (entry, ids)
+        built |= ids
+    assert built == EXPECTED
+
+
+def test_cibuildwheel_reads_the_configuration_as_written() -> None:
+    need("cibuildwheel")
+    # Without the workflow's CIBW_ARCHS each platform builds the archs pyproject.toml names for it (and
+    # cibuildwheel rejects a misspelt option).
+    assert set().union(*(print_identifiers(platform, None) for platform in PLATFORMS)) == EXPECTED
