@@ -3,9 +3,12 @@
 #include <condition_variable>
 #include <mutex>
 #include <new>
-#include <pthread.h>
-#include <sched.h>
+#include <thread>
 #include <vector>
+
+#if !defined(_WIN32)
+#include <pthread.h>
+#endif
 
 #include "permits/clock.hpp"
 #include "permits/limiter.hpp"
@@ -76,7 +79,10 @@ void ForkRegistry::install() {
     static std::once_flag once;
     std::call_once(once, [] {
         EngineThread::instance(); // exists before any handler runs: they must not allocate it
+#if !defined(_WIN32)
         ::pthread_atfork(&ForkRegistry::prepare, &ForkRegistry::parent, &ForkRegistry::child);
+#endif
+        // Windows has no fork(): the lists are kept (cheap), no handler ever runs.
     });
 }
 
@@ -158,7 +164,7 @@ void ForkRegistry::prepare() noexcept {
         // A lock held by a thread that may want the registry next (a key's limiter made or
         // destroyed under its shard lock): let it through and try again.
         lists().mu.unlock();
-        ::sched_yield();
+        std::this_thread::yield();
     }
     engine.mu_.lock(); // last: taken under limiter and shard locks, never the other way round
 }

@@ -2,21 +2,88 @@
 
 #include <cerrno>
 #include <chrono>
-#include <fcntl.h>
 #include <new>
 #include <stdexcept>
+
+#if defined(_WIN32)
+#include <fcntl.h>
+#include <io.h>
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#else
+#include <fcntl.h>
 #include <unistd.h>
+#endif
 
 namespace permits {
 
+namespace {
+
+#if defined(_WIN32)
+// The CRT's anonymous pipes cannot be made non-blocking: drain reads only the bytes there. One
+// byte at most is ever in the pipe (push writes only when no batch is signalled), so write never
+// blocks either.
+int make_pipe(int fds[2]) {
+    return ::_pipe(fds, 64, _O_BINARY | _O_NOINHERIT);
+}
+void write_byte(int fd) {
+    const char byte = 1;
+    [[maybe_unused]] auto written = ::_write(fd, &byte, 1);
+}
+void read_all(int fd) {
+    char buf[64];
+    for (;;) {
+        DWORD avail = 0;
+        if (::PeekNamedPipe(reinterpret_cast<HANDLE>(::_get_osfhandle(fd)), nullptr, 0, nullptr, &avail, nullptr) ==
+                0 ||
+            avail == 0) {
+            return;
+        }
+        if (::_read(fd, buf, avail < sizeof buf ? static_cast<unsigned>(avail) : sizeof buf) <= 0) {
+            return;
+        }
+    }
+}
+void close_fd(int fd) {
+    ::_close(fd);
+}
+#else
+int make_pipe(int fds[2]) {
+    if (::pipe(fds) != 0) {
+        return -1;
+    }
+    for (int i = 0; i < 2; ++i) {
+        ::fcntl(fds[i], F_SETFL, ::fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+        ::fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+    }
+    return 0;
+}
+void write_byte(int fd) {
+    // A full pipe already means "wake up", so EAGAIN is fine.
+    const char byte = 1;
+    [[maybe_unused]] auto written = ::write(fd, &byte, 1);
+}
+void read_all(int fd) {
+    char buf[64];
+    while (::read(fd, buf, sizeof buf) > 0) {
+    }
+}
+void close_fd(int fd) {
+    ::close(fd);
+}
+#endif
+
+} // namespace
+
 Notifier::Notifier() {
     int fds[2];
-    if (::pipe(fds) != 0) {
+    if (make_pipe(fds) != 0) {
         throw std::runtime_error("permits: cannot create the notifier pipe");
-    }
-    for (int fd : fds) {
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
     read_fd_ = fds[0];
     write_fd_ = fds[1];
@@ -25,8 +92,8 @@ Notifier::Notifier() {
 
 Notifier::~Notifier() {
     detail::ForkRegistry::remove(this);
-    ::close(read_fd_);
-    ::close(write_fd_);
+    close_fd(read_fd_);
+    close_fd(write_fd_);
 }
 
 void Notifier::push(std::shared_ptr<Waiter> w) {
@@ -38,9 +105,7 @@ void Notifier::push(std::shared_ptr<Waiter> w) {
         signalled_ = true;
     }
     if (signal) {
-        // One byte per batch; a full pipe already means "wake up", so EAGAIN is fine.
-        const char byte = 1;
-        [[maybe_unused]] auto written = ::write(write_fd_, &byte, 1);
+        write_byte(write_fd_); // one byte per batch
         wakeups_.fetch_add(1);
     }
 }
@@ -53,9 +118,7 @@ std::vector<std::shared_ptr<Waiter>> Notifier::drain() {
 
 void Notifier::drain_into(std::vector<std::shared_ptr<Waiter>>& out) {
     out.clear();
-    char buf[64];
-    while (::read(read_fd_, buf, sizeof buf) > 0) {
-    }
+    read_all(read_fd_);
     std::lock_guard<std::mutex> lock(mu_);
     out.swap(ready_);
     signalled_ = false;

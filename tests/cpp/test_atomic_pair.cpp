@@ -110,3 +110,11 @@ TEST(AtomicPair, ConcurrentUpdatesAreNeverLostOrTorn) {
     EXPECT_FALSE(torn);
     EXPECT_EQ(p.load(), (Pair{kThreads * kIncrements, -kThreads * kIncrements}));
 }
+
+TEST(AtomicPair, LockFreeWhereTheCpuHasA16ByteCompareAndSwap) {
+#if defined(PERMITS_FORCE_ATOMIC_FALLBACK)
+    EXPECT_FALSE(kAtomicPairLockFree); // the spinlock-protected pair, tested on purpose
+#elif defined(__x86_64__) || defined(__aarch64__) || defined(_M_X64) || defined(_M_ARM64)
+    EXPECT_TRUE(kAtomicPairLockFree); // else a build flag (-mcx16) went missing
+#endif
+}

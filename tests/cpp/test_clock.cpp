@@ -265,7 +265,7 @@ TEST(Time, SaturatingHelpers) {
     EXPECT_EQ(sat_add(kNever, 1), kNever);
     EXPECT_EQ(sat_add(kNever - 1, 1), kNever);
     EXPECT_EQ(sat_add(kNever / 2 + 1, kNever / 2 + 1), kNever);
-    EXPECT_EQ(sat_nanos(static_cast<__int128>(kNever) * 4), kNever);
+    EXPECT_EQ(sat_nanos(static_cast<i128>(kNever) * 4), kNever);
     EXPECT_EQ(sat_nanos(-5), 0);
     EXPECT_EQ(sat_nanos(42), 42);
     EXPECT_EQ(ceil_div(0, 3), 0);
@@ -273,6 +273,14 @@ TEST(Time, SaturatingHelpers) {
     EXPECT_EQ(ceil_div(3, 3), 1);
     EXPECT_EQ(ceil_div(4, 3), 2);
     EXPECT_EQ(kMaxPermits, 2147483647);
+    // (a * b) >> shift with the product past 64 bits (the TSC's scaling), both ways.
+    for (auto* f : {&mul_shift, &mul_shift_portable}) {
+        EXPECT_EQ(f(3, 5, 0), 15u);
+        EXPECT_EQ(f(std::uint64_t{1} << 40, std::uint64_t{1} << 40, 32), std::uint64_t{1} << 48);
+        EXPECT_EQ(f(~std::uint64_t{0}, std::uint64_t{1} << 63, 63), ~std::uint64_t{0});
+        EXPECT_EQ(f(0xffffffffULL, 0x1'0000'0001ULL, 32), 0xffffffffULL);
+        EXPECT_EQ(f(0x1234'5678'9abc'def0ULL, 0xfedc'ba98'7654'3210ULL, 63), 0x243f'4015'aefa'e844ULL);
+    }
 }
 
 TEST(EngineThread, OneThreadServesEveryTimerOfTheProcess) {

@@ -1,12 +1,31 @@
-// Two 64-bit words changed together by one compare-and-swap (cmpxchg16b on x86-64):
-// a limiter's whole state, so that every operation on it is lock-free.
+// Two 64-bit words changed together by one compare-and-swap: a limiter's whole state, so that
+// every operation on it is lock-free where the CPU has a 16-byte compare-and-swap.
+//
+// The 16-byte compare-and-swap is chosen at compile time, never tested for at run time (the hot
+// path has no branch for it):
+//   - GCC/Clang where __GCC_HAVE_SYNC_COMPARE_AND_SWAP_16 says the __sync builtins do it without a
+//     lock: x86-64 with -mcx16 (cmpxchg16b, also MinGW), aarch64 (CASP with LSE, else LDXP/STXP).
+//     Not std::atomic<Pair>: GCC routes 16-byte atomics through libatomic and reports them not
+//     always lock-free even where they are.
+//   - MSVC on x64 and arm64: _InterlockedCompareExchange128.
+//   - elsewhere, or with PERMITS_FORCE_ATOMIC_FALLBACK defined (CMake option of that name, to test
+//     it): the pair behind a spinlock. Correct, but a thread preempted holding it stalls the others.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 
-#include "permits/time.hpp"
+#if !defined(PERMITS_FORCE_ATOMIC_FALLBACK) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16) &&                         \
+    defined(__SIZEOF_INT128__)
+#define PERMITS_ATOMIC_PAIR_SYNC 1
+#elif !defined(PERMITS_FORCE_ATOMIC_FALLBACK) && defined(_MSC_VER) && !defined(__clang__) &&                           \
+    (defined(_M_X64) || defined(_M_ARM64))
+#define PERMITS_ATOMIC_PAIR_MSVC 1
+#include <intrin.h>
+#else
+#define PERMITS_ATOMIC_PAIR_LOCKED 1
+#include <thread>
+#endif
 
 namespace permits {
 
@@ -15,6 +34,14 @@ struct Pair {
     std::int64_t b = 0;
     bool operator==(const Pair&) const = default;
 };
+
+/// Whether AtomicPair is lock-free in this build.
+inline constexpr bool kAtomicPairLockFree =
+#if defined(PERMITS_ATOMIC_PAIR_LOCKED)
+    false;
+#else
+    true;
+#endif
 
 class AtomicPair {
 public:
@@ -26,8 +53,9 @@ public:
     /// An atomic snapshot (a compare-and-swap that changes nothing: a torn read could
     /// otherwise let a rejection be decided on a state that never existed).
     Pair load() const noexcept {
-        auto* p = const_cast<u128*>(&v_);
-        return unpack(__sync_val_compare_and_swap(p, 0, 0));
+        Raw seen = Raw{};
+        cas(seen, Raw{});
+        return unpack(seen);
     }
 
     /// The value last written, read with two plain loads: a guess to start a compare-and-swap
@@ -50,9 +78,8 @@ public:
 
     /// On failure `expected` is updated to the current value.
     bool compare_exchange(Pair& expected, Pair desired) noexcept {
-        const u128 want = pack(expected);
-        const u128 seen = __sync_val_compare_and_swap(&v_, want, pack(desired));
-        if (seen == want) {
+        Raw seen = pack(expected);
+        if (cas(seen, pack(desired))) {
             hint_a_.store(desired.a, std::memory_order_relaxed);
             hint_b_.store(desired.b, std::memory_order_relaxed);
             return true;
@@ -62,14 +89,63 @@ public:
     }
 
 private:
-    static u128 pack(Pair p) noexcept {
-        return (static_cast<u128>(static_cast<std::uint64_t>(p.a)) << 64) | static_cast<std::uint64_t>(p.b);
+#if defined(PERMITS_ATOMIC_PAIR_SYNC)
+    __extension__ using Raw = unsigned __int128;
+    static Raw pack(Pair p) noexcept {
+        return (static_cast<Raw>(static_cast<std::uint64_t>(p.a)) << 64) | static_cast<std::uint64_t>(p.b);
     }
-    static Pair unpack(u128 v) noexcept {
+    static Pair unpack(Raw v) noexcept {
         return {static_cast<std::int64_t>(static_cast<std::uint64_t>(v >> 64)),
                 static_cast<std::int64_t>(static_cast<std::uint64_t>(v))};
     }
-    alignas(16) u128 v_ = 0;
+    /// One 16-byte compare-and-swap (full barrier); `seen` becomes the value found. const, as a
+    /// load is one too: the memory is written only with the value it already holds.
+    bool cas(Raw& seen, Raw desired) const noexcept {
+        const Raw want = seen;
+        seen = __sync_val_compare_and_swap(&v_, want, desired);
+        return seen == want;
+    }
+    alignas(16) mutable Raw v_ = 0;
+#elif defined(PERMITS_ATOMIC_PAIR_MSVC)
+    struct alignas(16) Raw {
+        std::int64_t lo = 0; // b: _InterlockedCompareExchange128 takes the high word apart
+        std::int64_t hi = 0; // a
+    };
+    static Raw pack(Pair p) noexcept {
+        return {p.b, p.a};
+    }
+    static Pair unpack(Raw v) noexcept {
+        return {v.hi, v.lo};
+    }
+    bool cas(Raw& seen, Raw desired) const noexcept {
+        // On failure the intrinsic writes the value found into `seen`.
+        return _InterlockedCompareExchange128(&v_.lo, desired.hi, desired.lo, &seen.lo) != 0;
+    }
+    mutable Raw v_;
+#else
+    using Raw = Pair;
+    static Raw pack(Pair p) noexcept {
+        return p;
+    }
+    static Pair unpack(Raw v) noexcept {
+        return v;
+    }
+    bool cas(Raw& seen, Raw desired) const noexcept {
+        while (lock_.test_and_set(std::memory_order_acquire)) {
+            std::this_thread::yield(); // the holder may be preempted: let it run
+        }
+        const Raw now = v_;
+        const bool match = now == seen;
+        if (match) {
+            v_ = desired;
+        }
+        lock_.clear(std::memory_order_release);
+        seen = now;
+        return match;
+    }
+    alignas(16) mutable Raw v_;     // aligned as the others: the limiters' layout does not change
+    mutable std::atomic_flag lock_; // clear: value-initialized since C++20
+#endif
     std::atomic<std::int64_t> hint_a_{0};
     std::atomic<std::int64_t> hint_b_{0};
 };

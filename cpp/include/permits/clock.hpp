@@ -28,7 +28,7 @@ struct TscScale {
     std::uint64_t mult = 0; // nanoseconds per tick, times 2**kShift
     Nanos to_nanos(std::uint64_t tsc) const noexcept {
         const std::uint64_t ticks = tsc > tsc0 ? tsc - tsc0 : 0;
-        return ns0 + static_cast<Nanos>((static_cast<u128>(ticks) * mult) >> kShift);
+        return ns0 + static_cast<Nanos>(mul_shift(ticks, mult, kShift));
     }
 };
 
@@ -37,14 +37,15 @@ struct TscScale {
 /// deep sleep states (`cpu_flags` has constant_tsc and nonstop_tsc).
 bool tsc_is_trusted(const std::string& clocksource, const std::string& cpu_flags);
 
-/// The process's real-time clock, in nanoseconds since CLOCK_MONOTONIC's origin.
+/// The process's real-time clock, in nanoseconds since the origin of the platform's monotonic
+/// clock: CLOCK_MONOTONIC on Linux, CLOCK_UPTIME_RAW on macOS, QueryPerformanceCounter on Windows,
+/// std::chrono::steady_clock elsewhere (Source::Monotonic stands for whichever it is).
 ///
 /// Source::Tsc reads the CPU's time-stamp counter (rdtsc) and scales it to nanoseconds with a
 /// rate measured against CLOCK_MONOTONIC over about 10 ms when the clock is made: a read costs
 /// about half what clock_gettime does. It is used only where tsc_is_trusted() says so for this
-/// machine (x86-64 Linux), else the clock is Source::Monotonic (std::chrono::steady_clock, that is
-/// clock_gettime(CLOCK_MONOTONIC)). Environment variable PERMITS_CLOCK=monotonic makes the
-/// process's instance() Source::Monotonic.
+/// machine (x86-64 Linux only), else the clock is Source::Monotonic. Environment variable PERMITS_CLOCK=monotonic makes
+/// the process's instance() Source::Monotonic.
 ///
 /// Times from the TSC follow the counter, not the kernel's clock: they are not slewed by NTP, so
 /// they drift from CLOCK_MONOTONIC by parts per million (calibration error and NTP's frequency

@@ -4,13 +4,53 @@
 #include <cstdint>
 #include <limits>
 
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h> // _umul128, __shiftright128
+#endif
+
 namespace permits {
 
 using Nanos = std::int64_t;
 
-// 128-bit intermediates keep products like periods * tokens exact (GCC/Clang extension).
+// 128-bit intermediates keep products like periods * tokens exact (GCC/Clang extension; MinGW
+// has it too). MSVC has no 128-bit integer type the engine can do arithmetic in yet: stop here,
+// with the reason, rather than deep in the limiters (docs/platforms.md).
+#if defined(__SIZEOF_INT128__)
 __extension__ using i128 = __int128;
 __extension__ using u128 = unsigned __int128;
+#else
+#error "permits: the engine needs a 128-bit integer type (GCC and Clang's __int128); see docs/platforms.md"
+#endif
+
+/// (a * b) >> shift (shift < 64) from four 32 x 32-bit products: where there is no 128-bit type
+/// (tested everywhere, used only there).
+inline std::uint64_t mul_shift_portable(std::uint64_t a, std::uint64_t b, unsigned shift) noexcept {
+    const std::uint64_t a_lo = a & 0xffffffffU;
+    const std::uint64_t a_hi = a >> 32;
+    const std::uint64_t b_lo = b & 0xffffffffU;
+    const std::uint64_t b_hi = b >> 32;
+    const std::uint64_t ll = a_lo * b_lo;
+    const std::uint64_t lh = a_lo * b_hi;
+    const std::uint64_t hl = a_hi * b_lo;
+    const std::uint64_t mid = (ll >> 32) + (lh & 0xffffffffU) + (hl & 0xffffffffU);
+    const std::uint64_t lo = (mid << 32) | (ll & 0xffffffffU);
+    const std::uint64_t hi = (a_hi * b_hi) + (lh >> 32) + (hl >> 32) + (mid >> 32);
+    return shift == 0 ? lo : (lo >> shift) | (hi << (64 - shift));
+}
+
+/// (a * b) >> shift (shift < 64), the product taken in 128 bits; the result must fit in 64 bits.
+inline std::uint64_t mul_shift(std::uint64_t a, std::uint64_t b, unsigned shift) noexcept {
+#if defined(__SIZEOF_INT128__)
+    __extension__ using U128 = unsigned __int128;
+    return static_cast<std::uint64_t>((static_cast<U128>(a) * b) >> shift);
+#elif defined(_MSC_VER) && defined(_M_X64)
+    std::uint64_t hi = 0;
+    const std::uint64_t lo = _umul128(a, b, &hi);
+    return shift == 0 ? lo : __shiftright128(lo, hi, static_cast<unsigned char>(shift));
+#else
+    return mul_shift_portable(a, b, shift);
+#endif
+}
 
 /// "Never": a deadline or wait time that no clock reaches.
 inline constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
@@ -25,11 +65,16 @@ inline constexpr std::int64_t kMaxPermits = 2147483647;
 
 /// a + b, saturating at kNever (times here are never negative).
 inline Nanos sat_add(Nanos a, Nanos b) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
     Nanos r = 0;
     if (__builtin_add_overflow(a, b, &r)) {
         return kNever;
     }
     return r;
+#else
+    // Both are non-negative here: only an overflow past kNever is possible.
+    return a > kNever - b ? kNever : a + b;
+#endif
 }
 
 /// Saturating conversion of a 128-bit intermediate to Nanos.
