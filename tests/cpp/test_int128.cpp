@@ -16,7 +16,7 @@ using permits::UInt128;
 
 // Constant expressions, as the engine's constants need (u128{100} << kShift in clock.cpp).
 static_assert((UInt128{100} << 32U) == UInt128::from_halves(0, std::uint64_t{100} << 32));
-static_assert((UInt128{1} << 100U) >> 100U == 1);
+static_assert(((UInt128{1} << 100U) >> 100U) == 1);
 static_assert(Int128{-7} / 2 == -3 && Int128{-7} % 2 == -1);
 static_assert(UInt128::from_halves(1, 0) / 3 == UInt128{0x5555555555555555ULL});
 static_assert(Int128{-1} < 0 && UInt128{-1} > 0 && static_cast<std::int64_t>(Int128{-5}) == -5);
