@@ -145,7 +145,7 @@ class UInt128 {
 public:
     constexpr UInt128() noexcept = default;
     template <std::integral T>
-    constexpr UInt128(T v) noexcept // NOLINT(google-explicit-constructor): as a built-in integer
+    constexpr UInt128(T v) noexcept // implicit, as a built-in integer converts
         : hi_(int128_detail::sign_fill(v)), lo_(static_cast<std::uint64_t>(v)) {}
     constexpr explicit UInt128(const Int128& v) noexcept;
     static constexpr UInt128 from_halves(std::uint64_t hi, std::uint64_t lo) noexcept {
@@ -238,7 +238,7 @@ class Int128 {
 public:
     constexpr Int128() noexcept = default;
     template <std::integral T>
-    constexpr Int128(T v) noexcept // NOLINT(google-explicit-constructor): as a built-in integer
+    constexpr Int128(T v) noexcept // implicit, as a built-in integer converts
         : hi_(int128_detail::sign_fill(v)), lo_(static_cast<std::uint64_t>(v)) {}
     constexpr explicit Int128(UInt128 v) noexcept : hi_(v.high()), lo_(v.low()) {}
     static constexpr Int128 from_halves(std::uint64_t hi, std::uint64_t lo) noexcept {
