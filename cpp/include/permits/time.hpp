@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "permits/int128.hpp"
+
 #if defined(_MSC_VER) && !defined(__clang__)
 #include <intrin.h> // _umul128, __shiftright128
 #endif
@@ -12,14 +14,15 @@ namespace permits {
 
 using Nanos = std::int64_t;
 
-// 128-bit intermediates keep products like periods * tokens exact (GCC/Clang extension; MinGW
-// has it too). MSVC has no 128-bit integer type the engine can do arithmetic in yet: stop here,
-// with the reason, rather than deep in the limiters (docs/platforms.md).
-#if defined(__SIZEOF_INT128__)
+// 128-bit intermediates keep products like periods * tokens exact: GCC/Clang's __int128 (MinGW
+// has it too), else (MSVC) the portable two-halves types of int128.hpp. PERMITS_PORTABLE_INT128
+// (the CMake option) picks those everywhere, to test them with the whole engine.
+#if defined(__SIZEOF_INT128__) && !defined(PERMITS_PORTABLE_INT128)
 __extension__ using i128 = __int128;
 __extension__ using u128 = unsigned __int128;
 #else
-#error "permits: the engine needs a 128-bit integer type (GCC and Clang's __int128); see docs/platforms.md"
+using i128 = Int128;
+using u128 = UInt128;
 #endif
 
 /// (a * b) >> shift (shift < 64) from four 32 x 32-bit products: where there is no 128-bit type
