@@ -11,7 +11,16 @@ from typing import Any
 from aiohttp import web
 
 from ._core import Lease
-from ._http_policy import Policy, Quota, check_exempt, fewest_remaining, is_exempt, wait_or_leave
+from ._http_policy import (
+    Handoff,
+    Policy,
+    Quota,
+    check_exempt,
+    fewest_remaining,
+    is_exempt,
+    refund_before_rejection,
+    wait_or_leave,
+)
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
@@ -25,18 +34,9 @@ DISCONNECT_POLL = 0.05
 CLIENT_CLOSED_REQUEST = 499
 
 
-class _Handoff:
-    __slots__ = ("global_leases", "quotas", "route_leases")
-
-    def __init__(self) -> None:
-        self.global_leases: list[Lease] = []
-        self.route_leases: list[Lease] = []
-        self.quotas: list[Quota | None] = []
-
-
 #: Where the middleware leaves its handoff in the request, for a decorated handler to find (a
 #: typed key where aiohttp has them, 3.12 on; a str before).
-HANDOFF: Any = web.RequestKey("permits.handoff", _Handoff) if hasattr(web, "RequestKey") else "permits.handoff"
+HANDOFF: Any = web.RequestKey("permits.handoff", Handoff) if hasattr(web, "RequestKey") else "permits.handoff"
 #: Where a request's handler leases are listed (a rejection by a stacked @limit refunds them all).
 GRANTED: Any = web.RequestKey("permits.granted", list) if hasattr(web, "RequestKey") else "permits.granted"
 
@@ -108,7 +108,7 @@ def rate_limit_middleware(
         lease = await _acquire(policy, key, request)
         if lease is None:  # the client left while queued: nobody reads this
             return web.Response(status=CLIENT_CLOSED_REQUEST)
-        handoff = _Handoff()
+        handoff = Handoff()
         request[HANDOFF] = handoff
         try:
             quota = policy.quota(key, lease)
@@ -169,13 +169,10 @@ def limit(
                 lease.release()
                 raise
             if not lease:
-                # Rejected: the request consumes nothing, neither the global permit nor those of
-                # the handler's other limits that granted it.
-                for earlier in [*(handoff.global_leases if isinstance(handoff, _Handoff) else ()), *granted]:
-                    earlier._refund()
+                refund_before_rejection(handoff, granted)
                 return await _rejection(policy, request, lease, quota)
             granted.append(lease)
-            if isinstance(handoff, _Handoff):  # the middleware holds the lease and writes the headers
+            if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
                 handoff.route_leases.append(lease)
                 handoff.quotas.append(quota)
                 return await handler(request)

@@ -245,6 +245,27 @@ def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: 
     return Quota(name, quota, window, remaining, reset)
 
 
+class Handoff:
+    """What a server's middleware and a route's limit share for one request: the global leases
+    (refunded when the route rejects), the route's leases (released by the middleware once the
+    response is sent) and the route's quotas (for the headers)."""
+
+    __slots__ = ("global_leases", "quotas", "route_leases")
+
+    def __init__(self) -> None:
+        self.global_leases: list[Lease] = []
+        self.route_leases: list[Lease] = []
+        self.quotas: list[Quota | None] = []
+
+
+def refund_before_rejection(handoff: object, granted: list[Lease]) -> None:
+    """A route's limit rejected the request: it consumes nothing, neither the middleware's global
+    permits (when ``handoff`` is the middleware's) nor those of the route's other limits that
+    granted it."""
+    for earlier in [*(handoff.global_leases if isinstance(handoff, Handoff) else ()), *granted]:
+        earlier._refund()
+
+
 DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
 
 
@@ -275,6 +296,7 @@ async def wait_or_leave(waiting: Awaitable[Lease], gone: Awaitable[object]) -> L
 
 __all__ = [
     "DISCONNECTS",
+    "Handoff",
     "Policy",
     "Quota",
     "check_exempt",
@@ -283,5 +305,6 @@ __all__ = [
     "is_exempt",
     "limiter_quota",
     "quota_of",
+    "refund_before_rejection",
     "wait_or_leave",
 ]

@@ -19,6 +19,7 @@ from starlette.websockets import WebSocket
 from ._core import Lease
 from ._http_policy import (
     DISCONNECTS,
+    Handoff,
     Policy,
     Quota,
     check_exempt,
@@ -42,19 +43,6 @@ HANDOFF = "permits.handoff"
 #: The close code of a rejected WebSocket when the server cannot send an HTTP denial response:
 #: 1013 "Try Again Later" (RFC 6455's registry), the code meant for a temporary refusal.
 WEBSOCKET_CLOSE_CODE = 1013
-
-
-class Handoff:
-    """What the middleware and a route's dependency share through the scope: the global leases
-    (refunded when the route rejects), the route's leases (released by the middleware once the
-    response is sent) and the route's quotas (for the headers)."""
-
-    __slots__ = ("global_leases", "quotas", "route_leases")
-
-    def __init__(self) -> None:
-        self.global_leases: list[Lease] = []
-        self.route_leases: list[Lease] = []
-        self.quotas: list[Quota | None] = []
 
 
 def _with_headers(message: Message, headers: list[tuple[str, str]]) -> Message:

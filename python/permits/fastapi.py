@@ -17,7 +17,7 @@ from fastapi import HTTPException, Request, Response, WebSocketException
 from starlette.requests import HTTPConnection
 
 from ._core import Lease
-from ._http_policy import Policy, wait_or_leave
+from ._http_policy import Policy, refund_before_rejection, wait_or_leave
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -95,10 +95,7 @@ class RateLimit:
             lease.release()
             raise
         if not lease:
-            # The request is rejected: it consumes nothing, neither the global permit nor those
-            # of the route's other limits that granted it.
-            for earlier in [*(handoff.global_leases if isinstance(handoff, Handoff) else ()), *granted]:
-                earlier._refund()
+            refund_before_rejection(handoff, granted)
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
             headers = dict(policy.rejection_headers(lease, quota))
