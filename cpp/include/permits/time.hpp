@@ -28,17 +28,8 @@ using u128 = UInt128;
 /// (a * b) >> shift (shift < 64) from four 32 x 32-bit products: where there is no 128-bit type
 /// (tested everywhere, used only there).
 inline std::uint64_t mul_shift_portable(std::uint64_t a, std::uint64_t b, unsigned shift) noexcept {
-    const std::uint64_t a_lo = a & 0xffffffffU;
-    const std::uint64_t a_hi = a >> 32;
-    const std::uint64_t b_lo = b & 0xffffffffU;
-    const std::uint64_t b_hi = b >> 32;
-    const std::uint64_t ll = a_lo * b_lo;
-    const std::uint64_t lh = a_lo * b_hi;
-    const std::uint64_t hl = a_hi * b_lo;
-    const std::uint64_t mid = (ll >> 32) + (lh & 0xffffffffU) + (hl & 0xffffffffU);
-    const std::uint64_t lo = (mid << 32) | (ll & 0xffffffffU);
-    const std::uint64_t hi = (a_hi * b_hi) + (lh >> 32) + (hl >> 32) + (mid >> 32);
-    return shift == 0 ? lo : (lo >> shift) | (hi << (64 - shift));
+    const int128_detail::Halves p = int128_detail::mul64(a, b);
+    return shift == 0 ? p.lo : (p.lo >> shift) | (p.hi << (64 - shift));
 }
 
 /// (a * b) >> shift (shift < 64), the product taken in 128 bits; the result must fit in 64 bits.
