@@ -215,8 +215,14 @@ void bind_loop_bridge(py::module_& m) {
         };
     };
     py::class_<LoopBridge, std::shared_ptr<LoopBridge>>(m, "LoopBridge", py::custom_type_setup(setup))
-        .def(py::init<>(), "__init__(self, /)\n--\n\nA new bridge, with its own pipe.")
-        .def_property_readonly("fd", [](py::handle self) { return self_of<LoopBridge>(self).notifier()->fd(); })
+        .def(py::init<>(), "__init__(self, /)\n--\n\nA new bridge, with its own wake-up socket.")
+        .def_property_readonly(
+            "fd", [](py::handle self) { return self_of<LoopBridge>(self).notifier()->fd(); },
+            "The wake-up socket the loop watches (-1 once taken).")
+        .def(
+            "take_reader", [](py::handle self) { return self_of<LoopBridge>(self).notifier()->take_reader(); },
+            "take_reader(self, /)\n--\n\nHands the wake-up socket over, for a loop that receives from it itself "
+            "(the caller reads and closes it from now on; drain() no longer reads it). -1 if already taken.")
         .def_property_readonly("wakeups",
                                [](py::handle self) { return self_of<LoopBridge>(self).notifier()->wakeups(); })
         .def_property_readonly(

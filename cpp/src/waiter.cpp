@@ -1,99 +1,16 @@
 #include "permits/waiter.hpp"
 
-#include <cerrno>
 #include <chrono>
 #include <new>
-#include <stdexcept>
-
-#if defined(_WIN32)
-#include <fcntl.h>
-#include <io.h>
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
-#else
-#include <fcntl.h>
-#include <unistd.h>
-#endif
 
 namespace permits {
 
-namespace {
-
-#if defined(_WIN32)
-// The CRT's anonymous pipes cannot be made non-blocking: drain reads only the bytes there. One
-// byte at most is ever in the pipe (push writes only when no batch is signalled), so write never
-// blocks either.
-int make_pipe(int fds[2]) {
-    return ::_pipe(fds, 64, _O_BINARY | _O_NOINHERIT);
-}
-void write_byte(int fd) {
-    const char byte = 1;
-    [[maybe_unused]] auto written = ::_write(fd, &byte, 1);
-}
-void read_all(int fd) {
-    char buf[64];
-    for (;;) {
-        DWORD avail = 0;
-        if (::PeekNamedPipe(reinterpret_cast<HANDLE>(::_get_osfhandle(fd)), nullptr, 0, nullptr, &avail, nullptr) ==
-                0 ||
-            avail == 0) {
-            return;
-        }
-        if (::_read(fd, buf, avail < sizeof buf ? static_cast<unsigned>(avail) : sizeof buf) <= 0) {
-            return;
-        }
-    }
-}
-void close_fd(int fd) {
-    ::_close(fd);
-}
-#else
-int make_pipe(int fds[2]) {
-    if (::pipe(fds) != 0) {
-        return -1;
-    }
-    for (int i = 0; i < 2; ++i) {
-        ::fcntl(fds[i], F_SETFL, ::fcntl(fds[i], F_GETFL) | O_NONBLOCK);
-        ::fcntl(fds[i], F_SETFD, FD_CLOEXEC);
-    }
-    return 0;
-}
-void write_byte(int fd) {
-    // A full pipe already means "wake up", so EAGAIN is fine.
-    const char byte = 1;
-    [[maybe_unused]] auto written = ::write(fd, &byte, 1);
-}
-void read_all(int fd) {
-    char buf[64];
-    while (::read(fd, buf, sizeof buf) > 0) {
-    }
-}
-void close_fd(int fd) {
-    ::close(fd);
-}
-#endif
-
-} // namespace
-
 Notifier::Notifier() {
-    int fds[2];
-    if (make_pipe(fds) != 0) {
-        throw std::runtime_error("permits: cannot create the notifier pipe");
-    }
-    read_fd_ = fds[0];
-    write_fd_ = fds[1];
     detail::ForkRegistry::add(this);
 }
 
 Notifier::~Notifier() {
     detail::ForkRegistry::remove(this);
-    close_fd(read_fd_);
-    close_fd(write_fd_);
 }
 
 void Notifier::push(std::shared_ptr<Waiter> w) {
@@ -105,7 +22,7 @@ void Notifier::push(std::shared_ptr<Waiter> w) {
         signalled_ = true;
     }
     if (signal) {
-        write_byte(write_fd_); // one byte per batch
+        channel_.signal(); // one byte per batch
         wakeups_.fetch_add(1);
     }
 }
@@ -118,7 +35,7 @@ std::vector<std::shared_ptr<Waiter>> Notifier::drain() {
 
 void Notifier::drain_into(std::vector<std::shared_ptr<Waiter>>& out) {
     out.clear();
-    read_all(read_fd_);
+    channel_.empty();
     std::lock_guard<std::mutex> lock(mu_);
     out.swap(ready_);
     signalled_ = false;

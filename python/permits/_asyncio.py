@@ -1,20 +1,27 @@
 """The asyncio bridge: requests queued in the engine, completed from the engine's thread.
 
 Each event loop gets one bridge (``_core.LoopBridge``): the engine pushes completed waiters to it
-and writes one byte to a pipe per batch; the loop's reader callback (the bridge's ``drain``, in C++)
-resolves the batch's waits and schedules one ``resume`` that wakes their tasks. ``wait_async``
+and writes one byte to a socket per batch; the loop's reader callback (the bridge's ``drain``, in
+C++) resolves the batch's waits and schedules one ``resume`` that wakes their tasks. ``wait_async``
 (``_core.EngineLeaseWait``) finds the bridge here; queued, it is itself the future its task waits on.
+
+A loop that cannot watch a descriptor (``add_reader`` raises ``NotImplementedError``: Windows'
+default proactor loop) receives from the socket instead (:class:`_Receiver`).
 
 A bridge lives on its loop (an attribute), not in a global table: its queued waits reference the
 loop, so a loop dropped with waits still queued is a cycle the GC can see and collect, giving
 their permits back. A loop closed by hand drops its reader callback (the selector is closed), and
-the reader's finalizer abandons the bridge at once: the waits leave their queues.
+the reader's finalizer abandons the bridge at once: the waits leave their queues. (A receiving loop
+closed by hand leaves a cycle, its receive and the receiver: the GC abandons the bridge.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import weakref
+from collections.abc import Coroutine
+from typing import Any
 
 from . import _core
 
@@ -26,19 +33,120 @@ _elsewhere: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _core.LoopBridg
 
 
 class _Reader:
-    """The loop's reader callback for a bridge's pipe; dropped by the loop when it closes."""
+    """The loop's reader callback for a bridge's socket; dropped by the loop when it closes."""
 
     __slots__ = ("_bridge",)
 
     def __init__(self, bridge: _core.LoopBridge) -> None:
-        self._bridge = bridge
+        self._bridge: _core.LoopBridge | None = bridge
 
     def __call__(self) -> None:
-        self._bridge.drain()
+        if self._bridge is not None:
+            self._bridge.drain()
+
+    def disown(self) -> None:
+        """The loop refused this reader: it abandons nothing when dropped."""
+        self._bridge = None
 
     def __del__(self) -> None:
         # The loop closed (or is being collected): nothing will drain this bridge again.
-        self._bridge.abandon()
+        if self._bridge is not None:
+            self._bridge.abandon()
+
+
+_CHUNK = 64  # bytes per receive: one per batch is ever written, a few at most wait
+
+
+class _WakeSocket(socket.socket):
+    """The bridge's wake-up socket once a receiver owns it. A loop closed by hand leaves it in a
+    garbage cycle with its receive, where the GC may finalize it before its receiver closes it:
+    it closes quietly then (no ResourceWarning: nothing leaked)."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Receiver:
+    """Drains a bridge on a loop that receives from sockets but cannot watch them (Windows'
+    proactor loop): one ``loop.sock_recv`` on the bridge's socket is always in flight, and each
+    receive that brings bytes drains the bridge.
+
+    The receive is stepped by hand, not run as a Task: a task would show in
+    ``asyncio.all_tasks()``, where shutdown code that awaits every other task would wait for it
+    forever, and ``asyncio.run`` would cancel it along with the user's tasks.
+    """
+
+    __slots__ = ("_bridge", "_loop", "_receive", "_socket")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge) -> None:
+        self._loop = loop
+        self._bridge: _core.LoopBridge | None = bridge
+        # The socket is ours from here on: the bridge no longer reads or closes it.
+        self._socket: socket.socket | None = _WakeSocket(fileno=bridge.take_reader())
+        self._socket.setblocking(False)
+        self._receive: Coroutine[Any, Any, bytes] | None = loop.sock_recv(self._socket, _CHUNK)
+        self._step()
+
+    def _step(self, _: object = None) -> None:
+        receive = self._receive
+        if receive is None:
+            return
+        try:
+            waiting = receive.send(None)
+        except StopIteration as done:
+            if not done.value:  # end of stream: the engine side is gone
+                self.close()
+                return
+            # The next receive starts in a callback of its own, so bytes arriving without a pause
+            # never keep this one running; then the batch is drained.
+            assert self._socket is not None
+            self._receive = self._loop.sock_recv(self._socket, _CHUNK)
+            try:
+                self._loop.call_soon(self._step)
+            except RuntimeError:  # the loop is closed
+                self.close()
+            self._drain()
+            return
+        except (Exception, asyncio.CancelledError):  # the socket or the loop is closing
+            self.close()
+            return
+        if waiting is None:  # a bare yield: go on in the next iteration
+            self._loop.call_soon(self._step)
+        else:  # a future, as a task would wait on it
+            waiting._asyncio_future_blocking = False
+            waiting.add_done_callback(self._step)
+
+    def _drain(self) -> None:
+        if self._bridge is not None:
+            self._bridge.drain()
+
+    def close(self) -> None:
+        """Stops receiving and abandons the bridge: nothing will drain it again."""
+        receive, self._receive = self._receive, None
+        if receive is not None:
+            receive.close()
+        sock, self._socket = self._socket, None
+        if sock is not None:
+            sock.close()
+        bridge, self._bridge = self._bridge, None
+        if bridge is not None:
+            bridge.abandon()
+
+    def __del__(self) -> None:
+        # The loop closed (or is being collected) with the receive in flight.
+        self.close()
+
+
+def _watch(loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge) -> None:
+    """Has the loop drain the bridge whenever the engine signals its socket."""
+    reader = _Reader(bridge)
+    try:
+        loop.add_reader(bridge.fd, reader)
+    except NotImplementedError:
+        reader.disown()
+        _Receiver(loop, bridge)  # kept alive by its receive, which the loop keeps in flight
 
 
 def bridge_of(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge | None:
@@ -54,7 +162,7 @@ def _bridge(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge:
     bridge = bridge_of(loop)
     if bridge is None:
         bridge = _core.LoopBridge()
-        loop.add_reader(bridge.fd, _Reader(bridge))
+        _watch(loop, bridge)
         try:
             setattr(loop, _ATTRIBUTE, bridge)
         except AttributeError:

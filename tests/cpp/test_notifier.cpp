@@ -1,26 +1,12 @@
-// Notifier (one pipe wake-up per batch of completions) and Waiter state transitions.
+// Notifier (one socket wake-up per batch of completions) and Waiter state transitions.
 #include <gtest/gtest.h>
-
-#if defined(_WIN32)
-#include <io.h>
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
-#else
-#include <fcntl.h>
-#include <poll.h>
-#include <unistd.h>
-#endif
 
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "permits/waiter.hpp"
+#include "sockets.hpp"
 
 using namespace permits;
 
@@ -30,16 +16,7 @@ std::shared_ptr<Waiter> make_waiter(const std::shared_ptr<Notifier>& n, std::uin
     return std::make_shared<Waiter>(permits, kNever, n, id);
 }
 
-bool readable(int fd) {
-#if defined(_WIN32)
-    DWORD avail = 0;
-    return ::PeekNamedPipe(reinterpret_cast<HANDLE>(::_get_osfhandle(fd)), nullptr, 0, nullptr, &avail, nullptr) != 0 &&
-           avail > 0;
-#else
-    pollfd p{fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
-#endif
-}
+using test_sockets::readable;
 
 } // namespace
 
@@ -62,7 +39,7 @@ TEST(Notifier, OneWakeUpPerBatch) {
     for (std::size_t i = 0; i < 3; ++i) {
         EXPECT_EQ(batch[i], ws[i]); // in completion order
     }
-    EXPECT_FALSE(readable(n->fd())); // the pipe is emptied
+    EXPECT_FALSE(readable(n->fd())); // the socket is emptied
 
     n->push(make_waiter(n, 4));
     EXPECT_EQ(n->wakeups(), 2u);
@@ -82,17 +59,35 @@ TEST(Notifier, DrainWithNothingReadyIsEmpty) {
     EXPECT_EQ(n.wakeups(), 0u);
 }
 
-#if !defined(_WIN32) // the CRT's pipes have neither flag: drain() reads only what is there
-TEST(Notifier, PipeIsNonBlockingAndCloseOnExec) {
+TEST(Notifier, SocketIsNonBlockingAndNotInherited) {
     Notifier n;
-    const int fl = ::fcntl(n.fd(), F_GETFL);
-    EXPECT_NE(fl & O_NONBLOCK, 0);
-    const int fd_flags = ::fcntl(n.fd(), F_GETFD);
-    EXPECT_NE(fd_flags & FD_CLOEXEC, 0);
+    EXPECT_TRUE(test_sockets::not_inherited(n.fd()));
     char c = 0;
-    EXPECT_EQ(::read(n.fd(), &c, 1), -1); // nothing to read: no blocking
+    EXPECT_EQ(test_sockets::receive(n.fd(), &c, 1), -1); // nothing to read: no blocking
+    EXPECT_TRUE(test_sockets::would_block());
 }
-#endif
+
+TEST(Notifier, ATakenSocketIsTheTakersToEmpty) {
+    auto n = std::make_shared<Notifier>();
+    const auto fd = n->take_reader();
+    EXPECT_EQ(n->fd(), detail::WakeChannel::kNone);
+    n->push(make_waiter(n, 1));
+    EXPECT_TRUE(readable(fd));
+    ASSERT_EQ(n->drain().size(), 1u); // the waiters, but not the byte: that is the taker's
+    EXPECT_TRUE(readable(fd));
+    char buf[8];
+    EXPECT_EQ(test_sockets::receive(fd, buf, sizeof buf), 1);
+    n->push(make_waiter(n, 2)); // the next batch signals again
+    EXPECT_EQ(n->wakeups(), 2u);
+    EXPECT_EQ(test_sockets::receive(fd, buf, sizeof buf), 1);
+    test_sockets::close_socket(fd);
+    // The taker is gone (its loop closed): completions still queue, and signalling a closed
+    // socket neither fails nor raises SIGPIPE.
+    n->drain();
+    n->push(make_waiter(n, 3));
+    EXPECT_EQ(n->wakeups(), 3u);
+    EXPECT_EQ(n->drain().size(), 1u);
+}
 
 TEST(Notifier, ManyCompletionsBeforeADrainStillOneWakeUp) {
     auto n = std::make_shared<Notifier>();

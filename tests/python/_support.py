@@ -40,6 +40,15 @@ TIMED_KINDS = KINDS[1:]
 MAX_INT32 = 2**31 - 1
 
 
+class ReceivingLoop(asyncio.SelectorEventLoop):
+    """An event loop that cannot watch a descriptor for its users, as Windows' proactor loop:
+    ``add_reader`` raises NotImplementedError. It still receives from sockets
+    (``sock_recv``), which is how the asyncio bridge is woken on such a loop."""
+
+    def add_reader(self, fd: Any, callback: Callable[..., object], *args: Any) -> None:
+        raise NotImplementedError("this loop watches no descriptor (as the proactor loop)")
+
+
 class LimiterKit:
     """Builds one kind of limiter with a given limit, and gives permits back.
 

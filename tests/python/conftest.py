@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import warnings
+from collections.abc import Callable, Mapping
 
 import pytest
 
 import permits
 
-from _support import KINDS, TIMED_KINDS, LimiterKit
+from _support import KINDS, TIMED_KINDS, LimiterKit, ReceivingLoop
+
+# The modules that exercise the asyncio bridge run each async test on both kinds of loop: one that
+# watches the bridge's socket (add_reader: the selector loop) and one that can only receive from
+# it (ReceivingLoop, as Windows' proactor loop); on Windows, on the proactor loop itself too.
+_BRIDGE_LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "watching": asyncio.SelectorEventLoop,
+    "receiving": ReceivingLoop,
+}
+if sys.platform == "win32":
+    _BRIDGE_LOOPS["proactor"] = asyncio.ProactorEventLoop  # type: ignore[attr-defined,unused-ignore]
+_ON_BOTH_LOOPS = frozenset(
+    {
+        "test_async",
+        "test_async_wait_protocol",
+        "test_awaiting_styles",
+        "test_event_loops",
+        "test_partition_close",
+        "test_queue_semantics",
+        "test_receiving_loop",
+    }
+)
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    if item.path.stem in _ON_BOTH_LOOPS:
+        return _BRIDGE_LOOPS
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture

@@ -10,13 +10,14 @@
 
 #include "permits/fork.hpp"
 #include "permits/outcome.hpp"
+#include "permits/wake_channel.hpp"
 
 namespace permits {
 
 class Waiter;
 
 /// Delivers completed asynchronous waiters to one event loop: completions queue here and the
-/// first one of a batch writes one byte to a pipe the loop watches (one wake-up per batch);
+/// first one of a batch writes one byte to a socket the loop watches (one wake-up per batch);
 /// the loop drains the whole batch. No Python here: the engine thread never needs the GIL.
 class Notifier {
 public:
@@ -25,9 +26,13 @@ public:
     Notifier(const Notifier&) = delete;
     Notifier& operator=(const Notifier&) = delete;
 
-    int fd() const noexcept { return read_fd_; }
+    /// The socket the loop watches (detail::WakeChannel::kNone once taken).
+    detail::WakeChannel::Handle fd() const noexcept { return channel_.reader(); }
+    /// Hands the socket over to a loop that receives from it itself (it reads and closes it from
+    /// now on); drain() then only takes the waiters.
+    detail::WakeChannel::Handle take_reader() noexcept { return channel_.take_reader(); }
     void push(std::shared_ptr<Waiter> w);
-    /// Takes every completed waiter queued so far and empties the pipe.
+    /// Takes every completed waiter queued so far and empties the socket.
     std::vector<std::shared_ptr<Waiter>> drain();
     /// The same into `out` (emptied first) by swapping buffers: both keep their capacity, so a
     /// steady stream of batches allocates nothing (freeing a grown buffer made glibc consolidate
@@ -37,8 +42,7 @@ public:
 
 private:
     friend class detail::ForkRegistry;
-    int read_fd_ = -1;
-    int write_fd_ = -1;
+    detail::WakeChannel channel_;
     std::mutex mu_; // guards ready_/signalled_: held for a push_back or a swap, never while waiting
     std::vector<std::shared_ptr<Waiter>> ready_;
     bool signalled_ = false;
