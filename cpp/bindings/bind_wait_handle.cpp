@@ -1,5 +1,5 @@
 // A queued request as Python sees it (WaitHandle: the blocking waits of partitioned limiters and
-// the waits of permits._foreign), and the Notifier socket a foreign wait watches for its completion.
+// the waits of permits._foreign), and the Notifier pipe a foreign wait watches for its completion.
 #include <pybind11/pybind11.h>
 
 #include "gil.hpp"
@@ -59,11 +59,12 @@ void bind_wait_handle(py::module_& m) {
     // An asyncio loop's notifier lives in its LoopBridge (loop_bridge.hpp); a wait queued under another
     // async library (permits._foreign) has a notifier of its own, whose fd that library watches.
     py::class_<Notifier, std::shared_ptr<Notifier>>(m, "Notifier")
-        .def(py::init<>(), "__init__(self, /)\n--\n\nA socket the engine writes a byte to when it completes a request.")
+        .def(py::init<>(), "__init__(self, /)\n--\n\nA pipe (a socket on Windows) the engine writes a byte to when it "
+                           "completes a request.")
         .def_property_readonly("fd", [](py::handle self) { return self_of<Notifier>(self).fd(); })
         .def(
             "drain", [](py::handle self) { self_of<Notifier>(self).drain(); },
-            "drain(self, /)\n--\n\nEmpties the socket and forgets the completed requests.");
+            "drain(self, /)\n--\n\nEmpties the pipe and forgets the completed requests.");
 
     py::class_<WaitHandle>(m, "WaitHandle")
         .def(

@@ -215,14 +215,18 @@ void bind_loop_bridge(py::module_& m) {
         };
     };
     py::class_<LoopBridge, std::shared_ptr<LoopBridge>>(m, "LoopBridge", py::custom_type_setup(setup))
-        .def(py::init<>(), "__init__(self, /)\n--\n\nA new bridge, with its own wake-up socket.")
+        .def(py::init<bool>(), py::arg("socket") = false,
+             "__init__(self, socket=False)\n--\n\nA new bridge, with its own wake-up pipe the loop watches, or "
+             "with socket=True a socket pair, for a loop that receives from it (take_reader()). On Windows always a "
+             "socket pair.")
         .def_property_readonly(
             "fd", [](py::handle self) { return self_of<LoopBridge>(self).notifier()->fd(); },
-            "The wake-up socket the loop watches (-1 once taken).")
+            "The wake-up pipe or socket the loop watches (-1 once taken).")
         .def(
             "take_reader", [](py::handle self) { return self_of<LoopBridge>(self).notifier()->take_reader(); },
             "take_reader(self, /)\n--\n\nHands the wake-up socket over, for a loop that receives from it itself "
-            "(the caller reads and closes it from now on; drain() no longer reads it). -1 if already taken.")
+            "(the caller reads and closes it from now on; drain() no longer reads it). -1 if already taken, or "
+            "if it is a pipe.")
         .def_property_readonly("wakeups",
                                [](py::handle self) { return self_of<LoopBridge>(self).notifier()->wakeups(); })
         .def_property_readonly(

@@ -18,7 +18,10 @@ namespace permits::bind {
 /// awaitables waiting in that loop. Used only on the loop's own thread (with the GIL).
 class LoopBridge {
 public:
-    LoopBridge() : notifier_(std::make_shared<Notifier>()) {}
+    /// `socket`: a socket pair for a loop that receives from it (it takes the reader), instead of
+    /// a pipe it watches (on Windows always a socket).
+    explicit LoopBridge(bool socket = false)
+        : notifier_(std::make_shared<Notifier>(socket ? detail::WakeKind::Socket : detail::WakeKind::Pipe)) {}
     /// Requests still queued are taken out of the engine (granted ones given back): a loop that
     /// is gone can resolve nothing, and its waiters' permits must not be lost.
     ~LoopBridge();

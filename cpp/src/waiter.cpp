@@ -5,7 +5,7 @@
 
 namespace permits {
 
-Notifier::Notifier() {
+Notifier::Notifier(detail::WakeKind kind) : channel_(kind) {
     detail::ForkRegistry::add(this);
 }
 

@@ -98,12 +98,12 @@ bool make_pair(SOCKET& reader, SOCKET& writer) {
     return ok;
 }
 
-void send_byte(WakeChannel::Handle h) {
+void write_byte(WakeChannel::Handle h, WakeKind /*always a socket*/) {
     const char byte = 1;
     ::send(as_socket(h), &byte, 1, 0); // WSAEWOULDBLOCK: the buffer is full, so already readable
 }
 
-void receive_all(WakeChannel::Handle h) {
+void read_all(WakeChannel::Handle h) {
     char buf[64];
     while (::recv(as_socket(h), buf, sizeof buf, 0) > 0) {
     }
@@ -113,6 +113,17 @@ void close_handle(WakeChannel::Handle h) {
     ::closesocket(as_socket(h));
 }
 #else
+bool make_pipe(int fds[2]) {
+    if (::pipe(fds) != 0) {
+        return false;
+    }
+    for (int i = 0; i < 2; ++i) {
+        ::fcntl(fds[i], F_SETFL, ::fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+        ::fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+    }
+    return true;
+}
+
 bool make_pair(int fds[2]) {
 #if defined(SOCK_NONBLOCK) && defined(SOCK_CLOEXEC)
     return ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0;
@@ -138,15 +149,20 @@ constexpr int kNoSignal = MSG_NOSIGNAL;
 constexpr int kNoSignal = 0; // SO_NOSIGPIPE, set on the socket instead
 #endif
 
-void send_byte(WakeChannel::Handle h) {
+void write_byte(WakeChannel::Handle h, WakeKind kind) {
+    // EAGAIN: the buffer is full, so already readable. EPIPE (sockets only, whose reader can be
+    // taken): the taker closed the reader.
     const char byte = 1;
-    // EAGAIN: the buffer is full, so already readable. EPIPE: the taker closed the reader.
-    [[maybe_unused]] auto sent = ::send(static_cast<int>(h), &byte, 1, kNoSignal);
+    if (kind == WakeKind::Socket) {
+        [[maybe_unused]] auto sent = ::send(static_cast<int>(h), &byte, 1, kNoSignal);
+    } else {
+        [[maybe_unused]] auto written = ::write(static_cast<int>(h), &byte, 1);
+    }
 }
 
-void receive_all(WakeChannel::Handle h) {
+void read_all(WakeChannel::Handle h) {
     char buf[64];
-    while (::recv(static_cast<int>(h), buf, sizeof buf, 0) > 0) {
+    while (::read(static_cast<int>(h), buf, sizeof buf) > 0) {
     }
 }
 
@@ -157,8 +173,9 @@ void close_handle(WakeChannel::Handle h) {
 
 } // namespace
 
-WakeChannel::WakeChannel() {
+WakeChannel::WakeChannel(WakeKind kind) : kind_(kind) {
 #if defined(_WIN32)
+    kind_ = WakeKind::Socket; // Windows' loops watch only sockets
     SOCKET reader = INVALID_SOCKET;
     SOCKET writer = INVALID_SOCKET;
     if (!make_pair(reader, writer)) {
@@ -168,8 +185,9 @@ WakeChannel::WakeChannel() {
     writer_ = static_cast<Handle>(writer);
 #else
     int fds[2];
-    if (!make_pair(fds)) {
-        throw std::runtime_error("permits: cannot create the wake-up sockets");
+    if (!(kind_ == WakeKind::Socket ? make_pair(fds) : make_pipe(fds))) {
+        throw std::runtime_error(kind_ == WakeKind::Socket ? "permits: cannot create the wake-up sockets"
+                                                           : "permits: cannot create the wake-up pipe");
     }
     reader_ = fds[0];
     writer_ = fds[1];
@@ -184,17 +202,17 @@ WakeChannel::~WakeChannel() {
 }
 
 void WakeChannel::signal() noexcept {
-    send_byte(writer_);
+    write_byte(writer_, kind_);
 }
 
 void WakeChannel::empty() noexcept {
     if (reader_ != kNone) {
-        receive_all(reader_);
+        read_all(reader_);
     }
 }
 
 WakeChannel::Handle WakeChannel::take_reader() noexcept {
-    return std::exchange(reader_, kNone);
+    return kind_ == WakeKind::Socket ? std::exchange(reader_, kNone) : kNone;
 }
 
 } // namespace permits::detail

@@ -1,12 +1,13 @@
 """The asyncio bridge: requests queued in the engine, completed from the engine's thread.
 
 Each event loop gets one bridge (``_core.LoopBridge``): the engine pushes completed waiters to it
-and writes one byte to a socket per batch; the loop's reader callback (the bridge's ``drain``, in
+and writes one byte to a pipe per batch; the loop's reader callback (the bridge's ``drain``, in
 C++) resolves the batch's waits and schedules one ``resume`` that wakes their tasks. ``wait_async``
 (``_core.EngineLeaseWait``) finds the bridge here; queued, it is itself the future its task waits on.
 
 A loop that cannot watch a descriptor (``add_reader`` raises ``NotImplementedError``: Windows'
-default proactor loop) receives from the socket instead (:class:`_Receiver`).
+default proactor loop) gets a bridge with a socket pair instead, and receives from it
+(:class:`_Receiver`). (On Windows every bridge has a socket pair: its loops watch only sockets.)
 
 A bridge lives on its loop (an attribute), not in a global table: its queued waits reference the
 loop, so a loop dropped with waits still queued is a cycle the GC can see and collect, giving
@@ -33,7 +34,7 @@ _elsewhere: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _core.LoopBridg
 
 
 class _Reader:
-    """The loop's reader callback for a bridge's socket; dropped by the loop when it closes."""
+    """The loop's reader callback for a bridge's pipe; dropped by the loop when it closes."""
 
     __slots__ = ("_bridge",)
 
@@ -139,14 +140,18 @@ class _Receiver:
         self.close()
 
 
-def _watch(loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge) -> None:
-    """Has the loop drain the bridge whenever the engine signals its socket."""
+def _watched(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge:
+    """A bridge the loop drains whenever the engine signals it: a pipe the loop watches, or where
+    the loop cannot watch one, a socket it receives from."""
+    bridge = _core.LoopBridge()
     reader = _Reader(bridge)
     try:
         loop.add_reader(bridge.fd, reader)
     except NotImplementedError:
         reader.disown()
+        bridge = _core.LoopBridge(socket=True)
         _Receiver(loop, bridge)  # kept alive by its receive, which the loop keeps in flight
+    return bridge
 
 
 def bridge_of(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge | None:
@@ -161,8 +166,7 @@ def _bridge(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge:
     """The loop's bridge, made and watched by the loop on first use (called from C++)."""
     bridge = bridge_of(loop)
     if bridge is None:
-        bridge = _core.LoopBridge()
-        _watch(loop, bridge)
+        bridge = _watched(loop)
         try:
             setattr(loop, _ATTRIBUTE, bridge)
         except AttributeError:

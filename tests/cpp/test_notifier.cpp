@@ -1,4 +1,4 @@
-// Notifier (one socket wake-up per batch of completions) and Waiter state transitions.
+// Notifier (one wake-up per batch of completions) and Waiter state transitions.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "permits/waiter.hpp"
-#include "sockets.hpp"
+#include "wake_io.hpp"
 
 using namespace permits;
 
@@ -16,7 +16,7 @@ std::shared_ptr<Waiter> make_waiter(const std::shared_ptr<Notifier>& n, std::uin
     return std::make_shared<Waiter>(permits, kNever, n, id);
 }
 
-using test_sockets::readable;
+using test_wake_io::readable;
 
 } // namespace
 
@@ -59,16 +59,18 @@ TEST(Notifier, DrainWithNothingReadyIsEmpty) {
     EXPECT_EQ(n.wakeups(), 0u);
 }
 
-TEST(Notifier, SocketIsNonBlockingAndNotInherited) {
-    Notifier n;
-    EXPECT_TRUE(test_sockets::not_inherited(n.fd()));
-    char c = 0;
-    EXPECT_EQ(test_sockets::receive(n.fd(), &c, 1), -1); // nothing to read: no blocking
-    EXPECT_TRUE(test_sockets::would_block());
+TEST(Notifier, PipeAndSocketAreNonBlockingAndNotInherited) {
+    for (auto kind : {detail::WakeKind::Pipe, detail::WakeKind::Socket}) {
+        Notifier n(kind);
+        EXPECT_TRUE(test_wake_io::not_inherited(n.fd()));
+        char c = 0;
+        EXPECT_EQ(test_wake_io::receive(n.fd(), &c, 1), -1); // nothing to read: no blocking
+        EXPECT_TRUE(test_wake_io::would_block());
+    }
 }
 
 TEST(Notifier, ATakenSocketIsTheTakersToEmpty) {
-    auto n = std::make_shared<Notifier>();
+    auto n = std::make_shared<Notifier>(detail::WakeKind::Socket);
     const auto fd = n->take_reader();
     EXPECT_EQ(n->fd(), detail::WakeChannel::kNone);
     n->push(make_waiter(n, 1));
@@ -76,11 +78,11 @@ TEST(Notifier, ATakenSocketIsTheTakersToEmpty) {
     ASSERT_EQ(n->drain().size(), 1u); // the waiters, but not the byte: that is the taker's
     EXPECT_TRUE(readable(fd));
     char buf[8];
-    EXPECT_EQ(test_sockets::receive(fd, buf, sizeof buf), 1);
+    EXPECT_EQ(test_wake_io::receive(fd, buf, sizeof buf), 1);
     n->push(make_waiter(n, 2)); // the next batch signals again
     EXPECT_EQ(n->wakeups(), 2u);
-    EXPECT_EQ(test_sockets::receive(fd, buf, sizeof buf), 1);
-    test_sockets::close_socket(fd);
+    EXPECT_EQ(test_wake_io::receive(fd, buf, sizeof buf), 1);
+    test_wake_io::close_socket(fd);
     // The taker is gone (its loop closed): completions still queue, and signalling a closed
     // socket neither fails nor raises SIGPIPE.
     n->drain();

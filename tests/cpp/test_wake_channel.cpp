@@ -1,52 +1,70 @@
-// WakeChannel: the socket pair through which the engine wakes an event loop.
+// WakeChannel: the pipe or socket pair through which the engine wakes an event loop.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <thread>
 
 #include "permits/wake_channel.hpp"
-#include "sockets.hpp"
+#include "wake_io.hpp"
 
 using permits::detail::WakeChannel;
-using namespace permits::test_sockets;
+using permits::detail::WakeKind;
+using namespace permits::test_wake_io;
+
+namespace {
+constexpr std::initializer_list<WakeKind> kKinds = {WakeKind::Pipe, WakeKind::Socket};
+const char* name(WakeKind k) {
+    return k == WakeKind::Pipe ? "pipe" : "socket";
+}
+} // namespace
 
 TEST(WakeChannel, ASignalMakesTheReaderReadableUntilEmptied) {
-    WakeChannel ch;
-    ASSERT_NE(ch.reader(), WakeChannel::kNone);
-    EXPECT_FALSE(readable(ch.reader()));
-    ch.signal();
-    ch.signal();
-    EXPECT_TRUE(readable(ch.reader()));
-    ch.empty();
-    EXPECT_FALSE(readable(ch.reader()));
-    ch.empty(); // nothing there: returns at once
-    EXPECT_FALSE(readable(ch.reader()));
+    for (auto kind : kKinds) {
+        SCOPED_TRACE(name(kind));
+        WakeChannel ch(kind);
+        ASSERT_NE(ch.reader(), WakeChannel::kNone);
+        EXPECT_FALSE(readable(ch.reader()));
+        ch.signal();
+        ch.signal();
+        EXPECT_TRUE(readable(ch.reader()));
+        ch.empty();
+        EXPECT_FALSE(readable(ch.reader()));
+        ch.empty(); // nothing there: returns at once
+        EXPECT_FALSE(readable(ch.reader()));
+    }
 }
 
 TEST(WakeChannel, SignallingAFullBufferNeverBlocks) {
-    WakeChannel ch;
-    for (int i = 0; i < 200'000; ++i) { // 200 kB of single bytes: beyond a socket buffer
-        ch.signal();
+    for (auto kind : kKinds) {
+        SCOPED_TRACE(name(kind));
+        WakeChannel ch(kind);
+        for (int i = 0; i < 200'000; ++i) { // 200 kB of single bytes: beyond a pipe's or socket's buffer
+            ch.signal();
+        }
+        EXPECT_TRUE(readable(ch.reader()));
+        ch.empty();
+        EXPECT_FALSE(readable(ch.reader()));
     }
-    EXPECT_TRUE(readable(ch.reader()));
-    ch.empty();
-    EXPECT_FALSE(readable(ch.reader()));
 }
 
 TEST(WakeChannel, ASignalFromAnotherThreadWakesTheReader) {
-    WakeChannel ch;
-    std::thread t([&] { ch.signal(); });
-    t.join();
-    char buf[4];
-    EXPECT_EQ(receive(ch.reader(), buf, sizeof buf), 1);
-    EXPECT_EQ(buf[0], 1);
-    EXPECT_EQ(receive(ch.reader(), buf, sizeof buf), -1);
-    EXPECT_TRUE(would_block());
+    for (auto kind : kKinds) {
+        SCOPED_TRACE(name(kind));
+        WakeChannel ch(kind);
+        std::thread t([&] { ch.signal(); });
+        t.join();
+        char buf[4];
+        EXPECT_EQ(receive(ch.reader(), buf, sizeof buf), 1);
+        EXPECT_EQ(buf[0], 1);
+        EXPECT_EQ(receive(ch.reader(), buf, sizeof buf), -1);
+        EXPECT_TRUE(would_block());
+    }
 }
 
-TEST(WakeChannel, ATakenReaderIsLeftAlone) {
+TEST(WakeChannel, ATakenSocketReaderIsLeftAlone) {
     WakeChannel::Handle taken = WakeChannel::kNone;
     {
-        WakeChannel ch;
+        WakeChannel ch(WakeKind::Socket);
         const auto reader = ch.reader();
         taken = ch.take_reader();
         EXPECT_EQ(taken, reader);
@@ -62,10 +80,22 @@ TEST(WakeChannel, ATakenReaderIsLeftAlone) {
     close_socket(taken);
 }
 
+TEST(WakeChannel, APipesReaderIsNeverHandedOver) {
+    WakeChannel ch(WakeKind::Pipe);
+#if defined(_WIN32)
+    EXPECT_EQ(ch.kind(), WakeKind::Socket); // Windows' loops watch only sockets: no pipes there
+#else
+    EXPECT_EQ(ch.kind(), WakeKind::Pipe);
+    const auto reader = ch.reader();
+    EXPECT_EQ(ch.take_reader(), WakeChannel::kNone);
+    EXPECT_EQ(ch.reader(), reader);
+#endif
+}
+
 TEST(WakeChannel, BothEndsAreKeptFromChildProcesses) {
-    WakeChannel ch;
-    EXPECT_TRUE(not_inherited(ch.reader()));
-    const auto reader = ch.take_reader();
-    EXPECT_TRUE(not_inherited(reader));
-    close_socket(reader);
+    for (auto kind : kKinds) {
+        SCOPED_TRACE(name(kind));
+        WakeChannel ch(kind);
+        EXPECT_TRUE(not_inherited(ch.reader()));
+    }
 }

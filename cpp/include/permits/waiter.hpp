@@ -17,22 +17,22 @@ namespace permits {
 class Waiter;
 
 /// Delivers completed asynchronous waiters to one event loop: completions queue here and the
-/// first one of a batch writes one byte to a socket the loop watches (one wake-up per batch);
+/// first one of a batch writes one byte to a pipe or socket the loop watches (one wake-up per batch);
 /// the loop drains the whole batch. No Python here: the engine thread never needs the GIL.
 class Notifier {
 public:
-    Notifier();
+    explicit Notifier(detail::WakeKind kind = detail::WakeKind::Pipe);
     ~Notifier();
     Notifier(const Notifier&) = delete;
     Notifier& operator=(const Notifier&) = delete;
 
-    /// The socket the loop watches (detail::WakeChannel::kNone once taken).
+    /// The pipe or socket the loop watches (detail::WakeChannel::kNone once taken).
     detail::WakeChannel::Handle fd() const noexcept { return channel_.reader(); }
-    /// Hands the socket over to a loop that receives from it itself (it reads and closes it from
-    /// now on); drain() then only takes the waiters.
+    /// Hands a socket over to a loop that receives from it itself (it reads and closes it from
+    /// now on); drain() then only takes the waiters. kNone for a pipe.
     detail::WakeChannel::Handle take_reader() noexcept { return channel_.take_reader(); }
     void push(std::shared_ptr<Waiter> w);
-    /// Takes every completed waiter queued so far and empties the socket.
+    /// Takes every completed waiter queued so far and empties the pipe or socket.
     std::vector<std::shared_ptr<Waiter>> drain();
     /// The same into `out` (emptied first) by swapping buffers: both keep their capacity, so a
     /// steady stream of batches allocates nothing (freeing a grown buffer made glibc consolidate

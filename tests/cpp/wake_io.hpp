@@ -1,4 +1,4 @@
-// What the tests need to look at a wake-up socket from the loop's side, on POSIX and Windows.
+// What the tests need to look at a wake-up pipe or socket from the loop's side, on POSIX and Windows.
 #pragma once
 
 #if defined(_WIN32)
@@ -22,7 +22,7 @@
 
 #include "permits/wake_channel.hpp"
 
-namespace permits::test_sockets {
+namespace permits::test_wake_io {
 
 using Handle = detail::WakeChannel::Handle;
 
@@ -40,16 +40,16 @@ inline bool readable(Handle h) {
 #endif
 }
 
-/// recv() of up to `size` bytes: the count, 0 at end of stream, -1 on error (see would_block()).
+/// Reads up to `size` bytes: the count, 0 at end of stream, -1 on error (see would_block()).
 inline long receive(Handle h, char* buf, int size) {
 #if defined(_WIN32)
     return ::recv(static_cast<SOCKET>(h), buf, size, 0);
 #else
-    return static_cast<long>(::recv(static_cast<int>(h), buf, static_cast<std::size_t>(size), 0));
+    return static_cast<long>(::read(static_cast<int>(h), buf, static_cast<std::size_t>(size)));
 #endif
 }
 
-/// After receive() returned -1: the socket is non-blocking and empty.
+/// After receive() returned -1: the pipe or socket is non-blocking and empty.
 inline bool would_block() {
 #if defined(_WIN32)
     return ::WSAGetLastError() == WSAEWOULDBLOCK;
@@ -76,4 +76,4 @@ inline void close_socket(Handle h) {
 #endif
 }
 
-} // namespace permits::test_sockets
+} // namespace permits::test_wake_io
