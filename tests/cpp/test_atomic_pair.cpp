@@ -118,3 +118,15 @@ TEST(AtomicPair, LockFreeWhereTheCpuHasA16ByteCompareAndSwap) {
     EXPECT_TRUE(kAtomicPairLockFree); // else a build flag (-mcx16) went missing
 #endif
 }
+
+TEST(AtomicPair, TheMsvcIntrinsicWhereAskedFor) {
+    // scripts/portability's Windows build asks for MSVC's intrinsics (PERMITS_MSVC_INTRINSICS): this
+    // says that build runs the _InterlockedCompareExchange128 path, not GCC's builtins.
+#if defined(PERMITS_FORCE_ATOMIC_FALLBACK)
+    EXPECT_STREQ(kAtomicPairKind, "spinlock");
+#elif defined(PERMITS_MSVC_INTRINSICS) || (defined(_MSC_VER) && !defined(__clang__))
+    EXPECT_STREQ(kAtomicPairKind, "msvc");
+#elif defined(__x86_64__) || defined(__aarch64__)
+    EXPECT_STREQ(kAtomicPairKind, "sync");
+#endif
+}

@@ -7,7 +7,8 @@
 //     lock: x86-64 with -mcx16 (cmpxchg16b, also MinGW), aarch64 (CASP with LSE, else LDXP/STXP).
 //     Not std::atomic<Pair>: GCC routes 16-byte atomics through libatomic and reports them not
 //     always lock-free even where they are.
-//   - MSVC on x64 and arm64: _InterlockedCompareExchange128.
+//   - MSVC on x64 and arm64: _InterlockedCompareExchange128 (msvc_intrinsics.hpp: also where
+//     PERMITS_MSVC_INTRINSICS asks for it, to test this path off MSVC).
 //   - elsewhere, or with PERMITS_FORCE_ATOMIC_FALLBACK defined (CMake option of that name, to test
 //     it): the pair behind a spinlock. Correct, but a thread preempted holding it stalls the others.
 #pragma once
@@ -15,13 +16,14 @@
 #include <atomic>
 #include <cstdint>
 
-#if !defined(PERMITS_FORCE_ATOMIC_FALLBACK) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16) &&                         \
+#include "permits/msvc_intrinsics.hpp"
+
+#if !defined(PERMITS_FORCE_ATOMIC_FALLBACK) && defined(PERMITS_HAS_MSVC_INTRINSICS) &&                                 \
+    (defined(PERMITS_X64) || defined(PERMITS_ARM64))
+#define PERMITS_ATOMIC_PAIR_MSVC 1
+#elif !defined(PERMITS_FORCE_ATOMIC_FALLBACK) && defined(__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16) &&                       \
     defined(__SIZEOF_INT128__)
 #define PERMITS_ATOMIC_PAIR_SYNC 1
-#elif !defined(PERMITS_FORCE_ATOMIC_FALLBACK) && defined(_MSC_VER) && !defined(__clang__) &&                           \
-    (defined(_M_X64) || defined(_M_ARM64))
-#define PERMITS_ATOMIC_PAIR_MSVC 1
-#include <intrin.h>
 #else
 #define PERMITS_ATOMIC_PAIR_LOCKED 1
 #include <thread>
@@ -34,6 +36,17 @@ struct Pair {
     std::int64_t b = 0;
     bool operator==(const Pair&) const = default;
 };
+
+/// Which 16-byte compare-and-swap this build has: "sync" (GCC/Clang builtins), "msvc"
+/// (_InterlockedCompareExchange128) or "spinlock".
+inline constexpr const char* kAtomicPairKind =
+#if defined(PERMITS_ATOMIC_PAIR_MSVC)
+    "msvc";
+#elif defined(PERMITS_ATOMIC_PAIR_SYNC)
+    "sync";
+#else
+    "spinlock";
+#endif
 
 /// Whether AtomicPair is lock-free in this build.
 inline constexpr bool kAtomicPairLockFree =

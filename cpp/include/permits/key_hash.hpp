@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "permits/msvc_intrinsics.hpp"
 #include "permits/time.hpp"
 
 namespace permits {
@@ -30,10 +31,10 @@ inline std::uint64_t load32(const char* p) noexcept {
 
 /// The 128-bit product of a and b, folded to 64 bits: every output bit depends on every input bit.
 inline std::uint64_t fold_multiply(std::uint64_t a, std::uint64_t b) noexcept {
-#if defined(_MSC_VER) && !defined(__clang__) && defined(_M_X64)
+#if defined(PERMITS_HAS_MSVC_INTRINSICS) && defined(PERMITS_X64)
     // One mul instruction, where u128 would be the portable type's four 32-bit products.
-    std::uint64_t hi = 0;
-    const std::uint64_t lo = _umul128(a, b, &hi);
+    unsigned long long hi = 0;
+    const unsigned long long lo = _umul128(a, b, &hi);
     return lo ^ hi;
 #else
     const u128 p = static_cast<u128>(a) * b;

@@ -5,10 +5,7 @@
 #include <limits>
 
 #include "permits/int128.hpp"
-
-#if defined(_MSC_VER) && !defined(__clang__)
-#include <intrin.h> // _umul128, __shiftright128
-#endif
+#include "permits/msvc_intrinsics.hpp" // _umul128, __shiftright128
 
 namespace permits {
 
@@ -34,13 +31,13 @@ inline std::uint64_t mul_shift_portable(std::uint64_t a, std::uint64_t b, unsign
 
 /// (a * b) >> shift (shift < 64), the product taken in 128 bits; the result must fit in 64 bits.
 inline std::uint64_t mul_shift(std::uint64_t a, std::uint64_t b, unsigned shift) noexcept {
-#if defined(__SIZEOF_INT128__)
+#if defined(PERMITS_HAS_MSVC_INTRINSICS) && defined(PERMITS_X64)
+    unsigned long long hi = 0;
+    const unsigned long long lo = _umul128(a, b, &hi);
+    return shift == 0 ? lo : __shiftright128(lo, hi, static_cast<unsigned char>(shift));
+#elif defined(__SIZEOF_INT128__)
     __extension__ using U128 = unsigned __int128;
     return static_cast<std::uint64_t>((static_cast<U128>(a) * b) >> shift);
-#elif defined(_MSC_VER) && defined(_M_X64)
-    std::uint64_t hi = 0;
-    const std::uint64_t lo = _umul128(a, b, &hi);
-    return shift == 0 ? lo : __shiftright128(lo, hi, static_cast<unsigned char>(shift));
 #else
     return mul_shift_portable(a, b, shift);
 #endif
