@@ -14,13 +14,7 @@
 #elif defined(__APPLE__)
 #include <time.h> // NOLINT(modernize-deprecated-headers): clock_gettime_nsec_np is not in <ctime>
 #elif defined(_WIN32)
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
+#include "permits/windows.hpp"
 #endif
 
 namespace permits {

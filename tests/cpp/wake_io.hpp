@@ -2,15 +2,7 @@
 #pragma once
 
 #if defined(_WIN32)
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <winsock2.h>
-// after winsock2.h
-#include <windows.h>
+#include "permits/windows.hpp"
 #else
 #include <fcntl.h>
 #include <poll.h>

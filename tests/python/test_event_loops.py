@@ -6,9 +6,14 @@ import asyncio
 import gc
 import threading
 import weakref
+from collections.abc import Callable
+
+import pytest
 
 import permits
 from permits import _asyncio, _core
+
+from _support import ReceivingLoop
 
 
 def test_event_loops_in_several_threads_share_one_limiter() -> None:
@@ -64,7 +69,8 @@ async def test_a_thousand_waiters_released_together_cost_one_wake_up() -> None:
     assert bridge.pending == 0
 
 
-def test_a_finished_event_loop_leaves_no_bridge_behind() -> None:
+@pytest.mark.parametrize("loop_factory", [asyncio.SelectorEventLoop, ReceivingLoop], ids=["watching", "receiving"])
+def test_a_finished_event_loop_leaves_no_bridge_behind(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
     limiter = permits.ConcurrencyLimiter(1, queue_limit=1)
     bridges: list[weakref.ref[_core.LoopBridge]] = []
 
@@ -78,6 +84,7 @@ def test_a_finished_event_loop_leaves_no_bridge_behind() -> None:
         held.release()
         (await waiter).release()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main())
     gc.collect()
     assert bridges[0]() is None

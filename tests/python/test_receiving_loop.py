@@ -164,24 +164,3 @@ def test_many_threads_each_running_a_receiving_loop_share_one_limiter() -> None:
     assert (stats.current_available_permits, stats.current_queued_count) == (3, 0)
     assert stats.total_successful_leases == 800
     assert open_fds() == fds
-
-
-def test_a_finished_receiving_loop_leaves_no_bridge_behind() -> None:
-    import weakref
-
-    limiter = permits.ConcurrencyLimiter(1, queue_limit=1)
-    refs: list[weakref.ref[object]] = []
-
-    async def main() -> None:
-        held = limiter.acquire()
-        waiter = asyncio.ensure_future(limiter.wait_async())
-        await asyncio.sleep(0)
-        bridge = _asyncio.bridge_of(asyncio.get_running_loop())
-        assert bridge is not None
-        refs.append(weakref.ref(bridge))
-        held.release()
-        (await waiter).release()
-
-    run(main())
-    gc.collect()
-    assert refs[0]() is None
