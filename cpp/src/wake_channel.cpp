@@ -104,14 +104,18 @@ void close_handle(WakeChannel::Handle h) {
     ::closesocket(as_socket(h));
 }
 #else
-bool make_pipe(int fds[2]) {
-    if (::pipe(fds) != 0) {
-        return false;
-    }
+void non_blocking_close_on_exec(const int fds[2]) {
     for (int i = 0; i < 2; ++i) {
         ::fcntl(fds[i], F_SETFL, ::fcntl(fds[i], F_GETFL) | O_NONBLOCK);
         ::fcntl(fds[i], F_SETFD, FD_CLOEXEC);
     }
+}
+
+bool make_pipe(int fds[2]) {
+    if (::pipe(fds) != 0) {
+        return false;
+    }
+    non_blocking_close_on_exec(fds);
     return true;
 }
 
@@ -122,10 +126,7 @@ bool make_pair(int fds[2]) {
     if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
         return false;
     }
-    for (int i = 0; i < 2; ++i) {
-        ::fcntl(fds[i], F_SETFL, ::fcntl(fds[i], F_GETFL) | O_NONBLOCK);
-        ::fcntl(fds[i], F_SETFD, FD_CLOEXEC);
-    }
+    non_blocking_close_on_exec(fds);
 #if defined(SO_NOSIGPIPE)
     const int on = 1;
     ::setsockopt(fds[1], SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
@@ -162,11 +163,19 @@ void close_handle(WakeChannel::Handle h) {
 }
 #endif
 
+// Windows' loops watch only sockets: there every channel is a socket pair, whatever was asked.
+constexpr WakeKind available([[maybe_unused]] WakeKind asked) noexcept {
+#if defined(_WIN32)
+    return WakeKind::Socket;
+#else
+    return asked;
+#endif
+}
+
 } // namespace
 
-WakeChannel::WakeChannel(WakeKind kind) : kind_(kind) {
+WakeChannel::WakeChannel(WakeKind kind) : kind_(available(kind)) {
 #if defined(_WIN32)
-    kind_ = WakeKind::Socket; // Windows' loops watch only sockets
     SOCKET reader = INVALID_SOCKET;
     SOCKET writer = INVALID_SOCKET;
     if (!make_pair(reader, writer)) {

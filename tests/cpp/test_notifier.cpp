@@ -39,7 +39,7 @@ TEST(Notifier, OneWakeUpPerBatch) {
     for (std::size_t i = 0; i < 3; ++i) {
         EXPECT_EQ(batch[i], ws[i]); // in completion order
     }
-    EXPECT_FALSE(readable(n->fd())); // the socket is emptied
+    EXPECT_FALSE(readable(n->fd())); // the pipe is emptied
 
     n->push(make_waiter(n, 4));
     EXPECT_EQ(n->wakeups(), 2u);
