@@ -81,11 +81,11 @@ class _Receiver:
 
     __slots__ = ("_bridge", "_loop", "_receive", "_socket")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge, reader: int) -> None:
         self._loop = loop
         self._bridge: _core.LoopBridge | None = bridge
-        # The socket is ours from here on: the bridge no longer reads or closes it.
-        self._socket: socket.socket | None = _WakeSocket(fileno=bridge.take_reader())
+        # `reader`, the bridge's socket, is ours from here on: the bridge no longer reads or closes it.
+        self._socket: socket.socket | None = _WakeSocket(fileno=reader)
         self._socket.setblocking(False)
         self._receive: Coroutine[Any, Any, bytes] | None = loop.sock_recv(self._socket, _CHUNK)
         self._step()
@@ -149,8 +149,11 @@ def _watched(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge:
         loop.add_reader(bridge.fd, reader)
     except NotImplementedError:
         reader.disown()
-        bridge = _core.LoopBridge(socket=True)
-        _Receiver(loop, bridge)  # kept alive by its receive, which the loop keeps in flight
+        socket_fd = bridge.take_reader()  # on Windows the bridge has a socket pair already
+        if socket_fd == -1:  # a pipe: the loop cannot receive from that either
+            bridge = _core.LoopBridge(socket=True)
+            socket_fd = bridge.take_reader()
+        _Receiver(loop, bridge, socket_fd)  # kept alive by its receive, which the loop keeps in flight
     return bridge
 
 
