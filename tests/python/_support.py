@@ -49,6 +49,17 @@ class ReceivingLoop(asyncio.SelectorEventLoop):
         raise NotImplementedError("this loop watches no descriptor (as the proactor loop)")
 
 
+#: The loops the asyncio bridge is tested on: one that watches its pipe (add_reader: the selector
+#: loop) and one that can only receive from a socket (ReceivingLoop); on Windows the proactor loop
+#: itself too.
+BRIDGE_LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "watching": asyncio.SelectorEventLoop,
+    "receiving": ReceivingLoop,
+}
+if sys.platform == "win32":
+    BRIDGE_LOOPS["proactor"] = asyncio.ProactorEventLoop  # type: ignore[attr-defined,unused-ignore]
+
+
 class LimiterKit:
     """Builds one kind of limiter with a given limit, and gives permits back.
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import warnings
 from collections.abc import Callable, Mapping
 
@@ -11,18 +10,10 @@ import pytest
 
 import permits
 
-from _support import KINDS, TIMED_KINDS, LimiterKit, ReceivingLoop
+from _support import BRIDGE_LOOPS, KINDS, TIMED_KINDS, LimiterKit
 
-# The modules that exercise the asyncio bridge run each async test on both kinds of loop: one that
-# watches the bridge's socket (add_reader: the selector loop) and one that can only receive from
-# it (ReceivingLoop, as Windows' proactor loop); on Windows, on the proactor loop itself too.
-_BRIDGE_LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "watching": asyncio.SelectorEventLoop,
-    "receiving": ReceivingLoop,
-}
-if sys.platform == "win32":
-    _BRIDGE_LOOPS["proactor"] = asyncio.ProactorEventLoop  # type: ignore[attr-defined,unused-ignore]
-_ON_BOTH_LOOPS = frozenset(
+# The modules that exercise the asyncio bridge run each async test on each of BRIDGE_LOOPS.
+_ON_BRIDGE_LOOPS = frozenset(
     {
         "test_async",
         "test_async_wait_protocol",
@@ -38,8 +29,8 @@ _ON_BOTH_LOOPS = frozenset(
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    if item.path.stem in _ON_BOTH_LOOPS:
-        return _BRIDGE_LOOPS
+    if item.path.stem in _ON_BRIDGE_LOOPS:
+        return BRIDGE_LOOPS
     return {"asyncio": asyncio.new_event_loop}
 
 

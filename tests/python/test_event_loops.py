@@ -13,7 +13,7 @@ import pytest
 import permits
 from permits import _asyncio, _core
 
-from _support import ReceivingLoop
+from _support import BRIDGE_LOOPS
 
 
 def test_event_loops_in_several_threads_share_one_limiter() -> None:
@@ -69,7 +69,7 @@ async def test_a_thousand_waiters_released_together_cost_one_wake_up() -> None:
     assert bridge.pending == 0
 
 
-@pytest.mark.parametrize("loop_factory", [asyncio.SelectorEventLoop, ReceivingLoop], ids=["watching", "receiving"])
+@pytest.mark.parametrize("loop_factory", BRIDGE_LOOPS.values(), ids=BRIDGE_LOOPS.keys())
 def test_a_finished_event_loop_leaves_no_bridge_behind(loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
     limiter = permits.ConcurrencyLimiter(1, queue_limit=1)
     bridges: list[weakref.ref[_core.LoopBridge]] = []
