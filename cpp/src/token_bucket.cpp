@@ -51,10 +51,18 @@ Nanos TokenBucketRule::time_until(Pair s, Nanos anchor, std::int64_t needed, Nan
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
-bool TokenBucketRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t /*tag*/, Nanos now,
+bool TokenBucketRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
                                 Pair& next) const noexcept {
     const std::int64_t p = std::max(period_index(anchor, now), s.a);
-    next = {p, std::min(limit_, tokens_at(s, p) + n)};
+    // Only what the bucket could not have refilled since the grant (period `tag`) comes back: had
+    // the grant never happened, each refill since would have found those tokens there already, so
+    // giving back more would let it grant more in some interval than its rate allows.
+    const i128 refilled = static_cast<i128>(std::max<std::int64_t>(0, p - tag)) * per_period_;
+    if (refilled >= n) {
+        return false;
+    }
+    const i128 tokens = static_cast<i128>(tokens_at(s, p)) + (n - refilled);
+    next = {p, tokens >= limit_ ? limit_ : static_cast<std::int64_t>(tokens)};
     return next != s;
 }
 

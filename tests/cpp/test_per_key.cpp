@@ -167,6 +167,13 @@ TEST(PerKey, ARefundGoesBackToTheKeysBucketAndWindow) {
     tb->give_back("a", 1, first.outcome.tag);
     EXPECT_TRUE(tb->acquire("a", 1).outcome.acquired);
     EXPECT_FALSE(tb->acquire("a", 1).outcome.acquired);
+    // A late refund: only what the refills since the grant could not have brought comes back.
+    const auto late = tb->acquire("b", 2);
+    ASSERT_TRUE(late.outcome.acquired);
+    clock->advance(10 * kSec); // one token came to "b"
+    ASSERT_TRUE(tb->acquire("b", 1).outcome.acquired);
+    tb->give_back("b", 2, late.outcome.tag);
+    EXPECT_EQ(tb->statistics("b")->current_available_permits, 1);
 
     auto fw = per_key_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);
     const auto granted = fw->acquire("a", 1);

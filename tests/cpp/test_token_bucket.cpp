@@ -292,18 +292,42 @@ TEST(TokenBucket, GiveBackReturnsTokensCappedAtLimit) {
     EXPECT_EQ(tb->available_permits(), 2);
 }
 
-TEST(TokenBucket, GiveBackAfterLaterPeriodsStillReturnsTokens) {
+TEST(TokenBucket, ALateRefundGivesBackOnlyWhatTheRefillsSinceCouldNotHaveBrought) {
     auto clock = make_clock();
     auto tb = make_bucket(clock, 3, 1, 20 * kSec);
     const Outcome o = tb->acquire(3);
     ASSERT_TRUE(o.acquired);
-    clock->advance(25 * kSec); // one token replenished
-    EXPECT_EQ(tb->available_permits(), 1);
-    tb->give_back(1, o.tag); // tokens go back whatever period they were taken in
+    clock->advance(25 * kSec); // one token came (at 20 s) and is taken
+    ASSERT_TRUE(tb->acquire(1).acquired);
+    tb->give_back(3, o.tag); // 3 taken, 1 would have come anyway: 2 go back
     EXPECT_EQ(tb->available_permits(), 2);
     // The replenishment schedule is unchanged: next token at 40 s.
     EXPECT_EQ(tb->acquire(3).retry_after, 15 * kSec);
     clock->advance(15 * kSec);
+    EXPECT_EQ(tb->available_permits(), 3);
+}
+
+TEST(TokenBucket, ARefundAfterTheBucketWouldHaveRefilledGivesNothingBack) {
+    // chain(bucket, slow) takes 3 at t=0, the slow member refuses at t=10 periods: meanwhile the
+    // bucket refilled and 3 more were taken. The refund must not let 6 pass at one instant.
+    auto clock = make_clock();
+    auto tb = make_bucket(clock, 3, 3, 1 * kSec);
+    const Outcome first = tb->acquire(3);
+    ASSERT_TRUE(first.acquired);
+    clock->advance(10 * kSec);
+    ASSERT_TRUE(tb->acquire(3).acquired);
+    tb->give_back(3, first.tag);
+    EXPECT_EQ(tb->available_permits(), 0);
+    EXPECT_FALSE(tb->acquire(1).acquired);
+}
+
+TEST(TokenBucket, ARefundInTheGrantsOwnPeriodGivesEverythingBack) {
+    auto clock = make_clock();
+    auto tb = make_bucket(clock, 3, 1, 20 * kSec);
+    clock->advance(5 * kSec);
+    const Outcome o = tb->acquire(3);
+    clock->advance(14 * kSec); // still the grant's period
+    tb->give_back(3, o.tag);
     EXPECT_EQ(tb->available_permits(), 3);
 }
 

@@ -357,8 +357,9 @@ private:
             }
             break;
         case Kind::TokenBucket:
-            if (effective) {
-                refunded_ += o.permits;
+            if (effective) { // only what the refills since the grant could not have brought
+                const permits::i128 refilled = static_cast<permits::i128>(index(t) - o.tag) * per_period_;
+                refunded_ += static_cast<std::int64_t>(std::max<permits::i128>(0, o.permits - refilled));
             }
             break;
         case Kind::FixedWindow:

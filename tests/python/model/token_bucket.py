@@ -31,6 +31,11 @@ class TokenBucketModel:
         self.period_index = self._index(t)
 
     def refund(self, n: int, taken_at: int, t: int) -> None:
-        """Tokens go back to the bucket, up to its limit."""
-        self.tokens = min(self.limit, self.available(t) + n)
-        self.period_index = self._index(t)
+        """Tokens go back to the bucket, up to its limit: only those the refills since the grant
+        could not have brought (had the grant never happened, each refill would have found them
+        there already)."""
+        refilled = (self._index(t) - self._index(taken_at)) * self.per_period
+        back = max(0, n - refilled)
+        if back:
+            self.tokens = min(self.limit, self.available(t) + back)
+            self.period_index = self._index(t)
