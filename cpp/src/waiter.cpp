@@ -51,7 +51,11 @@ bool Waiter::complete(const Outcome& o) {
     outcome_ = o;
     state_.store(Completed);
     if (notifier_) {
-        notifier_->push(shared_from_this());
+        // Handed over, not kept: the notifier holds this waiter until drained, and a waiter holding
+        // its notifier back would be a cycle that keeps both (and the wake-up descriptors) alive for
+        // ever when nobody drains it (a loop closed with the grant undelivered, a cancelled wait).
+        const std::shared_ptr<Notifier> notifier = std::move(notifier_);
+        notifier->push(shared_from_this());
     } else {
         std::lock_guard<std::mutex> lock(mu_);
         cv_.notify_all();
@@ -61,7 +65,13 @@ bool Waiter::complete(const Outcome& o) {
 
 bool Waiter::cancel() noexcept {
     int expected = Pending;
-    return state_.compare_exchange_strong(expected, Cancelled);
+    if (!state_.compare_exchange_strong(expected, Cancelled)) {
+        return false;
+    }
+    // Nothing will be delivered: the notifier (and its descriptors) need not wait for this entry
+    // to leave its limiter's queue, which may hold it until a later pass.
+    notifier_.reset();
+    return true;
 }
 
 void Waiter::abandon() noexcept {

@@ -13,7 +13,8 @@ A bridge lives on its loop (an attribute), not in a global table: its queued wai
 loop, so a loop dropped with waits still queued is a cycle the GC can see and collect, giving
 their permits back. A loop closed by hand drops its reader callback (the selector is closed), and
 the reader's finalizer abandons the bridge at once: the waits leave their queues. (A receiving loop
-closed by hand leaves a cycle, its receive and the receiver: the GC abandons the bridge.)
+closed by hand abandons it at once too: the receiver wraps the loop's ``close``, since a receive
+left pending by a closed loop is only ever collected by the GC.)
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class _Receiver:
     forever, and ``asyncio.run`` would cancel it along with the user's tasks.
     """
 
-    __slots__ = ("_bridge", "_loop", "_receive", "_socket")
+    __slots__ = ("__weakref__", "_bridge", "_loop", "_receive", "_socket")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge, reader: int) -> None:
         self._loop = loop
@@ -88,9 +89,13 @@ class _Receiver:
         self._socket: socket.socket | None = _WakeSocket(fileno=reader)
         self._socket.setblocking(False)
         self._receive: Coroutine[Any, Any, bytes] | None = loop.sock_recv(self._socket, _CHUNK)
-        self._step()
+        try:
+            self._step(first=True)
+        except NotImplementedError:
+            self.close()
+            raise
 
-    def _step(self, _: object = None) -> None:
+    def _step(self, _: object = None, *, first: bool = False) -> None:
         receive = self._receive
         if receive is None:
             return
@@ -109,6 +114,11 @@ class _Receiver:
             except RuntimeError:  # the loop is closed
                 self.close()
             self._drain()
+            return
+        except NotImplementedError:
+            if first:  # the loop cannot receive either: the caller says so
+                raise
+            self.close()
             return
         except (Exception, asyncio.CancelledError):  # the socket or the loop is closing
             self.close()
@@ -140,6 +150,50 @@ class _Receiver:
         self.close()
 
 
+class _ClosingHook:
+    """Stands in for a receiving loop's ``close`` (an instance attribute): closes the loop, then
+    the receiver, which abandons the bridge at once. Without it the receive a closed loop leaves
+    pending keeps the receiver, and the waits queued in the engine, until the GC runs; a permit
+    released meanwhile would go to a wait nobody can resume."""
+
+    __slots__ = ("_close", "_receiver")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, receiver: _Receiver) -> None:
+        self._close = weakref.WeakMethod(loop.close)
+        self._receiver = weakref.ref(receiver)
+
+    def __call__(self) -> None:
+        close = self._close()
+        try:
+            if close is not None:
+                close()
+        finally:
+            receiver = self._receiver()
+            if receiver is not None:
+                receiver.close()
+
+
+def _receiving(loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge) -> _core.LoopBridge:
+    """The bridge of a loop that cannot watch a descriptor: it receives from a socket instead."""
+    socket_fd = bridge.take_reader()  # on Windows the bridge has a socket pair already
+    if socket_fd == -1:  # a pipe: the loop cannot receive from that either
+        bridge = _core.LoopBridge(socket=True)
+        socket_fd = bridge.take_reader()
+    try:
+        receiver = _Receiver(loop, bridge, socket_fd)  # kept alive by its receive, which the loop keeps in flight
+    except NotImplementedError:
+        raise RuntimeError(
+            f"wait_async() cannot queue on {type(loop).__name__}: the loop can neither watch a descriptor "
+            "(add_reader) nor receive from a socket (sock_recv), so the engine could never wake it; "
+            "use acquire() or acquire_async() there, or an asyncio or uvloop loop"
+        ) from None
+    try:
+        loop.close = _ClosingHook(loop, receiver)  # type: ignore[method-assign]
+    except AttributeError:  # a loop that takes no attributes: the GC abandons the bridge
+        pass
+    return bridge
+
+
 def _watched(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge:
     """A bridge the loop drains whenever the engine signals it: a pipe the loop watches, or where
     the loop cannot watch one, a socket it receives from."""
@@ -149,11 +203,7 @@ def _watched(loop: asyncio.AbstractEventLoop) -> _core.LoopBridge:
         loop.add_reader(bridge.fd, reader)
     except NotImplementedError:
         reader.disown()
-        socket_fd = bridge.take_reader()  # on Windows the bridge has a socket pair already
-        if socket_fd == -1:  # a pipe: the loop cannot receive from that either
-            bridge = _core.LoopBridge(socket=True)
-            socket_fd = bridge.take_reader()
-        _Receiver(loop, bridge, socket_fd)  # kept alive by its receive, which the loop keeps in flight
+        return _receiving(loop, bridge)
     return bridge
 
 
