@@ -20,6 +20,7 @@ left pending by a closed loop is only ever collected by the GC.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import weakref
 from collections.abc import Coroutine
@@ -187,10 +188,8 @@ def _receiving(loop: asyncio.AbstractEventLoop, bridge: _core.LoopBridge) -> _co
             "(add_reader) nor receive from a socket (sock_recv), so the engine could never wake it; "
             "use acquire() or acquire_async() there, or an asyncio or uvloop loop"
         ) from None
-    try:
+    with contextlib.suppress(AttributeError):  # a loop that takes no attributes: the GC abandons the bridge
         loop.close = _ClosingHook(loop, receiver)  # type: ignore[method-assign]
-    except AttributeError:  # a loop that takes no attributes: the GC abandons the bridge
-        pass
     return bridge
 
 

@@ -19,6 +19,14 @@ from . import _core
 from ._core import Lease
 
 
+def in_trio() -> Any:
+    """The trio module when this thread runs trio; else RuntimeError (no running event loop)."""
+    trio = _in_trio()
+    if trio is None:
+        raise _no_loop()
+    return trio
+
+
 def _in_trio() -> Any:
     """The trio module when this thread runs trio, else None."""
     trio = sys.modules.get("trio")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
+from . import _pausing
 from ._core import Lease, LimiterClosedError
 from .clock import resolve
 
@@ -26,16 +27,24 @@ class LimiterBase:
         if self._rl_closed:
             raise LimiterClosedError("the limiter is closed")
 
-    def _rl_checked(self, lease: object, permit_count: int) -> Lease:
-        """A hook's lease, checked (a failed one gets the requested permit_count)."""
+    def _rl_checked(self, lease: object, permit_count: int, hook: str = "_acquire") -> Lease:
+        """A hook's lease, checked (a failed one gets the requested permit_count: on a copy, as a
+        hook may hand out one denial it keeps)."""
         if not isinstance(lease, Lease):
-            raise TypeError(f"{type(self).__name__}._acquire must return a permits.Lease, got {type(lease).__name__}")
-        if not lease:
-            lease._with_permit_count(permit_count)
+            raise TypeError(f"{type(self).__name__}.{hook} must return a permits.Lease, got {type(lease).__name__}")
+        if not lease and lease.permit_count != permit_count:
+            extra = {k: v for k, v in lease.metadata.items() if k not in ("reason", "retry_after")}
+            copy = Lease.denied(lease.reason or "limit_reached", retry_after=lease.retry_after, metadata=extra or None)
+            return copy._with_permit_count(permit_count)
         return lease
 
-    def close(self) -> None:
+    def _rl_mark_closed(self) -> None:
+        """Closed from now on; the pauses and waits of this limiter end at once."""
         self._rl_closed = True
+        _pausing.wake_all()
+
+    def close(self) -> None:
+        self._rl_mark_closed()
 
     async def aclose(self) -> None:
         self.close()

@@ -1,22 +1,24 @@
 """The waits of limiters without a queue of their own (custom limiters): ask, pause for the
-failed lease's ``retry_after`` (or a short pause), ask again.
+failed lease's ``retry_after`` (or a short poll), ask again.
 
-The attempts on the way are not counted: only the outcome is, as for the engine's queued waits
-(a timeout or a close is no failure). A close while waiting ends the wait with a failed lease
-(reason ``"closed"``), as the engine's queues do.
+Pauses and timeouts run on the limiter's clock (a ManualClock in tests: advancing it ends them),
+in bounded real sleeps (a ``retry_after`` of 1e10 s waits, it does not overflow), and a close ends
+them at once (``_pausing``). The attempts on the way are not counted: only the outcome is, as for
+the engine's queued waits (a timeout or a close is no failure). A close while waiting ends the
+wait with a failed lease (reason ``"closed"``), as the engine's queues do.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Awaitable, Callable
 
-from . import _foreign
-from ._core import Lease
+from . import _pausing
+from ._core import Clock, Lease
 
 #: Reasons for which waiting longer cannot help: the wait returns the failed lease.
 FINAL_REASONS = frozenset({"queue_full", "evicted", "closed", "timeout", "partition_limit"})
-#: The pause between attempts when a failed lease does not say how long to wait.
+#: The pause (real seconds) between attempts when a failed lease does not say how long to wait.
 PAUSE = 0.01
 
 
@@ -24,38 +26,53 @@ def _ends(lease: Lease) -> bool:
     return bool(lease) or lease.reason in FINAL_REASONS
 
 
-def _pause(lease: Lease) -> float:
-    return lease.retry_after if lease.retry_after is not None else PAUSE
+def _next(lease: Lease, clock: Clock, deadline: int | None) -> tuple[int | None, float | None]:
+    """Until when (clock ns) and for how long a poll (real s) to pause after a failed attempt."""
+    retry = lease.retry_after
+    if retry is None or not math.isfinite(retry) or retry < 0:
+        return deadline, PAUSE
+    until = clock.now_ns() + math.ceil(retry * 1e9)
+    return (until if deadline is None else min(until, deadline)), None
 
 
-def wait(attempt: Callable[[], Lease], closed: Callable[[], bool], permit_count: int, timeout_ns: int) -> Lease:
-    """Blocks until ``attempt()`` grants, fails for good, the time is up (``timeout_ns`` < 0:
-    never) or the limiter closes."""
-    deadline = None if timeout_ns < 0 else time.monotonic() + timeout_ns / 1e9
+def _closed(permit_count: int) -> Lease:
+    return Lease.denied("closed")._with_permit_count(permit_count)
+
+
+def _timed_out(permit_count: int) -> Lease:
+    return Lease.denied("timeout")._with_permit_count(permit_count)
+
+
+def wait(
+    attempt: Callable[[], Lease], closed: Callable[[], bool], permit_count: int, timeout_ns: int, clock: Clock
+) -> Lease:
+    """Blocks until ``attempt()`` grants, fails for good, the time on ``clock`` is up
+    (``timeout_ns`` < 0: never) or the limiter closes."""
+    deadline = None if timeout_ns < 0 else clock.now_ns() + timeout_ns
     while True:
         if closed():
-            return Lease.denied("closed")._with_permit_count(permit_count)
+            return _closed(permit_count)
         lease = attempt()
         if _ends(lease):
             return lease
-        pause = _pause(lease)
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return Lease.denied("timeout")._with_permit_count(permit_count)
-            pause = min(pause, left)
-        time.sleep(pause)
+        if deadline is not None and clock.now_ns() >= deadline:
+            return _timed_out(permit_count)
+        until, poll = _next(lease, clock, deadline)
+        _pausing.pause(clock, until, poll, closed)
 
 
-async def wait_async(attempt: Callable[[], Awaitable[Lease]], closed: Callable[[], bool], permit_count: int) -> Lease:
-    """As :func:`wait`, awaiting each attempt and pausing with the running library's sleep."""
+async def wait_async(
+    attempt: Callable[[], Awaitable[Lease]], closed: Callable[[], bool], permit_count: int, clock: Clock
+) -> Lease:
+    """As :func:`wait` with no timeout, awaiting each attempt and pausing in the running loop."""
     while True:
         if closed():
-            return Lease.denied("closed")._with_permit_count(permit_count)
+            return _closed(permit_count)
         lease = await attempt()
         if _ends(lease):
             return lease
-        await _foreign.sleep(_pause(lease))
+        until, poll = _next(lease, clock, None)
+        await _pausing.pause_async(clock, until, poll, closed)
 
 
 def counts(lease: Lease) -> bool:

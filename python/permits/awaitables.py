@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Protocol
 
-from . import _core
+from . import _core, _pausing
 from ._core import Lease
 
 
@@ -96,28 +96,42 @@ class _Ready(_Steps):
 class _Waitable(Protocol):
     """What PolledLeaseWait waits on: a limiter, or one key of a per-key limiter."""
 
+    @property
+    def _rl_closed(self) -> bool: ...
     def _try_now(self, permit_count: int) -> Lease | None: ...
     def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]: ...
+    def _rl_waited(self, lease: object, permit_count: int) -> Lease: ...
 
 
 class PolledLeaseWait(_Steps):
     """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit;
-    ``asyncio.create_task`` and the like take it as they take a coroutine."""
+    ``asyncio.create_task`` and the like take it as they take a coroutine. Waits once: awaiting
+    it again raises RuntimeError, as for the engine's own."""
 
-    __slots__ = ("_lease", "_limiter", "_permit_count")
+    __slots__ = ("_lease", "_limiter", "_permit_count", "_started_once")
 
     def __init__(self, limiter: _Waitable, permit_count: int) -> None:
         self._limiter = limiter
         self._permit_count = permit_count
         self._lease: Lease | None = None
+        self._started_once = False
 
     def __await__(self) -> Generator[Any, None, Lease]:
+        if self._started_once:
+            raise RuntimeError("cannot reuse an already awaited wait_async()")
+        self._started_once = True
+        limiter, n = self._limiter, self._permit_count
         # Granted at once: no coroutine, no event loop round trip (and none asked: a wait works
         # the same under asyncio and trio, granted at once or queued).
-        lease = self._limiter._try_now(self._permit_count)
+        lease = limiter._try_now(n)
         if lease is not None:
             return lease
-        return (yield from self._limiter._wait_async(self._permit_count).__await__())
+        # Whichever hook waits, its outcome is checked and counted once; a close of the limiter
+        # ends the wait at once (its request leaves any queue, a grant goes back).
+        waited = yield from _pausing.until_closed(
+            limiter._wait_async(n).__await__(), lambda: limiter._rl_closed, n
+        ).__await__()
+        return limiter._rl_waited(waited, n)
 
     async def __aenter__(self) -> Lease:
         self._lease = await self
@@ -133,20 +147,30 @@ class PolledLeaseWait(_Steps):
 class Attempt(_Steps):
     """``acquire_async``'s awaitable for a limiter that asks elsewhere (a custom limiter's
     ``_acquire_async``, a chain, a partition): the attempt is made when awaited, so one never
-    awaited asks nothing and holds nothing. Also usable as ``async with``."""
+    awaited asks nothing and holds nothing. It asks once: a second await returns the same lease
+    (as the engine's does). Also usable as ``async with``."""
 
-    __slots__ = ("_ask", "_lease")
+    __slots__ = ("_ask", "_asking", "_lease")
 
     def __init__(self, ask: Callable[[], Coroutine[Any, Any, Lease]]) -> None:
         self._ask = ask
         self._lease: Lease | None = None
+        self._asking = False
 
     def __await__(self) -> Generator[Any, None, Lease]:
-        return (yield from self._ask().__await__())
+        if self._lease is not None:
+            return self._lease
+        if self._asking:
+            raise RuntimeError("acquire_async() is being awaited already")
+        self._asking = True
+        try:
+            self._lease = yield from self._ask().__await__()
+        finally:
+            self._asking = False
+        return self._lease
 
     async def __aenter__(self) -> Lease:
-        self._lease = await self
-        return self._lease
+        return await self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -21,23 +21,33 @@ from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copi
 Member = RateLimiter | KeyedRateLimiter
 
 
-def _refund_all(leases: Sequence[Lease]) -> list[BaseException]:
-    """Gives back granted leases in reverse order, attempting every one; returns the errors."""
+def _each(leases: Sequence[Lease], give_back: Callable[[Lease], object]) -> list[BaseException]:
+    """Gives back every lease, in reverse order, whatever any of them raises (a custom
+    limiter's callback: an error, a KeyboardInterrupt, a cancellation); returns what was raised."""
     errors: list[BaseException] = []
     for lease in reversed(leases):
         try:
-            lease._refund()
-        except Exception as exc:  # a custom limiter's on_release may raise
+            give_back(lease)
+        except BaseException as exc:
             errors.append(exc)
     return errors
 
 
+def _refund_all(leases: Sequence[Lease]) -> list[BaseException]:
+    return _each(leases, lambda lease: lease._refund())
+
+
 def _raise_with(errors: list[BaseException], original: BaseException | None) -> None:
-    """Raises what went wrong while unwinding: the original error alone if giving back worked."""
+    """Raises what went wrong while unwinding: the original error alone if giving back worked;
+    an interruption (KeyboardInterrupt, a cancellation...) raised by a callback is raised itself,
+    the first if several, once every lease was given back."""
     if not errors:
         if original is not None:
             raise original
         return
+    for exc in errors:
+        if not isinstance(exc, Exception):
+            raise exc
     group = [*errors, *([original] if original is not None else [])]
     raise BaseExceptionGroup("errors while giving back the permits of a chain", group)
 
@@ -51,13 +61,7 @@ def _combine(leases: Sequence[Lease], permit_count: int) -> Lease:
             metadata.setdefault(key, value)
 
     def release_all() -> None:
-        errors: list[BaseException] = []
-        for lease in reversed(leases):
-            try:
-                lease.release()
-            except Exception as exc:
-                errors.append(exc)
-        _raise_with(errors, None)
+        _raise_with(_each(leases, lambda lease: lease.release()), None)
 
     def refund_all() -> None:  # the chain's own lease given back (a chain in a chain): undo each
         _raise_with(_refund_all(leases), None)
@@ -65,8 +69,11 @@ def _combine(leases: Sequence[Lease], permit_count: int) -> Lease:
     return Lease.granted(permit_count, on_release=release_all, on_refund=refund_all, metadata=metadata or None)
 
 
-def _acquire_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Lease]) -> Lease:
-    """Asks each limiter in order; the first failure gives back what the earlier ones granted."""
+def _acquire_each(
+    limiters: Sequence[Any], n: int, step: Callable[[Any], Lease], closed: Callable[[], bool] | None = None
+) -> Lease:
+    """Asks each limiter in order; the first failure gives back what the earlier ones granted.
+    ``closed``: the chain's own close (while a blocking wait was in a member) ends it too."""
     taken: list[Lease] = []
     for limiter in limiters:
         try:
@@ -74,6 +81,9 @@ def _acquire_each(limiters: Sequence[Any], n: int, step: Callable[[Any], Lease])
         except BaseException as exc:
             _raise_with(_refund_all(taken), exc)
             raise
+        if lease and closed is not None and closed():
+            taken.append(lease)
+            lease = Lease.denied("closed")._with_permit_count(n)
         if not lease:
             _raise_with(_refund_all(taken), None)
             return lease
@@ -157,7 +167,8 @@ class ChainedLimiter(RateLimiter):
         n = _check_permit_count(permit_count)
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()
-        return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)))
+        closed = lambda: self._rl_closed  # noqa: E731
+        return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)), closed)
 
     @property
     def idle_duration(self) -> float | None:
@@ -176,8 +187,9 @@ class ChainedLimiter(RateLimiter):
         return replenished
 
     def close(self) -> None:
-        """Closes the chain only: the limiters in it stay open (they may be shared)."""
-        self._rl_closed = True
+        """Closes the chain only: the limiters in it stay open (they may be shared). Its pending
+        waits end at once with a failed lease, reason "closed" (what they took is given back)."""
+        self._rl_mark_closed()
 
     def __repr__(self) -> str:
         return f"<ChainedLimiter of {len(self._limiters)} limiters>"
@@ -259,7 +271,7 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
             left = deadline.left(lim)
             return lim.wait(resource, n, left) if isinstance(lim, KeyedRateLimiter) else lim.wait(n, left)
 
-        return _acquire_each(self._limiters, n, step)
+        return _acquire_each(self._limiters, n, step, lambda: self._rl_closed)
 
     def __repr__(self) -> str:
         return f"<ChainedPartitionedLimiter of {len(self._limiters)} limiters>"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from . import _core
+from . import _core, _pausing
 from ._durations import MAX_CLOCK_NS, Duration, duration_ns
+from ._unraisable import report_unraisable
 
 
 class MonotonicClock(_core.MonotonicClock):
@@ -51,7 +52,11 @@ class ManualClock(_core.ManualClock):
             raise ValueError(f"seconds: advancing by {seconds!r} would take the clock past 2**63 - 2**60 ns")
         self.advance_ns(delta)
         for limiter in list(self._partitioned):
-            limiter._evict_idle(report=True)  # as on the way in acquire: close errors are unraisable
+            try:
+                limiter._evict_idle(report=True)  # as on the way in acquire: close errors are unraisable
+            except Exception as exc:  # one limiter's trouble is not the clock's caller's
+                report_unraisable(exc, limiter, "Exception ignored while evicting idle partitions")
+        _pausing.wake_all()  # custom limiters' pauses run on their clock: they look again
 
     def _on_advance(self, limiter: Any) -> None:
         self._partitioned.add(limiter)

@@ -250,7 +250,7 @@ class NoLimiter(RateLimiter):
         return _Ready(self.acquire(permit_count))
 
     async def _wait_async(self, permit_count: int) -> Lease:
-        return self.acquire(permit_count)
+        return self._acquire(permit_count)  # counted by wait_async, as every wait's outcome
 
     @property
     def idle_duration(self) -> float | None:

@@ -36,9 +36,9 @@ class KeyedRateLimiter(LimiterBase):
     async def _wait_async(self, resource: object, permit_count: int) -> Lease:
         # As RateLimiter's: ask, pause for retry_after (or a short pause), ask again.
         async def attempt() -> Lease:
-            return self._rl_checked(await self._acquire_async(resource, permit_count), permit_count)
+            return self._rl_checked(await self._acquire_async(resource, permit_count), permit_count, "_acquire_async")
 
-        return self._rl_count(await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count), resource)
+        return await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count, self._rl_clock)
 
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
         """A wait's immediate grant, made without an event loop; None sends it to ``_wait_async``."""
@@ -62,11 +62,20 @@ class KeyedRateLimiter(LimiterBase):
                 self._rl_successful += 1
             else:
                 self._rl_failed += 1
-            self._on_outcome(resource, lease)
+            try:
+                self._on_outcome(resource, lease)
+            except BaseException:
+                if lease:
+                    lease._refund()  # nobody will have the grant: it goes back before the error
+                raise
         return lease
 
-    def _rl_counted(self, lease: object, permit_count: int, resource: object) -> Lease:
-        return self._rl_count(self._rl_checked(lease, permit_count), resource)
+    def _rl_counted(self, lease: object, permit_count: int, resource: object, hook: str = "_acquire") -> Lease:
+        return self._rl_count(self._rl_checked(lease, permit_count, hook), resource)
+
+    def _rl_waited(self, lease: object, permit_count: int, resource: object) -> Lease:
+        """The outcome of a wait_async, whichever hook made it: checked, counted once."""
+        return self._rl_counted(lease, permit_count, resource, "_wait_async")
 
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
         """Takes permits for ``resource`` now or returns a failed lease; never blocks."""
@@ -81,7 +90,7 @@ class KeyedRateLimiter(LimiterBase):
 
         async def attempt() -> Lease:
             self._check_open()
-            return self._rl_counted(await self._acquire_async(resource, n), n, resource)
+            return self._rl_counted(await self._acquire_async(resource, n), n, resource, "_acquire_async")
 
         return Attempt(attempt)
 
@@ -91,7 +100,7 @@ class KeyedRateLimiter(LimiterBase):
         limit = timeout_ns(timeout)
         self._check_open()
         attempt = lambda: self._rl_checked(self._acquire(resource, n), n)  # noqa: E731
-        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit), resource)
+        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit, self._rl_clock), resource)
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """Waits for ``resource``'s permits (asyncio or trio); also an async context manager."""
@@ -131,6 +140,13 @@ class _OneResource:
 
     def _wait_async(self, permit_count: int) -> Coroutine[Any, Any, Lease]:
         return self._owner._wait_async(self._resource, permit_count)
+
+    def _rl_waited(self, lease: object, permit_count: int) -> Lease:
+        return self._owner._rl_waited(lease, permit_count, self._resource)
+
+    @property
+    def _rl_closed(self) -> bool:
+        return self._owner._rl_closed
 
 
 __all__ = ["KeyedRateLimiter"]

@@ -212,8 +212,10 @@ class Partition:
 def _check_options(max_partitions: object, name: object) -> None:
     if max_partitions is not None and (isinstance(max_partitions, bool) or not isinstance(max_partitions, int)):
         raise TypeError(f"max_partitions must be an int or None, got {type(max_partitions).__name__}")
-    if max_partitions is not None and max_partitions < 1:
-        raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
+    if max_partitions is not None and int.__int__(max_partitions) < 1:
+        raise ValueError(f"max_partitions must be >= 1, got {int.__int__(max_partitions)}")
+    if max_partitions is not None and int.__int__(max_partitions) > 2**63 - 1:
+        raise ValueError(f"max_partitions is too large: {int.__int__(max_partitions)} (at most 2**63 - 1)")
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
 

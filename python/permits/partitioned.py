@@ -12,16 +12,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-import sys
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from types import SimpleNamespace
 from typing import Any
 
+from . import _pausing
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
+from ._unraisable import report_unraisable
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _template_of
@@ -37,15 +37,24 @@ _BOUND_SCAN = 32
 _EVICT_BATCH = 64
 
 
-def _check_key(key: object, depth: int = 0) -> None:
-    """Keys are str, bytes, int or tuples of them; "7" and 7 are different keys."""
+def _plain_key(key: object, depth: int = 0) -> Hashable:
+    """The key as plain str, bytes, int or tuples of them ("7" and 7 are different keys). A
+    subclass counts for the value it holds: its own __hash__ or __eq__ (which could change
+    between calls and lose the partition) is never used."""
+    kind = type(key)
+    if kind is str or kind is int or kind is bytes:
+        return key
     if isinstance(key, bool) or not isinstance(key, (str, bytes, int, tuple)):
         raise TypeError(f"a partition key must be a str, bytes, int or a tuple of them, got {type(key).__name__}")
-    if isinstance(key, tuple):
-        if depth >= _MAX_KEY_DEPTH:
-            raise ValueError(f"a partition key may nest tuples at most {_MAX_KEY_DEPTH} deep")
-        for item in key:
-            _check_key(item, depth + 1)
+    if isinstance(key, str):
+        return str.__str__(key)
+    if isinstance(key, bytes):
+        return bytes(memoryview(key))
+    if isinstance(key, int):
+        return int.__int__(key)
+    if depth >= _MAX_KEY_DEPTH:
+        raise ValueError(f"a partition key may nest tuples at most {_MAX_KEY_DEPTH} deep")
+    return tuple(_plain_key(item, depth + 1) for item in tuple.__iter__(key))
 
 
 class _Entry:
@@ -65,15 +74,7 @@ def _report_unraisable(errors: Sequence[BaseException], limiters: Sequence[objec
     """Errors of closes nobody called directly (the evictions on the way): sys.unraisablehook,
     as for an error in __del__."""
     for exc, limiter in zip(errors, limiters, strict=True):
-        sys.unraisablehook(
-            SimpleNamespace(  # the fields of sys.UnraisableHookArgs
-                exc_type=type(exc),
-                exc_value=exc,
-                exc_traceback=exc.__traceback__,
-                err_msg="Exception ignored while closing an evicted partition",
-                object=limiter,
-            )
-        )
+        report_unraisable(exc, limiter, "Exception ignored while closing an evicted partition")
 
 
 def _close_all(
@@ -124,6 +125,7 @@ class PartitionedLimiter(KeyedRateLimiter):
         self._seq = itertools.count()
         self._evicted_successful = 0
         self._evicted_failed = 0
+        self._troubles: list[tuple[Exception, object, str]] = []
         if isinstance(self._clock, ManualClock):
             self._clock._on_advance(self)
         with _live_lock:
@@ -136,8 +138,8 @@ class PartitionedLimiter(KeyedRateLimiter):
         partition = self._partitioner(resource)
         if not isinstance(partition, Partition):
             raise TypeError(f"the partitioner must return a permits.Partition, got {type(partition).__name__}")
-        _check_key(partition.key)
-        return partition
+        key = _plain_key(partition.key)
+        return partition if key is partition.key else partition.with_key(key)
 
     def _superseded(self, key: Hashable, entry: _Entry) -> bool:
         """True when the entry was evicted (and its limiter closed) while a caller used it: the
@@ -179,11 +181,17 @@ class PartitionedLimiter(KeyedRateLimiter):
             else:
                 self._entries.move_to_end(partition.key)
                 entry.touched = now
+        self._report_troubles()
         if dropped:
             _close_all(dropped, report=True)
         if build:
             self._build(partition, entry)
         elif not entry.ready.is_set():
+            if entry.builder == threading.get_ident():
+                raise RuntimeError(
+                    f"the partition of key {partition.key!r} is being built by this thread: its factory must not "
+                    "use the partitioned limiter for its own key"
+                )
             entry.ready.wait()  # another caller builds it: only this key waits
         if entry.limiter is None:
             assert entry.error is not None
@@ -203,12 +211,15 @@ class PartitionedLimiter(KeyedRateLimiter):
         finally:
             entry.ready.set()
 
-    @staticmethod
-    def _idle_ns_of(entry: _Entry, now: int) -> int | None:
+    def _idle_ns_of(self, entry: _Entry, now: int) -> int | None:
         limiter = entry.limiter
         if limiter is None:
             return None
-        idle = limiter.idle_duration
+        try:
+            idle = limiter.idle_duration
+        except Exception as exc:  # a custom limiter's: taken as in use, reported once the lock is free
+            self._troubles.append((exc, limiter, "Exception ignored while asking an idle partition"))
+            return None
         return None if idle is None else round(idle * 1e9)
 
     def _evict(self, key: Hashable, entry: _Entry, dropped: list[RateLimiter]) -> None:
@@ -216,16 +227,30 @@ class PartitionedLimiter(KeyedRateLimiter):
         # found it just before may still be using it: it then asks the key's new limiter.
         del self._entries[key]
         assert entry.limiter is not None
-        stats = entry.limiter.statistics()
+        dropped.append(entry.limiter)
+        try:
+            stats = entry.limiter.statistics()
+        except Exception as exc:  # a custom limiter's: it is closed all the same
+            self._troubles.append((exc, entry.limiter, "Exception ignored while counting an evicted partition"))
+            return
         self._evicted_successful += stats.total_successful_leases
         self._evicted_failed += stats.total_failed_leases
-        dropped.append(entry.limiter)
+
+    def _report_troubles(self) -> None:
+        """What custom limiters raised while the lock was held: to sys.unraisablehook."""
+        if not self._troubles:
+            return
+        with self._lock:
+            troubles, self._troubles = self._troubles, []
+        for exc, limiter, message in troubles:
+            report_unraisable(exc, limiter, message)
 
     def _evict_due(self, now: int, budget: int | None, *, report: bool) -> int:
         """Evicts the partitions fully idle for longer than idle_timeout (at most `budget`)."""
         dropped: list[RateLimiter] = []
         with self._lock:
             self._evict_due_locked(now, budget, dropped)
+        self._report_troubles()
         if dropped:
             _close_all(dropped, report=report)
         return len(dropped)
@@ -275,6 +300,7 @@ class PartitionedLimiter(KeyedRateLimiter):
                 if idle is not None and idle > self._idle_ns:
                     self._evict(key, entry, dropped)
             self._evict_due_locked(now, None, dropped)
+        self._report_troubles()
         if dropped:
             _close_all(dropped, report=report)
         return len(dropped)
@@ -427,12 +453,16 @@ class PartitionedLimiter(KeyedRateLimiter):
     def close(self) -> None:
         """Closes every partition's limiter (their queued requests fail with "closed"); closes
         that raise do not stop the others: an ExceptionGroup of their errors follows."""
-        _close_all(self._close_entries(), report=False, message="errors while closing partitions")
+        limiters = self._close_entries()
+        _pausing.wake_all()
+        _close_all(limiters, report=False, message="errors while closing partitions")
 
     async def aclose(self) -> None:
         """As close(), awaiting each partition's aclose()."""
         errors: list[Exception] = []
-        for limiter in self._close_entries():
+        limiters = self._close_entries()
+        _pausing.wake_all()
+        for limiter in limiters:
             try:
                 await limiter.aclose()
             except Exception as exc:

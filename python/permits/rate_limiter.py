@@ -68,9 +68,9 @@ class RateLimiter(LimiterBase):
         # Ask through _acquire_async, pause for the lease's retry_after (or a short pause), ask
         # again; a denial that waiting cannot cure (a full queue...) or a close ends the wait.
         async def attempt() -> Lease:
-            return self._rl_checked(await self._acquire_async(permit_count), permit_count)
+            return self._rl_checked(await self._acquire_async(permit_count), permit_count, "_acquire_async")
 
-        return self._rl_count(await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count))
+        return await _polling.wait_async(attempt, lambda: self._rl_closed, permit_count, self._rl_clock)
 
     def _try_now(self, permit_count: int) -> Lease | None:
         """A wait's immediate grant, made without an event loop; None sends the wait to
@@ -88,8 +88,12 @@ class RateLimiter(LimiterBase):
             self._rl_failed += 1
         return lease
 
-    def _rl_counted(self, lease: object, permit_count: int) -> Lease:
-        return self._rl_count(self._rl_checked(lease, permit_count))
+    def _rl_counted(self, lease: object, permit_count: int, hook: str = "_acquire") -> Lease:
+        return self._rl_count(self._rl_checked(lease, permit_count, hook))
+
+    def _rl_waited(self, lease: object, permit_count: int) -> Lease:
+        """The outcome of a wait_async, whichever hook made it: checked, counted once."""
+        return self._rl_counted(lease, permit_count, "_wait_async")
 
     def acquire(self, permit_count: int = 1) -> Lease:
         """Takes permits now or returns a failed lease; never blocks, never queues."""
@@ -105,7 +109,7 @@ class RateLimiter(LimiterBase):
 
         async def attempt() -> Lease:
             self._check_open()
-            return self._rl_counted(await self._acquire_async(n), n)
+            return self._rl_counted(await self._acquire_async(n), n, "_acquire_async")
 
         return Attempt(attempt)
 
@@ -114,14 +118,14 @@ class RateLimiter(LimiterBase):
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
         self._check_open()
-        lease = _polling.wait(lambda: self._rl_checked(self._acquire(n), n), lambda: self._rl_closed, n, limit)
-        return self._rl_count(lease)
+        attempt = lambda: self._rl_checked(self._acquire(n), n)  # noqa: E731
+        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit, self._rl_clock))
 
     def wait_async(self, permit_count: int = 1) -> LeaseWait:
         """Waits in the queue (asyncio). Also an async context manager releasing the lease on exit."""
-        _check_permit_count(permit_count)
+        n = _check_permit_count(permit_count)
         self._check_open()
-        return PolledLeaseWait(self, permit_count)
+        return PolledLeaseWait(self, n)
 
     def available_permits(self) -> int:
         return self.statistics().current_available_permits

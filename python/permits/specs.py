@@ -13,6 +13,7 @@ Specs are equal, and hash alike, when their limits are: durations compare in nan
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, cast, final
 
 from . import _core
@@ -88,8 +89,27 @@ class Spec(Generic[L]):
         return hash(self._key)
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__match_args__)
+        durations = {"replenishment_period": "_period_ns", "window": "_window_ns"}
+        args = ", ".join(
+            f"{name}={_seconds(getattr(self, durations[name])) if name in durations else repr(getattr(self, name))}"
+            for name in self.__match_args__
+        )
         return f"{type(self).__name__}({args})"
+
+
+def _seconds(ns: int) -> str:
+    """A duration as the spec takes it back exactly: the float of seconds that rounds to these
+    nanoseconds (beyond 2**53 ns, ns / 1e9 itself may not), else a timedelta."""
+    x = ns / 1e9
+    for toward in (math.inf, -math.inf):
+        candidate = x
+        for _ in range(8):
+            if round(candidate * 1e9) == ns:
+                return repr(candidate)
+            candidate = math.nextafter(candidate, toward)
+    if ns % 1_000 == 0:
+        return f"timedelta(microseconds={ns // 1_000})"
+    return repr(x)  # no float or timedelta states it: not made from one
 
 
 @final

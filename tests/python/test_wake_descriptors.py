@@ -91,7 +91,7 @@ async def _cancelled_after_the_grant(trio: Any, limiter: permits.ConcurrencyLimi
 
 def test_trio_waits_cancelled_after_their_grant_leave_no_descriptor_open() -> None:
     trio = need("trio")
-    import trio.testing  # noqa: F401  (wait_all_tasks_blocked)
+    need("trio.testing")  # wait_all_tasks_blocked
 
     limiter = permits.ConcurrencyLimiter(1, queue_limit=1)
 
@@ -173,7 +173,7 @@ def test_a_loop_that_cannot_be_woken_refuses_a_wait_that_would_queue() -> None:
     async def main() -> None:
         async with limiter.acquire_async() as lease:
             assert not lease  # acquire_async asks no loop: it works there
-        with pytest.raises(RuntimeError, match="neither watch a descriptor .* nor receive"):
+        with pytest.raises(RuntimeError, match=r"neither watch a descriptor .* nor receive"):
             await asyncio.wait_for(limiter.wait_async(), 10)
 
     loop = _DeafLoop()
@@ -186,4 +186,3 @@ def test_a_loop_that_cannot_be_woken_refuses_a_wait_that_would_queue() -> None:
     assert limiter.available_permits() == 1
     gc.collect()
     assert open_fds() == before
-

@@ -16,7 +16,8 @@ Rules:
 * Releasing a successful chain lease releases the inner leases in reverse order.
 * Statistics: available = the minimum, queued and failed = the sums, successful = the last
   limiter's. idle_duration: None if any limiter is in use, else the minimum.
-* close() closes the chain only: its limiters stay open; later calls on the chain raise.
+* close() closes the chain only: its limiters stay open; later calls on the chain raise; its
+  pending waits end at once with a failed lease, reason "closed", giving back what they took.
 * A partitioned limiter in the chain (a KeyedModel, after the first limiter) is asked for the
   request's key; the chain's statistics of a key use that key's partition.
 """
@@ -126,7 +127,21 @@ class ChainModel:
         self.follow_up()
 
     def close(self) -> None:
+        """The chain's pending waits end at once with "closed", in the order they started: each
+        leaves the first limiter's queue (which may serve a later one: that grant goes back)."""
         self.closed = True
+        first = self.models[0]
+        closing = dict(sorted(self.pending.items()))
+        self.pending.clear()
+        seen = len(first.completions)
+        for wid, (n, _) in closing.items():
+            first.cancel(wid)
+            for granted_wid, outcome in first.completions[seen:]:
+                if granted_wid in closing and outcome.acquired:
+                    first.give_back(closing[granted_wid][0], first.granted_at[granted_wid])
+            seen = len(first.completions)
+            self.completions.append((wid, Outcome(False, n, "closed", None)))
+        self._seen = len(first.completions)
 
     def pending_ids(self) -> list[int]:
         return sorted(self.pending)
