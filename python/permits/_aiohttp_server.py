@@ -21,6 +21,7 @@ from ._http_policy import (
     refund_before_rejection,
     wait_or_leave,
 )
+from ._queued import at_once
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
@@ -51,7 +52,8 @@ async def _disconnected(request: web.Request) -> None:
 
 async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
     if policy.wait:
-        return await wait_or_leave(policy.acquire(key), _disconnected(request))
+        lease = at_once(policy, key)
+        return lease if lease is not None else await wait_or_leave(policy.acquire(key), _disconnected(request))
     return await policy.acquire(key)
 
 

@@ -28,6 +28,7 @@ from ._http_policy import (
     is_exempt,
     wait_or_leave,
 )
+from ._queued import at_once
 from .keyed_limiter import KeyedRateLimiter
 from .keys import _ClientIP, _Header
 from .rate_limiter import RateLimiter
@@ -138,11 +139,14 @@ class RateLimitMiddleware:
         else:
             key = await policy.key_of(connection())
         if policy.wait:
-            buffered: deque[Message] = deque()
-            lease = await wait_or_leave(policy.acquire(key), _until_disconnect(receive, buffered))
-            if lease is None:
-                return  # the client left while queued: nothing to send
-            receive = _replaying(buffered, receive)
+            found = at_once(policy, key)
+            if found is None:
+                buffered: deque[Message] = deque()
+                found = await wait_or_leave(policy.acquire(key), _until_disconnect(receive, buffered))
+                if found is None:
+                    return  # the client left while queued: nothing to send
+                receive = _replaying(buffered, receive)
+            lease = found
         else:
             lease = await policy.acquire(key)
         handoff = scope.get(HANDOFF)

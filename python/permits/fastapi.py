@@ -18,6 +18,7 @@ from starlette.requests import HTTPConnection
 
 from ._core import Lease
 from ._http_policy import Policy, refund_before_rejection, wait_or_leave
+from ._queued import at_once
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -80,11 +81,14 @@ class RateLimit:
         policy = self.policy
         key = await policy.key_of(request)
         if policy.wait and isinstance(request, Request):
-            with contextlib.suppress(RuntimeError):  # a form FastAPI has parsed already: body read
-                await request.body()  # kept by the Request for the endpoint; what follows is the disconnect
-            lease = await wait_or_leave(policy.acquire(key), _disconnected(request))
-            if lease is None:
-                raise HTTPException(CLIENT_CLOSED_REQUEST, "client closed request")
+            found = at_once(policy, key)
+            if found is None:
+                with contextlib.suppress(RuntimeError):  # a form FastAPI has parsed already: body read
+                    await request.body()  # kept by the Request for the endpoint; what follows is the disconnect
+                found = await wait_or_leave(policy.acquire(key), _disconnected(request))
+                if found is None:
+                    raise HTTPException(CLIENT_CLOSED_REQUEST, "client closed request")
+            lease = found
         else:
             lease = await policy.acquire(key)
         handoff = request.scope.get(HANDOFF)
