@@ -48,13 +48,16 @@ def until(condition: object, client: httpx.Client) -> None:
 class Upload:
     """A raw-socket POST of UPLOAD bytes, sent from a thread as fast as the server reads it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, expect: bool) -> None:
         host, port = url.removeprefix("http://").split(":")
         self.sock = socket.create_connection((host, int(port)))
         self.sock.sendall(
             b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
-            b"Content-Length: %d\r\n\r\n" % UPLOAD
+            + (b"Expect: 100-continue\r\n" if expect else b"")
+            + b"Content-Length: %d\r\n\r\n" % UPLOAD
         )
+        self.expect = expect
+        self.continued = False
         self.sent = 0
         self.thread = threading.Thread(target=self._send, daemon=True)
         self.thread.start()
@@ -62,6 +65,13 @@ class Upload:
     def _send(self) -> None:
         chunk = b"x" * (1 << 20)
         try:
+            if self.expect:  # as curl does for a large upload: the body only after "100 Continue"
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    answer += self.sock.recv(1024)
+                if not answer.startswith(b"HTTP/1.1 100"):
+                    return  # (the test sees `continued` False)
+                self.continued = True
             while self.sent < UPLOAD:
                 self.sock.sendall(chunk)
                 self.sent += len(chunk)
@@ -85,12 +95,13 @@ def settled(uploads: list[Upload]) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("expect", [False, True], ids=["body", "expect-100-continue"])
 @pytest.mark.parametrize("child_server", ["asgi", "fastapi", "aiohttp"], indirect=True)
-def test_three_queued_uploads_do_not_grow_the_servers_memory(child_server: str) -> None:
+def test_three_queued_uploads_do_not_grow_the_servers_memory(child_server: str, expect: bool) -> None:
     with httpx.Client(base_url=child_server, timeout=30) as client:
         assert client.get("/upload").text == "0"  # takes the only permit: the uploads queue
         before = probe(client, "rss")
-        uploads = [Upload(child_server) for _ in range(3)]
+        uploads = [Upload(child_server, expect=expect) for _ in range(3)]
         try:
             until(lambda c: probe(c, "queued") == 3, client)
             settled(uploads)
@@ -101,6 +112,7 @@ def test_three_queued_uploads_do_not_grow_the_servers_memory(child_server: str) 
             for upload in uploads:
                 upload.close()
     print(f"RSS grew by {grown / 1024:.1f} MiB; sent {[s // (1 << 20) for s in sent]} MiB")
+    assert all(u.continued == expect for u in uploads)  # invited to send, the clients did send
     assert all(s < UPLOAD for s in sent)  # the server stopped reading: the rest waits in the clients
     assert grown < MEMORY_ALLOWED_KIB
 
