@@ -79,10 +79,9 @@ class _RateLimit:
             if delay is None or attempt >= self._retries:
                 _hold_until_released(response, lease)
                 return response
-            try:  # read the body so that the connection can be reused, then retry
-                await response.read()
+            try:  # closed unread: a refusal's body may be large (the connection is not reused)
+                response.close()
             finally:
-                response.release()
                 lease.release()
             self._pacer.pause(key, delay)
             attempt += 1

@@ -21,6 +21,7 @@ from ._http_policy import (
     refund_before_rejection,
     wait_or_leave,
 )
+from ._queued import at_once
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
@@ -51,7 +52,8 @@ async def _disconnected(request: web.Request) -> None:
 
 async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
     if policy.wait:
-        return await wait_or_leave(policy.acquire(key), _disconnected(request))
+        lease = at_once(policy, key)
+        return lease if lease is not None else await wait_or_leave(policy.acquire(key), _disconnected(request))
     return await policy.acquire(key)
 
 
@@ -67,7 +69,33 @@ async def _sent(response: web.StreamResponse, request: web.Request) -> web.Strea
     if not response.prepared:
         await response.prepare(request)
         await response.write_eof()
+        if isinstance(response, web.FileResponse):
+            return _Sent(response)
     return response
+
+
+class _Sent(web.StreamResponse):
+    """What aiohttp gets for a file response this module has sent: aiohttp prepares the response a
+    handler returns, and a ``FileResponse``'s ``prepare`` would send the file again (it fails on
+    a finished response), where a sent ``StreamResponse``'s does nothing."""
+
+    def __init__(self, sent: web.StreamResponse) -> None:
+        super().__init__(status=sent.status, reason=sent.reason, headers=sent.headers)
+        self._sent = sent
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        return None
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
+
+    @property
+    def keep_alive(self) -> bool | None:
+        return self._sent.keep_alive
+
+    @property
+    def body_length(self) -> int:
+        return self._sent.body_length
 
 
 async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: Quota | None) -> web.StreamResponse:

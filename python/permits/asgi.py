@@ -26,8 +26,8 @@ from ._http_policy import (
     encoded_headers,
     fewest_remaining,
     is_exempt,
-    wait_or_leave,
 )
+from ._queued import acquire_or_leave, replaying
 from .keyed_limiter import KeyedRateLimiter
 from .keys import _ClientIP, _Header
 from .rate_limiter import RateLimiter
@@ -138,11 +138,12 @@ class RateLimitMiddleware:
         else:
             key = await policy.key_of(connection())
         if policy.wait:
-            buffered: deque[Message] = deque()
-            lease = await wait_or_leave(policy.acquire(key), _until_disconnect(receive, buffered))
-            if lease is None:
+            held: deque[Message] = deque()
+            found = await acquire_or_leave(policy, key, receive, held)
+            if found is None:
                 return  # the client left while queued: nothing to send
-            receive = _replaying(buffered, receive)
+            lease = found
+            receive = replaying(held, receive)
         else:
             lease = await policy.acquire(key)
         handoff = scope.get(HANDOFF)
@@ -190,26 +191,6 @@ class RateLimitMiddleware:
             await send_response(response, scope, receive, send, headers)
         else:
             await WebSocket(scope, receive, send).close(WEBSOCKET_CLOSE_CODE, "rate limited")
-
-
-async def _until_disconnect(receive: Receive, buffered: deque[Message]) -> None:
-    """Reads the client's messages while its request is queued (keeping them for the app) until
-    the client disconnects; cancelled when the wait ends first."""
-    while True:
-        message = await receive()
-        buffered.append(message)
-        if message["type"] in DISCONNECTS:
-            return
-
-
-def _replaying(buffered: deque[Message], receive: Receive) -> Receive:
-    if not buffered:
-        return receive
-
-    async def replay() -> Message:
-        return buffered.popleft() if buffered else await receive()
-
-    return replay
 
 
 __all__ = ["HANDOFF", "WEBSOCKET_CLOSE_CODE", "Handoff", "RateLimitMiddleware"]

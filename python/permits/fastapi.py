@@ -9,15 +9,16 @@ gives the middleware's permit back, so a rejected request consumes nothing.
 
 from __future__ import annotations
 
-import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import HTTPException, Request, Response, WebSocketException
+from fastapi import HTTPException, Request, Response, WebSocket, WebSocketException
 from starlette.requests import HTTPConnection
 
 from ._core import Lease
-from ._http_policy import Policy, refund_before_rejection, wait_or_leave
+from ._http_policy import Policy, refund_before_rejection
+from ._queued import Message, acquire_or_leave, replaying
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -79,12 +80,18 @@ class RateLimit:
     async def __call__(self, request: HTTPConnection, response: Response) -> AsyncIterator[Lease]:
         policy = self.policy
         key = await policy.key_of(request)
-        if policy.wait and isinstance(request, Request):
-            with contextlib.suppress(RuntimeError):  # a form FastAPI has parsed already: body read
-                await request.body()  # kept by the Request for the endpoint; what follows is the disconnect
-            lease = await wait_or_leave(policy.acquire(key), _disconnected(request))
-            if lease is None:
+        if policy.wait and isinstance(request, Request | WebSocket):
+            # The connection's own receive (Starlette keeps it in _receive): what the watcher reads
+            # while the request is queued is given back to the endpoint through it.
+            receive = request._receive
+            held: deque[Message] = deque()
+            found = await acquire_or_leave(policy, key, receive, held)
+            if found is None:
+                if isinstance(request, WebSocket):  # FastAPI closes it (a no-op: nobody is there)
+                    raise WebSocketException(WEBSOCKET_CLOSE_CODE, "client left while queued")
                 raise HTTPException(CLIENT_CLOSED_REQUEST, "client closed request")
+            request._receive = replaying(held, receive)
+            lease = found
         else:
             lease = await policy.acquire(key)
         handoff = request.scope.get(HANDOFF)
@@ -116,11 +123,6 @@ class RateLimit:
             yield lease  # FastAPI ends a yield dependency after the response has been sent
         finally:
             lease.release()
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 __all__ = ["CLIENT_CLOSED_REQUEST", "RateLimit", "RateLimitExceeded", "rejection_handler"]

@@ -129,10 +129,9 @@ class RateLimitedTransport(httpx.BaseTransport):
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is None or attempt >= retries:
                 return _hold(response, lease)
-            try:  # read the body so that the connection can be reused, then retry
-                response.read()
-            finally:
+            try:  # closed unread: a refusal's body may be large (the connection is not reused)
                 response.close()
+            finally:
                 lease.release()
             self._pacer.pause(key, delay)
             attempt += 1
@@ -190,13 +189,10 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is None or attempt >= retries:
                 return _hold_async(response, lease)
-            try:
-                await response.aread()
+            try:  # closed unread, as above
+                await response.aclose()
             finally:
-                try:
-                    await response.aclose()
-                finally:
-                    lease.release()
+                lease.release()
             self._pacer.pause(key, delay)
             attempt += 1
 
