@@ -8,6 +8,7 @@ away releases it too.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -135,6 +136,8 @@ class RateLimitMiddleware:
             key = key_function.from_scope(scope)
         elif isinstance(key_function, _Header):
             key = key_function.from_scope(scope, connection)
+            if inspect.isawaitable(key):  # an async fallback
+                key = await key
         else:
             key = await policy.key_of(connection())
         if policy.wait:

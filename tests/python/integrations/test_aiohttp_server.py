@@ -101,7 +101,7 @@ async def test_exact_sequence_per_key_and_headers(serve_aiohttp, clock: permits.
             }  # fmt: skip
         clock.advance_ns(10 * 10**9)
         assert await codes(session, url, "/hello", **a) == [200]
-    assert limiter.statistics("a").total_failed_leases == 2
+    assert limiter.statistics(("x-client", "a")).total_failed_leases == 2
 
 
 async def test_an_aiohttp_http_error_gets_the_headers_and_exempt_paths(

@@ -78,8 +78,8 @@ async def test_exact_200_429_sequence_per_key(serve_asgi, clock: permits.ManualC
         clock.advance_ns(10 * 10**9)
         assert await statuses("a", "b", "a", "a") == [200, 200, 200, 429]
     # A rejected request is counted once (no fast-path-then-slow-path double acquire).
-    assert limiter.statistics("a").total_failed_leases == 3
-    assert limiter.statistics("a").total_successful_leases == 4
+    assert limiter.statistics(("x-client", "a")).total_failed_leases == 3
+    assert limiter.statistics(("x-client", "a")).total_successful_leases == 4
 
 
 async def test_retry_after_and_ratelimit_headers(serve_asgi, clock: permits.ManualClock) -> None:
@@ -337,9 +337,14 @@ async def test_lifespan_and_other_scopes_pass_through(clock: permits.ManualClock
 
 
 async def test_per_ip_keys_behind_a_trusted_proxy(serve_asgi, clock: permits.ManualClock) -> None:
-    behind_proxy = keys.client_ip(trusted_proxies=["127.0.0.0/8"])
+    behind_proxy = keys.client_ip(trusted_proxies=["127.0.0.0/8"])  # reads X-Forwarded-For only
+    behind_rfc7239_proxy = keys.client_ip(trusted_proxies=["127.0.0.0/8"], header="forwarded")
     direct = keys.client_ip()  # the peer only: forwarding headers are anyone's words
-    for key, expected in ((behind_proxy, [200, 200, 429, 200, 200]), (direct, [200, 429, 429, 429, 429])):
+    for key, expected in (
+        (behind_proxy, [200, 200, 200, 429, 429]),  # Forwarded ignored: the peer's key
+        (behind_rfc7239_proxy, [200, 429, 200, 200, 429]),  # X-Forwarded-For ignored
+        (direct, [200, 429, 429, 429, 429]),
+    ):
         limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(1, 10), clock=clock)
         app = app_with(limiter, key=key)
         async with serve_asgi(app, proxy_headers=False) as url, httpx.AsyncClient(base_url=url) as client:
