@@ -246,23 +246,22 @@ def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: 
 
 
 class Handoff:
-    """What a server's middleware and a route's limit share for one request: the global leases
-    (refunded when the route rejects), the route's leases (released by the middleware once the
-    response is sent) and the route's quotas (for the headers)."""
+    """What a server's middleware and a route's limit share for one request: the route's leases (released by the middleware once the response is sent) and the route's
+    quotas (for the headers)."""
 
-    __slots__ = ("global_leases", "quotas", "route_leases")
+    __slots__ = ("quotas", "route_leases")
 
     def __init__(self) -> None:
-        self.global_leases: list[Lease] = []
         self.route_leases: list[Lease] = []
         self.quotas: list[Quota | None] = []
 
 
-def refund_before_rejection(handoff: object, granted: list[Lease]) -> None:
-    """A route's limit rejected the request: it consumes nothing, neither the middleware's global
-    permits (when ``handoff`` is the middleware's) nor those of the route's other limits that
-    granted it."""
-    for earlier in [*(handoff.global_leases if isinstance(handoff, Handoff) else ()), *granted]:
+def refund_before_rejection(granted: list[Lease]) -> None:
+    """A route's limit rejected the request: the permits its other limits (stacked on the same
+    route) granted are given back, as a chain's are. The middleware's global permits are not: a
+    route's rejection counts against the global limit (its concurrency permits come back when the
+    response has been sent, as always)."""
+    for earlier in granted:
         earlier._refund()
 
 

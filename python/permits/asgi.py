@@ -157,7 +157,6 @@ class RateLimitMiddleware:
             if not lease:
                 await self._reject(scope, receive, send, connection(), lease, quota)
                 return
-            handoff.global_leases.append(lease)
 
             async def send_with_headers(message: Message) -> None:
                 if message["type"] == "http.response.start":

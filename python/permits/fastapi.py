@@ -3,8 +3,8 @@
     @app.get("/search", dependencies=[Depends(RateLimit(limiter))])
 
 It runs after the global :class:`permits.asgi.RateLimitMiddleware` (when one is installed). A
-rejection raises :class:`RateLimitExceeded` (an ``HTTPException`` with the status and headers) and
-gives the middleware's permit back, so a rejected request consumes nothing.
+rejection raises :class:`RateLimitExceeded` (an ``HTTPException`` with the status and headers); the
+request still counts against the middleware's global limit.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class RateLimit:
             lease.release()
             raise
         if not lease:
-            refund_before_rejection(handoff, granted)
+            refund_before_rejection(granted)
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
             headers = dict(policy.rejection_headers(lease, quota))
