@@ -61,6 +61,16 @@ def _with_raw_headers(message: Message, ours: Iterable[tuple[bytes, bytes]]) -> 
     return {**message, "headers": [*existing, *ours]}
 
 
+def route_path(scope: Scope) -> str:
+    """The path the application routes on: the scope's path without its ``root_path`` (that of a
+    mounted sub-application, or a server's ``--root-path``), as Starlette's router takes it."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :] or "/"
+    return path
+
+
 async def send_response(
     response: Any, scope: Scope, receive: Receive, send: Send, headers: list[tuple[str, str]]
 ) -> None:
@@ -117,7 +127,7 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if (kind != "http" and kind != "websocket") or (self.exempt and is_exempt(scope.get("path", ""), self.exempt)):
+        if (kind != "http" and kind != "websocket") or (self.exempt and is_exempt(route_path(scope), self.exempt)):
             await self.app(scope, receive, send)
             return
         policy = self.policy

@@ -13,7 +13,7 @@ from _integration import eventually
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 import permits
@@ -393,3 +393,25 @@ async def test_a_queued_request_keeps_its_body(serve_asgi, clock: permits.Manual
         await eventually(lambda: limiter.statistics().current_queued_count == 1)
         clock.advance_ns(10**9)
         assert (await queued).content == body
+
+
+async def test_exempt_paths_are_those_the_app_routes_on_under_a_root_path(
+    serve_asgi, clock: permits.ManualClock
+) -> None:
+    limiter = permits.FixedWindowLimiter(1, 60, clock=clock)
+    # uvicorn --root-path /api: the scope's path carries the prefix, the app routes without it.
+    async with serve_asgi(app_with(limiter, exempt=["/health"]), root_path="/api") as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            assert [(await client.get("/health")).status_code for _ in range(3)] == [200, 200, 200]
+            assert [(await client.get("/hello")).status_code for _ in range(2)] == [200, 429]
+
+
+async def test_exempt_paths_of_a_mounted_sub_app_are_relative_to_its_mount(
+    serve_asgi, clock: permits.ManualClock
+) -> None:
+    limiter = permits.FixedWindowLimiter(1, 60, clock=clock)
+    outer = Starlette(routes=[Mount("/api", app=app_with(limiter, exempt=["/health"]))])
+    async with serve_asgi(outer) as url, httpx.AsyncClient(base_url=url) as client:
+        assert [(await client.get("/api/health/live")).status_code for _ in range(3)] == [200, 200, 200]
+        assert [(await client.get("/api/hello")).status_code for _ in range(2)] == [200, 429]
+        assert (await client.get("/api/healthz")).status_code == 429
