@@ -72,9 +72,7 @@ async def _sent(response: web.StreamResponse, request: web.Request) -> web.Strea
 
 async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: Quota | None) -> web.StreamResponse:
     headers = policy.rejection_headers(lease, quota)
-    custom = await policy.rejection(request, lease)
-    if custom is not None and not isinstance(custom, web.StreamResponse):
-        raise TypeError(f"on_rejected must return an aiohttp web.StreamResponse or None, got {type(custom).__name__}")
+    custom = await policy.rejection(request, lease, web.StreamResponse)
     # (not `custom or ...`: a response is a mapping, false while empty)
     response = web.Response(status=policy.status_code, text="Too Many Requests") if custom is None else custom
     _add_headers(response, headers)

@@ -168,8 +168,18 @@ class RateLimitMiddleware:
                 await self._reject(scope, receive, send, connection(), lease, quota)
                 return
 
+            replaced = False
+
             async def send_with_headers(message: Message) -> None:
+                nonlocal replaced
+                if replaced:
+                    return  # the framework's answer to a route's rejection, replaced by on_rejected's
                 if message["type"] == "http.response.start":
+                    if handoff.rejection is not None:
+                        (response, headers), handoff.rejection = handoff.rejection, None
+                        replaced = True
+                        await send_response(response, scope, receive, send, headers)
+                        return
                     best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
                     if best is not None:
                         message = _with_raw_headers(message, encoded_headers(best))
@@ -187,7 +197,7 @@ class RateLimitMiddleware:
     ) -> None:
         policy = self.policy
         headers = policy.rejection_headers(lease, quota)
-        response = await policy.rejection(connection, lease)
+        response = await policy.rejection(connection, lease, Response)
         if scope["type"] == "http":
             if response is None:
                 response = PlainTextResponse("Too Many Requests", policy.status_code)
