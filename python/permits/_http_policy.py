@@ -73,6 +73,12 @@ def _seconds(value: float) -> int:
     return max(0, math.ceil(value - 1e-9))  # whole seconds rounded up (float noise aside)
 
 
+def _retry_seconds(value: float) -> int:
+    """A rejection's wait in whole seconds: at least 1, so that a client told 0 does not come
+    straight back (a nanosecond before a refill rounds to 0)."""
+    return max(1, _seconds(value))
+
+
 def fewest_remaining(quotas: Iterable[Quota | None]) -> Quota | None:
     """Of several limiters' quotas, the one with the fewest remaining permits (the binding one)."""
     found = [q for q in quotas if q is not None]
@@ -209,7 +215,7 @@ class Policy:
     def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
         found = [] if quota is None else quota.headers()
         if lease.retry_after is not None:
-            found.append(("Retry-After", str(_seconds(lease.retry_after))))
+            found.append(("Retry-After", str(_retry_seconds(lease.retry_after))))
         return found
 
 
@@ -255,7 +261,7 @@ def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: 
     if period is None:
         return Quota(name, quota, window, remaining, None)
     if not lease and lease.retry_after is not None:
-        reset = _seconds(lease.retry_after)
+        reset = _retry_seconds(lease.retry_after)
     else:
         reset = 0 if remaining >= quota else _seconds(period)
     return Quota(name, quota, window, remaining, reset)
