@@ -11,6 +11,7 @@ import pytest
 import websockets
 from _integration import eventually
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -415,3 +416,22 @@ async def test_exempt_paths_of_a_mounted_sub_app_are_relative_to_its_mount(
         assert [(await client.get("/api/health/live")).status_code for _ in range(3)] == [200, 200, 200]
         assert [(await client.get("/api/hello")).status_code for _ in range(2)] == [200, 429]
         assert (await client.get("/api/healthz")).status_code == 429
+
+
+async def test_a_background_task_holds_its_concurrency_permit_until_it_finishes(serve_asgi) -> None:
+    limiter = permits.ConcurrencyLimiter(1)
+    finish = asyncio.Event()
+
+    async def slow_task() -> None:
+        await finish.wait()
+
+    async def with_task(request: Request) -> Response:
+        return PlainTextResponse("sent", background=BackgroundTask(slow_task))
+
+    app = Starlette(routes=[Route("/task", with_task)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/task")).text == "sent"
+        assert limiter.available_permits() == 0  # the response is sent, the task still runs
+        finish.set()
+        await eventually(lambda: limiter.available_permits() == 1)
