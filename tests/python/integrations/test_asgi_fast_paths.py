@@ -33,7 +33,9 @@ def _scope(peer: str | None, xff: list[str], fwd: list[str], extra: list[tuple[b
     prefix=st.sampled_from([None, 64, 48]),
     peer=_peers,
     xff=st.lists(st.lists(_hops, max_size=3).map(", ".join), max_size=2),
-    fwd=st.lists(st.lists(_hops.map(lambda h: f"for={h}") | st.just("proto=https"), max_size=3).map(", ".join), max_size=2),
+    fwd=st.lists(
+        st.lists(_hops.map(lambda h: f"for={h}") | st.just("proto=https"), max_size=3).map(", ".join), max_size=2
+    ),
     header=st.sampled_from(["x-forwarded-for", "Forwarded"]),
 )
 def test_client_ip_from_the_scope_is_client_ip_of_the_request(trusted, prefix, peer, xff, fwd, header) -> None:

@@ -172,7 +172,9 @@ async def test_requests_call_next_if_accepted(serve_asgi) -> None:
 async def test_request_rejected_on_rejected_wins_over_the_default_status(serve_asgi, clock) -> None:
     seen: list[str] = []
     on_rejected = _on_rejected_recording(seen, "global", 503)
-    app = _fastapi(RateLimit(permits.NoLimiter()), permits.FixedWindowLimiter(1, 60, clock=clock), on_rejected=on_rejected)
+    app = _fastapi(
+        RateLimit(permits.NoLimiter()), permits.FixedWindowLimiter(1, 60, clock=clock), on_rejected=on_rejected
+    )
     answer = await _second_answer(serve_asgi, app)
     assert (answer.status_code, seen) == (503, ["global"])
 
