@@ -127,8 +127,11 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if (kind != "http" and kind != "websocket") or (self.exempt and is_exempt(route_path(scope), self.exempt)):
+        if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
+            return
+        if self.exempt and is_exempt(route_path(scope), self.exempt):
+            await _run(self.app, scope, receive, send, None)  # no global limit; a route's own still applies
             return
         policy = self.policy
         made: list[HTTPConnection] = []
@@ -158,39 +161,14 @@ class RateLimitMiddleware:
             receive = _replaying(buffered, receive)
         else:
             lease = await policy.acquire(key)
-        handoff = scope.get(HANDOFF)
-        owner = handoff is None
-        if handoff is None:
-            handoff = scope[HANDOFF] = Handoff()
         try:
             quota = policy.quota(key, lease)
             if not lease:
                 await self._reject(scope, receive, send, connection(), lease, quota)
                 return
-
-            replaced = False
-
-            async def send_with_headers(message: Message) -> None:
-                nonlocal replaced
-                if replaced:
-                    return  # the framework's answer to a route's rejection, replaced by on_rejected's
-                if message["type"] == "http.response.start":
-                    if handoff.rejection is not None:
-                        (response, headers), handoff.rejection = handoff.rejection, None
-                        replaced = True
-                        await send_response(response, scope, receive, send, headers)
-                        return
-                    best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
-                    if best is not None:
-                        message = _with_raw_headers(message, encoded_headers(best))
-                await send(message)
-
-            await self.app(scope, receive, send_with_headers)
+            await _run(self.app, scope, receive, send, quota)
         finally:
             lease.release()
-            if owner:
-                for route_lease in handoff.route_leases:
-                    route_lease.release()
 
     async def _reject(
         self, scope: Scope, receive: Receive, send: Send, connection: HTTPConnection, lease: Lease, quota: Quota | None
@@ -212,6 +190,40 @@ class RateLimitMiddleware:
             await send_response(response, scope, receive, send, headers)
         else:
             await WebSocket(scope, receive, send).close(WEBSOCKET_CLOSE_CODE, "rate limited")
+
+
+async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: Quota | None) -> None:
+    """Runs the application with the handoff a route's limit finds in the scope: the route's
+    leases are released once the application has returned (the response sent), its headers are
+    written (those of the limit with fewer permits left), and its on_rejected response is sent in
+    place of the framework's answer to its rejection."""
+    handoff = scope.get(HANDOFF)
+    owner = handoff is None  # (an outer RateLimitMiddleware made it, and releases the leases)
+    if handoff is None:
+        handoff = scope[HANDOFF] = Handoff()
+    replaced = False
+
+    async def send_with_headers(message: Message) -> None:
+        nonlocal replaced
+        if replaced:
+            return  # the framework's answer to a route's rejection, replaced by on_rejected's
+        if message["type"] == "http.response.start":
+            if handoff.rejection is not None:
+                (response, headers), handoff.rejection = handoff.rejection, None
+                replaced = True
+                await send_response(response, scope, receive, send, headers)
+                return
+            best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
+            if best is not None:
+                message = _with_raw_headers(message, encoded_headers(best))
+        await send(message)
+
+    try:
+        await app(scope, receive, send_with_headers)
+    finally:
+        if owner:
+            for route_lease in handoff.route_leases:
+                route_lease.release()
 
 
 async def _until_disconnect(receive: Receive, buffered: deque[Message]) -> None:

@@ -61,6 +61,25 @@ async def test_with_the_middleware_the_routes_on_rejected_response_is_sent(
     assert _warnings(caplog) == []
 
 
+async def test_on_an_exempt_path_the_routes_on_rejected_response_is_sent_too(
+    serve_asgi, clock: permits.ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    route = permits.ConcurrencyLimiter(1, clock=clock, name="route")
+    app = _fastapi(
+        RateLimit(route, on_rejected=_custom(503, "route says no")),
+        permits.FixedWindowLimiter(1, 60, clock=clock),
+        exempt=["/limited"],
+    )
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        held = route.acquire()  # the route's one permit, taken: every request is rejected
+        rejected = await client.get("/limited")
+        assert (rejected.status_code, rejected.text) == (503, "route says no")
+        held.release()
+        assert [(await client.get("/limited")).status_code for _ in range(3)] == [200, 200, 200]
+        assert route.available_permits() == 1  # each request's permit came back
+    assert _warnings(caplog) == []
+
+
 async def test_without_middleware_or_handler_the_first_dropped_response_logs_a_warning(
     serve_asgi, clock: permits.ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
