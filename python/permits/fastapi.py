@@ -23,10 +23,11 @@ from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
+logger = logging.getLogger("permits")
+
 #: The status of the response to a client that disconnected while its request was queued (it
 #: reads none: the connection is gone); nginx's "client closed request".
 CLIENT_CLOSED_REQUEST = 499
-logger = logging.getLogger("permits")
 #: Where a request's route leases are listed in the ASGI scope (a rejection refunds them all).
 GRANTED = "permits.granted"
 
