@@ -100,9 +100,7 @@ class _Sent(web.StreamResponse):
 
 async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: Quota | None) -> web.StreamResponse:
     headers = policy.rejection_headers(lease, quota)
-    custom = await policy.rejection(request, lease)
-    if custom is not None and not isinstance(custom, web.StreamResponse):
-        raise TypeError(f"on_rejected must return an aiohttp web.StreamResponse or None, got {type(custom).__name__}")
+    custom = await policy.rejection(request, lease, web.StreamResponse)
     # (not `custom or ...`: a response is a mapping, false while empty)
     response = web.Response(status=policy.status_code, text="Too Many Requests") if custom is None else custom
     _add_headers(response, headers)
@@ -142,7 +140,6 @@ def rate_limit_middleware(
             quota = policy.quota(key, lease)
             if not lease:
                 return await _sent(await _rejection(policy, request, lease, quota), request)
-            handoff.global_leases.append(lease)
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # aiohttp's HTTP errors are responses: they get the headers too
@@ -173,7 +170,7 @@ def limit(
     headers: bool = True,
 ) -> Callable[[Handler], Handler]:
     """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``. Runs after the
-    middleware's global limiter; its rejection gives the global permit back."""
+    middleware's global limiter; a request it rejects still counts against the global limit."""
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
         on_rejected=on_rejected, headers=headers,
@@ -197,7 +194,7 @@ def limit(
                 lease.release()
                 raise
             if not lease:
-                refund_before_rejection(handoff, granted)
+                refund_before_rejection(granted)
                 return await _rejection(policy, request, lease, quota)
             granted.append(lease)
             if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple
@@ -20,6 +21,7 @@ from .partitioned import PartitionedLimiter
 from .rate_limiter import RateLimiter
 
 _CHAINS = (ChainedLimiter, ChainedPartitionedLimiter)
+logger = logging.getLogger("permits")
 
 
 class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a frozen dataclass)
@@ -69,6 +71,12 @@ def _sf_string(text: str) -> str:
 
 def _seconds(value: float) -> int:
     return max(0, math.ceil(value - 1e-9))  # whole seconds rounded up (float noise aside)
+
+
+def _retry_seconds(value: float) -> int:
+    """A rejection's wait in whole seconds: at least 1, so that a client told 0 does not come
+    straight back (a nanosecond before a refill rounds to 0)."""
+    return max(1, _seconds(value))
 
 
 def fewest_remaining(quotas: Iterable[Quota | None]) -> Quota | None:
@@ -174,12 +182,26 @@ class Policy:
             return limiter.wait_async(key, n) if self.wait else limiter.acquire_async(key, n)
         return limiter.wait_async(n) if self.wait else limiter.acquire_async(n)
 
-    async def rejection(self, request: Any, lease: Lease) -> Any:
-        """on_rejected's response, or None for the default one."""
+    async def rejection(self, request: Any, lease: Lease, response_type: type) -> Any:
+        """on_rejected's response, or None for the default one. An on_rejected that raises or
+        returns no ``response_type`` is logged and gets the default one: a broken callback must
+        not turn a rejection into a 500 (nor lose its ``Retry-After``)."""
         if self.on_rejected is None:
             return None
-        found = self.on_rejected(request, lease)
-        return await found if inspect.isawaitable(found) else found
+        try:
+            found = self.on_rejected(request, lease)
+            if inspect.isawaitable(found):
+                found = await found
+        except Exception:
+            logger.exception("on_rejected %r raised; the default rejection is sent", self.on_rejected)
+            return None
+        if found is not None and not isinstance(found, response_type):
+            logger.error(
+                "on_rejected %r returned %s, not a %s.%s or None; the default rejection is sent",
+                self.on_rejected, type(found).__name__, response_type.__module__, response_type.__qualname__,
+            )  # fmt: skip
+            return None
+        return found
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
@@ -193,7 +215,7 @@ class Policy:
     def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
         found = [] if quota is None else quota.headers()
         if lease.retry_after is not None:
-            found.append(("Retry-After", str(_seconds(lease.retry_after))))
+            found.append(("Retry-After", str(_retry_seconds(lease.retry_after))))
         return found
 
 
@@ -239,30 +261,33 @@ def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: 
     if period is None:
         return Quota(name, quota, window, remaining, None)
     if not lease and lease.retry_after is not None:
-        reset = _seconds(lease.retry_after)
+        reset = _retry_seconds(lease.retry_after)
     else:
         reset = 0 if remaining >= quota else _seconds(period)
     return Quota(name, quota, window, remaining, reset)
 
 
 class Handoff:
-    """What a server's middleware and a route's limit share for one request: the global leases
-    (refunded when the route rejects), the route's leases (released by the middleware once the
-    response is sent) and the route's quotas (for the headers)."""
+    """What a server's middleware and a route's limit share for one request: the route's leases
+    (released by the middleware once the response is sent), the route's quotas (for the
+    headers) and its on_rejected response."""
 
-    __slots__ = ("global_leases", "quotas", "route_leases")
+    __slots__ = ("quotas", "rejection", "route_leases")
 
     def __init__(self) -> None:
-        self.global_leases: list[Lease] = []
         self.route_leases: list[Lease] = []
         self.quotas: list[Quota | None] = []
+        # A route's on_rejected response and its headers, for the middleware to send in place of
+        # the framework's answer to the route's exception.
+        self.rejection: tuple[Any, list[tuple[str, str]]] | None = None
 
 
-def refund_before_rejection(handoff: object, granted: list[Lease]) -> None:
-    """A route's limit rejected the request: it consumes nothing, neither the middleware's global
-    permits (when ``handoff`` is the middleware's) nor those of the route's other limits that
-    granted it."""
-    for earlier in [*(handoff.global_leases if isinstance(handoff, Handoff) else ()), *granted]:
+def refund_before_rejection(granted: list[Lease]) -> None:
+    """A route's limit rejected the request: the permits its other limits (stacked on the same
+    route) granted are given back, as a chain's are. The middleware's global permits are not: a
+    route's rejection counts against the global limit (its concurrency permits come back when the
+    response has been sent, as always)."""
+    for earlier in granted:
         earlier._refund()
 
 

@@ -8,6 +8,7 @@ away releases it too.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -58,6 +59,16 @@ def _with_raw_headers(message: Message, ours: Iterable[tuple[bytes, bytes]]) -> 
     if not ours:
         return message
     return {**message, "headers": [*existing, *ours]}
+
+
+def route_path(scope: Scope) -> str:
+    """The path the application routes on: the scope's path without its ``root_path`` (that of a
+    mounted sub-application, or a server's ``--root-path``), as Starlette's router takes it."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :] or "/"
+    return path
 
 
 async def send_response(
@@ -116,8 +127,11 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if (kind != "http" and kind != "websocket") or (self.exempt and is_exempt(scope.get("path", ""), self.exempt)):
+        if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
+            return
+        if self.exempt and is_exempt(route_path(scope), self.exempt):
+            await _run(self.app, scope, receive, send, None)  # no global limit; a route's own still applies
             return
         policy = self.policy
         made: list[HTTPConnection] = []
@@ -135,6 +149,8 @@ class RateLimitMiddleware:
             key = key_function.from_scope(scope)
         elif isinstance(key_function, _Header):
             key = key_function.from_scope(scope, connection)
+            if inspect.isawaitable(key):  # an async fallback
+                key = await key
         else:
             key = await policy.key_of(connection())
         if policy.wait:
@@ -146,37 +162,21 @@ class RateLimitMiddleware:
             receive = replaying(held, receive)
         else:
             lease = await policy.acquire(key)
-        handoff = scope.get(HANDOFF)
-        owner = handoff is None
-        if handoff is None:
-            handoff = scope[HANDOFF] = Handoff()
         try:
             quota = policy.quota(key, lease)
             if not lease:
                 await self._reject(scope, receive, send, connection(), lease, quota)
                 return
-            handoff.global_leases.append(lease)
-
-            async def send_with_headers(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
-                    if best is not None:
-                        message = _with_raw_headers(message, encoded_headers(best))
-                await send(message)
-
-            await self.app(scope, receive, send_with_headers)
+            await _run(self.app, scope, receive, send, quota)
         finally:
             lease.release()
-            if owner:
-                for route_lease in handoff.route_leases:
-                    route_lease.release()
 
     async def _reject(
         self, scope: Scope, receive: Receive, send: Send, connection: HTTPConnection, lease: Lease, quota: Quota | None
     ) -> None:
         policy = self.policy
         headers = policy.rejection_headers(lease, quota)
-        response = await policy.rejection(connection, lease)
+        response = await policy.rejection(connection, lease, Response)
         if scope["type"] == "http":
             if response is None:
                 response = PlainTextResponse("Too Many Requests", policy.status_code)
@@ -191,6 +191,40 @@ class RateLimitMiddleware:
             await send_response(response, scope, receive, send, headers)
         else:
             await WebSocket(scope, receive, send).close(WEBSOCKET_CLOSE_CODE, "rate limited")
+
+
+async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: Quota | None) -> None:
+    """Runs the application with the handoff a route's limit finds in the scope: the route's
+    leases are released once the application has returned (the response sent), its headers are
+    written (those of the limit with fewer permits left), and its on_rejected response is sent in
+    place of the framework's answer to its rejection."""
+    handoff = scope.get(HANDOFF)
+    owner = handoff is None  # (an outer RateLimitMiddleware made it, and releases the leases)
+    if handoff is None:
+        handoff = scope[HANDOFF] = Handoff()
+    replaced = False
+
+    async def send_with_headers(message: Message) -> None:
+        nonlocal replaced
+        if replaced:
+            return  # the framework's answer to a route's rejection, replaced by on_rejected's
+        if message["type"] == "http.response.start":
+            if handoff.rejection is not None:
+                (response, headers), handoff.rejection = handoff.rejection, None
+                replaced = True
+                await send_response(response, scope, receive, send, headers)
+                return
+            best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
+            if best is not None:
+                message = _with_raw_headers(message, encoded_headers(best))
+        await send(message)
+
+    try:
+        await app(scope, receive, send_with_headers)
+    finally:
+        if owner:
+            for route_lease in handoff.route_leases:
+                route_lease.release()
 
 
 __all__ = ["HANDOFF", "WEBSOCKET_CLOSE_CODE", "Handoff", "RateLimitMiddleware"]

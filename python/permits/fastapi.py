@@ -3,12 +3,13 @@
     @app.get("/search", dependencies=[Depends(RateLimit(limiter))])
 
 It runs after the global :class:`permits.asgi.RateLimitMiddleware` (when one is installed). A
-rejection raises :class:`RateLimitExceeded` (an ``HTTPException`` with the status and headers) and
-gives the middleware's permit back, so a rejected request consumes nothing.
+rejection raises :class:`RateLimitExceeded` (an ``HTTPException`` with the status and headers); the
+request still counts against the middleware's global limit.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -22,6 +23,8 @@ from ._queued import Message, acquire_or_leave, replaying
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
+
+logger = logging.getLogger("permits")
 
 #: The status of the response to a client that disconnected while its request was queued (it
 #: reads none: the connection is gone); nginx's "client closed request".
@@ -45,6 +48,9 @@ async def rejection_handler(request: Request, exc: Exception) -> Response:
     ``app.add_exception_handler(RateLimitExceeded, rejection_handler)``. Without it, FastAPI's
     handler of ``HTTPException`` answers (JSON ``detail``, the same status and headers)."""
     assert isinstance(exc, RateLimitExceeded)
+    handoff = request.scope.get(HANDOFF)
+    if isinstance(handoff, Handoff):
+        handoff.rejection = None  # sent here: the middleware need not replace anything
     if exc.response is not None:
         for name, value in (exc.headers or {}).items():
             exc.response.headers.setdefault(name, value)
@@ -76,6 +82,7 @@ class RateLimit:
             on_rejected=on_rejected,
             headers=headers,
         )
+        self._warned = False  # about a dropped on_rejected response: once
 
     async def __call__(self, request: HTTPConnection, response: Response) -> AsyncIterator[Lease]:
         policy = self.policy
@@ -102,12 +109,23 @@ class RateLimit:
             lease.release()
             raise
         if not lease:
-            refund_before_rejection(handoff, granted)
+            refund_before_rejection(granted)
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
-            headers = dict(policy.rejection_headers(lease, quota))
-            custom = await policy.rejection(request, lease)
-            raise RateLimitExceeded(policy.status_code, headers, lease, custom)
+            headers = policy.rejection_headers(lease, quota)
+            custom = await policy.rejection(request, lease, Response)
+            if custom is not None:
+                if isinstance(handoff, Handoff):  # the middleware sends it in place of FastAPI's answer
+                    handoff.rejection = (custom, headers)
+                elif not self._warned and not _handles_rejections(request):
+                    self._warned = True
+                    logger.warning(
+                        "on_rejected's response for %s was dropped (FastAPI answered the rejection "
+                        "itself): install permits.asgi.RateLimitMiddleware, or "
+                        "app.add_exception_handler(RateLimitExceeded, rejection_handler)",
+                        request.url.path,
+                    )
+            raise RateLimitExceeded(policy.status_code, dict(headers), lease, custom)
         granted.append(lease)
         if isinstance(handoff, Handoff):
             # The middleware holds the lease until the response is sent and writes the headers
@@ -123,6 +141,13 @@ class RateLimit:
             yield lease  # FastAPI ends a yield dependency after the response has been sent
         finally:
             lease.release()
+
+
+def _handles_rejections(request: HTTPConnection) -> bool:
+    """Whether the application has a handler of its own for RateLimitExceeded (which sends, or
+    knowingly drops, on_rejected's response)."""
+    handlers = getattr(request.scope.get("app"), "exception_handlers", None)
+    return isinstance(handlers, dict) and RateLimitExceeded in handlers
 
 
 __all__ = ["CLIENT_CLOSED_REQUEST", "RateLimit", "RateLimitExceeded", "rejection_handler"]

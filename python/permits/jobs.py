@@ -21,6 +21,11 @@ from .keyed_limiter import KeyedRateLimiter
 __all__ = ["limit", "throttle"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_NOT_ASYNC = (
+    "@permits.limit: {name} is a plain function that returned a coroutine; decorate the async def "
+    "itself (or, from Python 3.12, mark {name} with inspect.markcoroutinefunction) so that each call "
+    "waits without blocking the event loop and holds its permits until the coroutine ends"
+)
 T = TypeVar("T")
 
 
@@ -73,8 +78,16 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
         else:
 
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                with pacer.wait(_plain(key_of(*args, **kwargs)), n):
-                    return fn(*args, **kwargs)
+                lease = pacer.wait(_plain(key_of(*args, **kwargs)), n)
+                with lease:
+                    result = fn(*args, **kwargs)
+                    if inspect.iscoroutine(result):
+                        # Its work runs later, after the lease is released (and the wait above
+                        # blocked the event loop): refuse it, as if the call never happened.
+                        result.close()
+                        lease._refund()
+                        raise TypeError(_NOT_ASYNC.format(name=getattr(fn, "__qualname__", repr(fn))))
+                    return result
 
             wrapper = sync_wrapper
         return functools.wraps(fn)(wrapper)  # type: ignore[return-value]

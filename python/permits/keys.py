@@ -179,12 +179,25 @@ def _networks(trusted_proxies: object) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
+#: The forwarding headers ``client_ip`` can read, by their lowercase names.
+FORWARDING_HEADERS = ("x-forwarded-for", "forwarded")
+
+
+def _forwarding_header(header: object) -> str:
+    if not isinstance(header, str):
+        raise TypeError(f"header must be a str ('x-forwarded-for' or 'forwarded'), got {type(header).__name__}")
+    name = header.strip().lower()
+    if name not in FORWARDING_HEADERS:
+        raise ValueError(f"header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
+    return name
+
+
 class _ClientIP:
     """The callable :func:`client_ip` returns (a class so that its options show in its repr)."""
 
-    __slots__ = ("_ipv6_prefix", "_trusted")
+    __slots__ = ("_forwarded", "_header", "_ipv6_prefix", "_raw_header", "_trusted")
 
-    def __init__(self, trusted_proxies: object, ipv6_prefix: object) -> None:
+    def __init__(self, trusted_proxies: object, ipv6_prefix: object, header: object) -> None:
         self._trusted = _networks(trusted_proxies)
         if ipv6_prefix is not None:
             if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int):
@@ -192,6 +205,9 @@ class _ClientIP:
             if not 1 <= ipv6_prefix <= 128:
                 raise ValueError(f"ipv6_prefix must be between 1 and 128, got {ipv6_prefix}")
         self._ipv6_prefix = ipv6_prefix
+        self._header = _forwarding_header(header)
+        self._raw_header = self._header.encode("ascii")
+        self._forwarded = self._header == "forwarded"
 
     def _is_trusted(self, address: IPAddress) -> bool:
         return any(address.version == net.version and address in net for net in self._trusted)
@@ -199,22 +215,27 @@ class _ClientIP:
     def _key(self, address: IPAddress) -> str:
         return _key_text(address, self._ipv6_prefix)
 
-    def from_parts(self, peer: str | None, forwarded: list[str], forwarded_for: list[str]) -> str:
-        """The key from the peer and the ``Forwarded`` / ``X-Forwarded-For`` lines: the framework-neutral core."""
+    def from_lines(self, peer: str | None, lines: list[str]) -> str:
+        """The key from the peer and the lines of the one forwarding header this key reads: the
+        framework-neutral core."""
         address = _address(peer) if peer is not None else None
         if address is None:
             return peer or _UNKNOWN  # a unix socket, a test client: whatever the server calls its peer
         if not self._trusted or not self._is_trusted(address):
             return self._key(address)  # headers from an untrusted peer are the client's own words
-        lines = forwarded or forwarded_for
         if not lines or sum(len(line) for line in lines) > MAX_FORWARDED_LENGTH:
             return self._key(address)
-        hops = _forwarded_hops(lines) if forwarded else _xff_hops(lines)
+        hops = _forwarded_hops(lines) if self._forwarded else _xff_hops(lines)
         # From the right: each trusted proxy vouches for the hop before it; the first hop that is
         # not a trusted proxy is the client. A hop that is no address ends the walk at the last
         # address that a trusted proxy reported (never a spoofable one further left).
         for hop in reversed(hops[-MAX_HOPS:]):
-            hop_address = _address(hop) if hop is not None else None
+            if hop is None:
+                # An element without for= (`proto=https` alone) names nobody: the proxy that wrote
+                # it did not say who connected, and whatever lies further left is the client's own
+                # word. Not the proxy's key either, which would put every such client in one.
+                return _UNKNOWN
+            hop_address = _address(hop)
             if hop_address is None:
                 return self._key(address)
             address = hop_address
@@ -228,36 +249,38 @@ class _ClientIP:
         peer = scope_peer(scope)
         if not self._trusted:
             return _UNKNOWN if not peer else _peer_key(peer, self._ipv6_prefix)
-        forwarded = scope_header_values(scope, b"forwarded")
-        forwarded_for = scope_header_values(scope, b"x-forwarded-for")
-        return self.from_parts(peer, forwarded, forwarded_for)
+        return self.from_lines(peer, scope_header_values(scope, self._raw_header))
 
     def __call__(self, request: Any) -> str:
         try:
-            forwarded = header_values(request, "forwarded") if self._trusted else []
-            forwarded_for = header_values(request, "x-forwarded-for") if self._trusted else []
+            lines = header_values(request, self._header) if self._trusted else []
         except (UnicodeError, ValueError):  # undecodable header bytes: ignore them, as malformed
-            forwarded = forwarded_for = []
-        return self.from_parts(peer_of(request), forwarded, forwarded_for)
+            lines = []
+        return self.from_lines(peer_of(request), lines)
 
     def __repr__(self) -> str:
         proxies = tuple(str(n) for n in self._trusted)
-        return f"client_ip(trusted_proxies={proxies!r}, ipv6_prefix={self._ipv6_prefix!r})"
+        return f"client_ip(trusted_proxies={proxies!r}, ipv6_prefix={self._ipv6_prefix!r}, header={self._header!r})"
 
 
 def client_ip(
-    trusted_proxies: Iterable[str | IPAddress | IPNetwork] | str = (), ipv6_prefix: int | None = None
+    trusted_proxies: Iterable[str | IPAddress | IPNetwork] | str = (),
+    ipv6_prefix: int | None = None,
+    *,
+    header: str = "x-forwarded-for",
 ) -> KeyFunction:
     """A key function: the client's IP address, as a string.
 
     Without ``trusted_proxies`` it is the direct peer's address. With them (addresses or CIDR
-    networks), when the peer is one of them, the client is found in ``Forwarded`` (RFC 7239) or,
-    when that is absent, ``X-Forwarded-For``: the right-most hop that is not a trusted proxy.
-    Headers sent by any other peer are ignored (anyone can write them); malformed or oversized
-    headers never raise, the peer is used instead. ``ipv6_prefix=64`` keys IPv6 clients by their
-    /64 network (one subscriber usually holds a whole /64).
+    networks), when the peer is one of them, the client is read from ``header``, the one header
+    your proxy writes: ``"x-forwarded-for"`` (the default; nginx's ``$proxy_add_x_forwarded_for``,
+    most load balancers) or ``"forwarded"`` (RFC 7239), case-insensitive. The other header is
+    ignored: a proxy passes it through from the client, who can write anything in it. The client
+    is the right-most hop that is not a trusted proxy. Headers sent by any other peer are ignored;
+    malformed or oversized headers never raise, the peer is used instead. ``ipv6_prefix=64`` keys
+    IPv6 clients by their /64 network (one subscriber usually holds a whole /64).
     """
-    return _ClientIP(trusted_proxies, ipv6_prefix)
+    return _ClientIP(trusted_proxies, ipv6_prefix, header)
 
 
 class _Header:
@@ -272,12 +295,18 @@ class _Header:
         self._raw_name = self._name.encode("latin-1", "replace")
         self._fallback: KeyFunction | None = fallback
 
+    def _key(self, values: list[str]) -> tuple[str, str] | None:
+        # The value is tagged with the header's name: a client writing a victim's address (or
+        # any other key the fallback makes) in the header gets a key of its own, not the victim's.
+        value = values[0].strip() if values else ""
+        return (self._name, value) if value else None  # empty or blank: as if absent
+
     def from_scope(self, scope: Any, request: Callable[[], Any]) -> Any:
         """The same key read straight from an ASGI scope; ``request()`` makes the framework's
-        request for a fallback that needs one."""
-        values = scope_header_values(scope, self._raw_name)
-        if values:
-            return values[0].strip()
+        request for a fallback that needs one. An async fallback's awaitable is returned as is."""
+        found = self._key(scope_header_values(scope, self._raw_name))
+        if found is not None:
+            return found
         fallback = self._fallback
         if fallback is None:
             return None
@@ -290,8 +319,9 @@ class _Header:
             values = header_values(request, self._name)
         except (UnicodeError, ValueError):
             values = []
-        if values:
-            return values[0].strip()
+        found = self._key(values)
+        if found is not None:
+            return found
         return None if self._fallback is None else self._fallback(request)
 
     def __repr__(self) -> str:
@@ -302,8 +332,11 @@ _DEFAULT = client_ip()
 
 
 def header(name: str, fallback: KeyFunction | None = _DEFAULT) -> KeyFunction:
-    """A key function: the value of header ``name`` (an API key, a tenant id); without the header,
-    ``fallback(request)`` (by default the client's IP address; None keys such requests None)."""
+    """A key function: the value of header ``name`` (an API key, a tenant id) as the key
+    ``(name, value)``, ``name`` in lowercase; without the header, or with an empty or blank value,
+    ``fallback(request)`` (by default the client's IP address; None keys such requests None; an
+    async fallback is awaited). The name in the key keeps the kinds apart: a header's value is
+    never the same key as a client's address, or another header's value."""
     return _Header(name, fallback)
 
 

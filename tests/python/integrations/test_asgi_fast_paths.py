@@ -33,10 +33,13 @@ def _scope(peer: str | None, xff: list[str], fwd: list[str], extra: list[tuple[b
     prefix=st.sampled_from([None, 64, 48]),
     peer=_peers,
     xff=st.lists(st.lists(_hops, max_size=3).map(", ".join), max_size=2),
-    fwd=st.lists(st.lists(_hops.map(lambda h: f"for={h}"), max_size=3).map(", ".join), max_size=2),
+    fwd=st.lists(
+        st.lists(_hops.map(lambda h: f"for={h}") | st.just("proto=https"), max_size=3).map(", ".join), max_size=2
+    ),
+    header=st.sampled_from(["x-forwarded-for", "Forwarded"]),
 )
-def test_client_ip_from_the_scope_is_client_ip_of_the_request(trusted, prefix, peer, xff, fwd) -> None:
-    key = keys.client_ip(trusted, ipv6_prefix=prefix)
+def test_client_ip_from_the_scope_is_client_ip_of_the_request(trusted, prefix, peer, xff, fwd, header) -> None:
+    key = keys.client_ip(trusted, ipv6_prefix=prefix, header=header)
     scope = _scope(peer, xff, fwd, [])
     assert key.from_scope(scope) == key(Request(scope))  # type: ignore[attr-defined]
 
@@ -60,7 +63,7 @@ def test_header_from_the_scope_is_header_of_the_request(value, fallback, peer) -
 
     assert key.from_scope(scope, request) == key(Request(scope))  # type: ignore[attr-defined]
     # A request object is made only for a fallback that is no built-in key.
-    assert bool(made) == (fallback == "path" and value is None)
+    assert bool(made) == (fallback == "path" and not (value or "").strip())  # blank: absent
 
 
 @given(

@@ -11,9 +11,10 @@ import pytest
 import websockets
 from _integration import eventually
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 import permits
@@ -78,8 +79,8 @@ async def test_exact_200_429_sequence_per_key(serve_asgi, clock: permits.ManualC
         clock.advance_ns(10 * 10**9)
         assert await statuses("a", "b", "a", "a") == [200, 200, 200, 429]
     # A rejected request is counted once (no fast-path-then-slow-path double acquire).
-    assert limiter.statistics("a").total_failed_leases == 3
-    assert limiter.statistics("a").total_successful_leases == 4
+    assert limiter.statistics(("x-client", "a")).total_failed_leases == 3
+    assert limiter.statistics(("x-client", "a")).total_successful_leases == 4
 
 
 async def test_retry_after_and_ratelimit_headers(serve_asgi, clock: permits.ManualClock) -> None:
@@ -337,9 +338,14 @@ async def test_lifespan_and_other_scopes_pass_through(clock: permits.ManualClock
 
 
 async def test_per_ip_keys_behind_a_trusted_proxy(serve_asgi, clock: permits.ManualClock) -> None:
-    behind_proxy = keys.client_ip(trusted_proxies=["127.0.0.0/8"])
+    behind_proxy = keys.client_ip(trusted_proxies=["127.0.0.0/8"])  # reads X-Forwarded-For only
+    behind_rfc7239_proxy = keys.client_ip(trusted_proxies=["127.0.0.0/8"], header="forwarded")
     direct = keys.client_ip()  # the peer only: forwarding headers are anyone's words
-    for key, expected in ((behind_proxy, [200, 200, 429, 200, 200]), (direct, [200, 429, 429, 429, 429])):
+    for key, expected in (
+        (behind_proxy, [200, 200, 200, 429, 429]),  # Forwarded ignored: the peer's key
+        (behind_rfc7239_proxy, [200, 429, 200, 200, 429]),  # X-Forwarded-For ignored
+        (direct, [200, 429, 429, 429, 429]),
+    ):
         limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(1, 10), clock=clock)
         app = app_with(limiter, key=key)
         async with serve_asgi(app, proxy_headers=False) as url, httpx.AsyncClient(base_url=url) as client:
@@ -388,3 +394,44 @@ async def test_a_queued_request_keeps_its_body(serve_asgi, clock: permits.Manual
         await eventually(lambda: limiter.statistics().current_queued_count == 1)
         clock.advance_ns(10**9)
         assert (await queued).content == body
+
+
+async def test_exempt_paths_are_those_the_app_routes_on_under_a_root_path(
+    serve_asgi, clock: permits.ManualClock
+) -> None:
+    limiter = permits.FixedWindowLimiter(1, 60, clock=clock)
+    # uvicorn --root-path /api: the scope's path carries the prefix, the app routes without it.
+    async with serve_asgi(app_with(limiter, exempt=["/health"]), root_path="/api") as url:
+        async with httpx.AsyncClient(base_url=url) as client:
+            assert [(await client.get("/health")).status_code for _ in range(3)] == [200, 200, 200]
+            assert [(await client.get("/hello")).status_code for _ in range(2)] == [200, 429]
+
+
+async def test_exempt_paths_of_a_mounted_sub_app_are_relative_to_its_mount(
+    serve_asgi, clock: permits.ManualClock
+) -> None:
+    limiter = permits.FixedWindowLimiter(1, 60, clock=clock)
+    outer = Starlette(routes=[Mount("/api", app=app_with(limiter, exempt=["/health"]))])
+    async with serve_asgi(outer) as url, httpx.AsyncClient(base_url=url) as client:
+        assert [(await client.get("/api/health/live")).status_code for _ in range(3)] == [200, 200, 200]
+        assert [(await client.get("/api/hello")).status_code for _ in range(2)] == [200, 429]
+        assert (await client.get("/api/healthz")).status_code == 429
+
+
+async def test_a_background_task_holds_its_concurrency_permit_until_it_finishes(serve_asgi) -> None:
+    limiter = permits.ConcurrencyLimiter(1)
+    finish = asyncio.Event()
+
+    async def slow_task() -> None:
+        await finish.wait()
+
+    async def with_task(request: Request) -> Response:
+        return PlainTextResponse("sent", background=BackgroundTask(slow_task))
+
+    app = Starlette(routes=[Route("/task", with_task)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/task")).text == "sent"
+        assert limiter.available_permits() == 0  # the response is sent, the task still runs
+        finish.set()
+        await eventually(lambda: limiter.available_permits() == 1)

@@ -56,23 +56,61 @@ def make_app(route_limit: RateLimit, global_limiter: Any = None, **middleware: A
     return app
 
 
-async def test_a_route_rejection_refunds_the_global_permit(serve_asgi, clock: permits.ManualClock) -> None:
+async def test_a_route_rejection_counts_against_the_global_limit(serve_asgi, clock: permits.ManualClock) -> None:
     global_limiter = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="global")
     route = permits.FixedWindowLimiter(1, 60, clock=clock, name="route")
     app = make_app(RateLimit(route), global_limiter)
     async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
         assert (await client.get("/limited")).status_code == 200
         assert global_limiter.available_permits() == 4
-        for _ in range(3):
+        for left in (3, 2, 1):
             rejected = await client.get("/limited")
             assert rejected.status_code == 429
             assert rejected.json() == {"detail": "Too Many Requests"}
             assert rejected.headers["retry-after"] == "60"
             assert rejected.headers["ratelimit"] == '"route";r=0;t=60'
-            assert global_limiter.available_permits() == 4  # unchanged: the 429 consumed nothing
+            assert global_limiter.available_permits() == left  # the route's 429 kept its global permit
         assert (await client.get("/free")).status_code == 200
-        assert global_limiter.available_permits() == 3
-    assert route.statistics().total_failed_leases == 3
+        assert global_limiter.available_permits() == 0
+        assert (await client.get("/limited")).headers["ratelimit"] == '"global";r=0;t=60'  # the global 429
+    assert route.statistics().total_failed_leases == 3  # the last one never reached the route
+
+
+async def test_a_flood_of_route_rejections_stops_at_the_global_limit(serve_asgi, clock: permits.ManualClock) -> None:
+    # A per-client global limit of 5: a flood on a route-limited path reaches the route (and its
+    # expensive dependency) at most 5 times, not once per request.
+    per_client = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(5, 60), clock=clock)
+    route = permits.FixedWindowLimiter(1, 60, clock=clock, name="route")
+    ran: list[int] = []
+
+    async def expensive() -> None:
+        ran.append(1)
+
+    app = FastAPI()
+
+    @app.get("/search", dependencies=[Depends(expensive), Depends(RateLimit(route))])
+    async def search() -> dict[str, bool]:
+        return {"ok": True}
+
+    app.add_middleware(RateLimitMiddleware, limiter=per_client)
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        statuses = [(await client.get("/search")).status_code for _ in range(64)]
+    assert statuses.count(200) == 1
+    assert per_client.statistics("127.0.0.1").total_successful_leases == 5
+    assert per_client.statistics("127.0.0.1").total_failed_leases == 59
+    assert route.statistics().total_failed_leases == 4
+    assert len(ran) == 5
+
+
+async def test_a_route_rejection_gives_a_global_concurrency_permit_back_once_sent(
+    serve_asgi, clock: permits.ManualClock
+) -> None:
+    global_limiter = permits.ConcurrencyLimiter(1, clock=clock)
+    route = permits.FixedWindowLimiter(1, 60, clock=clock, name="route")
+    async with serve_asgi(make_app(RateLimit(route), global_limiter)) as url, httpx.AsyncClient(base_url=url) as client:
+        assert [(await client.get("/limited")).status_code for _ in range(3)] == [200, 429, 429]
+        await eventually(lambda: global_limiter.available_permits() == 1)
+    assert global_limiter.statistics().total_successful_leases == 3
 
 
 async def test_the_headers_are_those_of_the_limiter_with_fewer_left(serve_asgi, clock: permits.ManualClock) -> None:
@@ -214,7 +252,7 @@ async def test_a_rejection_by_one_of_stacked_limits_refunds_the_others(serve_asg
         assert wide.available_permits() == 4  # only the granted request took one
         wide = permits.TokenBucketLimiter(5, 1, 60, clock=clock, name="wide")
         narrow = permits.FixedWindowLimiter(1, 60, clock=clock, name="narrow")
-    assert global_limiter.available_permits() == 8
+    assert global_limiter.available_permits() == 6  # every request, rejected by the route or not
 
 
 async def test_a_queued_request_keeps_its_body(serve_asgi, clock: permits.ManualClock) -> None:

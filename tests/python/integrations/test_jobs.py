@@ -322,3 +322,37 @@ def test_under_trio(clock: permits.ManualClock):
         return seen
 
     assert trio.run(main) == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0]
+
+
+async def test_a_plain_function_returning_a_coroutine_is_refused_at_the_first_call(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(1, 10.0, clock=clock)
+    ran: list[int] = []
+
+    async def work() -> None:
+        ran.append(1)
+
+    @limit(limiter)
+    def plain() -> object:
+        return work()
+
+    with pytest.raises(TypeError, match=r"plain .*returned a coroutine; decorate the async def"):
+        plain()
+    assert limiter.available_permits() == 1  # refunded: the call's work never ran
+    assert ran == []
+    assert limiter.statistics().total_successful_leases == 1
+
+
+def test_a_refused_coroutine_call_gives_a_concurrency_permit_back_once():
+    limiter = permits.ConcurrencyLimiter(1)
+
+    async def work() -> None:
+        pass
+
+    @limit(limiter)
+    def plain() -> object:
+        return work()
+
+    for _ in range(2):
+        with pytest.raises(TypeError, match="async def"):
+            plain()
+        assert limiter.available_permits() == 1

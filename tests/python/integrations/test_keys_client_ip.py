@@ -18,8 +18,12 @@ from starlette.routing import Route
 from permits import keys
 
 
-def ip(trusted: tuple[str, ...] = (), peer: str | None = "10.0.0.1", *, fwd=(), xff=(), prefix=None) -> str:
-    return keys.client_ip(trusted, ipv6_prefix=prefix).from_parts(peer, list(fwd), list(xff))  # type: ignore[attr-defined]
+def ip(trusted: tuple[str, ...] = (), peer: str | None = "10.0.0.1", *, fwd=None, xff=(), prefix=None) -> str:
+    """The key of a request with these header lines: ``fwd`` given, a key reading ``Forwarded``;
+    otherwise one reading ``X-Forwarded-For`` (each reads only its own header)."""
+    header, lines = ("forwarded", fwd) if fwd is not None else ("x-forwarded-for", xff)
+    key = keys.client_ip(trusted, ipv6_prefix=prefix, header=header)
+    return key.from_lines(peer, list(lines))  # type: ignore[attr-defined,no-any-return]
 
 
 def test_without_trusted_proxies_the_peer_is_the_client() -> None:
@@ -45,8 +49,14 @@ def test_forwarded_rfc7239_ipv4_ipv6_ports_and_quotes() -> None:
     assert ip(trusted, fwd=['for="[2001:db8:cafe::17]:4711"']) == "2001:db8:cafe::17"
     assert ip(trusted, fwd=['for="192.0.2.43:4711", for=10.0.0.9']) == "192.0.2.43"
     assert ip(trusted, fwd=['For="1.1.1.1";by="x,y", for=198.51.100.1']) == "198.51.100.1"
-    # Forwarded wins over X-Forwarded-For when both are present.
-    assert ip(trusted, fwd=["for=192.0.2.1"], xff=["192.0.2.2"]) == "192.0.2.1"
+
+
+def test_a_forwarded_element_without_for_never_keys_the_client_as_the_proxy() -> None:
+    trusted = ("10.0.0.0/8",)
+    assert ip(trusted, fwd=["proto=https"]) == "unknown"
+    # The client's own for= left of it is not vouched for by anyone.
+    assert ip(trusted, fwd=["for=6.6.6.6, proto=https;host=example.com"]) == "unknown"
+    assert ip(trusted, fwd=["for=198.51.100.7;proto=https"]) == "198.51.100.7"
 
 
 def test_ipv6_peer_prefix_grouping_and_mapped_addresses() -> None:
@@ -81,7 +91,7 @@ def test_ipv6_peer_prefix_grouping_and_mapped_addresses() -> None:
 )
 def test_malformed_or_huge_headers_fall_back_to_the_peer(header: str) -> None:
     trusted = ("10.0.0.0/8",)
-    assert ip(trusted, fwd=[header]) == "10.0.0.1"
+    assert ip(trusted, fwd=[header]) in ("10.0.0.1", "unknown")  # an element naming nobody: "unknown"
     assert ip(trusted, xff=[header]) in ("10.0.0.1", "192.0.2.1")  # a long list of one client may name it
 
 
@@ -106,6 +116,11 @@ def test_construction_errors() -> None:
         keys.client_ip(ipv6_prefix=0)
     with pytest.raises(TypeError, match="ipv6_prefix"):
         keys.client_ip(ipv6_prefix="64")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="header"):
+        keys.client_ip(header="x-real-ip")
+    with pytest.raises(TypeError, match="header"):
+        keys.client_ip(header=b"forwarded")  # type: ignore[arg-type]
+    assert "header='forwarded'" in repr(keys.client_ip(header="Forwarded"))
     with pytest.raises(TypeError, match="name"):
         keys.header("")
     with pytest.raises(TypeError, match="fallback"):
@@ -148,8 +163,10 @@ async def test_the_helpers_read_each_frameworks_request(framework: str, serve_as
     async with serve as url, httpx.AsyncClient(base_url=url) as client:
         plain = (await client.get("/items/7")).text
         assert plain == "127.0.0.1|127.0.0.1|127.0.0.1|None|/items/7"
-        headers = {"X-Forwarded-For": "6.6.6.6, 198.51.100.7", "X-Api-Key": "k1"}
-        assert (await client.get("/x", headers=headers)).text == "127.0.0.1|198.51.100.7|k1|k1|/x"
+        # (Forwarded is the client's own word to a key reading X-Forwarded-For: ignored)
+        headers = {"X-Forwarded-For": "6.6.6.6, 198.51.100.7", "Forwarded": "for=1.2.3.4", "X-Api-Key": "k1"}
+        tagged = ("x-api-key", "k1")
+        assert (await client.get("/x", headers=headers)).text == f"127.0.0.1|198.51.100.7|{tagged}|{tagged}|/x"
         odd = {"X-Forwarded-For": "é" * 3000, "Forwarded": 'for="[::1', "X-Api-Key": "ß"}
         odd_bytes = {k: v.encode("utf-8") for k, v in odd.items()}
         response = await client.get("/y", headers=odd_bytes)
@@ -166,11 +183,14 @@ async def test_the_helpers_read_each_frameworks_request(framework: str, serve_as
 def test_client_ip_never_raises_and_returns_an_address_or_the_peer(
     forwarded: list[str], forwarded_for: list[str], peer: str | None
 ) -> None:
-    found = ip(("10.0.0.0/8", "fd00::/8"), peer, fwd=forwarded, xff=forwarded_for, prefix=64)
-    assert isinstance(found, str)
-    if peer is None or peer == "garbage":
-        assert found == (peer or "unknown")
-    elif peer in ("203.0.113.5", "::1"):  # not a trusted proxy: the headers are ignored
-        assert found == {"::1": "::/64"}.get(peer, peer)
-    else:
-        ipaddress.ip_network(found, strict=False)  # an address (or a /64) from the headers or the peer
+    for found in (
+        ip(("10.0.0.0/8", "fd00::/8"), peer, fwd=forwarded, prefix=64),
+        ip(("10.0.0.0/8", "fd00::/8"), peer, xff=forwarded_for, prefix=64),
+    ):
+        assert isinstance(found, str)
+        if peer is None or peer == "garbage":
+            assert found == (peer or "unknown")
+        elif peer in ("203.0.113.5", "::1"):  # not a trusted proxy: the headers are ignored
+            assert found == {"::1": "::/64"}.get(peer, peer)
+        elif found != "unknown":  # (a Forwarded element naming nobody)
+            ipaddress.ip_network(found, strict=False)  # an address (or a /64) from the headers or the peer

@@ -1,0 +1,103 @@
+"""client_ip behind a real reverse proxy on loopback that appends X-Forwarded-For (as nginx's
+``$proxy_add_x_forwarded_for``) and passes the client's own headers through: the client cannot
+choose its key. The client connects from 127.0.0.2, the proxy from 127.0.0.1 (the trusted one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from _proxy import reverse_proxy
+from aiohttp import web
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+import permits
+from permits import keys
+from permits.aiohttp import rate_limit_middleware
+from permits.asgi import RateLimitMiddleware
+
+CLIENT = "127.0.0.2"
+PROXY = "127.0.0.1"
+
+
+def _starlette(limiter: Any, key: Any) -> Starlette:
+    async def hello(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    app = Starlette(routes=[Route("/", hello)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, key=key)
+    return app
+
+
+def _aiohttp(limiter: Any, key: Any) -> web.Application:
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text="hello")
+
+    app = web.Application(middlewares=[rate_limit_middleware(limiter, key=key)])
+    app.router.add_get("/", hello)
+    return app
+
+
+def _serve(framework: str, serve_asgi: Any, serve_aiohttp: Any, limiter: Any, key: Any) -> Any:
+    if framework == "uvicorn":  # (uvicorn's own proxy_headers off: the key reads the headers itself)
+        return serve_asgi(_starlette(limiter, key), proxy_headers=False)
+    return serve_aiohttp(_aiohttp(limiter, key))
+
+
+def _client(url: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=url, transport=httpx.AsyncHTTPTransport(local_address=CLIENT))
+
+
+@pytest.mark.parametrize("framework", ["uvicorn", "aiohttp"])
+async def test_a_client_behind_an_xff_proxy_cannot_pick_its_key_with_forwarded(
+    framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(3, 60), clock=clock)
+    key = keys.client_ip(trusted_proxies=[PROXY])
+    async with (
+        _serve(framework, serve_asgi, serve_aiohttp, limiter, key) as upstream,
+        reverse_proxy(upstream, PROXY) as url,
+        _client(url) as client,
+    ):
+        statuses = []
+        for i in range(8):
+            spoof = {"Forwarded": f"for=198.51.100.{i}", "X-Forwarded-For": f"203.0.113.{i}"}
+            statuses.append((await client.get("/", headers=spoof)).status_code)
+        assert statuses == [200, 200, 200, 429, 429, 429, 429, 429]
+        assert limiter.statistics(CLIENT).total_successful_leases == 3
+        assert limiter.statistics(CLIENT).total_failed_leases == 5
+        assert limiter.statistics(PROXY).total_successful_leases == 0
+
+
+@pytest.mark.parametrize("framework", ["uvicorn", "aiohttp"])
+async def test_forwarded_proto_alone_never_keys_the_client_as_the_proxy(
+    framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(3, 60), clock=clock)
+    key = keys.client_ip(trusted_proxies=[PROXY])
+    async with (
+        _serve(framework, serve_asgi, serve_aiohttp, limiter, key) as upstream,
+        reverse_proxy(upstream, PROXY) as url,
+        _client(url) as client,
+    ):
+        assert (await client.get("/", headers={"Forwarded": "proto=https"})).status_code == 200
+    assert limiter.statistics(CLIENT).total_successful_leases == 1
+    assert limiter.statistics(PROXY).total_successful_leases == 0
+
+
+@pytest.mark.parametrize("framework", ["uvicorn", "aiohttp"])
+async def test_a_key_reading_forwarded_ignores_x_forwarded_for(
+    framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    # No proxy here: the test client plays one (127.0.0.2, trusted) that writes Forwarded.
+    limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(3, 60), clock=clock)
+    key = keys.client_ip(trusted_proxies=[CLIENT], header="Forwarded")
+    async with _serve(framework, serve_asgi, serve_aiohttp, limiter, key) as url, _client(url) as client:
+        headers = {"X-Forwarded-For": "203.0.113.1", "Forwarded": "for=198.51.100.7"}
+        assert (await client.get("/", headers=headers)).status_code == 200
+    assert limiter.statistics("198.51.100.7").total_successful_leases == 1
+    assert limiter.statistics("203.0.113.1").total_successful_leases == 0
