@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "permits/limiter.hpp"
+
 namespace permits::bind {
 
 namespace py = pybind11;
@@ -22,6 +24,11 @@ inline std::int64_t int_arg(py::handle v, const char* name) {
         throw py::value_error(std::string(name) + " is out of range: " + std::string(py::str(v)));
     }
     return n;
+}
+
+/// queue_limit: None is no bound on the queue (the engine's kNoQueueLimit), else an int.
+inline std::int64_t queue_limit_arg(py::handle v) {
+    return v.is_none() ? kNoQueueLimit : int_arg(v, "queue_limit");
 }
 
 /// permits.LimiterClosedError, as registered when the module is imported (a strong reference kept

@@ -109,7 +109,7 @@ template <class T> void install_fast_acquire(py::handle cls) {
 }
 
 QueueOptions queue_options(py::handle queue_limit, bool newest_first) {
-    return {int_arg(queue_limit, "queue_limit"), newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
+    return {queue_limit_arg(queue_limit), newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
 }
 
 // __init__(clock, spec, queue_limit, newest_first, manual): the engine class L from its spec's

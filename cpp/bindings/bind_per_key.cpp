@@ -44,11 +44,9 @@ py::object steal(PyObject* obj) {
 
 PerKeyTemplate make_template(const std::shared_ptr<Clock>& clock, py::handle spec, py::handle queue_limit,
                              bool newest_first) {
-    const QueueOptions q{int_arg(queue_limit, "queue_limit"),
+    const QueueOptions q{queue_limit_arg(queue_limit),
                          newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
-    if (q.queue_limit < 0 || q.queue_limit > kMaxPermits) {
-        throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits));
-    }
+    detail::check_queue(q);
     return std::visit(
         Overloaded{
             [&](const TokenBucketRule& rule) { return PerKeyTemplate::of<TokenBucket>(clock, rule, q); },

@@ -18,11 +18,16 @@ void detail::check_duration(const char* name, Nanos value) {
     }
 }
 
+void detail::check_queue(const QueueOptions& queue) {
+    if ((queue.queue_limit < 0 || queue.queue_limit > kMaxPermits) && queue.queue_limit != kNoQueueLimit) {
+        throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits) +
+                                    ", or no limit");
+    }
+}
+
 Limiter::Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOptions queue, bool manual)
     : clock_(std::move(clock)), max_permits_(max_permits), queue_(queue), manual_(manual), manual_now_(clock_->now()) {
-    if (queue_.queue_limit < 0 || queue_.queue_limit > kMaxPermits) {
-        throw std::invalid_argument("queue_limit must be between 0 and " + std::to_string(kMaxPermits));
-    }
+    detail::check_queue(queue_);
     detail::ForkRegistry::add(this);
 }
 

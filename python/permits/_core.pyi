@@ -139,7 +139,7 @@ class Limiter:
 # The engine's limiters are made from their permits.specs value (the one the class is named after).
 class TokenBucket(Limiter):
     def __init__(
-        self, clock: Clock, spec: specs.TokenBucket, queue_limit: int, newest_first: bool, manual: bool
+        self, clock: Clock, spec: specs.TokenBucket, queue_limit: int | None, newest_first: bool, manual: bool
     ) -> None: ...
     def acquire(self, permit_count: int = 1) -> Lease: ...
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
@@ -147,7 +147,7 @@ class TokenBucket(Limiter):
 
 class FixedWindow(Limiter):
     def __init__(
-        self, clock: Clock, spec: specs.FixedWindow, queue_limit: int, newest_first: bool, manual: bool
+        self, clock: Clock, spec: specs.FixedWindow, queue_limit: int | None, newest_first: bool, manual: bool
     ) -> None: ...
     def acquire(self, permit_count: int = 1) -> Lease: ...
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
@@ -155,7 +155,7 @@ class FixedWindow(Limiter):
 
 class SlidingWindow(Limiter):
     def __init__(
-        self, clock: Clock, spec: specs.SlidingWindow, queue_limit: int, newest_first: bool, manual: bool
+        self, clock: Clock, spec: specs.SlidingWindow, queue_limit: int | None, newest_first: bool, manual: bool
     ) -> None: ...
     def acquire(self, permit_count: int = 1) -> Lease: ...
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
@@ -163,7 +163,7 @@ class SlidingWindow(Limiter):
 
 class SlidingWindowCounter(Limiter):
     def __init__(
-        self, clock: Clock, spec: specs.SlidingWindowCounter, queue_limit: int, newest_first: bool, manual: bool
+        self, clock: Clock, spec: specs.SlidingWindowCounter, queue_limit: int | None, newest_first: bool, manual: bool
     ) -> None: ...
     def acquire(self, permit_count: int = 1) -> Lease: ...
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
@@ -171,7 +171,7 @@ class SlidingWindowCounter(Limiter):
 
 class Concurrency(Limiter):
     def __init__(
-        self, clock: Clock, spec: specs.Concurrency, queue_limit: int, newest_first: bool, manual: bool
+        self, clock: Clock, spec: specs.Concurrency, queue_limit: int | None, newest_first: bool, manual: bool
     ) -> None: ...
     def acquire(self, permit_count: int = 1) -> Lease: ...
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
@@ -182,7 +182,7 @@ class PerKey:
         self,
         clock: Clock,
         spec: specs.Spec[Any],
-        queue_limit: int,
+        queue_limit: int | None,
         newest_first: bool,
         idle_timeout_ns: int,
         max_partitions: int,

@@ -11,7 +11,10 @@ they ask for a permit (so a paused key holds no permits while it waits).
 Sleeping goes through a function given to :class:`Pacer`. By default it is the real sleep, except
 for a limiter on a :class:`permits.ManualClock`: time there moves only when someone advances it,
 so a paced wait advances the clock by what it would have slept (tests then run at once, in exact
-steps).
+steps). For the same reason a blocking paced wait on a ManualClock never queues (its thread is
+the one that would have to advance the clock to serve it): it asks with ``acquire`` and advances
+by the failed lease's ``retry_after``. An asynchronous one waits in the queue as on a real clock
+(another task may advance the clock), unless the limiter has ``queue_limit=0``.
 """
 
 from __future__ import annotations
@@ -96,13 +99,14 @@ def check_permit_count(permit_count: object) -> int:
 class Pacer:
     """Waits for one limiter's permits, per key, and keeps the keys' pauses."""
 
-    __slots__ = ("_clock", "_limiter", "_paused", "_sleep", "_sleep_async")
+    __slots__ = ("_clock", "_limiter", "_manual", "_paused", "_sleep", "_sleep_async")
 
     def __init__(self, limiter: object, *, sleep: Sleep | None = None, sleep_async: AsyncSleep | None = None) -> None:
         self._limiter = check_limiter(limiter)
         self._clock = self._limiter._rl_clock
         self._paused: dict[object, int] = {}  # key -> the clock's time (ns) its pause ends
         clock = self._clock
+        self._manual = isinstance(clock, ManualClock)
         if isinstance(clock, ManualClock):
             self._sleep: Sleep = sleep or _advance(clock)
             self._sleep_async: AsyncSleep = sleep_async or _advance_async(clock)
@@ -139,8 +143,8 @@ class Pacer:
     def _ask(self, key: object, permit_count: int) -> Lease:
         limiter = self._limiter
         if isinstance(limiter, KeyedRateLimiter):
-            return limiter.wait(key, permit_count)
-        return limiter.wait(permit_count)
+            return limiter.acquire(key, permit_count) if self._manual else limiter.wait(key, permit_count)
+        return limiter.acquire(permit_count) if self._manual else limiter.wait(permit_count)
 
     def wait(self, key: object, permit_count: int = 1) -> Lease:
         """Blocks until ``key`` is not paused and the limiter grants ``permit_count`` permits."""

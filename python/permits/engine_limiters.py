@@ -30,9 +30,15 @@ def _name(value: object) -> str | None:
     return value
 
 
-def _check_queue(queue_limit: object, queue_order: object, name: object) -> tuple[int, QueueOrder, str | None]:
+def _queue_limit(value: object) -> int | None:
+    """None: no bound on the queue (the engine's own "no limit", passed as None); 0: a wait that cannot
+    be granted at once fails with "queue_full"; N: at most N permits wait."""
+    return None if value is None else count(value, "queue_limit", minimum=0)
+
+
+def _check_queue(queue_limit: object, queue_order: object, name: object) -> tuple[int | None, QueueOrder, str | None]:
     """The options every engine limiter takes, checked as the constructors check them."""
-    checked = count(queue_limit, "queue_limit", minimum=0)
+    checked = _queue_limit(queue_limit)
     _queue_order(queue_order)
     assert isinstance(queue_order, QueueOrder)  # (for the type checker: _queue_order refused anything else)
     return checked, queue_order, _name(name)
@@ -76,7 +82,7 @@ class _EngineLimiter(RateLimiter):
             unknown = next(iter(options))
             raise TypeError(f"{type(spec).__name__}.limiter() got an unexpected keyword argument {unknown!r}")
         RateLimiter.__init__(self, name=name, clock=clock)
-        ql, newest = count(queue_limit, "queue_limit", minimum=0), _queue_order(queue_order)
+        ql, newest = _queue_limit(queue_limit), _queue_order(queue_order)
         engine: Any = spec._engine  # each engine class's __init__ takes its own spec class
         engine.__init__(self, self._rl_clock, spec, ql, newest, manual)
         self.spec = spec
@@ -118,7 +124,7 @@ class ConcurrencyLimiter(_core.Concurrency, _EngineLimiter):  # type: ignore[mis
         self,
         permit_limit: int,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         clock: Any = None,
         name: str | None = None,
@@ -142,7 +148,7 @@ class TokenBucketLimiter(_core.TokenBucket, _EngineLimiter):  # type: ignore[mis
         tokens_per_period: int,
         replenishment_period: Duration,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         auto_replenishment: bool = True,
         clock: Any = None,
@@ -167,7 +173,7 @@ class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[mis
         permit_limit: int,
         window: Duration,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         auto_replenishment: bool = True,
         clock: Any = None,
@@ -194,7 +200,7 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
         window: Duration,
         segments_per_window: int,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         auto_replenishment: bool = True,
         clock: Any = None,
@@ -219,7 +225,7 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
         permit_limit: int,
         window: Duration,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         auto_replenishment: bool = True,
         clock: Any = None,

@@ -14,6 +14,7 @@ import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
+from . import specs
 from ._core import Lease
 from ._pacing import Pacer, check_permit_count
 from .keyed_limiter import KeyedRateLimiter
@@ -29,6 +30,16 @@ _NOT_ASYNC = (
 T = TypeVar("T")
 
 
+def _limiter_of(limiter: object) -> object:
+    """A rate such as "2/second" (``permits.specs.parse``) or a spec stands for a new limiter of it
+    (no bound on its queue); anything else is checked by the Pacer."""
+    if isinstance(limiter, str):
+        return specs.parse(limiter).limiter()
+    if isinstance(limiter, specs.Spec):
+        return limiter.limiter()
+    return limiter
+
+
 def _check_key(limiter: object, key: object) -> None:
     if key is None and isinstance(limiter, KeyedRateLimiter):
         raise TypeError("key is required with a KeyedRateLimiter: a resource, or a callable returning one")
@@ -41,8 +52,11 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
     are taken when iteration starts. The lease is held for the call (or the iteration) and
     released when it ends, however it ends: a concurrency limit bounds the calls running at once.
     With a ``KeyedRateLimiter``, ``key`` is a resource, or a callable given the call's arguments
-    that returns one (it may be a coroutine function for an async function).
+    that returns one (it may be a coroutine function for an async function). ``limiter`` may
+    also be a spec, or a rate such as ``"2/second"`` (``permits.specs.parse``): the decorator
+    then makes a limiter of it, its own.
     """
+    limiter = _limiter_of(limiter)
     pacer = Pacer(limiter)
     n = check_permit_count(permit_count)
     _check_key(limiter, key)
@@ -121,8 +135,10 @@ def throttle(
 
     Each item's lease is held while the consumer has it, until it asks for the next one (so a
     concurrency limit of 1 holds one item at a time). With a ``KeyedRateLimiter``, ``key`` is a
-    resource or a callable given the item that returns one.
+    resource or a callable given the item that returns one. ``limiter`` may also be a spec or a
+    rate such as ``"2/second"``, as for :func:`limit`.
     """
+    limiter = _limiter_of(limiter)
     pacer = Pacer(limiter)
     n = check_permit_count(permit_count)
     _check_key(limiter, key)

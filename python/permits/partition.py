@@ -13,7 +13,7 @@ from typing import Any
 
 from .engine_limiters import NoLimiter, _check_queue
 from .rate_limiter import QueueOrder, RateLimiter
-from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket
+from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket, parse
 
 Factory = Callable[[Hashable, Any], RateLimiter]
 
@@ -38,7 +38,7 @@ def _made(
     key: Hashable,
     spec_type: Callable[..., Spec[RateLimiter]],
     limits: tuple[object, ...],
-    queue_limit: int,
+    queue_limit: int | None,
     queue_order: QueueOrder,
     name: str | None,
 ) -> Partition:
@@ -75,7 +75,7 @@ class Partition:
         key: Hashable,
         spec: Spec[RateLimiter] | None,
         factory: Factory,
-        options: tuple[int, QueueOrder, str | None] = (0, QueueOrder.OLDEST_FIRST, None),
+        options: tuple[int | None, QueueOrder, str | None] = (None, QueueOrder.OLDEST_FIRST, None),
     ) -> None:
         self.key = key
         self.spec = spec
@@ -91,7 +91,7 @@ class Partition:
                 return f"Partition.no_limiter({self.key!r})"
             return f"Partition.custom({self.key!r}, ...)"
         queue_limit, queue_order, name = self._options
-        options = f", queue_limit={queue_limit}" if queue_limit else ""
+        options = "" if queue_limit is None else f", queue_limit={queue_limit}"
         if queue_order is not QueueOrder.OLDEST_FIRST:
             options += f", queue_order=QueueOrder.{queue_order.name}"
         if name is not None:
@@ -101,21 +101,27 @@ class Partition:
     @staticmethod
     def of(
         key: Hashable,
-        spec: Spec[RateLimiter],
+        spec: Spec[RateLimiter] | str,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
         """The partition of ``key`` limited by ``spec``; the queue options and the name are those
-        of its limiter (``spec.limiter(...)``)."""
+        of its limiter (``spec.limiter(...)``). ``spec`` may be a rate such as ``"5/second"``
+        (``permits.specs.parse``)."""
         found = (spec, queue_limit, queue_order, name, type(spec), type(queue_limit), type(queue_order), type(name))
         try:
             return _TEMPLATES[found].with_key(key)
         except (KeyError, TypeError):  # TypeError: an unhashable option, which the checks refuse
             pass
+        if isinstance(spec, str):
+            spec = parse(spec)
         if not isinstance(spec, Spec):
-            raise TypeError(f"spec must be a permits.specs spec (TokenBucket, ...), got {type(spec).__name__}")
+            raise TypeError(
+                f"spec must be a permits.specs spec (TokenBucket, ...) or a rate such as '5/second', "
+                f"got {type(spec).__name__}"
+            )
         options = _check_queue(queue_limit, queue_order, name)
 
         def make(_key: Hashable, clock: Any) -> RateLimiter:
@@ -133,7 +139,7 @@ class Partition:
         tokens_per_period: int,
         replenishment_period: float,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
@@ -146,7 +152,7 @@ class Partition:
         permit_limit: int,
         window: float,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
@@ -159,7 +165,7 @@ class Partition:
         window: float,
         segments_per_window: int,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
@@ -172,7 +178,7 @@ class Partition:
         permit_limit: int,
         window: float,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
@@ -183,7 +189,7 @@ class Partition:
         key: Hashable,
         permit_limit: int,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
@@ -221,11 +227,14 @@ def _check_options(max_partitions: object, name: object) -> None:
 
 
 def _template_of(template: object) -> Partition:
-    """per_key's template: a spec stands for its partition with the default queue options."""
-    if isinstance(template, Spec):
+    """per_key's template: a spec (or a rate such as "10/minute") stands for its partition with the
+    default queue options."""
+    if isinstance(template, Spec | str):
         return Partition.of(None, template)
     if not isinstance(template, Partition):
-        raise TypeError(f"template must be a permits.Partition or a spec, got {type(template).__name__}")
+        raise TypeError(
+            f"template must be a permits.Partition, a spec or a rate such as '10/minute', got {type(template).__name__}"
+        )
     if template.key is not None:
         raise ValueError("a per_key template is made with key None, e.g. Partition.token_bucket(None, ...)")
     return template

@@ -476,7 +476,7 @@ class PartitionedLimiter(KeyedRateLimiter):
     @classmethod
     def per_key(
         cls,
-        template: Partition | Spec[RateLimiter],
+        template: Partition | Spec[RateLimiter] | str,
         *,
         idle_timeout: float = 10.0,
         max_partitions: int | None = None,
@@ -484,8 +484,9 @@ class PartitionedLimiter(KeyedRateLimiter):
         name: str | None = None,
     ) -> PerKeyLimiter | PartitionedLimiter:
         """A limit per key: the resource itself is the key, every key gets ``template``'s limiter.
-        ``template`` is a spec (its limiter with the default queue options) or a partition made
-        with key None, e.g. ``Partition.of(None, spec, queue_limit=10)``."""
+        ``template`` is a spec (its limiter with the default queue options), a rate such as
+        ``"10/minute"`` (``permits.specs.parse``), or a partition made with key None, e.g.
+        ``Partition.of(None, spec, queue_limit=10)``."""
         template = _template_of(template)
         if template.spec is not None:
             return PerKeyLimiter(

@@ -20,7 +20,7 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
 
     def __init__(
         self,
-        template: Partition | Spec[RateLimiter],
+        template: Partition | Spec[RateLimiter] | str,
         *,
         idle_timeout: float = 10.0,
         max_partitions: int | None = None,

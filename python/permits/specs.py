@@ -14,6 +14,8 @@ Specs are equal, and hash alike, when their limits are: durations compare in nan
 from __future__ import annotations
 
 import math
+import re
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, cast, final
 
 from . import _core
@@ -53,7 +55,7 @@ class Spec(Generic[L]):
     def limiter(
         self,
         *,
-        queue_limit: int = 0,
+        queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
         clock: Any = None,
@@ -222,4 +224,46 @@ class Concurrency(Spec["ConcurrencyLimiter"]):
         _set(self, "_key", (limit,))
 
 
-__all__ = ["Concurrency", "FixedWindow", "SlidingWindow", "SlidingWindowCounter", "Spec", "TokenBucket"]
+#: parse()'s segments per window: it passes about 19/20 of the written rate (see parse).
+_PARSE_SEGMENTS = 20
+_UNIT_NS = {"second": 1_000_000_000, "minute": 60_000_000_000, "hour": 3_600_000_000_000, "day": 86_400_000_000_000}
+_RATE = re.compile(r"\s*([0-9]+)\s*(?:/|per\b)\s*([0-9]+)?\s*(second|minute|hour|day)s?\s*", re.IGNORECASE)
+
+
+def parse(text: str) -> SlidingWindow:
+    """The spec of a rate as people write it: ``"10/second"``, ``"10 per second"``, ``"100/minute"``,
+    ``"5/2 seconds"``, ``"1000/day"`` (a count, ``/`` or ``per``, an optional multiplier, and a unit:
+    second, minute, hour or day, singular or plural, any case).
+
+    The spec never grants more than the count in any interval of that length (``"10/second"``: at
+    most 10 in any second, wherever the second starts), so a client pacing itself with it never
+    trips a server enforcing the same rate, whatever algorithm the server uses. A ``FixedWindow``
+    or a ``TokenBucket`` of the same numbers does not promise that: either can grant the count at
+    the end of one window (or from a full bucket) and the count again just after, twice the count
+    in a moment.
+
+    It is a ``SlidingWindow`` of 20 segments, each ``1/19`` of the interval long (rounded up to the
+    microsecond). A permit comes back when its segment has left the window: at least 19 segments,
+    the whole interval, after it was taken. Any interval of the written length meets at most 20
+    consecutive segments, which together never hold more than the count. What it costs: the window
+    is 20/19 of the interval, so a steady stream gets about 95% of the written rate; bursts up to
+    the count pass at once. Malformed text raises ``ValueError`` quoting it.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"rate must be a str such as '10/second', got {type(text).__name__}")
+    found = _RATE.fullmatch(text)
+    if found is None:
+        raise ValueError(f"not a rate: {text!r} (write e.g. '10/second', '10 per minute' or '5/2 seconds')")
+    amount, multiplier, unit = found.groups()
+    interval_ns = int(multiplier or 1) * _UNIT_NS[unit.lower()]
+    segment_us = -(-interval_ns // ((_PARSE_SEGMENTS - 1) * 1_000))  # rounded up: never shorter
+    try:
+        if interval_ns == 0:
+            raise ValueError("the interval must be longer than 0")
+        window = timedelta(microseconds=segment_us * _PARSE_SEGMENTS)  # whole microseconds: exact in ns
+        return SlidingWindow(int(amount), window, _PARSE_SEGMENTS)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"not a usable rate: {text!r}: {exc}") from None
+
+
+__all__ = ["Concurrency", "FixedWindow", "SlidingWindow", "SlidingWindowCounter", "Spec", "TokenBucket", "parse"]

@@ -242,6 +242,22 @@ TEST(PerKey, QueueFullAndZeroTimeoutAreDecidedByTheRecord) {
     EXPECT_EQ(s.total_failed_leases, 1); // the timeout is not counted, as in a limiter
 }
 
+TEST(PerKey, NoQueueLimitQueuesARequestLargerThanAnyBoundedQueue) {
+    auto clock = make_clock();
+    auto k = per_key_of<FixedWindow>(clock, FixedWindowRule(kMaxPermits, 10 * kSec), 60 * kSec,
+                                     {kNoQueueLimit, QueueOrder::OldestFirst});
+    ASSERT_TRUE(k->acquire("a", kMaxPermits).outcome.acquired);
+    const auto first = k->enqueue("a", kMaxPermits, -1);
+    const auto second = k->enqueue("a", kMaxPermits, -1);
+    ASSERT_NE(first.owner, nullptr);
+    ASSERT_NE(second.owner, nullptr);
+    EXPECT_EQ(first.enqueued.waiter->state(), Waiter::Pending);
+    EXPECT_EQ(second.enqueued.waiter->state(), Waiter::Pending);
+    clock->advance(10 * kSec);
+    EXPECT_TRUE(first.enqueued.waiter->outcome().acquired);
+    EXPECT_EQ(second.enqueued.waiter->state(), Waiter::Pending);
+}
+
 TEST(PerKey, LongBinaryAndNearlyEqualKeysAreDistinct) {
     auto clock = make_clock();
     auto k = per_key_of<FixedWindow>(clock, FixedWindowRule(1, 10 * kSec), 60 * kSec);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "permits/clock.hpp"
@@ -171,6 +172,48 @@ TEST(Queue, QueueLimitCountsPermitsNotRequests) {
     EXPECT_EQ(l->statistics().current_queued_count, 3);
     EXPECT_EQ(l->enqueue(1, -1).outcome.reason, Reason::QueueFull);
     EXPECT_EQ(l->statistics().total_failed_leases, 2);
+}
+
+TEST(Queue, NoQueueLimitQueuesEveryRequestInOrder) {
+    auto clock = make_clock();
+    auto l = make_limiter(clock, kMaxPermits, kNoQueueLimit);
+    ASSERT_TRUE(l->acquire(kMaxPermits).acquired);
+    // More queued permits than any bounded queue holds.
+    std::vector<Limiter::Enqueued> queued;
+    for (int i = 0; i < 3; ++i) {
+        queued.push_back(l->enqueue(kMaxPermits, -1));
+        EXPECT_TRUE(pending(queued.back()));
+    }
+    queued.push_back(l->enqueue(1, -1));
+    EXPECT_TRUE(pending(queued.back()));
+    EXPECT_EQ(l->statistics().current_queued_count, 3 * kMaxPermits + 1);
+    l->give_back(kMaxPermits, 0);
+    EXPECT_TRUE(granted(queued[0]));
+    EXPECT_TRUE(pending(queued[1]));
+    EXPECT_TRUE(pending(queued[3])); // no barging past the head
+    EXPECT_EQ(l->statistics().total_failed_leases, 0);
+}
+
+TEST(Queue, NoQueueLimitUnderNewestFirstEvictsNobody) {
+    auto clock = make_clock();
+    auto l = make_limiter(clock, 1, kNoQueueLimit, QueueOrder::NewestFirst);
+    ASSERT_TRUE(l->acquire(1).acquired);
+    auto a = l->enqueue(1, -1);
+    auto b = l->enqueue(1, -1);
+    EXPECT_TRUE(pending(a));
+    EXPECT_TRUE(pending(b));
+    l->give_back(1, 0);
+    EXPECT_TRUE(granted(b));
+    EXPECT_TRUE(pending(a));
+}
+
+TEST(Queue, QueueLimitIsACountOrNoLimit) {
+    auto clock = make_clock();
+    EXPECT_NO_THROW(make_limiter(clock, 1, kMaxPermits));
+    EXPECT_NO_THROW(make_limiter(clock, 1, kNoQueueLimit));
+    EXPECT_THROW(make_limiter(clock, 1, kMaxPermits + 1), std::invalid_argument);
+    EXPECT_THROW(make_limiter(clock, 1, kNoQueueLimit - 1), std::invalid_argument);
+    EXPECT_THROW(make_limiter(clock, 1, -1), std::invalid_argument);
 }
 
 TEST(Queue, QueueAcceptsAgainOnceDrained) {

@@ -47,11 +47,15 @@ def property_settings(max_examples: int) -> Any:
     )
 
 
+#: The model's queue limit for queue_limit=None: larger than any count it can queue.
+NO_BOUND = 2**63 - 1
+
+
 @dataclass
 class Config:
     kind: str
     limit: int
-    queue_limit: int
+    queue_limit: int | None  # None: the default, no bound
     order: permits.QueueOrder
     anchor_ns: int  # the clock's time when the limiter is built
     period_ns: int = 1  # token bucket period / window
@@ -84,7 +88,7 @@ def configs(
     return Config(
         kind=kind,
         limit=draw(st.integers(1, max_limit)),
-        queue_limit=draw(st.integers(0, max_queue)),
+        queue_limit=draw(st.one_of(st.integers(0, max_queue), st.none())),
         order=order,
         anchor_ns=draw(st.sampled_from([0, 1, 7 * scale + 3])),
         period_ns=base * scale,
@@ -135,7 +139,7 @@ def limiter_model(config: Config, now_ns: int) -> LimiterModel:
     newest = config.order is permits.QueueOrder.NEWEST_FIRST
     return LimiterModel(
         algorithm(config, now_ns),
-        queue_limit=config.queue_limit,
+        queue_limit=NO_BOUND if config.queue_limit is None else config.queue_limit,
         newest_first=newest,
         now=now_ns,
         manual=config.manual,

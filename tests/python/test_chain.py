@@ -277,7 +277,7 @@ async def test_async_with_releases_the_combined_lease() -> None:
 async def test_wait_async_rejection_returns_the_failed_lease_and_refunds() -> None:
     clock = permits.ManualClock()
     bucket = permits.TokenBucketLimiter(5, 1, 1.0, clock=clock)
-    full = permits.ConcurrencyLimiter(2)  # no queue: a wait is rejected at once
+    full = permits.ConcurrencyLimiter(2, queue_limit=0)  # a wait is rejected at once
     held = full.acquire(2)
     lease = await permits.chain(bucket, full).wait_async(2)
     assert not lease and lease.reason == "queue_full"

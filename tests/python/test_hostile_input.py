@@ -482,7 +482,7 @@ if numpy is not None:
 def test_wait_timeout_odd_but_valid(kind, value):
     # Permits are free, so the wait is granted at once whatever the timeout; when none are and the
     # queue is empty-limited, it fails at once (queue_full), never blocking.
-    lim = make(kind, permits.ManualClock())
+    lim = make(kind, permits.ManualClock(), queue_limit=0)
     leases = [lim.wait(1, timeout=value) for _ in range(LIMIT)]
     assert all(leases)
     failed = lim.wait(1, timeout=value)
@@ -493,7 +493,7 @@ def test_wait_timeout_odd_but_valid(kind, value):
 @given(timeout=st.floats(allow_nan=True, allow_infinity=True))
 @SETTINGS
 def test_wait_timeout_over_the_floats(kind, timeout):
-    lim = make(kind, permits.ManualClock())
+    lim = make(kind, permits.ManualClock(), queue_limit=0)
     valid = math.isfinite(timeout * 1e9) and timeout >= 0 and round(timeout * 1e9) <= MAX_NS
     if not valid:
         with pytest.raises(ValueError, match="timeout"):

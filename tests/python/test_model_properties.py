@@ -63,7 +63,7 @@ def scenarios(draw: st.DrawFn, kind: str, order: permits.QueueOrder) -> Scenario
     config = Config(
         kind=kind,
         limit=limit,
-        queue_limit=draw(st.integers(0, 5)),
+        queue_limit=draw(st.one_of(st.integers(0, 5), st.none())),
         order=order,
         anchor_ns=draw(st.sampled_from([0, 1, 7 * scale + 3])),
         period_ns=base * scale,

@@ -69,7 +69,7 @@ def chain_scenarios(draw: st.DrawFn, keyed: bool = False) -> ChainScenario:
     """Operations carry the index of a key last (the chain's resource; ignored without keys)."""
     count = draw(st.integers(2, 3))
     first = draw(configs(max_queue=4))
-    first = dataclasses.replace(first, queue_limit=max(1, first.queue_limit))
+    first = dataclasses.replace(first, queue_limit=None if first.queue_limit is None else max(1, first.queue_limit))
     rest = [dataclasses.replace(draw(configs()), queue_limit=0, anchor_ns=first.anchor_ns) for _ in range(count - 1)]
     limiters = [first, *rest]
     index = draw(st.integers(1, count - 1)) if keyed else None

@@ -256,12 +256,17 @@ def test_spec_limiter_is_an_instance_of_the_class_with_the_same_attributes(kind:
 @pytest.mark.parametrize("kind", KINDS)
 def test_spec_limiter_takes_the_queue_limit(kind: str) -> None:
     clock = permits.ManualClock()
-    queued, unqueued = spec_of(kind).limiter(queue_limit=2, clock=clock), spec_of(kind).limiter(clock=clock)
-    held = queued.acquire(3), unqueued.acquire(3)
+    queued, unqueued = (
+        spec_of(kind).limiter(queue_limit=2, clock=clock),
+        spec_of(kind).limiter(queue_limit=0, clock=clock),
+    )
+    unbounded = spec_of(kind).limiter(clock=clock)  # the default: no bound on the queue
+    held = queued.acquire(3), unqueued.acquire(3), unbounded.acquire(3)
     assert all(held)
     assert queued.wait(2, timeout=0).reason == "timeout"  # it queued, and its time ran out
     assert queued.wait(3, timeout=0).reason == "queue_full"
     assert unqueued.wait(1, timeout=0).reason == "queue_full"
+    assert unbounded.wait(3, timeout=0).reason == "timeout"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -465,10 +470,12 @@ def test_per_key_of_a_spec_is_per_key_of_its_partition(kind: str) -> None:
 def test_per_key_takes_the_queue_options_from_partition_of() -> None:
     clock = permits.ManualClock()
     queued = PartitionedLimiter.per_key(Partition.of(None, FixedWindow(1, 1.0), queue_limit=1), clock=clock)
-    bare = PartitionedLimiter.per_key(FixedWindow(1, 1.0), clock=clock)  # a bare spec: no queue
-    assert queued.acquire("a") and bare.acquire("a")
+    unqueued = PartitionedLimiter.per_key(Partition.of(None, FixedWindow(1, 1.0), queue_limit=0), clock=clock)
+    bare = PartitionedLimiter.per_key(FixedWindow(1, 1.0), clock=clock)  # a bare spec: no bound on the queue
+    assert queued.acquire("a") and unqueued.acquire("a") and bare.acquire("a")
     assert queued.wait("a", timeout=0).reason == "timeout"  # it queued, and its time ran out
-    assert bare.wait("a", timeout=0).reason == "queue_full"
+    assert unqueued.wait("a", timeout=0).reason == "queue_full"
+    assert bare.wait("a", 1, timeout=0).reason == "timeout"
 
 
 def test_per_key_refuses_what_is_no_template() -> None:

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -36,10 +37,19 @@ struct Statistics {
     std::int64_t total_failed_leases = 0;
 };
 
+/// A queue limit that puts no bound on the queue. It is a count like any other, so the queue's checks
+/// (`queue_limit - queued >= n`) cost the same for it, and cannot overflow: queued permits are never negative.
+inline constexpr std::int64_t kNoQueueLimit = std::numeric_limits<std::int64_t>::max();
+
 struct QueueOptions {
-    std::int64_t queue_limit = 0;
+    std::int64_t queue_limit = 0; // permits that may wait: 0 to kMaxPermits, or kNoQueueLimit
     QueueOrder order = QueueOrder::OldestFirst;
 };
+
+namespace detail {
+/// std::invalid_argument unless the queue limit is 0 to kMaxPermits or kNoQueueLimit.
+void check_queue(const QueueOptions& queue);
+} // namespace detail
 
 class Limiter : public TimerTarget, public std::enable_shared_from_this<Limiter> {
 public:

@@ -11,6 +11,7 @@ import pytest
 from _upstream import Upstream, refused_url
 
 import permits
+from permits import Partition
 from permits.aiohttp import RateLimitedSession
 from permits.specs import FixedWindow
 
@@ -25,7 +26,7 @@ async def test_the_session_is_an_aiohttp_session(upstream: Upstream):
 
 
 async def test_every_request_takes_a_permit(upstream: Upstream, clock: permits.ManualClock):
-    limiter = permits.FixedWindowLimiter(2, 1.0, clock=clock)
+    limiter = permits.FixedWindowLimiter(2, 1.0, queue_limit=0, clock=clock)
     seen = []
     async with RateLimitedSession(limiter) as session:
         for _ in range(5):
@@ -38,7 +39,7 @@ async def test_every_request_takes_a_permit(upstream: Upstream, clock: permits.M
 
 
 async def test_keys_are_hosts_by_default(upstream: Upstream, clock: permits.ManualClock):
-    limiter = permits.PartitionedLimiter.per_key(FixedWindow(1, 1.0), clock=clock)
+    limiter = permits.PartitionedLimiter.per_key(Partition.of(None, FixedWindow(1, 1.0), queue_limit=0), clock=clock)
     seen = []
     async with RateLimitedSession(limiter) as session:
         for host in ("127.0.0.1", "localhost", "127.0.0.1", "localhost"):

@@ -40,7 +40,7 @@ def test_every_request_takes_a_permit_and_waits_for_the_next(upstream: Upstream,
 
 
 async def test_async_requests_take_permits(upstream: Upstream, clock: permits.ManualClock):
-    limiter = permits.FixedWindowLimiter(2, 1.0, clock=clock)
+    limiter = permits.FixedWindowLimiter(2, 1.0, queue_limit=0, clock=clock)
     seen = []
     async with aclient(limiter) as http:
         for _ in range(5):

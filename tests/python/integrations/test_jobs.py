@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import permits
-from permits import limit, throttle
+from permits import Partition, limit, throttle
 from permits.specs import FixedWindow
 
 
@@ -25,7 +25,7 @@ def test_a_sync_function_is_paced(clock: permits.ManualClock):
 
 
 async def test_an_async_function_is_paced(clock: permits.ManualClock):
-    @limit(permits.FixedWindowLimiter(2, 1.0, clock=clock))
+    @limit(permits.FixedWindowLimiter(2, 1.0, queue_limit=0, clock=clock))
     async def job(i: int) -> int:
         await asyncio.sleep(0)
         return i * 10
@@ -178,7 +178,7 @@ def test_a_keyed_limiter_takes_a_key_from_the_arguments(clock: permits.ManualClo
 
 
 async def test_an_async_key(clock: permits.ManualClock):
-    limiter = permits.PartitionedLimiter.per_key(FixedWindow(1, 1.0), clock=clock)
+    limiter = permits.PartitionedLimiter.per_key(Partition.of(None, FixedWindow(1, 1.0), queue_limit=0), clock=clock)
 
     async def tenant(user: str) -> str:
         return user.split("@")[1]
@@ -237,7 +237,7 @@ async def test_throttle_an_async_iterable(clock: permits.ManualClock):
         for item in "abcd":
             yield item
 
-    limiter = permits.TokenBucketLimiter(1, 1, 0.5, clock=clock)
+    limiter = permits.TokenBucketLimiter(1, 1, 0.5, queue_limit=0, clock=clock)
     seen = [(item, clock.now()) async for item in throttle(source(), limiter)]
     assert seen == [("a", 0.0), ("b", 0.5), ("c", 1.0), ("d", 1.5)]
 
@@ -300,7 +300,7 @@ def test_under_trio(clock: permits.ManualClock):
 
     from permits.httpx import AsyncRateLimitedTransport
 
-    limiter = permits.FixedWindowLimiter(2, 1.0, clock=clock)
+    limiter = permits.FixedWindowLimiter(2, 1.0, queue_limit=0, clock=clock)
 
     @limit(limiter)
     async def job() -> float:

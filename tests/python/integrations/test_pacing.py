@@ -74,7 +74,7 @@ def test_the_sleep_can_be_given(clock: permits.ManualClock):
 
 
 async def test_async_without_a_queue(clock: permits.ManualClock):
-    pacer = Pacer(permits.SlidingWindowLimiter(2, 2.0, 2, clock=clock))
+    pacer = Pacer(permits.SlidingWindowLimiter(2, 2.0, 2, queue_limit=0, clock=clock))
     seen = []
     for _ in range(4):
         assert await pacer.wait_async(None)
