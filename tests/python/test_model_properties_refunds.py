@@ -91,7 +91,8 @@ def run(scenario: Scenario) -> tuple[list[Grant], dict[Hashable, int]]:
     for op in scenario.ops:
         if op[0] == "acquire":
             key = RUN_KEYS[op[2]]
-            anchors.setdefault(key, clock.now_ns())
+            # A partition starts (is anchored) at its key's first use; a plain limiter when built.
+            anchors.setdefault(key, clock.now_ns() if scenario.keyed else config.anchor_ns)
             lease = limiter.acquire(key, op[1]) if scenario.keyed else limiter.acquire(op[1])
             if lease:
                 grants.append(Grant(key, clock.now_ns(), op[1], lease))
