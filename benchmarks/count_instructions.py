@@ -50,6 +50,21 @@ elif case == "async_with":
             async with conc.wait_async():
                 pass
     asyncio.run(main())
+elif case == "chain_wait":
+    chained = permits.chain(bucket, conc)
+    async def main():
+        for _ in range(calls):
+            (await chained.wait_async()).release()
+    asyncio.run(main())
+elif case == "custom_wait":
+    class Custom(permits.RateLimiter):
+        def _acquire(self, n):
+            return permits.Lease.granted(n)
+    custom = Custom()
+    async def main():
+        for _ in range(calls):
+            (await custom.wait_async()).release()
+    asyncio.run(main())
 """
 
 CASES = {
@@ -58,6 +73,8 @@ CASES = {
     "per_key": 'per_key acquire("user-42")',
     "wait_async": "await wait_async() granted (token bucket)",
     "async_with": "async with wait_async() (concurrency)",
+    "chain_wait": "await chain(bucket, conc).wait_async() granted, released",
+    "custom_wait": "await custom limiter wait_async() granted, released",
 }
 
 
@@ -82,9 +99,12 @@ def total(python: str, case: str, calls: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pythons", nargs="+", help="interpreters, each with permits installed")
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="only these cases (repeatable)")
     args = parser.parse_args()
     rows = []
     for case, label in CASES.items():
+        if args.case and case not in args.case:
+            continue
         per_call = []
         for python in args.pythons:
             per_call.append((total(python, case, LARGE) - total(python, case, SMALL)) / (LARGE - SMALL))

@@ -161,6 +161,15 @@ class until_closed:
         return (yield from _guarded(loop, _Resume(steps, first), closed, n).__await__())
 
 
+def closable(steps: Generator[Any, None, Lease], first: Any, closed: Callable[[], bool], n: int) -> Any:
+    """A wait that has suspended (its first step yielded ``first``) under asyncio, or with no event
+    loop at all, driven on so that ``closed()`` turning true ends it at once."""
+    loop = asyncio._get_running_loop()
+    if loop is None:  # no event loop (nor trio): the wait goes on as it is
+        return _Resume(steps, first)
+    return _guarded(loop, _Resume(steps, first), closed, n)
+
+
 async def _guarded_trio(trio: Any, steps: Generator[Any, None, Lease], closed: Callable[[], bool], n: int) -> Lease:
     token = trio.lowlevel.current_trio_token()
     with trio.CancelScope() as scope:

@@ -3,6 +3,8 @@ managers and that ``asyncio.create_task`` and the like accept as coroutines."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
@@ -127,10 +129,17 @@ class PolledLeaseWait(_Steps):
         if lease is not None:
             return lease
         # Whichever hook waits, its outcome is checked and counted once; a close of the limiter
-        # ends the wait at once (its request leaves any queue, a grant goes back).
-        waited = yield from _pausing.until_closed(
-            limiter._wait_async(n).__await__(), lambda: limiter._rl_closed, n
-        ).__await__()
+        # ends the wait at once (its request leaves any queue, a grant goes back). Under asyncio the
+        # wait's first step runs bare: only a wait that suspends pays for being closable.
+        steps = limiter._wait_async(n).__await__()
+        if "trio" in sys.modules and asyncio._get_running_loop() is None:
+            waited = yield from _pausing.until_closed(steps, lambda: limiter._rl_closed, n).__await__()
+            return limiter._rl_waited(waited, n)
+        try:
+            first = steps.send(None)
+        except StopIteration as done:
+            return limiter._rl_waited(done.value, n)
+        waited = yield from _pausing.closable(steps, first, lambda: limiter._rl_closed, n).__await__()
         return limiter._rl_waited(waited, n)
 
     async def __aenter__(self) -> Lease:

@@ -93,6 +93,9 @@ class RateLimiter(LimiterBase):
 
     def _rl_waited(self, lease: object, permit_count: int) -> Lease:
         """The outcome of a wait_async, whichever hook made it: checked, counted once."""
+        if lease.__class__ is Lease and lease:  # the common case, without the calls below
+            self._rl_successful += 1
+            return lease
         return self._rl_counted(lease, permit_count, "_wait_async")
 
     def acquire(self, permit_count: int = 1) -> Lease:
