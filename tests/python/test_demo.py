@@ -166,6 +166,19 @@ def test_plot_says_what_to_install_when_matplotlib_is_missing() -> None:
     assert "pip install matplotlib" in child.stderr
 
 
+def test_plot_says_when_matplotlib_is_too_old() -> None:
+    child = run_child(
+        """
+        import sys, types
+        sys.modules["matplotlib"] = types.SimpleNamespace(__version__="3.6.3")
+        import permits.demo
+        sys.exit(permits.demo.run_demo(1.0, "out.png", simulate=True))
+        """
+    )
+    assert child.returncode == 1
+    assert "matplotlib 3.7 or later, not 3.6.3" in child.stderr
+
+
 def test_version_flag_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
