@@ -6,14 +6,18 @@ import io
 import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import permits
 from permits.__main__ import main
 from permits.demo import simulate
+from permits.demo.plot import BIN
+from permits.demo.scenario import RATE, WINDOW, _describe_traffic
 
-from _child import run_ok
+from _child import run_child, run_ok
 
 
 def test_the_simulated_demo_grants_about_the_configured_rate() -> None:
@@ -46,6 +50,133 @@ def test_demo_simulate_prints_a_summary() -> None:
     assert permits.demo.run_demo(2.0, simulate=True, stream=out) == 0
     text = out.getvalue()
     assert "granted" in text.lower()
+
+
+# ------------------------------------------------------------------ the picture (--plot)
+
+ROOT = Path(__file__).resolve().parents[2]
+SERIES = [
+    "granted",
+    "rejected",
+    "offered",
+    f"limit: {RATE} requests/s",
+    f"window boundary (every {WINDOW:g} s)",
+    "segment boundary (sliding window, every 0.25 s)",
+    "queued: requests waiting (right axis)",
+]
+
+
+def _matplotlib() -> Any:
+    # ./scripts/test and the test extra install matplotlib; a bare environment skips, saying why
+    return pytest.importorskip("matplotlib", reason="the demo's --plot needs matplotlib (pip install matplotlib)")
+
+
+def test_the_demo_picture_labels_every_series_and_axis(tmp_path: Path) -> None:
+    _matplotlib()
+    result = simulate(5.0)
+    path = tmp_path / "demo.png"
+    fig = permits.demo.write_plot(result, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    assert fig._suptitle is not None and _describe_traffic(5.0) in fig._suptitle.get_text()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == SERIES
+    panels = [ax for ax in fig.axes if ax.get_ylabel() == "requests/s"]  # the rate axes, one per limiter
+    assert len(panels) == len(result.rows)
+    for ax, row in zip(panels, result.rows, strict=True):
+        assert ax.get_title(loc="left").startswith(f"{row.label} ({row.detail}): granted {row.granted}")
+        # the bars are the counts: granted and rejected per bin, as requests per second
+        granted, rejected = ax.containers[0], ax.containers[1]
+        assert round(sum(bar.get_height() for bar in granted) * BIN) == row.granted
+        assert round(sum(bar.get_height() for bar in rejected) * BIN) == row.rejected
+    assert "time" in panels[-1].get_xlabel() and "(s)" in panels[-1].get_xlabel()
+    queue_axes = [ax for ax in fig.axes if ax.get_ylabel() == "waiting (requests)"]
+    assert len(queue_axes) == 1  # the queued variant's, on the right
+
+
+def test_the_demo_picture_marks_the_windows() -> None:
+    _matplotlib()
+    result = simulate(5.0)
+    fig = permits.demo.plot_figure(result)
+    by_label = dict(zip((row.label for row in result.rows), fig.axes, strict=False))
+
+    def verticals(ax: Any, style: str) -> list[float]:
+        return [
+            float(line.get_xdata()[0])
+            for line in ax.get_lines()
+            if line.get_linestyle() == style and line.get_xdata()[0] == line.get_xdata()[1]
+        ]
+
+    for label in ("fixed window", "sliding window", "sliding window counter"):
+        assert verticals(by_label[label], "--") == [1.0, 2.0, 3.0, 4.0], label
+    assert verticals(by_label["sliding window"], ":") == [t / 4 for t in range(1, 20) if t % 4]
+    assert verticals(by_label["token bucket"], "--") == []  # a bucket has no windows
+
+
+def test_nothing_in_the_demo_picture_is_hidden_or_clipped() -> None:
+    _matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = permits.demo.plot_figure(simulate(5.0, concurrency=True))
+    canvas = FigureCanvasAgg(fig)  # what savefig draws a PNG with
+    canvas.draw()  # lays the figure out
+    renderer = canvas.get_renderer()
+    page = fig.bbox
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    inside = lambda b: b.x0 >= page.x0 - 1 and b.y0 >= page.y0 - 1 and b.x1 <= page.x1 + 1 and b.y1 <= page.y1 + 1  # noqa: E731
+    assert inside(box)
+    for ax in fig.axes:
+        assert not box.overlaps(ax.get_window_extent(renderer)), ax.get_title(loc="left")
+        assert inside(ax.get_tightbbox(renderer)), ax.get_title(loc="left")  # titles, ticks, labels
+    assert fig._suptitle is not None
+    title = fig._suptitle.get_window_extent(renderer)
+    assert inside(title) and not box.overlaps(title)
+
+
+def test_the_docs_describe_the_picture() -> None:
+    text = (ROOT / "docs" / "demo.md").read_text()
+    picture = text.split("## The picture", 1)[1].split("\n## ", 1)[0]
+    for series in ("granted", "rejected", "offered", "limit", "window boundar", "segment boundar", "waiting"):
+        assert series in picture, series
+
+
+def test_the_demo_without_plot_does_not_import_matplotlib() -> None:
+    child = run_ok(
+        """
+        import io, sys
+        import permits.demo
+        assert permits.demo.run_demo(1.0, simulate=True, stream=io.StringIO()) == 0
+        print("matplotlib" in sys.modules)
+        """
+    )
+    assert child.lines() == ["False"]
+
+
+def test_plot_says_what_to_install_when_matplotlib_is_missing() -> None:
+    child = run_child(
+        """
+        import sys
+        sys.modules["matplotlib"] = None  # as if not installed
+        import permits.demo
+        sys.exit(permits.demo.run_demo(1.0, "out.png", simulate=True))
+        """
+    )
+    assert child.returncode == 1
+    assert "pip install matplotlib" in child.stderr
+
+
+def test_plot_says_when_matplotlib_is_too_old() -> None:
+    child = run_child(
+        """
+        import sys, types
+        sys.modules["matplotlib"] = types.SimpleNamespace(__version__="3.6.3")
+        import permits.demo
+        sys.exit(permits.demo.run_demo(1.0, "out.png", simulate=True))
+        """
+    )
+    assert child.returncode == 1
+    assert "matplotlib 3.7 or later, not 3.6.3" in child.stderr
 
 
 def test_version_flag_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -96,12 +96,14 @@ class _Driver:
         else:
             self._rejected(res, t, lease)
 
-    def _sample_queues(self) -> None:
+    def _sample_queues(self, t: float) -> None:
         for row in self.rows:
             res = row.result
             if res.mode == "queue":
                 res.queued = row.limiter.statistics().current_queued_count
                 res.queued_peak = max(res.queued_peak, res.queued)
+                if not res.queued_over_time or res.queued_over_time[-1][1] != res.queued:
+                    res.queued_over_time.append((t, res.queued))
 
     def _release_due(self, t: float) -> None:
         while self.held and self.held[0][0] <= t:
@@ -123,7 +125,7 @@ class _Driver:
                     self._arrive(t)
                     i += 1
                 self._release_due(t)
-                self._sample_queues()
+                self._sample_queues(t)
                 if self.display is not None and t >= next_draw:
                     self.display.update(self.result(), t)
                     next_draw = t + self.display.every
@@ -133,7 +135,7 @@ class _Driver:
         return self.result()
 
     async def _shutdown(self) -> None:
-        self._sample_queues()
+        self._sample_queues(min(self.now(), self.seconds))
         while self.held:
             heapq.heappop(self.held)[2].release()
         for row in self.rows:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import permits
 
-from .scenario import CONCURRENCY, HOLD, QUEUE_LIMIT, RATE, WINDOW
+from .scenario import CONCURRENCY, HOLD, QUEUE_LIMIT, RATE, SEGMENTS, WINDOW
 
 
 @dataclass
@@ -22,6 +22,8 @@ class RowResult:
     queued: int = 0
     """Requests waiting in the limiter's queue (its ``statistics()``), last sampled."""
     queued_peak: int = 0
+    queued_over_time: list[tuple[float, int]] = field(default_factory=list)
+    """(seconds from the start, requests waiting) each time the queue's length changed."""
     unfinished: int = 0
     """Requests still queued when the demo ended."""
     total_wait: float = 0.0
@@ -29,6 +31,10 @@ class RowResult:
     last_retry_after: float | None = None
     last_reject_time: float = -1.0
     reasons: dict[str, int] = field(default_factory=dict)
+    window: float | None = None
+    """The length of its window, for the windowed limiters (the plot marks their boundaries)."""
+    segments: int = 1
+    """How many segments its window slides by (the sliding window's)."""
 
     @property
     def granted(self) -> int:
@@ -53,8 +59,15 @@ class _Row:
 
 
 def _make_rows(concurrency: bool, clock: permits.ManualClock | None) -> list[_Row]:
-    def row(label: str, detail: str, mode: str, limiter: permits.RateLimiter) -> _Row:
-        return _Row(RowResult(label, detail, mode), limiter)
+    def row(
+        label: str,
+        detail: str,
+        mode: str,
+        limiter: permits.RateLimiter,
+        window: float | None = None,
+        segments: int = 1,
+    ) -> _Row:
+        return _Row(RowResult(label, detail, mode, window=window, segments=segments), limiter)
 
     period = 1.0 / RATE
     rows = [
@@ -69,18 +82,22 @@ def _make_rows(concurrency: bool, clock: permits.ManualClock | None) -> list[_Ro
             f"{RATE} per {WINDOW:g} s window",
             "acquire",
             permits.FixedWindowLimiter(RATE, WINDOW, clock=clock, name="fixed_window"),
+            WINDOW,
         ),
         row(
             "sliding window",
-            f"{RATE} per {WINDOW:g} s, 4 segments",
+            f"{RATE} per {WINDOW:g} s, {SEGMENTS} segments",
             "acquire",
-            permits.SlidingWindowLimiter(RATE, WINDOW, 4, clock=clock, name="sliding_window"),
+            permits.SlidingWindowLimiter(RATE, WINDOW, SEGMENTS, clock=clock, name="sliding_window"),
+            WINDOW,
+            SEGMENTS,
         ),
         row(
             "sliding window counter",
             f"{RATE} per {WINDOW:g} s, weighted",
             "acquire",
             permits.SlidingWindowCounterLimiter(RATE, WINDOW, clock=clock, name="sliding_window_counter"),
+            WINDOW,
         ),
         row(
             "token bucket + queue",

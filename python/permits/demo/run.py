@@ -12,7 +12,7 @@ import permits
 
 from .display import _Display, _LiveDisplay, _PlainDisplay, _summary
 from .driver import _Driver
-from .plot import _MatplotlibMissing, _pyplot, write_plot
+from .plot import _MatplotlibMissing, _require_matplotlib, write_plot
 from .results import DemoResult, _make_rows, _Row
 
 
@@ -53,7 +53,7 @@ def run_demo(
         return 2
     if plot is not None:
         try:
-            _pyplot()  # fail before the demo, not after it
+            _require_matplotlib()  # fail before the demo, not after it
         except _MatplotlibMissing as exc:
             print(exc, file=sys.stderr)
             return 1

@@ -7,6 +7,8 @@ import math
 RATE = 10
 """Every limiter of the demo admits about this many requests per second."""
 WINDOW = 1.0
+SEGMENTS = 4
+"""Segments of the sliding window."""
 BURST = 30
 """Requests in each burst (three times what a limiter admits per second)."""
 STEADY_RATE = 20
