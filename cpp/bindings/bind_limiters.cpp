@@ -20,8 +20,8 @@
 namespace permits::bind {
 namespace {
 
-py::object to_lease(const Outcome& o, const std::shared_ptr<Limiter>& owner) {
-    PyObject* lease = py_lease::from_outcome(o, owner.get());
+py::object to_lease(const Outcome& o, const std::shared_ptr<Limiter>& owner, py::handle self) {
+    PyObject* lease = py_lease::from_outcome(o, owner.get(), self.ptr());
     if (lease == nullptr) {
         throw py::error_already_set();
     }
@@ -32,9 +32,9 @@ py::object enqueue(py::handle self, py::handle n, Nanos timeout_ns, std::shared_
     const auto limiter = shared_self_of<Limiter>(self);
     auto q = limiter->enqueue(int_arg(n, "permit_count"), timeout_ns, std::move(notifier));
     if (!q.waiter) {
-        return to_lease(q.outcome, limiter);
+        return to_lease(q.outcome, limiter, self);
     }
-    return py::cast(WaitHandle(limiter, q.waiter));
+    return py::cast(WaitHandle(limiter, q.waiter, py::reinterpret_borrow<py::object>(self)));
 }
 
 // Blocks with the GIL released; wakes every 50 ms to let Ctrl-C (and other signals) in.
@@ -42,9 +42,9 @@ py::object wait(py::handle self, py::handle n, Nanos timeout_ns) {
     const auto limiter = shared_self_of<Limiter>(self);
     auto q = limiter->enqueue(int_arg(n, "permit_count"), timeout_ns);
     if (!q.waiter) {
-        return to_lease(q.outcome, limiter);
+        return to_lease(q.outcome, limiter, self);
     }
-    return WaitHandle(limiter, q.waiter).block();
+    return WaitHandle(limiter, q.waiter, py::reinterpret_borrow<py::object>(self)).block();
 }
 
 py::tuple statistics(py::handle self) {
@@ -74,10 +74,10 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
             return nullptr;
         }
         if constexpr (kind == FastCall::Acquire) {
-            return py_lease::from_outcome((*holder)->acquire(n), holder->get());
+            return py_lease::from_outcome((*holder)->acquire(n), holder->get(), self);
         } else if constexpr (kind == FastCall::TryNow) {
             const auto o = (*holder)->try_now(n);
-            return o ? py_lease::from_outcome(*o, holder->get()) : Py_NewRef(Py_None);
+            return o ? py_lease::from_outcome(*o, holder->get(), self) : Py_NewRef(Py_None);
         } else {
             detail::check_permit_count(n, (*holder)->max_permits()); // before "closed", as everywhere
             if ((*holder)->closed()) {

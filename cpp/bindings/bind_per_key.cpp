@@ -28,9 +28,9 @@ namespace {
 
 // A lease for a per-key outcome: its permits go back through the table, which tells the key's
 // record or full limiter and notes when the key will be idle (exact eviction).
-PyObject* lease_of(const Outcome& o, PerKeyLimiter& per_key, PyObject* resource) {
+PyObject* lease_of(const Outcome& o, PerKeyLimiter& per_key, PyObject* resource, PyObject* self) {
     if (!o.acquired) {
-        return py_lease::from_outcome(o, nullptr);
+        return py_lease::from_outcome(o, nullptr, self);
     }
     return py_lease::from_per_key_outcome(o, per_key, resource);
 }
@@ -93,10 +93,10 @@ PyObject* per_key_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
             return nullptr;
         }
         if constexpr (kind == FastCall::Acquire) {
-            return lease_of((*per_key)->acquire(key.view(), n).outcome, **per_key, args[0]);
+            return lease_of((*per_key)->acquire(key.view(), n).outcome, **per_key, args[0], self);
         } else if constexpr (kind == FastCall::TryNow) {
             const auto r = (*per_key)->try_now(key.view(), n);
-            return r ? lease_of(r->outcome, **per_key, args[0]) : Py_NewRef(Py_None);
+            return r ? lease_of(r->outcome, **per_key, args[0], self) : Py_NewRef(Py_None);
         } else {
             if ((*per_key)->closed()) {
                 throw ClosedError();
@@ -138,10 +138,11 @@ void bind_per_key(py::module_& m) {
                     const std::string key = key_of(resource);
                     auto q = self->enqueue(key, int_arg(n, "permit_count"), timeout_ns, std::move(notifier));
                     if (q.enqueued.waiter) {
-                        return py::cast(
-                            WaitHandle(q.owner, q.enqueued.waiter, self, py::reinterpret_borrow<py::object>(resource)));
+                        return py::cast(WaitHandle(q.owner, q.enqueued.waiter,
+                                                   py::reinterpret_borrow<py::object>(self_obj), self,
+                                                   py::reinterpret_borrow<py::object>(resource)));
                     }
-                    return steal(lease_of(q.enqueued.outcome, *self, resource.ptr()));
+                    return steal(lease_of(q.enqueued.outcome, *self, resource.ptr(), self_obj.ptr()));
                 },
                 py::arg("resource"), py::arg("permit_count"), py::arg("timeout_ns"), py::arg("notifier"),
                 "_enqueue(self, resource, permit_count, timeout_ns, notifier)\n--\n\nA lease now, or a "

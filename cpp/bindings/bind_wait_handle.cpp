@@ -18,7 +18,7 @@ py::object WaitHandle::lease() {
         }
         PyObject* lease = per_key_ && waiter_->outcome().acquired
                               ? py_lease::from_per_key_outcome(waiter_->outcome(), *per_key_, key_.ptr())
-                              : py_lease::from_outcome(waiter_->outcome(), owner_.get());
+                              : py_lease::from_outcome(waiter_->outcome(), owner_.get(), source_.ptr());
         lease_ = py::reinterpret_steal<py::object>(lease);
         if (!lease_) {
             throw py::error_already_set();

@@ -58,7 +58,7 @@ PyObject* lease_for(const WaitTarget& t, const Outcome& o) {
     if (t.per_key != nullptr && o.acquired) {
         return py_lease::from_per_key_outcome(o, *t.per_key, t.key);
     }
-    return py_lease::from_outcome(o, t.limiter);
+    return py_lease::from_outcome(o, t.limiter, t.owner);
 }
 
 /// Closes a delegated wait's coroutine: its request leaves the queue (its own `finally`).
@@ -167,10 +167,11 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
         if (!q.waiter) {
             return lease_for(t, q.outcome);
         }
-        c.handle = t.per_key != nullptr
-                       ? std::make_unique<WaitHandle>(std::move(owner), q.waiter, t.per_key->shared_from_this(),
-                                                      py::reinterpret_borrow<py::object>(t.key))
-                       : std::make_unique<WaitHandle>(std::move(owner), q.waiter);
+        c.handle =
+            t.per_key != nullptr
+                ? std::make_unique<WaitHandle>(std::move(owner), q.waiter, py::reinterpret_borrow<py::object>(t.owner),
+                                               t.per_key->shared_from_this(), py::reinterpret_borrow<py::object>(t.key))
+                : std::make_unique<WaitHandle>(std::move(owner), q.waiter, py::reinterpret_borrow<py::object>(t.owner));
         c.loop = loop.release().ptr();
         c.id = id;
         c.bridge = bridge;

@@ -20,6 +20,7 @@ struct LeaseObject {
     std::int64_t permit_count;
     double retry_after;   // < 0: none
     PyObject* reason;     // str or nullptr
+    PyObject* limiter;    // a failed engine lease: the refusing limiter's name (a str), or nullptr
     PyObject* extra;      // dict of further metadata or nullptr
     PyObject* on_release; // callable or nullptr (leases of custom limiters)
     PyObject* on_refund;  // callable or nullptr: called instead of on_release by a refund
@@ -69,6 +70,7 @@ LeaseObject* alloc_lease() {
             return nullptr;
         }
         ++allocator_calls;
+        self->limiter = nullptr; // a freed lease's is cleared in dealloc: the hot path stores nothing
     }
     self->acquired = false;
     self->released = false;
@@ -147,11 +149,38 @@ bool owner_closed(const LeaseObject* self) {
     return t.limiter ? t.limiter->closed() : !t.per_key || t.per_key->closed();
 }
 
-void set_failure(LeaseObject* self, const Outcome& o) {
+PyObject* name_attribute = nullptr; // interned "name"
+
+// The name of the limiter that refused: `source.name` ("default" for an object without one).
+// Read only when a lease fails, so that a grant pays nothing for it. nullptr with an error set.
+PyObject* name_of(PyObject* source) {
+    if (name_attribute == nullptr) {
+        name_attribute = PyUnicode_InternFromString("name");
+        if (name_attribute == nullptr) {
+            return nullptr;
+        }
+    }
+    PyObject* name = PyObject_GetAttr(source, name_attribute);
+    if (name == nullptr && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        name = PyUnicode_FromString("default");
+    }
+    return name;
+}
+
+// False with an error set (reading the name).
+bool set_failure(LeaseObject* self, const Outcome& o, PyObject* source) {
     self->reason = reason_string(o.reason);
     if (o.retry_after >= 0) {
         self->retry_after = o.retry_seconds; // exact even past 2**63 ns
     }
+    if (source != nullptr && self->reason != nullptr) { // (dealloc clears the name with the reason)
+        self->limiter = name_of(source);
+        if (self->limiter == nullptr) {
+            return false;
+        }
+    }
+    return true;
 }
 
 // A custom limiter's lease: on_refund for a refund when it has one (an undo: the permits were
@@ -200,6 +229,7 @@ int lease_traverse(LeaseObject* self, visitproc visit, void* arg) {
 
 int lease_clear(LeaseObject* self) {
     Py_CLEAR(self->reason);
+    Py_CLEAR(self->limiter);
     Py_CLEAR(self->extra);
     Py_CLEAR(self->on_release);
     Py_CLEAR(self->on_refund);
@@ -228,7 +258,11 @@ void release_forgotten(LeaseObject* self) {
 void lease_dealloc(LeaseObject* self) {
     PyObject_GC_UnTrack(self);
     release_forgotten(self);
-    Py_CLEAR(self->reason);
+    if (self->reason != nullptr) { // only a failed lease has a reason, and a limiter name
+        Py_DECREF(self->reason);
+        self->reason = nullptr;
+        Py_CLEAR(self->limiter);
+    }
     // Metadata and callbacks: a custom limiter's lease (the engine's have none; a call spared).
     if (self->extra != nullptr || self->on_release != nullptr || self->on_refund != nullptr) {
         lease_clear(self);
@@ -310,6 +344,10 @@ PyObject* lease_metadata(LeaseObject* self, void*) {
         Py_DECREF(v);
     }
     if (self->reason != nullptr && PyDict_SetItemString(d, "reason", self->reason) != 0) {
+        Py_DECREF(d);
+        return nullptr;
+    }
+    if (self->limiter != nullptr && PyDict_SetItemString(d, "limiter", self->limiter) != 0) {
         Py_DECREF(d);
         return nullptr;
     }
@@ -483,7 +521,9 @@ PyGetSetDef lease_getset[] = {
      "Seconds until the request could succeed, when known.", nullptr},
     {"reason", reinterpret_cast<getter>(lease_reason), nullptr, "Why the lease failed; None on success.", nullptr},
     {"metadata", reinterpret_cast<getter>(lease_metadata), nullptr,
-     "Read-only mapping: retry_after and reason when set, plus what a custom limiter adds.", nullptr},
+     "Read-only mapping: retry_after and reason when set, limiter (the refusing limiter's name) on a failed "
+     "lease, plus what a custom limiter adds.",
+     nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyNumberMethods lease_as_number = {};
@@ -514,7 +554,7 @@ bool register_type(PyObject* m) {
     return true;
 }
 
-PyObject* from_outcome(const Outcome& o, Limiter* owner) {
+PyObject* from_outcome(const Outcome& o, Limiter* owner, PyObject* source) {
     LeaseObject* self = alloc_lease();
     if (self == nullptr) {
         return nullptr;
@@ -530,8 +570,9 @@ PyObject* from_outcome(const Outcome& o, Limiter* owner) {
             self->target = bind::target_of(*owner);
         }
         self->must_release = self->releases && o.permits > 0;
-    } else {
-        set_failure(self, o);
+    } else if (!set_failure(self, o, source)) {
+        Py_DECREF(self);
+        return nullptr;
     }
     return reinterpret_cast<PyObject*>(self);
 }
@@ -549,8 +590,9 @@ PyObject* from_per_key_outcome(const Outcome& o, PerKeyLimiter& per_key, PyObjec
         self->target = bind::target_of(per_key);
         self->key = Py_NewRef(key);
         self->must_release = self->releases && o.permits > 0;
-    } else {
-        set_failure(self, o);
+    } else if (!set_failure(self, o, nullptr)) {
+        Py_DECREF(self);
+        return nullptr;
     }
     return reinterpret_cast<PyObject*>(self);
 }

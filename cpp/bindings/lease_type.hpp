@@ -13,10 +13,11 @@ namespace permits::py_lease {
 
 /// Registers the type as `Lease` in module `m`; returns false with a Python error set on failure.
 bool register_type(PyObject* m);
-/// A new reference to a lease for `o`, holding `owner` so that release() / refunds reach it.
+/// A new reference to a lease for `o`, holding `owner` so that release() / refunds reach it; a
+/// failed one carries `source.name` (the Python limiter that refused) as metadata["limiter"].
 /// (`owner` is taken by reference: converting a derived class's shared_ptr would cost two atomic
 /// operations per lease; only a concurrency lease takes a shared_ptr of its limiter.)
-PyObject* from_outcome(const Outcome& o, Limiter* owner);
+PyObject* from_outcome(const Outcome& o, Limiter* owner, PyObject* source);
 /// A lease for `o` granted by the record of `key` in `per_key`: its permits go back to that key.
 PyObject* from_per_key_outcome(const Outcome& o, PerKeyLimiter& per_key, PyObject* key);
 bool check(PyObject* obj);

@@ -12,13 +12,15 @@ namespace permits::bind {
 
 class WaitHandle {
 public:
-    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter)
-        : owner_(std::move(owner)), waiter_(std::move(waiter)) {}
+    /// `source`: the Python limiter, whose name a failed lease carries.
+    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter, pybind11::object source)
+        : owner_(std::move(owner)), waiter_(std::move(waiter)), source_(std::move(source)) {}
     /// A request queued in a per-key table's key: its lease goes back through the table, and a
     /// cancellation tells it, so the key is evicted on time once idle.
-    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter, std::shared_ptr<PerKeyLimiter> per_key,
-               pybind11::object key)
-        : owner_(std::move(owner)), waiter_(std::move(waiter)), per_key_(std::move(per_key)), key_(std::move(key)) {}
+    WaitHandle(std::shared_ptr<Limiter> owner, std::shared_ptr<Waiter> waiter, pybind11::object source,
+               std::shared_ptr<PerKeyLimiter> per_key, pybind11::object key)
+        : owner_(std::move(owner)), waiter_(std::move(waiter)), source_(std::move(source)),
+          per_key_(std::move(per_key)), key_(std::move(key)) {}
     const std::shared_ptr<Waiter>& waiter() const { return waiter_; }
     /// Leaves the queue; false if the request had already completed.
     bool cancel();
@@ -31,6 +33,7 @@ public:
 private:
     std::shared_ptr<Limiter> owner_;
     std::shared_ptr<Waiter> waiter_;
+    pybind11::object source_;
     std::shared_ptr<PerKeyLimiter> per_key_;
     pybind11::object key_;
     pybind11::object lease_;

@@ -19,6 +19,7 @@ from ._http_policy import (
     fewest_remaining,
     is_exempt,
     refund_before_rejection,
+    rejection_text,
     wait_or_leave,
 )
 from ._queued import at_once
@@ -102,7 +103,7 @@ async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: 
     headers = policy.rejection_headers(lease, quota)
     custom = await policy.rejection(request, lease, web.StreamResponse)
     # (not `custom or ...`: a response is a mapping, false while empty)
-    response = web.Response(status=policy.status_code, text="Too Many Requests") if custom is None else custom
+    response = web.Response(status=policy.status_code, text=rejection_text(lease)) if custom is None else custom
     _add_headers(response, headers)
     return response
 

@@ -40,6 +40,13 @@ class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a 
         return [("RateLimit-Policy", policy), ("RateLimit", state)]
 
 
+def rejection_text(lease: Lease) -> str:
+    """The default rejection's body: it says which limit refused (its limiter's name), so that a
+    client or a log tells a per-key limit from a global one."""
+    name = lease.metadata.get("limiter")
+    return "Too Many Requests" if name is None else f"Too Many Requests (limiter: {name})"
+
+
 def encoded_headers(quota: Quota) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
     """The quota's headers as an ASGI message carries them (lowercase names, latin-1 bytes): the
     same text as ``headers()``, made on every response, so the parts that never change are cached."""

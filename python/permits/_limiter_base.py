@@ -28,13 +28,18 @@ class LimiterBase:
             raise LimiterClosedError("the limiter is closed")
 
     def _rl_checked(self, lease: object, permit_count: int, hook: str = "_acquire") -> Lease:
-        """A hook's lease, checked (a failed one gets the requested permit_count: on a copy, as a
-        hook may hand out one denial it keeps)."""
+        """A hook's lease, checked. A failed one gets the requested permit_count and, unless it names
+        one already (a chain's member, a partition's limiter), this limiter's name as
+        metadata["limiter"]: on a copy, as a hook may hand out one denial it keeps."""
         if not isinstance(lease, Lease):
             raise TypeError(f"{type(self).__name__}.{hook} must return a permits.Lease, got {type(lease).__name__}")
-        if not lease and lease.permit_count != permit_count:
-            extra = {k: v for k, v in lease.metadata.items() if k not in ("reason", "retry_after")}
-            copy = Lease.denied(lease.reason or "limit_reached", retry_after=lease.retry_after, metadata=extra or None)
+        if lease:
+            return lease
+        metadata = lease.metadata
+        if lease.permit_count != permit_count or "limiter" not in metadata:
+            extra = {k: v for k, v in metadata.items() if k not in ("reason", "retry_after")}
+            extra.setdefault("limiter", self.name)
+            copy = Lease.denied(lease.reason or "limit_reached", retry_after=lease.retry_after, metadata=extra)
             return copy._with_permit_count(permit_count)
         return lease
 

@@ -27,6 +27,7 @@ from ._http_policy import (
     encoded_headers,
     fewest_remaining,
     is_exempt,
+    rejection_text,
 )
 from ._queued import acquire_or_leave, replaying
 from .keyed_limiter import KeyedRateLimiter
@@ -179,7 +180,7 @@ class RateLimitMiddleware:
         response = await policy.rejection(connection, lease, Response)
         if scope["type"] == "http":
             if response is None:
-                response = PlainTextResponse("Too Many Requests", policy.status_code)
+                response = PlainTextResponse(rejection_text(lease), policy.status_code)
             await send_response(response, scope, receive, send, headers)
             return
         message = await receive()  # websocket.connect, before any answer

@@ -175,7 +175,10 @@ class ChainedLimiter(RateLimiter):
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()
         closed = lambda: self._rl_closed  # noqa: E731
-        return _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)), closed)
+        # (checked: a close of the chain itself names the chain; a member's failure names the member)
+        return self._rl_checked(
+            _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)), closed), n, "wait"
+        )
 
     @property
     def idle_duration(self) -> float | None:
@@ -278,7 +281,7 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
             left = deadline.left(lim)
             return lim.wait(resource, n, left) if isinstance(lim, KeyedRateLimiter) else lim.wait(n, left)
 
-        return _acquire_each(self._limiters, n, step, lambda: self._rl_closed)
+        return self._rl_checked(_acquire_each(self._limiters, n, step, lambda: self._rl_closed), n, "wait")
 
     def __repr__(self) -> str:
         return f"<ChainedPartitionedLimiter of {len(self._limiters)} limiters>"

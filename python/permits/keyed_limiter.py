@@ -100,7 +100,9 @@ class KeyedRateLimiter(LimiterBase):
         limit = timeout_ns(timeout)
         self._check_open()
         attempt = lambda: self._rl_checked(self._acquire(resource, n), n)  # noqa: E731
-        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit, self._rl_clock), resource)
+        # (checked again: the wait's own "timeout" or "closed" names this limiter too)
+        waited = _polling.wait(attempt, lambda: self._rl_closed, n, limit, self._rl_clock)
+        return self._rl_counted(waited, n, resource, "wait")
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """Waits for ``resource``'s permits (asyncio or trio); also an async context manager."""

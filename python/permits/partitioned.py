@@ -311,12 +311,16 @@ class PartitionedLimiter(KeyedRateLimiter):
         self._evict_due(self._clock.now_ns(), None, report=True)
         return len(self._entries)
 
+    def _partition_limit(self, permit_count: int) -> Lease:
+        """No room for another partition: this limiter refused, not a partition's."""
+        return Lease.denied("partition_limit", metadata={"limiter": self.name})._with_permit_count(permit_count)
+
     # ---- the KeyedRateLimiter hooks (the public members validate, then call these) ----
     def _acquire(self, resource: object, permit_count: int) -> Lease:
         while True:
             found = self._entry(resource)
             if found is None:
-                return Lease.denied("partition_limit")
+                return self._partition_limit(permit_count)
             key, entry = found
             assert entry.limiter is not None
             try:
@@ -336,7 +340,7 @@ class PartitionedLimiter(KeyedRateLimiter):
         while True:
             found = self._entry(resource)
             if found is None:
-                return Lease.denied("partition_limit")
+                return self._partition_limit(permit_count)
             key, entry = found
             assert entry.limiter is not None
             try:
@@ -352,7 +356,7 @@ class PartitionedLimiter(KeyedRateLimiter):
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
         found = self._entry(resource)
         if found is None:
-            return Lease.denied("partition_limit")._with_permit_count(permit_count)
+            return self._partition_limit(permit_count)
         key, entry = found
         assert entry.limiter is not None
         try:
@@ -373,7 +377,7 @@ class PartitionedLimiter(KeyedRateLimiter):
         while True:
             found = self._entry(resource)
             if found is None:
-                return Lease.denied("partition_limit")._with_permit_count(permit_count)
+                return self._partition_limit(permit_count)
             key, entry = found
             assert entry.limiter is not None
             try:
@@ -390,7 +394,7 @@ class PartitionedLimiter(KeyedRateLimiter):
         while True:
             found = self._entry(resource)
             if found is None:
-                return Lease.denied("partition_limit")._with_permit_count(n)
+                return self._partition_limit(n)
             key, entry = found
             assert entry.limiter is not None
             # As in acquire: an immediate grant by a limiter evicted meanwhile is given back and

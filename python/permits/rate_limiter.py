@@ -122,7 +122,8 @@ class RateLimiter(LimiterBase):
         limit = timeout_ns(timeout)
         self._check_open()
         attempt = lambda: self._rl_checked(self._acquire(n), n)  # noqa: E731
-        return self._rl_count(_polling.wait(attempt, lambda: self._rl_closed, n, limit, self._rl_clock))
+        # (checked again: the wait's own "timeout" or "closed" names this limiter too)
+        return self._rl_counted(_polling.wait(attempt, lambda: self._rl_closed, n, limit, self._rl_clock), n, "wait")
 
     def wait_async(self, permit_count: int = 1) -> LeaseWait:
         """Waits in the queue (asyncio). Also an async context manager releasing the lease on exit."""

@@ -55,7 +55,7 @@ def test_failed_acquire_has_reason_but_no_retry_after():
     failed = lim.acquire()
     assert failed.reason == "limit_reached"
     assert failed.retry_after is None
-    assert dict(failed.metadata) == {"reason": "limit_reached"}
+    assert dict(failed.metadata) == {"reason": "limit_reached", "limiter": "default"}
 
 
 async def test_reason_metadata_on_failed_wait_async():

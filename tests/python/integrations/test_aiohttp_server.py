@@ -196,7 +196,7 @@ async def test_on_rejected_sync_and_async(serve_aiohttp, clock: permits.ManualCl
     async def async_(request: web.Request, lease: permits.Lease) -> None:
         return None
 
-    for on_rejected, expected in ((sync, '{"retry_in": 60.0}'), (async_, "Too Many Requests")):
+    for on_rejected, expected in ((sync, '{"retry_in": 60.0}'), (async_, "Too Many Requests (limiter: default)")):
         limiter = permits.FixedWindowLimiter(1, 60, clock=clock)
         app = make_app(limiter, middleware={"on_rejected": on_rejected, "status_code": 503})
         async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:

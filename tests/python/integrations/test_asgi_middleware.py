@@ -124,7 +124,10 @@ async def test_status_code_and_on_rejected_sync_and_async(serve_asgi, clock: per
         seen.append(("async", lease.retry_after))
         return None  # the default response
 
-    for on_rejected, expected in ((sync, (503, '{"error":"slow down"}')), (async_, (418, "Too Many Requests"))):
+    for on_rejected, expected in (
+        (sync, (503, '{"error":"slow down"}')),
+        (async_, (418, "Too Many Requests (limiter: default)")),
+    ):
         limiter = permits.FixedWindowLimiter(1, 4, clock=clock)
         app = app_with(limiter, status_code=418, on_rejected=on_rejected)
         async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:

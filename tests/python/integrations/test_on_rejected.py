@@ -116,7 +116,7 @@ BROKEN = [_returns_a_dict, _raises]
 
 
 def _assert_default_rejection(status: int, headers: Any, text: str) -> None:
-    assert (status, text) == (429, "Too Many Requests")
+    assert (status, text) == (429, "Too Many Requests (limiter: default)")
     assert headers["Retry-After"] == "60"
     assert headers["RateLimit"] == '"default";r=0;t=60'
 
@@ -230,3 +230,46 @@ async def test_endpoint_limiters_with_the_same_partition_key_do_not_collide(
     app.add_middleware(RateLimitMiddleware, limiter=permits.NoLimiter())
     async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
         assert [(await client.get(p)).status_code for p in ("/one", "/two", "/one", "/two")] == [200, 200, 429, 429]
+
+
+# ---- which limit refused: metadata["limiter"] tells a per-key limit from the global one ----
+async def test_one_on_rejected_tells_the_per_key_limit_from_the_global_one(
+    serve_asgi, clock: permits.ManualClock
+) -> None:
+    per_user = permits.PartitionedLimiter.per_key("1/minute", clock=clock, name="per-user")
+    everyone = permits.FixedWindowLimiter(2, 60, clock=clock, name="global")
+
+    def on_rejected(request: Request, lease: permits.Lease) -> PlainTextResponse:
+        if lease.metadata["limiter"] == "per-user":
+            return PlainTextResponse("you, slow down", status_code=429)
+        return PlainTextResponse("everyone, slow down", status_code=503)
+
+    app = FastAPI()
+
+    @app.get("/")
+    async def root() -> dict[str, str]:
+        return {}
+
+    app.add_middleware(
+        RateLimitMiddleware,
+        limiter=permits.chain(per_user, everyone),
+        key=lambda request: request.headers["x-user"],
+        on_rejected=on_rejected,
+    )
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        answers = [await client.get("/", headers={"x-user": user}) for user in ("a", "a", "b", "c")]
+    assert [(r.status_code, r.text) for r in answers[1:]] == [
+        (429, "you, slow down"),
+        (200, "{}"),
+        (503, "everyone, slow down"),
+    ]
+
+
+async def test_the_default_rejection_names_the_limit_that_refused(serve_asgi, clock: permits.ManualClock) -> None:
+    per_user = permits.PartitionedLimiter.per_key("1/minute", clock=clock, name="per-user")
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=per_user, key=lambda request: "k")
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
+        await client.get("/")
+        rejected = await client.get("/")
+    assert (rejected.status_code, rejected.text) == (429, "Too Many Requests (limiter: per-user)")
