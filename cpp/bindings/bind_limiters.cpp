@@ -75,6 +75,9 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
         }
         if constexpr (kind == FastCall::Acquire) {
             return py_lease::from_outcome((*holder)->acquire(n), holder->get(), self);
+        } else if constexpr (kind == FastCall::AcquireAsync) {
+            PyObject* lease = py_lease::from_outcome((*holder)->acquire(n), holder->get(), self);
+            return lease == nullptr ? nullptr : new_acquired_lease_wait(lease);
         } else if constexpr (kind == FastCall::TryNow) {
             const auto o = (*holder)->try_now(n);
             return o ? py_lease::from_outcome(*o, holder->get(), self) : Py_NewRef(Py_None);
@@ -103,6 +106,10 @@ template <class T> void install_fast_acquire(py::handle cls) {
                                        "failed lease; never blocks or queues.");
     install_fast<T, FastCall::TryNow>(cls, "_try_now",
                                       "_try_now($self, /, permit_count=1)\n--\n\nA wait's immediate grant, or None.");
+    install_fast<T, FastCall::AcquireAsync>(cls, "acquire_async",
+                                            "acquire_async($self, /, permit_count=1)\n--\n\nThe attempt of "
+                                            "acquire(), made now, as an awaitable returning its lease; also an "
+                                            "async context manager releasing it on exit.");
     install_fast<T, FastCall::WaitAsync>(cls, "wait_async",
                                          "wait_async($self, /, permit_count=1)\n--\n\nWaits in the queue "
                                          "(asyncio); also an async context manager releasing the lease on exit.");

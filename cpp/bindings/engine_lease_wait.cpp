@@ -223,6 +223,10 @@ PySendResult aw_send(PyObject* self, PyObject* arg, PyObject** out) {
         }
         return finish(c, std::exchange(c.result, nullptr), out);
     }
+    case Phase::Acquired:
+        c.resolved = true; // stepped: the lease is the caller's now
+        *out = Py_NewRef(c.result);
+        return PYGEN_RETURN;
     case Phase::Ready: {
         PyObject* value = c.result;
         c.result = nullptr;
@@ -304,6 +308,16 @@ PyObject* aw_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     if (c.phase == Phase::Delegating && c.inner != nullptr) {
         return throw_into_inner(c, args, nargs);
     }
+    if (c.phase == Phase::Acquired && !c.resolved) {
+        c.resolved = true; // cancelled before its first step: nobody gets the lease
+        RaisedError kept = RaisedError::take();
+        try {
+            py_lease::refund(c.result);
+        } catch (py::error_already_set& e) {
+            e.discard_as_unraisable(__func__);
+        }
+        kept.restore();
+    }
     end(c);
     PyObject* typ = args[0];
     PyObject* val = nargs > 1 ? args[1] : Py_None;
@@ -332,6 +346,10 @@ PyObject* aw_await(PyObject* self) {
 
 PyObject* aw_aenter(PyObject* self, PyObject*) {
     Core& c = core_of(self);
+    if (c.phase == Phase::Acquired) {
+        c.entered = true;
+        return Py_NewRef(self);
+    }
     if (c.phase != Phase::New) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse an already awaited wait_async()");
         return nullptr;
@@ -345,6 +363,14 @@ PyObject* new_ready(PyObject* value);
 
 PyObject* aw_aexit(PyObject* self, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
     Core& c = core_of(self);
+    if (c.phase == Phase::Acquired) { // the lease stays the awaitable's: later awaits return it
+        PyObject* r = PyObject_CallMethodNoArgs(c.result, names().release);
+        if (r == nullptr) {
+            return nullptr;
+        }
+        Py_DECREF(r);
+        return new_ready(Py_None);
+    }
     if (c.result != nullptr) {
         PyObject* lease = c.result;
         c.result = nullptr;
@@ -485,6 +511,17 @@ PyObject* new_ready(PyObject* value) {
 using lease_wait::Core;
 using lease_wait::core_of;
 using lease_wait::EngineLeaseWaitObject;
+
+PyObject* new_acquired_lease_wait(PyObject* lease) {
+    EngineLeaseWaitObject* self = lease_wait::alloc();
+    if (self == nullptr) {
+        Py_DECREF(lease);
+        return nullptr;
+    }
+    self->core.phase = lease_wait::Phase::Acquired;
+    self->core.result = lease; // the reference is taken over
+    return reinterpret_cast<PyObject*>(self);
+}
 
 PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count) {
     EngineLeaseWaitObject* self = lease_wait::alloc();

@@ -35,7 +35,7 @@ bool is_blocking_name(PyObject* name) {
 }
 
 bool is_done(const Core& c) {
-    return c.resolved || c.phase == Phase::Done || c.phase == Phase::Ready;
+    return c.resolved || c.phase == Phase::Done || c.phase == Phase::Ready || c.phase == Phase::Acquired;
 }
 
 } // namespace

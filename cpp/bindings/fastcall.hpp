@@ -15,7 +15,7 @@ namespace permits::bind {
 
 /// acquire, _try_now, and wait_async (the checks and the awaitable; the engine is asked when it
 /// is awaited).
-enum class FastCall { Acquire, TryNow, WaitAsync };
+enum class FastCall { Acquire, TryNow, WaitAsync, AcquireAsync };
 
 /// The shared_ptr holder of `self`, or nullptr with a TypeError set.
 template <class T> const std::shared_ptr<T>* holder_of(PyObject* self) {

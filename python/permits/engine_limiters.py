@@ -94,9 +94,6 @@ class _EngineLimiter(RateLimiter):
     def _core_self(self) -> _core.Limiter:
         return self  # type: ignore[return-value]
 
-    def acquire_async(self, permit_count: int = 1) -> LeaseWait:
-        return _Ready(self.acquire(permit_count))  # the C++ class's acquire: no frame between
-
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         return self._core_self()._wait(_check_permit_count(permit_count), timeout_ns(timeout))
 
