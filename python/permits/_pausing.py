@@ -6,8 +6,9 @@ of bounded real sleeps (so a ``retry_after`` of 1e10 s never overflows a sleep) 
 when anything calls :func:`wake_all`: a limiter closing, a ManualClock advancing. Each pause then
 looks again at what it waits for (its clock, its limiter's close).
 
-:func:`until_closed` runs a wait (a chain's, a partition's, a custom limiter's own ``_wait_async``)
-so that the owner's close ends it at once: the wait is cancelled where it waits (its request
+:func:`closable` (a wait that suspended under asyncio) and :func:`closable_from_start` (under
+trio) run a wait (a chain's, a partition's, a custom limiter's own ``_wait_async``) so that the
+owner's close ends it at once: the wait is cancelled where it waits (its request
 leaves any queue, what it was granted goes back) and the caller gets a failed lease, reason
 ``"closed"``.
 """
@@ -31,6 +32,11 @@ SLICE = 1.0
 _changed = threading.Condition()
 #: Registered wakers, in the order they were registered (a dict as an ordered set).
 _wakers: dict[Callable[[], object], None] = {}
+
+
+def closed_lease(permit_count: int) -> Lease:
+    """What a wait ended by its limiter's close returns."""
+    return Lease.denied("closed")._with_permit_count(permit_count)
 
 
 def wake_all() -> None:
@@ -133,32 +139,14 @@ def _discard(wake: Callable[[], object]) -> None:
         _wakers.pop(wake, None)
 
 
-class until_closed:
-    """Awaits ``steps`` (a wait's ``__await__``) so that ``closed()`` turning true ends it at
-    once: the wait is cancelled where it waits and a failed lease, reason ``"closed"``, returned.
-    Under asyncio a wait granted without suspending costs nothing more."""
-
-    __slots__ = ("_closed", "_permit_count", "_steps")
-
-    def __init__(self, steps: Generator[Any, None, Lease], closed: Callable[[], bool], permit_count: int) -> None:
-        self._steps = steps
-        self._closed = closed
-        self._permit_count = permit_count
-
-    def __await__(self) -> Generator[Any, None, Lease]:
-        steps, closed, n = self._steps, self._closed, self._permit_count
-        loop = asyncio._get_running_loop()
-        if loop is None:
-            trio = _foreign._in_trio()
-            if trio is None:  # no event loop at all: granted at once, or the wait itself says why not
-                return (yield from steps)
-            # trio: its cancel scope must enclose every step (scopes nest)
-            return (yield from _guarded_trio(trio, steps, closed, n).__await__())
-        try:
-            first = steps.send(None)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        return (yield from _guarded(loop, _Resume(steps, first), closed, n).__await__())
+def closable_from_start(steps: Generator[Any, None, Lease], closed: Callable[[], bool], n: int) -> Any:
+    """A wait not yet started, outside asyncio: under trio in a cancel scope that a close cancels
+    (scopes nest, so it must enclose every step); with no event loop at all, as it is (granted at
+    once, or the wait itself says why not)."""
+    trio = _foreign._in_trio()
+    if trio is None:
+        return _Resume(steps, None, started=False)
+    return _guarded_trio(trio, steps, closed, n)
 
 
 def closable(steps: Generator[Any, None, Lease], first: Any, closed: Callable[[], bool], n: int) -> Any:
@@ -181,7 +169,7 @@ async def _guarded_trio(trio: Any, steps: Generator[Any, None, Lease], closed: C
             return await _Resume(steps, None, started=False)
         finally:
             _discard(wake)
-    return Lease.denied("closed")._with_permit_count(n)
+    return closed_lease(n)
 
 
 async def _guarded(loop: asyncio.AbstractEventLoop, rest: _Resume, closed: Callable[[], bool], n: int) -> Lease:
@@ -200,7 +188,7 @@ async def _guarded(loop: asyncio.AbstractEventLoop, rest: _Resume, closed: Calla
     except TimeoutError:
         if not closed():
             raise
-        return Lease.denied("closed")._with_permit_count(n)
+        return closed_lease(n)
 
 
 def _expire(deadline: asyncio.Timeout) -> None:

@@ -35,10 +35,6 @@ def _next(lease: Lease, clock: Clock, deadline: int | None) -> tuple[int | None,
     return (until if deadline is None else min(until, deadline)), None
 
 
-def _closed(permit_count: int) -> Lease:
-    return Lease.denied("closed")._with_permit_count(permit_count)
-
-
 def _timed_out(permit_count: int) -> Lease:
     return Lease.denied("timeout")._with_permit_count(permit_count)
 
@@ -51,7 +47,7 @@ def wait(
     deadline = None if timeout_ns < 0 else clock.now_ns() + timeout_ns
     while True:
         if closed():
-            return _closed(permit_count)
+            return _pausing.closed_lease(permit_count)
         lease = attempt()
         if _ends(lease):
             return lease
@@ -67,7 +63,7 @@ async def wait_async(
     """As :func:`wait` with no timeout, awaiting each attempt and pausing in the running loop."""
     while True:
         if closed():
-            return _closed(permit_count)
+            return _pausing.closed_lease(permit_count)
         lease = await attempt()
         if _ends(lease):
             return lease

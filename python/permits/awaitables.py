@@ -133,7 +133,7 @@ class PolledLeaseWait(_Steps):
         # wait's first step runs bare: only a wait that suspends pays for being closable.
         steps = limiter._wait_async(n).__await__()
         if "trio" in sys.modules and asyncio._get_running_loop() is None:
-            waited = yield from _pausing.until_closed(steps, lambda: limiter._rl_closed, n).__await__()
+            waited = yield from _pausing.closable_from_start(steps, lambda: limiter._rl_closed, n).__await__()
             return limiter._rl_waited(waited, n)
         try:
             first = steps.send(None)

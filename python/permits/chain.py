@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, overload
 
-from . import _core
+from . import _core, _pausing
 from ._core import Lease
 from ._durations import timeout_ns
 from .keyed_limiter import KeyedRateLimiter
@@ -90,7 +90,7 @@ def _acquire_each(
             raise
         if lease and closed is not None and closed():
             taken.append(lease)
-            lease = Lease.denied("closed")._with_permit_count(n)
+            lease = _pausing.closed_lease(n)
         if not lease:
             _raise_with(_refund_all(taken), None)
             return lease
