@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 
 #include <pthread.h>
+#include <string>
 #include <thread>
 
 #include "gil.hpp"
@@ -35,6 +36,14 @@ void bind_clock(py::module_& m) {
             "now_ns(self, /)\n--\n\nThe clock's time, in integer nanoseconds.");
     py::class_<MonotonicClock, Clock, std::shared_ptr<MonotonicClock>>(m, "MonotonicClock")
         .def(py::init(&monotonic_clock), "__init__(self, /)\n--\n\nThe process's one real-time clock.")
+        .def(py::init([](const std::string& source) {
+                 if (source != "monotonic") {
+                     throw py::value_error("source must be 'monotonic'");
+                 }
+                 return std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
+             }),
+             py::arg("source"),
+             "__init__(self, source)\n--\n\nA clock on CLOCK_MONOTONIC itself, as every process reads it alike.")
         .def_property_readonly(
             "source",
             [](py::handle self) {

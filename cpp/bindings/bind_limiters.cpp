@@ -10,6 +10,7 @@
 #include "lease_type.hpp"
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
+#include "permits/shm_limiters.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -142,6 +143,12 @@ template <class L, class P> void def_init_from_spec(py::class_<L, Limiter, std::
 }
 
 } // namespace
+
+#if defined(__linux__)
+void install_shared_fast_acquire(py::handle cls) {
+    install_fast_acquire<shm::SharedLimiter>(cls);
+}
+#endif
 
 void bind_limiters(py::module_& m) {
     // Signatures in the docstrings (name(...)\n--\n\n) give inspect.signature and help() what the

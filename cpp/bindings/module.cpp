@@ -16,6 +16,7 @@ void bind_wait_handle(py::module_& m);
 void bind_per_key(py::module_& m);
 void bind_engine_lease_wait(py::module_& m);
 void bind_loop_bridge(py::module_& m);
+void bind_shm(py::module_& m);
 } // namespace permits::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -39,6 +40,7 @@ PYBIND11_MODULE(_core, m) {
     permits::bind::bind_per_key(m);
     permits::bind::bind_engine_lease_wait(m);
     permits::bind::bind_loop_bridge(m);
+    permits::bind::bind_shm(m);
     m.def(
         "_engine_pending_timers", [] { return permits::EngineThread::instance().pending(); },
         "Timers the engine thread holds (for tests).");

@@ -200,6 +200,9 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
     process_queue_locked(state_now());
     schedule_locked(state_now());
     drop_timers_if_idle_locked();
+    if (waiter->pending()) {
+        on_queued(); // (under the lock: the hook only signals, it never calls back in)
+    }
     return {Outcome{}, waiter};
 }
 
@@ -388,6 +391,19 @@ std::shared_ptr<Waiter> Limiter::next_waiter_locked() const {
         }
     }
     return nullptr;
+}
+
+void Limiter::recheck() {
+    if (queued_entries_.load() == 0 || closed_.load()) {
+        return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    invalidate_projection_locked();
+    if (!closed_.load()) {
+        process_queue_locked(state_now());
+        schedule_locked(state_now());
+    }
+    drop_timers_if_idle_locked();
 }
 
 void Limiter::give_back(std::int64_t n, std::int64_t tag) {

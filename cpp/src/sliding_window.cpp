@@ -22,52 +22,74 @@ std::int64_t pack(std::int64_t current, std::int64_t older) {
 }
 } // namespace
 
-SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
-                             std::int64_t segments, QueueOptions queue, bool manual)
-    : Limiter(std::move(clock), permit_limit, queue, manual), limit_(permit_limit), window_(window),
-      segments_(segments), segment_(segments > 0 ? window / segments : 0), anchor_(state_now()) {
+void SlidingWindowState::check(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
     detail::check_limit("permit_limit", permit_limit);
     if (segments < 1 || segments > kMaxSegments) {
-        throw std::invalid_argument("segments_per_window must be between 1 and 65536");
+        throw std::invalid_argument("segmentsper_window must be between 1 and 65536");
     }
-    if (window < 1 || segment_ < 1) {
-        throw std::invalid_argument("window must be at least segments_per_window nanoseconds");
+    if (window < 1 || window / segments < 1) {
+        throw std::invalid_argument("window must be at least segmentsper_window nanoseconds");
     }
-    ring_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(segments));
+}
+
+void SlidingWindowState::init_storage(AtomicPair* words, std::int64_t segments) {
+    Pair head = words[0].load();
+    words[0].compare_exchange(head, Pair{0, 0});
     // Slot j holds segment j's count; mark every slot as "a segment long before the anchor".
-    for (std::int64_t j = 0; j < segments; ++j) {
-        Pair empty = ring_[j].load();
-        ring_[j].compare_exchange(empty, Pair{-1 - segments, 0});
+    for (std::int64_t j = 1; j <= segments; ++j) {
+        Pair empty = words[j].load();
+        words[j].compare_exchange(empty, Pair{-1 - segments, 0});
     }
 }
 
-Nanos SlidingWindow::segment_start(std::int64_t s) const noexcept {
-    return sat_nanos(static_cast<i128>(anchor_) + static_cast<i128>(s) * segment_);
+SlidingWindowState SlidingWindowState::over(std::int64_t permit_limit, Nanos window, std::int64_t segments,
+                                            Nanos anchor, AtomicPair* words) noexcept {
+    return {permit_limit, window, segments, segments > 0 ? window / segments : 0, anchor, words, words + 1};
 }
 
-std::int64_t SlidingWindow::count_in(Pair h, std::int64_t j) const noexcept {
+SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
+                             std::int64_t segments, QueueOptions queue, bool manual)
+    : Limiter(std::move(clock), permit_limit, queue, manual) {
+    SlidingWindowState::check(permit_limit, window, segments);
+    own_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(segments) + 1);
+    SlidingWindowState::init_storage(own_.get(), segments);
+    st_ = SlidingWindowState::over(permit_limit, window, segments, state_now(), own_.get());
+}
+
+SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
+                             std::int64_t segments, QueueOptions queue, const ExternalState& external)
+    : Limiter(std::move(clock), permit_limit, queue, false), keep_alive_(external.keep_alive) {
+    SlidingWindowState::check(permit_limit, window, segments);
+    st_ = SlidingWindowState::over(permit_limit, window, segments, external.anchor, external.word);
+}
+
+Nanos SlidingWindowState::segment_start(std::int64_t s) const noexcept {
+    return sat_nanos(static_cast<i128>(anchor) + static_cast<i128>(s) * segment);
+}
+
+std::int64_t SlidingWindowState::count_in(Pair h, std::int64_t j) const noexcept {
     if (j == h.a) {
         return current_of(h);
     }
     if (j > h.a || j < 0) {
         return 0;
     }
-    const Pair r = ring_[j % segments_].load();
+    const Pair r = ring[j % segments].load();
     return r.a == j ? r.b : 0;
 }
 
-std::int64_t SlidingWindow::used_at(Pair h, std::int64_t p) const noexcept {
+std::int64_t SlidingWindowState::used_at(Pair h, std::int64_t p) const noexcept {
     if (p == h.a) {
         return older_of(h) + current_of(h);
     }
     // The window ending with segment p holds segments p-S+1 .. p.
     std::int64_t used = 0;
-    const std::int64_t first = std::max<std::int64_t>(p - segments_ + 1, 0);
+    const std::int64_t first = std::max<std::int64_t>(p - segments + 1, 0);
     if (h.a >= first) {
         used += current_of(h);
     }
-    for (std::int64_t j = std::max(first, h.a - segments_ + 1); j <= std::min(h.a - 1, p); ++j) {
-        const Pair r = ring_[j % segments_].load();
+    for (std::int64_t j = std::max(first, h.a - segments + 1); j <= std::min(h.a - 1, p); ++j) {
+        const Pair r = ring[j % segments].load();
         if (r.a == j) {
             used += r.b;
         }
@@ -75,12 +97,12 @@ std::int64_t SlidingWindow::used_at(Pair h, std::int64_t p) const noexcept {
     return used;
 }
 
-void SlidingWindow::archive(Pair h) noexcept {
+void SlidingWindowState::archive(Pair h) const noexcept {
     const Pair entry{h.a, current_of(h)};
     if (entry.b == 0) {
         return; // an empty segment needs no entry: a missing entry reads as 0
     }
-    AtomicPair& slot = ring_[h.a % segments_];
+    AtomicPair& slot = ring[h.a % segments];
     Pair r = slot.load();
     // Atomic max on (segment, count): an archiver that lost the race to a newer segment
     // or a larger count of the same segment writes nothing.
@@ -91,13 +113,13 @@ void SlidingWindow::archive(Pair h) noexcept {
     }
 }
 
-bool SlidingWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
-    Pair h = head_.hint();
+bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noexcept {
+    Pair h = head->hint();
     for (;;) {
         const std::int64_t p = std::max(segment_index(now), h.a);
         const std::int64_t used = used_at(h, p); // O(1) within the head segment
-        if (limit_ - used < n) {
-            if (!head_.confirm(h)) {
+        if (limit - used < n) {
+            if (!head->confirm(h)) {
                 continue; // decided on a stale guess: decide again
             }
             return false;
@@ -107,58 +129,58 @@ bool SlidingWindow::take(std::int64_t n, Nanos now, std::int64_t& tag) {
             archive(h); // before the head leaves segment h.a, so its count is never lost
             next.b = pack(n, used);
         }
-        if (head_.compare_exchange(h, next)) {
+        if (head->compare_exchange(h, next)) {
             tag = p;
             return true;
         }
     }
 }
 
-std::int64_t SlidingWindow::available_at(Nanos now) const {
-    const Pair h = head_.load();
-    return limit_ - used_at(h, std::max(segment_index(now), h.a));
+std::int64_t SlidingWindowState::available_at(Nanos now) const noexcept {
+    const Pair h = head->load();
+    return limit - used_at(h, std::max(segment_index(now), h.a));
 }
 
-Nanos SlidingWindow::time_until(std::int64_t needed, Nanos now) const {
-    const Pair h = head_.load();
+Nanos SlidingWindowState::time_until(std::int64_t needed, Nanos now) const noexcept {
+    const Pair h = head->load();
     const std::int64_t p = std::max(segment_index(now), h.a);
-    std::int64_t available = limit_ - used_at(h, p);
+    std::int64_t available = limit - used_at(h, p);
     if (available >= needed) {
         return 0;
     }
     // Walk forward: at the start of segment p+i, segment p+i-S expires and frees its permits.
-    for (std::int64_t i = 1; i <= segments_; ++i) {
-        available += count_in(h, p + i - segments_);
+    for (std::int64_t i = 1; i <= segments; ++i) {
+        available += count_in(h, p + i - segments);
         if (available >= needed) {
             const Nanos at = segment_start(p + i);
             return at == kNever ? kNever : std::max<Nanos>(0, at - now);
         }
     }
     // More than a window's worth (requests queued ahead): whole windows more.
-    const Nanos at = segment_start(p + segments_ * (1 + ceil_div(needed - limit_, limit_)));
+    const Nanos at = segment_start(p + segments * (1 + ceil_div(needed - limit, limit)));
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
-void SlidingWindow::give_back_at(std::int64_t n, std::int64_t tag, Nanos now) {
-    Pair h = head_.load();
+void SlidingWindowState::give_back(std::int64_t n, std::int64_t tag, Nanos now) noexcept {
+    Pair h = head->load();
     for (;;) {
         if (h.a != tag || segment_index(now) != tag) {
             return; // only the current segment's count can be given back
         }
-        if (head_.compare_exchange(h, Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))})) {
+        if (head->compare_exchange(h, Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))})) {
             return;
         }
     }
 }
 
-Nanos SlidingWindow::full_at() const {
-    const Pair h = head_.load();
+Nanos SlidingWindowState::full_at() const noexcept {
+    const Pair h = head->load();
     // The last segment that took permits frees them `segments` segments later.
     std::int64_t last = -1;
     if (current_of(h) > 0) {
         last = h.a;
     } else {
-        for (std::int64_t j = h.a - 1; j >= std::max<std::int64_t>(0, h.a - segments_ + 1); --j) {
+        for (std::int64_t j = h.a - 1; j >= std::max<std::int64_t>(0, h.a - segments + 1); --j) {
             if (count_in(h, j) > 0) {
                 last = j;
                 break;
@@ -167,18 +189,19 @@ Nanos SlidingWindow::full_at() const {
     }
     // Nothing held in the window: full since the head's segment began (a refund may have emptied
     // it; before any grant the head is segment 0, the anchor).
-    return last < 0 ? segment_start(h.a) : segment_start(last + segments_);
+    return last < 0 ? segment_start(h.a) : segment_start(last + segments);
 }
 
-struct SlidingWindow::Proj final : Projection {
-    const SlidingWindow& sw;
+namespace {
+struct SlidingWindowProj final : Projection {
+    const SlidingWindowState sw;         // a copy: a per-key state lives only as long as its call
     i128 head;                           // latest segment with a grant in the projection
     std::map<i128, std::int64_t> counts; // permits per segment, for the segments still in a window
 
-    explicit Proj(const SlidingWindow& s) : sw(s) {
-        const Pair h = s.head_.load();
+    explicit SlidingWindowProj(const SlidingWindowState& s) : sw(s) {
+        const Pair h = s.head->load();
         head = h.a;
-        for (std::int64_t j = std::max<std::int64_t>(0, h.a - s.segments_ + 1); j <= h.a; ++j) {
+        for (std::int64_t j = std::max<std::int64_t>(0, h.a - s.segments + 1); j <= h.a; ++j) {
             if (const std::int64_t c = s.count_in(h, j); c > 0) {
                 counts[j] = c;
             }
@@ -186,34 +209,35 @@ struct SlidingWindow::Proj final : Projection {
     }
     i128 used(i128 p) const {
         i128 sum = 0;
-        for (auto it = counts.upper_bound(p - sw.segments_); it != counts.end() && it->first <= p; ++it) {
+        for (auto it = counts.upper_bound(p - sw.segments); it != counts.end() && it->first <= p; ++it) {
             sum += it->second;
         }
         return sum;
     }
     i128 grant(std::int64_t n, i128 not_before, bool apply) override {
         const std::int64_t need = std::max<std::int64_t>(n, 1);
-        const i128 now_p = not_before <= sw.anchor_ ? 0 : (not_before - sw.anchor_) / sw.segment_;
+        const i128 now_p = not_before <= sw.anchor ? 0 : (not_before - sw.anchor) / sw.segment;
         i128 p = std::max(now_p, head);
         i128 at = not_before;
-        if (sw.limit_ - used(p) < need) {
+        if (sw.limit - used(p) < need) {
             // Walk forward: each segment start frees the segment leaving the window.
             do {
                 ++p;
-            } while (sw.limit_ - used(p) < need);
-            at = static_cast<i128>(sw.anchor_) + p * sw.segment_;
+            } while (sw.limit - used(p) < need);
+            at = static_cast<i128>(sw.anchor) + p * sw.segment;
         }
         if (apply && n > 0) {
             counts[p] += n;
             head = p;
-            counts.erase(counts.begin(), counts.upper_bound(p - sw.segments_));
+            counts.erase(counts.begin(), counts.upper_bound(p - sw.segments));
         }
         return at;
     }
 };
+} // namespace
 
-std::unique_ptr<Projection> SlidingWindow::project() const {
-    return std::make_unique<Proj>(*this);
+std::unique_ptr<Projection> SlidingWindowState::project() const {
+    return std::make_unique<SlidingWindowProj>(*this);
 }
 
 } // namespace permits

@@ -100,6 +100,9 @@ public:
     std::int64_t queued_requests() const noexcept { return queued_entries_.load(); }
     /// When this limiter's timer is next due (serving or expiring its queue); kNever: not set.
     Nanos next_timer();
+    /// The state changed where this limiter cannot see it (another process released permits into
+    /// a shared state): serves what the queue can now be served.
+    void recheck();
 
     void on_timer(Nanos now) override;
 
@@ -117,6 +120,9 @@ protected:
     virtual void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) = 0;
     /// A projection of the current state; nullptr for limiters whose permits time does not bring back.
     virtual std::unique_ptr<Projection> project() const = 0;
+    /// Called under the queue's lock after a request joined the queue (it may only signal, never
+    /// call back in): a shared limiter starts listening for releases in other processes.
+    virtual void on_queued() {}
 
     /// The time state is evaluated at: the clock, or the last try_replenish() in manual mode.
     Nanos state_now() const noexcept { return manual_ ? manual_now_.load() : clock_->now(); }

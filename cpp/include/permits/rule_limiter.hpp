@@ -2,67 +2,98 @@
 // token bucket, fixed window, sliding window counter and concurrency limiters.
 #pragma once
 
+#include <memory>
+
 #include "permits/atomic_pair.hpp"
 #include "permits/limiter.hpp"
 
 namespace permits {
+
+/// A state kept outside the limiter (a slot of a shared-memory segment): its word, its anchor, and
+/// what keeps that memory mapped while the limiter lives.
+struct ExternalState {
+    AtomicPair* word = nullptr;
+    Nanos anchor = 0;
+    std::shared_ptr<const void> keep_alive;
+};
+
+namespace detail {
+/// A rule's take on a state word: the one compare-and-swap loop of every rule-driven limiter,
+/// whether the word is a limiter's own, a slot of a shared segment or a per-key record.
+template <class R>
+bool rule_take(const R& rule, AtomicPair& state, Nanos anchor, std::int64_t n, Nanos now, std::int64_t& tag) {
+    Pair s = state.hint();
+    for (;;) {
+        Pair next;
+        if (!rule.take(s, anchor, n, now, next, tag)) {
+            if (!state.confirm(s)) {
+                continue; // decided on a stale guess: decide again
+            }
+            return false;
+        }
+        if (state.compare_exchange(s, next)) {
+            return true;
+        }
+    }
+}
+
+template <class R>
+void rule_give_back(const R& rule, AtomicPair& state, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now) {
+    Pair s = state.hint();
+    for (;;) {
+        Pair next;
+        if (!rule.give_back(s, anchor, n, tag, now, next)) {
+            if (!state.confirm(s)) {
+                continue;
+            }
+            return;
+        }
+        if (state.compare_exchange(s, next)) {
+            return;
+        }
+    }
+}
+} // namespace detail
 
 /// `R` is a final Rule: its calls here are direct, not virtual.
 template <class R> class RuleLimiter : public Limiter {
 public:
     RuleLimiter(std::shared_ptr<Clock> clock, const R& rule, QueueOptions queue, bool manual)
         : Limiter(std::move(clock), rule.max_permits(), queue, manual), rule_(rule), anchor_(state_now()),
-          state_(rule_.initial(anchor_)) {}
+          own_(rule_.initial(anchor_)), state_(&own_) {}
     /// Goes on from a state kept elsewhere (a per-key record whose requests now have to queue).
     RuleLimiter(std::shared_ptr<Clock> clock, const R& rule, QueueOptions queue, Nanos anchor, Pair state)
-        : Limiter(std::move(clock), rule.max_permits(), queue, false), rule_(rule), anchor_(anchor), state_(state) {}
+        : Limiter(std::move(clock), rule.max_permits(), queue, false), rule_(rule), anchor_(anchor), own_(state),
+          state_(&own_) {}
+    /// Runs on a state word it does not own (shared memory: other processes change it too).
+    RuleLimiter(std::shared_ptr<Clock> clock, const R& rule, QueueOptions queue, ExternalState external)
+        : Limiter(std::move(clock), rule.max_permits(), queue, false), rule_(rule), anchor_(external.anchor),
+          state_(external.word), keep_alive_(std::move(external.keep_alive)) {}
 
     const R& rule() const noexcept { return rule_; }
     Nanos anchor() const noexcept { return anchor_; }
     bool releases_permits() const noexcept override { return rule_.releases_permits(); }
-    Nanos full_at() const override { return rule_.full_at(state_.load(), anchor_); }
+    Nanos full_at() const override { return rule_.full_at(state_->load(), anchor_); }
 
 protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override {
-        Pair s = state_.hint();
-        for (;;) {
-            Pair next;
-            if (!rule_.take(s, anchor_, n, now, next, tag)) {
-                if (!state_.confirm(s)) {
-                    continue; // decided on a stale guess: decide again
-                }
-                return false;
-            }
-            if (state_.compare_exchange(s, next)) {
-                return true;
-            }
-        }
+        return detail::rule_take(rule_, *state_, anchor_, n, now, tag);
     }
-    std::int64_t available_at(Nanos now) const override { return rule_.available(state_.load(), anchor_, now); }
+    std::int64_t available_at(Nanos now) const override { return rule_.available(state_->load(), anchor_, now); }
     Nanos time_until(std::int64_t needed, Nanos now) const override {
-        return rule_.time_until(state_.load(), anchor_, needed, now);
+        return rule_.time_until(state_->load(), anchor_, needed, now);
     }
     void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
-        Pair s = state_.hint();
-        for (;;) {
-            Pair next;
-            if (!rule_.give_back(s, anchor_, n, tag, now, next)) {
-                if (!state_.confirm(s)) {
-                    continue;
-                }
-                return;
-            }
-            if (state_.compare_exchange(s, next)) {
-                return;
-            }
-        }
+        detail::rule_give_back(rule_, *state_, anchor_, n, tag, now);
     }
-    std::unique_ptr<Projection> project() const override { return rule_.project(state_.load(), anchor_); }
+    std::unique_ptr<Projection> project() const override { return rule_.project(state_->load(), anchor_); }
 
 private:
     const R rule_;
     const Nanos anchor_;
-    AtomicPair state_;
+    AtomicPair own_;                         // the state, unless it is kept elsewhere
+    AtomicPair* const state_;                // &own_, or a shared slot's word
+    std::shared_ptr<const void> keep_alive_; // what maps an external word
 };
 
 } // namespace permits

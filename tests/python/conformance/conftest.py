@@ -18,6 +18,8 @@ else changes: every test then runs against it.
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -25,6 +27,7 @@ import pytest
 
 import permits
 from permits import Partition, PartitionedLimiter
+from permits.shm import SharedMemoryStore
 
 from _support import OLDEST, PERIOD, TIMED_KINDS, LimiterKit
 from custom import CustomConcurrency, CustomFixedWindow, CustomKeyedConcurrency
@@ -99,6 +102,38 @@ def chain(kind: str) -> Factory:
     return factory
 
 
+_SEGMENTS = itertools.count()
+
+
+def _store(clock: permits.ManualClock) -> SharedMemoryStore:
+    """A new segment on the test's clock, its name removed at once (this process keeps it mapped)."""
+    store = SharedMemoryStore(f"conformance-{os.getpid()}-{next(_SEGMENTS)}", capacity=64, clock=clock)
+    store.unlink()
+    return store
+
+
+def shm(kind: str) -> Factory:
+    """A named limiter of a shared-memory store, of ``LimiterKit``'s shape."""
+
+    def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+        template = partition(kind, None, spec)
+        assert template.spec is not None
+        queue_limit, queue_order, _ = template._options
+        return Built(_store(clock).limiter(kind, template.spec, queue_limit=queue_limit, queue_order=queue_order))
+
+    return factory
+
+
+def shm_per_key(kind: str) -> Factory:
+    """One key of a shared-memory store's per-key limiter."""
+
+    def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+        limiter = _store(clock).partitioned(partition(kind, None, spec), name=kind, idle_timeout=IDLE_TIMEOUT)
+        return Built(limiter, KEY)
+
+    return factory
+
+
 def custom_fixed_window(clock: permits.ManualClock, spec: Spec) -> Built:
     return Built(CustomFixedWindow(spec.limit, PERIOD, clock=clock))
 
@@ -140,7 +175,12 @@ IMPLEMENTATIONS: list[Implementation] = [
     Implementation(
         "custom_keyed-concurrency", custom_keyed_concurrency, frozenset({"releases", "keyed", "polls", "refunds"})
     ),
-    # A store joins here, e.g.:
+    # The shared-memory store: its named limiters and its per-key limiters (auto-replenishing only).
+    *_kinds("shm", shm, ["concurrency"], *ENGINE, COLLECTED),
+    *_kinds("shm", shm, TIMED_KINDS, *ENGINE),
+    *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED),
+    *_kinds("shm_per_key", shm_per_key, TIMED_KINDS, *KEYED),
+    # Another store joins here, e.g.:
     # Implementation("redis-token_bucket", redis_token_bucket, frozenset({"timed", "keyed", ...}), PERIOD),
 ]
 

@@ -1,0 +1,154 @@
+// permits.shm: a store opens a shared-memory segment; its limiters are the engine's own classes on
+// state words in the segment (constructed through one more __init__ overload of each), a shared
+// concurrency limiter, and the per-key table whose keys' limiters this process makes on demand.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <system_error>
+
+#include "args.hpp"
+#include "gil.hpp"
+#include "key_encoding.hpp"
+#include "self.hpp"
+#include "spec.hpp"
+
+#if defined(__linux__)
+#include "permits/shm_key_table.hpp"
+#include "permits/shm_limiters.hpp"
+#endif
+
+namespace permits::bind {
+
+#if defined(__linux__)
+void install_shared_fast_acquire(py::handle cls);
+
+namespace {
+
+QueueOptions queue_of(py::handle queue_limit, bool newest_first) {
+    return {queue_limit_arg(queue_limit), newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
+}
+
+/// What the OS refused, as the OSError subclass Python raises for that errno (PermissionError...).
+[[noreturn]] void raise_os_error(const std::system_error& e) {
+    errno = e.code().value();
+    PyErr_SetFromErrnoWithFilename(PyExc_OSError, e.what());
+    throw py::error_already_set();
+}
+
+template <class F> auto os_call(F&& f) {
+    try {
+        return f();
+    } catch (const std::system_error& e) {
+        raise_os_error(e);
+    }
+}
+
+template <class L> py::class_<L, Limiter, std::shared_ptr<L>> existing(py::module_& m, const char* name) {
+    return py::reinterpret_borrow<py::class_<L, Limiter, std::shared_ptr<L>>>(m.attr(name));
+}
+
+shm::Params template_params(const EngineSpec& spec) {
+    return std::visit(
+        Overloaded{
+            [](const TokenBucketRule& r) { return shm::params_of(r); },
+            [](const FixedWindowRule& r) { return shm::params_of(r); },
+            [](const SlidingWindowCounterRule& r) { return shm::params_of(r); },
+            [](const SlidingWindowParams& p) { return shm::params_of_sliding(p.permit_limit, p.window, p.segments); },
+            [](const ConcurrencyRule& r) { return shm::params_of_concurrency(r.permit_limit()); },
+        },
+        spec);
+}
+
+} // namespace
+
+void bind_shm(py::module_& m) {
+    using shm::Store;
+    py::class_<Store, std::shared_ptr<Store>>(m, "ShmStore")
+        .def(py::init([](const std::string& name, std::uint64_t capacity, unsigned mode, std::shared_ptr<Clock> clock) {
+                 const auto kind = dynamic_cast<ManualClock*>(clock.get()) != nullptr ? shm::ClockKind::Manual
+                                                                                      : shm::ClockKind::Monotonic;
+                 auto segment = os_call([&] {
+                     return without_gil([&] { return shm::Segment::open(name, {capacity, mode, kind}); });
+                 });
+                 return std::make_shared<Store>(std::move(segment), std::move(clock));
+             }),
+             py::arg("name"), py::arg("capacity"), py::arg("mode"), py::arg("clock"),
+             "__init__(self, name, capacity, mode, clock)\n--\n\nOpens (or creates) the segment.")
+        .def_static(
+            "unlink", [](const std::string& name) { return os_call([&] { return shm::Segment::unlink(name); }); },
+            py::arg("name"), "unlink(name)\n--\n\nRemoves the segment's name; False if it did not exist.")
+        .def_static("check_name", &shm::Segment::check_name, py::arg("name"))
+        .def_property_readonly("size", [](py::handle self) { return self_of<Store>(self).segment().size(); })
+        .def_property_readonly("capacity",
+                               [](py::handle self) { return self_of<Store>(self).segment().header().capacity; })
+        .def_property_readonly("used_bytes",
+                               [](py::handle self) { return self_of<Store>(self).segment().header().arena_used; })
+        .def_property_readonly("clock", [](py::handle self) { return self_of<Store>(self).clock(); });
+
+    // Each engine class also builds on a store's slot: __init__(store, name, spec, queue_limit, newest_first).
+    existing<TokenBucket>(m, "TokenBucket")
+        .def(py::init([](const std::shared_ptr<Store>& store, const std::string& name, py::handle spec,
+                         py::handle queue_limit, bool newest_first) {
+            const auto rule = read_spec_as<TokenBucketRule>(spec, py::type::of<TokenBucket>());
+            return store->token_bucket(name, rule, queue_of(queue_limit, newest_first));
+        }));
+    existing<FixedWindow>(m, "FixedWindow")
+        .def(py::init([](const std::shared_ptr<Store>& store, const std::string& name, py::handle spec,
+                         py::handle queue_limit, bool newest_first) {
+            const auto rule = read_spec_as<FixedWindowRule>(spec, py::type::of<FixedWindow>());
+            return store->fixed_window(name, rule, queue_of(queue_limit, newest_first));
+        }));
+    existing<SlidingWindowCounter>(m, "SlidingWindowCounter")
+        .def(py::init([](const std::shared_ptr<Store>& store, const std::string& name, py::handle spec,
+                         py::handle queue_limit, bool newest_first) {
+            const auto rule = read_spec_as<SlidingWindowCounterRule>(spec, py::type::of<SlidingWindowCounter>());
+            return store->sliding_window_counter(name, rule, queue_of(queue_limit, newest_first));
+        }));
+    existing<SlidingWindow>(m, "SlidingWindow")
+        .def(py::init([](const std::shared_ptr<Store>& store, const std::string& name, py::handle spec,
+                         py::handle queue_limit, bool newest_first) {
+            const auto p = read_spec_as<SlidingWindowParams>(spec, py::type::of<SlidingWindow>());
+            return store->sliding_window(name, p.permit_limit, p.window, p.segments,
+                                         queue_of(queue_limit, newest_first));
+        }));
+
+    auto shared = py::class_<shm::SharedLimiter, Limiter, std::shared_ptr<shm::SharedLimiter>>(m, "SharedLimiter");
+    shared.def(py::init([](const std::shared_ptr<Store>& store, const std::string& name, py::handle spec,
+                           py::handle queue_limit, bool newest_first, Nanos lease_ttl) {
+                   const auto rule = read_spec_as<ConcurrencyRule>(spec, py::type::of<Concurrency>());
+                   return store->concurrency(name, rule.permit_limit(), lease_ttl, queue_of(queue_limit, newest_first));
+               }),
+               "__init__(self, store, name, spec, queue_limit, newest_first, lease_ttl_ns)\n--\n\n"
+               "A named concurrency limiter of the store.");
+    shared.def(py::init([](const std::shared_ptr<shm::KeyTable>& table, py::handle resource) {
+                   return table->limiter_for(key_of(resource));
+               }),
+               "__init__(self, table, resource)\n--\n\nThis process's limiter for one key of a per-key table.");
+    install_shared_fast_acquire(shared);
+
+    py::class_<shm::KeyTable, std::shared_ptr<shm::KeyTable>>(m, "ShmKeyTable")
+        .def(py::init([](const std::shared_ptr<Store>& store, const std::string& name, py::handle spec,
+                         py::handle queue_limit, bool newest_first, std::int64_t max_partitions, Nanos idle_timeout,
+                         Nanos lease_ttl) {
+                 shm::KeyTable::Template t;
+                 t.params = template_params(read_spec(spec));
+                 t.queue = queue_of(queue_limit, newest_first);
+                 t.lease_ttl = lease_ttl;
+                 return shm::KeyTable::open(store, name, t, max_partitions, idle_timeout);
+             }),
+             "__init__(self, store, name, spec, queue_limit, newest_first, max_partitions, idle_timeout_ns, "
+             "lease_ttl_ns)\n--\n\nOpens (or creates) a per-key table.")
+        .def_property_readonly("size", [](py::handle self) { return self_of<shm::KeyTable>(self).size(); })
+        .def_property_readonly("max_partitions",
+                               [](py::handle self) { return self_of<shm::KeyTable>(self).max_partitions(); })
+        .def_property_readonly("bytes", [](py::handle self) { return self_of<shm::KeyTable>(self).bytes(); })
+        .def_property_readonly("bytes_per_key",
+                               [](py::handle self) { return self_of<shm::KeyTable>(self).bytes_per_key(); })
+        .def("evict_idle", [](py::handle self) { return self_of<shm::KeyTable>(self).evict_idle(); });
+}
+#else
+void bind_shm(py::module_&) {} // Linux only: permits.shm says so
+#endif
+
+} // namespace permits::bind

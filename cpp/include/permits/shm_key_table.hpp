@@ -1,0 +1,106 @@
+// Per-key limits in a shared-memory segment: a table of fixed-size records, one per key, in shards
+// each behind a robust process-shared mutex (as the in-process per-key table has a lock per shard).
+// A record holds the key's state words, changed by the engine's own arithmetic (a Rule, or the
+// sliding window's), and for concurrency up to kKeyHolders entries {holder, permits held}, whose sum
+// is what the key's permits in use are: every change is one store, so a process killed in the
+// middle leaves the record consistent, and the next locker goes on.
+//
+// Each process uses a key through its own Limiter for it (limiter_for(key)): the engine's queue,
+// leases and waits, whose every state access locks the key's shard and finds (or makes) its record.
+// A key idle for idle_timeout makes room for a new one when its shard or the table is full
+// (evict_idle() drops them all).
+#pragma once
+
+#if defined(__linux__)
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "permits/limiter.hpp"
+#include "permits/rule.hpp"
+#include "permits/shm_limiters.hpp"
+
+namespace permits::shm {
+
+inline constexpr std::size_t kKeyBytes = 48;  // a key's bytes in its record; a longer key is kept as its hashes
+inline constexpr std::size_t kKeyHolders = 8; // processes holding one key's concurrency permits at once
+
+class KeyTable : public std::enable_shared_from_this<KeyTable> {
+public:
+    /// What every key's limiter is: kind and its values, as Params holds them (Kind::Concurrency:
+    /// permit_limit; Kind::SlidingWindow: permit_limit, window, segments; ...).
+    struct Template {
+        Params params;
+        QueueOptions queue;
+        Nanos lease_ttl = 0; // concurrency
+    };
+    static std::shared_ptr<KeyTable> open(const std::shared_ptr<Store>& store, std::string_view name,
+                                          const Template& tmpl, std::int64_t max_partitions, Nanos idle_timeout);
+    /// The record bytes (key included) a key of this template takes.
+    static std::uint64_t record_bytes(const Params& params) noexcept;
+
+    /// A limiter of this process for `key` (its encoded bytes).
+    std::shared_ptr<SharedLimiter> limiter_for(std::string_view key);
+    /// Live keys.
+    std::int64_t size() const noexcept;
+    std::int64_t max_partitions() const noexcept { return max_; }
+    /// Drops every key idle for longer than the idle timeout; how many.
+    std::int64_t evict_idle();
+    /// Bytes of the segment this table takes, and per key.
+    std::uint64_t bytes() const noexcept;
+    std::uint64_t bytes_per_key() const noexcept { return record_; }
+
+    /// Gives back every permit of holder `index` in the table of `slot` (concurrency keys).
+    static void drain(Segment& segment, const NamedSlot& slot, std::uint32_t index);
+
+    // ---- what a key's limiter does, under the key's shard lock ----
+    struct Key {
+        std::string stored; ///< as the record holds it (a long key as its hashes)
+        std::uint64_t hash = 0;
+    };
+    Key key_of(std::string_view key) const;
+    bool take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag);
+    /// Returns permits; true when a concurrency release gave some back.
+    bool give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos now);
+    std::int64_t available(const Key& key, Nanos now);
+    Nanos time_until(const Key& key, std::int64_t needed, Nanos now);
+    Nanos full_at(const Key& key);
+    std::unique_ptr<Projection> project(const Key& key);
+    /// Concurrency: gives back dead holders' permits (rate-limited per process); true if any came back.
+    bool reclaim(const Key& key);
+
+    Store& store() const noexcept { return *store_; }
+    const Template& tmpl() const noexcept { return tmpl_; }
+    bool releases_permits() const noexcept { return tmpl_.params.kind == Kind::Concurrency; }
+
+    KeyTable(std::shared_ptr<Store> store, char* data, const Template& tmpl, std::int64_t max_partitions,
+             Nanos idle_timeout);
+
+private:
+    struct Record;
+    struct Found;
+    char* shard_records(std::uint32_t shard) const noexcept;
+    Record& record_at(std::uint32_t shard, std::uint32_t slot) const noexcept;
+    /// Under the shard's lock: the key's record, created if absent when `create` (nullptr at the bound).
+    Record* find_locked(std::uint32_t shard, const Key& key, Nanos now, bool create);
+    bool idle_locked(Record& r, Nanos now) const;
+    void drop_locked(Record& r) noexcept;
+    void init_record(Record& r, const Key& key, Nanos anchor) const;
+    std::int64_t held_locked(Record& r, Nanos mono_now, bool reclaim) const;
+
+    std::shared_ptr<Store> store_;
+    char* data_;
+    Template tmpl_;
+    std::shared_ptr<const Rule> rule_; // the rule-driven kinds
+    std::int64_t max_;
+    Nanos idle_;
+    std::uint32_t shards_;
+    std::uint32_t slots_;
+    std::uint64_t record_;
+    std::atomic<Nanos> last_reclaim_{0};
+};
+
+} // namespace permits::shm
+
+#endif // __linux__

@@ -1,0 +1,128 @@
+// Limiters whose state lives in a shared-memory segment (shm_segment.hpp): the engine's own limiter
+// classes on state words in the segment (token bucket, fixed window, sliding window counter: their
+// Rule's compare-and-swap loop; the sliding window: its head and ring), and a concurrency limiter
+// that records who holds its permits, so that a process that dies holding them gives them back.
+//
+// Queues stay per process (a Limiter's own). A process whose requests queue in a concurrency limiter
+// has its Store's watcher thread sleep on the segment's epoch futex, which every release bumps: a
+// release in one process serves the queue in another. Time-based kinds need no watcher: their
+// queues are served by the engine's timers, from the shared state.
+#pragma once
+
+#if defined(__linux__)
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "permits/concurrency.hpp"
+#include "permits/fixed_window.hpp"
+#include "permits/limiter.hpp"
+#include "permits/shm_segment.hpp"
+#include "permits/sliding_window.hpp"
+#include "permits/sliding_window_counter.hpp"
+#include "permits/token_bucket.hpp"
+
+namespace permits::shm {
+
+/// What a store's watcher thread serves when permits come back in another process.
+class Watched {
+public:
+    virtual ~Watched() = default;
+    /// Requests of this process are queued here.
+    virtual bool queued() const noexcept = 0;
+    /// Gives back dead holders' permits (rate-limited), then serves the queue.
+    virtual void poll() = 0;
+};
+
+/// The shared limiters that are not the engine's own classes: a named concurrency limiter (its
+/// holders recorded) and a key's limiter of a per-key table.
+class SharedLimiter : public Limiter, public Watched {
+public:
+    using Limiter::Limiter;
+};
+
+/// A segment opened by this process, with the clock its limiters run on and its watcher thread.
+class Store : public std::enable_shared_from_this<Store> {
+public:
+    Store(std::shared_ptr<Segment> segment, std::shared_ptr<Clock> clock);
+    ~Store();
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+
+    Segment& segment() const noexcept { return *segment_; }
+    const std::shared_ptr<Clock>& clock() const noexcept { return clock_; }
+    /// The time a new state is anchored at.
+    Nanos now() const noexcept { return clock_->now(); }
+
+    std::shared_ptr<TokenBucket> token_bucket(std::string_view name, const TokenBucketRule& rule, QueueOptions queue);
+    std::shared_ptr<FixedWindow> fixed_window(std::string_view name, const FixedWindowRule& rule, QueueOptions queue);
+    std::shared_ptr<SlidingWindowCounter>
+    sliding_window_counter(std::string_view name, const SlidingWindowCounterRule& rule, QueueOptions queue);
+    std::shared_ptr<SlidingWindow> sliding_window(std::string_view name, std::int64_t permit_limit, Nanos window,
+                                                  std::int64_t segments, QueueOptions queue);
+    std::shared_ptr<SharedLimiter> concurrency(std::string_view name, std::int64_t permit_limit, Nanos lease_ttl,
+                                               QueueOptions queue);
+
+    /// Has the watcher serve `w` while it has queued requests (idempotent), and renew this process's
+    /// heartbeat at least every `heartbeat_every`.
+    void watch(const std::shared_ptr<Watched>& w, Nanos heartbeat_every);
+
+private:
+    struct WatcherState;
+    std::shared_ptr<WatcherState> watcher();
+
+    std::shared_ptr<Segment> segment_;
+    std::shared_ptr<Clock> clock_;
+    std::mutex mu_;
+    std::shared_ptr<WatcherState> watcher_; // this process's (a forked child makes its own)
+    std::uint64_t watcher_pid_ = 0;
+};
+
+/// A named concurrency limiter's data in the segment, and the one protocol that changes it.
+///
+/// The state word is {seq << 16 | pending holder + 1, available << 32 | pending delta}: every change
+/// is one compare-and-swap that also records which holder's ledger entry it changes and by how
+/// much. Whoever sees a pending change next (its author, or any other process) applies it to the
+/// ledger, idempotently (an entry remembers the last seq applied), and clears it. So the ledger
+/// always adds up to the permits held, even when a process is killed between the two steps.
+struct ConcurrencyView {
+    AtomicPair* state = nullptr;
+    std::atomic<Nanos>* full_since = nullptr;
+    char* ledger = nullptr; ///< kMaxHolders AtomicPairs {permits held, last seq applied}
+    std::int64_t limit = 0;
+
+    static std::uint64_t bytes() noexcept;
+    static ConcurrencyView over(char* data, std::int64_t limit) noexcept;
+    void init(Nanos anchor) const;
+
+    AtomicPair& entry(std::uint32_t holder) const noexcept {
+        return *reinterpret_cast<AtomicPair*>(ledger + holder * sizeof(AtomicPair));
+    }
+    /// Takes n permits for `holder`; false if fewer are available.
+    bool take(std::uint32_t holder, std::int64_t n) const noexcept;
+    /// Gives back up to n permits of `holder` (no more than its ledger holds); the count given.
+    std::int64_t give_back(std::uint32_t holder, std::int64_t n, Nanos now) const noexcept;
+    std::int64_t available() const noexcept;
+    std::int64_t held_by(std::uint32_t holder) const noexcept;
+    /// Applies a pending change (if any) to the ledger and clears it.
+    void settle(Pair s) const noexcept;
+};
+
+/// Gives back every permit holder `index` holds in every concurrency limiter and per-key table of
+/// the segment (it is dead: its slot is about to be freed).
+void drain_holder(Segment& segment, std::uint32_t index);
+
+/// Parameters of a slot, with their names for messages.
+Params params_of(const TokenBucketRule& rule);
+Params params_of(const FixedWindowRule& rule);
+Params params_of(const SlidingWindowCounterRule& rule);
+Params params_of_sliding(std::int64_t permit_limit, Nanos window, std::int64_t segments);
+Params params_of_concurrency(std::int64_t permit_limit);
+
+} // namespace permits::shm
+
+#endif // __linux__

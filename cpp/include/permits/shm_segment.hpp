@@ -1,0 +1,201 @@
+// A named shared-memory segment (/dev/shm/permits.<name>) that several processes on one host map to
+// share limiters' state. Everything in it is position-independent (offsets from the segment's base,
+// never pointers), so each process may map it at its own address; the limiters' state words are the
+// engine's own AtomicPairs, changed by the engine's own compare-and-swap loops (a 16-byte
+// compare-and-swap works across processes on memory they share).
+//
+// Layout: a Header (magic, layout version, sizes, the clock kind, the hash seed, the named-limiter
+// directory, the table of holders), then an arena from which named limiters and per-key tables take
+// their memory once, at creation, for the segment's life. Creation of a name is the only place that
+// takes the segment's lock: a robust, process-shared mutex (a process killed holding it hands it to
+// the next locker, which finds the directory consistent: an entry is published by one store, last).
+//
+// Linux only (futexes, /proc for liveness); elsewhere the segment cannot be opened.
+#pragma once
+
+#if defined(__linux__)
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "permits/atomic_pair.hpp"
+#include "permits/time.hpp"
+
+namespace permits::shm {
+
+inline constexpr std::uint64_t kMagic = 0x31737469'6d726570ULL; // "permits1" read as little-endian
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::size_t kNameBytes = 64;   // a named limiter's name: at most 63 bytes
+inline constexpr std::size_t kMaxNamed = 256;   // named limiters and per-key tables in one segment
+inline constexpr std::size_t kMaxHolders = 256; // processes holding concurrency permits at once
+
+/// What a named slot holds. The numbers are part of the layout: never reuse one.
+enum class Kind : std::uint32_t {
+    Free = 0,
+    TokenBucket = 1,
+    FixedWindow = 2,
+    SlidingWindow = 3,
+    SlidingWindowCounter = 4,
+    Concurrency = 5,
+    KeyTable = 6, // a per-key table; params[0] is the kind of its keys' limiter
+};
+
+enum class ClockKind : std::uint32_t { Monotonic = 1, Manual = 2 };
+
+/// A slot's parameters, compared field by field when another process opens the same name.
+struct Params {
+    Kind kind = Kind::Free;
+    std::uint32_t count = 0;            ///< values used in `values`
+    std::int64_t values[8] = {};        ///< in the order of `names`
+    const char* const* names = nullptr; ///< not stored: the values' names, for messages
+    std::uint32_t durations = 0;        ///< not stored: bit i set when value i is a duration (ns)
+};
+
+struct NamedSlot {
+    std::atomic<std::uint32_t> ready; ///< 1 once the slot is published (written last, under the lock)
+    Kind kind;
+    std::uint32_t count;
+    std::uint32_t pad;
+    char name[kNameBytes];
+    std::int64_t values[8];
+    std::uint64_t offset; ///< the slot's data in the segment
+    std::uint64_t bytes;
+    Nanos anchor; ///< when the state's timeline starts: its creation
+};
+
+/// One process that holds, or held, concurrency permits: its index is the holder recorded in
+/// each limiter's ledger.
+struct HolderSlot {
+    std::atomic<std::uint64_t> tag;        ///< generation << 32 | pid; pid 0: free
+    std::atomic<std::uint64_t> start_time; ///< the process's start (clock ticks since boot); 0: not yet written
+    std::atomic<std::uint64_t> pid_ns;     ///< its pid namespace's inode: liveness by pid only within ours
+    std::atomic<Nanos> heartbeat;          ///< CLOCK_MONOTONIC at its last renewal
+};
+
+struct Header {
+    std::uint64_t magic;
+    std::uint32_t version;
+    std::uint32_t header_bytes;
+    std::uint64_t total_bytes;
+    std::uint64_t capacity;
+    ClockKind clock;
+    std::uint32_t pair_bytes;         ///< sizeof(AtomicPair) in the creator's build (the spinlock fallback's differs)
+    std::uint64_t hash_seed;          ///< one per segment: every process hashes a key to the same place
+    std::atomic<std::uint32_t> ready; ///< 1 once the creator has initialised everything above
+    std::atomic<std::uint32_t> epoch; ///< futex word: bumped when permits come back
+    std::atomic<std::uint32_t> sleepers; ///< processes waiting on `epoch`
+    std::uint32_t pad;
+    std::uint64_t arena_offset;
+    std::uint64_t arena_bytes;
+    std::uint64_t arena_used; ///< under `lock`
+    pthread_mutex_t lock;     ///< robust, process-shared: creating names and tables only
+    NamedSlot named[kMaxNamed];
+    HolderSlot holders[kMaxHolders];
+};
+
+/// The liveness of a process recorded in a holder slot, from /proc.
+struct ProcessId {
+    std::uint64_t pid = 0;
+    std::uint64_t start_time = 0;
+    std::uint64_t pid_ns = 0;
+    /// This process, read now (after a fork, the child's).
+    static ProcessId self();
+};
+
+/// Decides whether a holder is gone: its process no longer exists (or is a zombie, or its pid was
+/// reused: another start time) when it shares our pid namespace; else when its heartbeat is older
+/// than `ttl`.
+bool holder_dead(const HolderSlot& slot, Nanos ttl, Nanos now_monotonic);
+
+/// CLOCK_MONOTONIC: the one clock every process reads alike.
+Nanos monotonic_now() noexcept;
+
+/// This process's pid, cached (getpid() is a system call) and renewed in a forked child.
+std::uint64_t current_pid() noexcept;
+
+class Segment : public std::enable_shared_from_this<Segment> {
+public:
+    struct Options {
+        std::uint64_t capacity = 10000;
+        unsigned mode = 0600;
+        ClockKind clock = ClockKind::Monotonic;
+    };
+    /// Opens /dev/shm/permits.<name>, creating it if absent. std::invalid_argument for a bad name,
+    /// a segment of another layout or clock, a foreign, truncated or corrupted file;
+    /// std::system_error (errno) for what the OS refuses (EACCES: another user's segment).
+    static std::shared_ptr<Segment> open(const std::string& name, const Options& options);
+    /// Removes the name; false if it did not exist.
+    static bool unlink(const std::string& name);
+    /// std::invalid_argument unless `name` is 1-100 of [A-Za-z0-9_.-], not starting with '.'.
+    static void check_name(const std::string& name);
+    /// The bytes a segment of this capacity maps.
+    static std::uint64_t size_for(std::uint64_t capacity) noexcept;
+
+    ~Segment();
+    Segment(const Segment&) = delete;
+    Segment& operator=(const Segment&) = delete;
+
+    Header& header() const noexcept { return *header_; }
+    char* base() const noexcept { return reinterpret_cast<char*>(header_); }
+    template <class T> T* at(std::uint64_t offset) const noexcept { return reinterpret_cast<T*>(base() + offset); }
+    const std::string& name() const noexcept { return name_; }
+    std::uint64_t size() const noexcept { return size_; }
+
+    /// The named slot for `name`: created with `params` (its `bytes` of data zeroed, then `init(data,
+    /// anchor)` run before it is published) if absent, else checked against `params`
+    /// (std::invalid_argument naming the first difference: "has permit_limit=10, not
+    /// permit_limit=20"; another kind: "is a token_bucket, not a fixed_window").
+    NamedSlot& named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
+                     const std::function<void(char* data, Nanos anchor)>& init);
+
+    /// This process's holder index (claimed on first use; claimed anew in a forked child).
+    std::uint32_t holder();
+    /// The generation of holder slot `index` (in its tag): a lease names it, so that a lease of a
+    /// holder reclaimed meanwhile gives nothing back.
+    std::uint32_t holder_generation(std::uint32_t index) const noexcept;
+    /// Frees a dead holder's slot once its permits are back (the reclaimer's last step).
+    void free_holder(std::uint32_t index, std::uint64_t seen_tag) noexcept;
+    /// Renews this process's heartbeat (if it holds a slot).
+    void heartbeat() noexcept;
+
+    /// Permits came back: wakes the processes waiting on the epoch.
+    void notify() noexcept;
+    /// Waits on the epoch (seen as `seen`) for at most `timeout` ns; counted as a sleeper.
+    void wait_epoch(std::uint32_t seen, Nanos timeout) noexcept;
+
+private:
+    Segment(std::string name, Header* header, std::uint64_t size);
+    std::string name_;
+    Header* header_;
+    std::uint64_t size_;
+    /// pid << 32 | holder index + 1 of the slot this process claimed; a forked child claims anew.
+    std::atomic<std::uint64_t> claimed_{0};
+};
+
+/// Locks a robust process-shared mutex; a lock whose holder died is made consistent (the data it
+/// guards is always consistent: see the callers) and taken.
+class RobustLock {
+public:
+    explicit RobustLock(pthread_mutex_t& mu);
+    ~RobustLock();
+    RobustLock(const RobustLock&) = delete;
+    RobustLock& operator=(const RobustLock&) = delete;
+    /// Initialises `mu` as robust and process-shared (the segment's creator, once).
+    static void init(pthread_mutex_t& mu);
+
+private:
+    pthread_mutex_t& mu_;
+};
+
+} // namespace permits::shm
+
+#endif // __linux__

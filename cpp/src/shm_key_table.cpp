@@ -1,0 +1,629 @@
+#include "permits/shm_key_table.hpp"
+
+#if defined(__linux__)
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "permits/concurrency.hpp"
+#include "permits/fixed_window.hpp"
+#include "permits/key_hash.hpp"
+#include "permits/rule_limiter.hpp"
+#include "permits/sliding_window.hpp"
+#include "permits/sliding_window_counter.hpp"
+#include "permits/token_bucket.hpp"
+
+namespace permits::shm {
+
+namespace {
+
+constexpr Nanos kMs = 1000000;
+constexpr Nanos kReclaimEvery = 50 * kMs;
+constexpr std::uint64_t kTableHead = 64;
+constexpr std::uint64_t kLockBytes = 64;
+constexpr std::uint64_t kRecordHead = 80;
+constexpr const char* kTableNames[] = {"kind",           "limit",       "second parameter", "third parameter",
+                                       "max_partitions", "idle_timeout"};
+
+struct TableHead {
+    std::atomic<std::int64_t> size;
+    std::uint32_t shards;
+    std::uint32_t slots;
+    std::uint64_t record_bytes;
+};
+static_assert(sizeof(TableHead) <= kTableHead);
+static_assert(sizeof(pthread_mutex_t) <= kLockBytes);
+
+struct HolderEntry {
+    std::atomic<std::uint64_t> tag;  // generation << 32 | holder + 1; 0: free
+    std::atomic<std::int64_t> count; // permits held
+};
+static_assert(sizeof(HolderEntry) == 16);
+
+std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
+    return (n + to - 1) / to * to;
+}
+
+std::uint64_t words_bytes(const Params& p) {
+    switch (p.kind) {
+    case Kind::SlidingWindow: return (static_cast<std::uint64_t>(p.values[2]) + 1) * sizeof(AtomicPair);
+    case Kind::Concurrency: return kKeyHolders * sizeof(HolderEntry);
+    default: return sizeof(AtomicPair);
+    }
+}
+
+void geometry(std::int64_t max_partitions, std::uint32_t& shards, std::uint32_t& slots) {
+    shards = static_cast<std::uint32_t>(std::clamp<std::int64_t>(max_partitions / 32, 1, 64));
+    // Slack, so that keys spread unevenly over the shards rarely fill one before the table is full.
+    slots = static_cast<std::uint32_t>((max_partitions * 5 / 4 + shards - 1) / shards + 8);
+}
+
+TableHead& head_of(char* data) {
+    return *reinterpret_cast<TableHead*>(data);
+}
+
+pthread_mutex_t& lock_of(char* data, std::uint32_t shard) {
+    return *reinterpret_cast<pthread_mutex_t*>(data + kTableHead + shard * kLockBytes);
+}
+
+std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
+    return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
+}
+
+std::uint64_t entry_tag(std::uint32_t holder, std::uint32_t generation) {
+    return (static_cast<std::uint64_t>(generation) << 32) | (holder + 1);
+}
+
+} // namespace
+
+struct KeyTable::Record {
+    std::atomic<std::uint32_t> used; // 0 empty, 1 live, 2 dropped (a tombstone: probes go on past it)
+    std::uint32_t key_len;
+    std::uint64_t hash;
+    Nanos anchor;
+    std::atomic<Nanos> touched; // concurrency: when all its permits last came back
+    char key[kKeyBytes];
+
+    char* words() noexcept { return reinterpret_cast<char*>(this) + kRecordHead; }
+    AtomicPair& word() noexcept { return *reinterpret_cast<AtomicPair*>(words()); }
+    HolderEntry& entry(std::size_t i) noexcept { return reinterpret_cast<HolderEntry*>(words())[i]; }
+};
+
+// ---- a key's limiter in this process ----
+
+namespace {
+class KeyLimiter final : public SharedLimiter {
+public:
+    KeyLimiter(std::shared_ptr<KeyTable> table, KeyTable::Key key, std::int64_t max_permits)
+        : SharedLimiter(table->store().clock(), max_permits, table->tmpl().queue, false), table_(std::move(table)),
+          key_(std::move(key)) {}
+
+    bool releases_permits() const noexcept override { return table_->releases_permits(); }
+    Nanos full_at() const override { return table_->full_at(key_); }
+    bool queued() const noexcept override { return queued_requests() > 0; }
+    void poll() override {
+        table_->reclaim(key_);
+        recheck();
+    }
+
+protected:
+    bool take(std::int64_t n, Nanos now, std::int64_t& tag) override {
+        if (table_->take(key_, n, now, tag)) {
+            if (table_->releases_permits()) {
+                watch_once();
+            }
+            return true;
+        }
+        return false;
+    }
+    std::int64_t available_at(Nanos now) const override { return table_->available(key_, now); }
+    Nanos time_until(std::int64_t needed, Nanos now) const override { return table_->time_until(key_, needed, now); }
+    void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
+        if (table_->give_back(key_, n, tag, now)) {
+            table_->store().segment().notify();
+        }
+    }
+    std::unique_ptr<Projection> project() const override { return table_->project(key_); }
+    void on_queued() override {
+        if (table_->releases_permits()) {
+            watch_once();
+        }
+    }
+
+private:
+    void watch_once() {
+        if (!watching_.exchange(true)) {
+            table_->store().watch(std::dynamic_pointer_cast<KeyLimiter>(shared_from_this()),
+                                  table_->tmpl().lease_ttl / 3);
+        }
+    }
+    std::shared_ptr<KeyTable> table_;
+    KeyTable::Key key_;
+    std::atomic<bool> watching_{false};
+};
+} // namespace
+
+// ---- the table ----
+
+std::uint64_t KeyTable::record_bytes(const Params& params) noexcept {
+    return round_up(kRecordHead + words_bytes(params), 16);
+}
+
+std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, std::string_view name,
+                                         const Template& tmpl, std::int64_t max_partitions, Nanos idle_timeout) {
+    detail::check_queue(tmpl.queue);
+    if (max_partitions < 1 || max_partitions > (1LL << 31)) {
+        throw std::invalid_argument("max_partitions must be between 1 and 2**31, got " +
+                                    std::to_string(max_partitions));
+    }
+    if (idle_timeout < 0) {
+        throw std::invalid_argument("idle_timeout must not be negative");
+    }
+    if (tmpl.params.kind == Kind::Concurrency && tmpl.lease_ttl < kMs) {
+        throw std::invalid_argument("lease_ttl must be at least a millisecond");
+    }
+    std::uint32_t shards = 0;
+    std::uint32_t slots = 0;
+    geometry(max_partitions, shards, slots);
+    const std::uint64_t record = record_bytes(tmpl.params);
+    const std::uint64_t bytes = kTableHead + shards * kLockBytes + static_cast<std::uint64_t>(shards) * slots * record;
+    Params p{Kind::KeyTable,
+             6,
+             {static_cast<std::int64_t>(tmpl.params.kind), tmpl.params.values[0], tmpl.params.values[1],
+              tmpl.params.values[2], max_partitions, idle_timeout},
+             kTableNames};
+    p.durations = 1U << 5;
+    NamedSlot& slot = store->segment().named(name, p, bytes, store->now(), [&](char* data, Nanos) {
+        auto* head = new (data) TableHead();
+        head->size.store(0);
+        head->shards = shards;
+        head->slots = slots;
+        head->record_bytes = record;
+        for (std::uint32_t s = 0; s < shards; ++s) {
+            RobustLock::init(lock_of(data, s));
+        }
+    });
+    char* data = store->segment().at<char>(slot.offset);
+    const TableHead& head = head_of(data);
+    if (head.shards != shards || head.slots != slots || head.record_bytes != record) {
+        throw std::invalid_argument("per-key table '" + std::string(name) + "' is corrupted (its geometry differs)");
+    }
+    return std::make_shared<KeyTable>(store, data, tmpl, max_partitions, idle_timeout);
+}
+
+KeyTable::KeyTable(std::shared_ptr<Store> store, char* data, const Template& tmpl, std::int64_t max_partitions,
+                   Nanos idle_timeout)
+    : store_(std::move(store)), data_(data), tmpl_(tmpl), max_(max_partitions), idle_(idle_timeout),
+      shards_(head_of(data).shards), slots_(head_of(data).slots), record_(head_of(data).record_bytes) {
+    const auto& v = tmpl_.params.values;
+    switch (tmpl_.params.kind) {
+    case Kind::TokenBucket: rule_ = std::make_shared<TokenBucketRule>(v[0], v[1], v[2]); break;
+    case Kind::FixedWindow: rule_ = std::make_shared<FixedWindowRule>(v[0], v[1]); break;
+    case Kind::SlidingWindowCounter: rule_ = std::make_shared<SlidingWindowCounterRule>(v[0], v[1]); break;
+    case Kind::SlidingWindow: SlidingWindowState::check(v[0], v[1], v[2]); break;
+    case Kind::Concurrency: (void)ConcurrencyRule(v[0]); break;
+    default: throw std::invalid_argument("a per-key table's keys need a limiter kind");
+    }
+}
+
+std::uint64_t KeyTable::bytes() const noexcept {
+    return kTableHead + shards_ * kLockBytes + static_cast<std::uint64_t>(shards_) * slots_ * record_;
+}
+
+std::int64_t KeyTable::size() const noexcept {
+    return head_of(data_).size.load();
+}
+
+char* KeyTable::shard_records(std::uint32_t shard) const noexcept {
+    return data_ + kTableHead + shards_ * kLockBytes + static_cast<std::uint64_t>(shard) * slots_ * record_;
+}
+
+KeyTable::Record& KeyTable::record_at(std::uint32_t shard, std::uint32_t slot) const noexcept {
+    return *reinterpret_cast<Record*>(shard_records(shard) + slot * record_);
+}
+
+KeyTable::Key KeyTable::key_of(std::string_view key) const {
+    const std::uint64_t seed = store_->segment().header().hash_seed;
+    Key k;
+    k.hash = hash_key(key, seed);
+    if (key.size() <= kKeyBytes) {
+        k.stored.assign(key);
+    } else {
+        // Two independent 64-bit hashes and the length stand for a long key.
+        const std::uint64_t second = hash_key(key, seed ^ 0x9e3779b97f4a7c15ULL);
+        const auto len = static_cast<std::uint64_t>(key.size());
+        k.stored.resize(24);
+        std::memcpy(k.stored.data(), &k.hash, 8);
+        std::memcpy(k.stored.data() + 8, &second, 8);
+        std::memcpy(k.stored.data() + 16, &len, 8);
+        k.stored.insert(k.stored.begin(), '\xff'); // 25 bytes, flagged long by key_len
+    }
+    return k;
+}
+
+void KeyTable::init_record(Record& r, const Key& key, Nanos anchor) const {
+    r.key_len = static_cast<std::uint32_t>(key.stored.size());
+    r.hash = key.hash;
+    r.anchor = anchor;
+    r.touched.store(anchor);
+    std::memcpy(r.key, key.stored.data(), key.stored.size());
+    switch (tmpl_.params.kind) {
+    case Kind::SlidingWindow: {
+        auto* w = reinterpret_cast<AtomicPair*>(r.words());
+        const auto n = tmpl_.params.values[2] + 1;
+        for (std::int64_t i = 0; i < n; ++i) {
+            new (w + i) AtomicPair();
+        }
+        SlidingWindowState::init_storage(w, tmpl_.params.values[2]);
+        break;
+    }
+    case Kind::Concurrency:
+        for (std::size_t i = 0; i < kKeyHolders; ++i) {
+            r.entry(i).tag.store(0);
+            r.entry(i).count.store(0);
+        }
+        break;
+    default: new (r.words()) AtomicPair(rule_->initial(anchor)); break;
+    }
+}
+
+KeyTable::Record* KeyTable::find_locked(std::uint32_t shard, const Key& key, Nanos now, bool create) {
+    const auto len = static_cast<std::uint32_t>(key.stored.size());
+    Record* free = nullptr;
+    const auto start = static_cast<std::uint32_t>((key.hash >> 8) % slots_);
+    for (std::uint32_t i = 0; i < slots_; ++i) {
+        Record& r = record_at(shard, (start + i) % slots_);
+        const std::uint32_t used = r.used.load();
+        if (used == 0) {
+            if (free == nullptr) {
+                free = &r;
+            }
+            break;
+        }
+        if (used != 1) {
+            if (free == nullptr) {
+                free = &r;
+            }
+            continue;
+        }
+        if (r.hash == key.hash && r.key_len == len && std::memcmp(r.key, key.stored.data(), len) == 0) {
+            return &r;
+        }
+    }
+    if (!create) {
+        return nullptr;
+    }
+    if (free == nullptr || size() >= max_) {
+        // Room from a key of this shard idle long enough.
+        Record* idle = nullptr;
+        for (std::uint32_t i = 0; i < slots_ && idle == nullptr; ++i) {
+            Record& r = record_at(shard, i);
+            if (r.used.load() == 1 && idle_locked(r, now)) {
+                idle = &r;
+            }
+        }
+        if (idle == nullptr) {
+            return nullptr;
+        }
+        drop_locked(*idle);
+        if (free == nullptr) {
+            free = idle;
+        }
+    }
+    // Written whole, then published by `used`, then counted: a process killed before the
+    // publication leaves the slot free.
+    init_record(*free, key, now);
+    free->used.store(1);
+    head_of(data_).size.fetch_add(1);
+    return free;
+}
+
+void KeyTable::drop_locked(Record& r) noexcept {
+    r.used.store(2);
+    head_of(data_).size.fetch_sub(1);
+}
+
+std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) const {
+    Segment& seg = store_->segment();
+    std::int64_t held = 0;
+    for (std::size_t i = 0; i < kKeyHolders; ++i) {
+        HolderEntry& e = r.entry(i);
+        const std::int64_t c = e.count.load();
+        if (c <= 0) {
+            continue;
+        }
+        if (reclaim) {
+            const std::uint64_t tag = e.tag.load();
+            const auto holder = static_cast<std::uint32_t>((tag & 0xffffffffULL) - 1);
+            const auto gen = static_cast<std::uint32_t>(tag >> 32);
+            if (holder >= kMaxHolders || seg.holder_generation(holder) != gen ||
+                holder_dead(seg.header().holders[holder], tmpl_.lease_ttl, mono_now)) {
+                e.count.store(0);
+                e.tag.store(0);
+                continue;
+            }
+        }
+        held += c;
+    }
+    return held;
+}
+
+bool KeyTable::idle_locked(Record& r, Nanos now) const {
+    const Nanos limit = now - idle_;
+    switch (tmpl_.params.kind) {
+    case Kind::Concurrency: return held_locked(r, monotonic_now(), false) == 0 && r.touched.load() <= limit;
+    case Kind::SlidingWindow: {
+        const auto& v = tmpl_.params.values;
+        const Nanos full =
+            SlidingWindowState::over(v[0], v[1], v[2], r.anchor, reinterpret_cast<AtomicPair*>(r.words())).full_at();
+        return full <= limit;
+    }
+    default: return rule_->full_at(r.word().load(), r.anchor) <= limit;
+    }
+}
+
+bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag) {
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    std::uint32_t holder = 0;
+    std::uint32_t gen = 0;
+    if (releases_permits()) {
+        holder = store_->segment().holder(); // (before the lock: it may drain dead holders' keys)
+        gen = store_->segment().holder_generation(holder);
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        {
+            RobustLock lock(lock_of(data_, shard));
+            Record* r = find_locked(shard, key, now, true);
+            if (r != nullptr) {
+                switch (tmpl_.params.kind) {
+                case Kind::SlidingWindow: {
+                    const auto& v = tmpl_.params.values;
+                    auto st = SlidingWindowState::over(v[0], v[1], v[2], r->anchor,
+                                                       reinterpret_cast<AtomicPair*>(r->words()));
+                    return st.take(n, now, tag);
+                }
+                case Kind::Concurrency: {
+                    const Nanos mono = monotonic_now();
+                    Nanos last = last_reclaim_.load();
+                    std::int64_t held = held_locked(*r, mono, false);
+                    if (tmpl_.params.values[0] - held < n && mono - last >= kReclaimEvery &&
+                        last_reclaim_.compare_exchange_strong(last, mono)) {
+                        held = held_locked(*r, mono, true);
+                    }
+                    if (tmpl_.params.values[0] - held < n) {
+                        return false;
+                    }
+                    const std::uint64_t mine = entry_tag(holder, gen);
+                    HolderEntry* slot = nullptr;
+                    for (std::size_t i = 0; i < kKeyHolders && slot == nullptr; ++i) {
+                        if (r->entry(i).tag.load() == mine) {
+                            slot = &r->entry(i);
+                        }
+                    }
+                    for (std::size_t i = 0; i < kKeyHolders && slot == nullptr; ++i) {
+                        if (r->entry(i).count.load() == 0) {
+                            slot = &r->entry(i);
+                            slot->tag.store(mine);
+                        }
+                    }
+                    if (slot == nullptr) {
+                        return false; // kKeyHolders processes hold this key's permits already
+                    }
+                    slot->count.fetch_add(n);
+                    tag = holder_tag(holder, gen);
+                    return true;
+                }
+                default: return detail::rule_take(*rule_, r->word(), r->anchor, n, now, tag);
+                }
+            }
+        }
+        if (attempt == 0) {
+            evict_idle(); // the table is at its bound: idle keys of other shards make room
+        }
+    }
+    return false;
+}
+
+bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos now) {
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    std::uint32_t holder = 0;
+    if (releases_permits()) {
+        holder = static_cast<std::uint32_t>(tag & 0xffff);
+        const auto gen = static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16);
+        Segment& seg = store_->segment();
+        if (holder >= kMaxHolders || seg.holder_generation(holder) != gen || seg.holder() != holder) {
+            return false; // a forked child's copy of the parent's lease, or reclaimed meanwhile
+        }
+    }
+    RobustLock lock(lock_of(data_, shard));
+    Record* r = find_locked(shard, key, now, false);
+    if (r == nullptr) {
+        return false; // evicted: nothing of it is held
+    }
+    switch (tmpl_.params.kind) {
+    case Kind::SlidingWindow: {
+        const auto& v = tmpl_.params.values;
+        SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
+            .give_back(n, tag, now);
+        return false;
+    }
+    case Kind::Concurrency: {
+        const auto gen = static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16);
+        const std::uint64_t mine = entry_tag(holder, gen);
+        for (std::size_t i = 0; i < kKeyHolders; ++i) {
+            HolderEntry& e = r->entry(i);
+            if (e.tag.load() == mine) {
+                const std::int64_t give = std::min(n, e.count.load());
+                if (give <= 0) {
+                    return false;
+                }
+                e.count.fetch_sub(give);
+                if (held_locked(*r, 0, false) == 0) {
+                    r->touched.store(now);
+                }
+                return true;
+            }
+        }
+        return false;
+    }
+    default: detail::rule_give_back(*rule_, r->word(), r->anchor, n, tag, now); return false;
+    }
+}
+
+std::int64_t KeyTable::available(const Key& key, Nanos now) {
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    RobustLock lock(lock_of(data_, shard));
+    Record* r = find_locked(shard, key, now, false);
+    const auto& v = tmpl_.params.values;
+    if (r == nullptr) {
+        return v[0]; // a new key: its full limit
+    }
+    switch (tmpl_.params.kind) {
+    case Kind::SlidingWindow:
+        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
+            .available_at(now);
+    case Kind::Concurrency: return v[0] - held_locked(*r, 0, false);
+    default: return rule_->available(r->word().load(), r->anchor, now);
+    }
+}
+
+Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    RobustLock lock(lock_of(data_, shard));
+    Record* r = find_locked(shard, key, now, false);
+    const auto& v = tmpl_.params.values;
+    if (r == nullptr) {
+        return needed <= v[0] ? 0 : kNever;
+    }
+    switch (tmpl_.params.kind) {
+    case Kind::SlidingWindow:
+        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
+            .time_until(needed, now);
+    case Kind::Concurrency: return v[0] - held_locked(*r, 0, false) >= needed ? 0 : kNever;
+    default: return rule_->time_until(r->word().load(), r->anchor, needed, now);
+    }
+}
+
+Nanos KeyTable::full_at(const Key& key) {
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    RobustLock lock(lock_of(data_, shard));
+    const Nanos now = store_->now();
+    Record* r = find_locked(shard, key, now, false);
+    if (r == nullptr) {
+        return now;
+    }
+    const auto& v = tmpl_.params.values;
+    switch (tmpl_.params.kind) {
+    case Kind::SlidingWindow:
+        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
+            .full_at();
+    case Kind::Concurrency: return held_locked(*r, 0, false) == 0 ? r->touched.load() : kNever;
+    default: return rule_->full_at(r->word().load(), r->anchor);
+    }
+}
+
+std::unique_ptr<Projection> KeyTable::project(const Key& key) {
+    if (releases_permits()) {
+        return nullptr;
+    }
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    RobustLock lock(lock_of(data_, shard));
+    const Nanos now = store_->now();
+    Record* r = find_locked(shard, key, now, true);
+    const auto& v = tmpl_.params.values;
+    if (tmpl_.params.kind == Kind::SlidingWindow) {
+        if (r == nullptr) {
+            // No room for the key: a fresh window's projection (its own storage, as a new key's).
+            auto words = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(v[2]) + 1);
+            SlidingWindowState::init_storage(words.get(), v[2]);
+            return SlidingWindowState::over(v[0], v[1], v[2], now, words.get()).project();
+        }
+        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
+            .project();
+    }
+    if (r == nullptr) {
+        return rule_->project(rule_->initial(now), now);
+    }
+    return rule_->project(r->word().load(), r->anchor);
+}
+
+bool KeyTable::reclaim(const Key& key) {
+    if (!releases_permits()) {
+        return false;
+    }
+    const Nanos mono = monotonic_now();
+    Nanos last = last_reclaim_.load();
+    if (mono - last < kReclaimEvery || !last_reclaim_.compare_exchange_strong(last, mono)) {
+        return false;
+    }
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    RobustLock lock(lock_of(data_, shard));
+    Record* r = find_locked(shard, key, store_->now(), false);
+    if (r == nullptr) {
+        return false;
+    }
+    const std::int64_t before = held_locked(*r, mono, false);
+    return held_locked(*r, mono, true) < before;
+}
+
+std::int64_t KeyTable::evict_idle() {
+    const Nanos now = store_->now();
+    std::int64_t evicted = 0;
+    for (std::uint32_t s = 0; s < shards_; ++s) {
+        RobustLock lock(lock_of(data_, s));
+        for (std::uint32_t i = 0; i < slots_; ++i) {
+            Record& r = record_at(s, i);
+            if (r.used.load() == 1 && idle_locked(r, now)) {
+                drop_locked(r);
+                ++evicted;
+            }
+        }
+    }
+    return evicted;
+}
+
+std::shared_ptr<SharedLimiter> KeyTable::limiter_for(std::string_view key) {
+    return std::make_shared<KeyLimiter>(shared_from_this(), key_of(key), tmpl_.params.values[0]);
+}
+
+void KeyTable::drain(Segment& segment, const NamedSlot& slot, std::uint32_t index) {
+    if (slot.values[0] != static_cast<std::int64_t>(Kind::Concurrency)) {
+        return;
+    }
+    char* data = segment.at<char>(slot.offset);
+    const TableHead& head = head_of(data);
+    if (head.shards == 0 || head.shards > 64 || head.record_bytes < kRecordHead + kKeyHolders * sizeof(HolderEntry) ||
+        kTableHead + head.shards * kLockBytes +
+                static_cast<std::uint64_t>(head.shards) * head.slots * head.record_bytes >
+            slot.bytes) {
+        return; // corrupted: nothing to do safely
+    }
+    bool any = false;
+    for (std::uint32_t s = 0; s < head.shards; ++s) {
+        RobustLock lock(lock_of(data, s));
+        char* records = data + kTableHead + head.shards * kLockBytes +
+                        static_cast<std::uint64_t>(s) * head.slots * head.record_bytes;
+        for (std::uint32_t i = 0; i < head.slots; ++i) {
+            auto& r = *reinterpret_cast<Record*>(records + i * head.record_bytes);
+            if (r.used.load() != 1) {
+                continue;
+            }
+            for (std::size_t e = 0; e < kKeyHolders; ++e) {
+                HolderEntry& entry = r.entry(e);
+                if ((entry.tag.load() & 0xffffffffULL) == index + 1U && entry.count.load() > 0) {
+                    entry.count.store(0);
+                    entry.tag.store(0);
+                    any = true;
+                }
+            }
+        }
+    }
+    if (any) {
+        segment.notify();
+    }
+}
+
+} // namespace permits::shm
+
+#endif // __linux__

@@ -1,0 +1,462 @@
+#include "permits/shm_limiters.hpp"
+
+#if defined(__linux__)
+
+#include <algorithm>
+#include <new>
+
+#include "permits/shm_key_table.hpp"
+
+namespace permits::shm {
+
+namespace {
+
+constexpr const char* kTokenBucketNames[] = {"token_limit", "tokens_per_period", "replenishment_period"};
+constexpr const char* kWindowNames[] = {"permit_limit", "window"};
+constexpr const char* kSlidingNames[] = {"permit_limit", "window", "segments_per_window"};
+constexpr const char* kConcurrencyNames[] = {"permit_limit"};
+
+constexpr Nanos kMs = 1000000;
+constexpr Nanos kReclaimEvery = 50 * kMs; // a process looks for dead holders at most this often
+
+std::int64_t seq_of(Pair s) {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(s.a) >> 16);
+}
+std::uint32_t pending_of(Pair s) {
+    return static_cast<std::uint32_t>(static_cast<std::uint64_t>(s.a) & 0xffffU);
+}
+std::int64_t available_of(Pair s) {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(s.b) >> 32);
+}
+std::int64_t delta_of(Pair s) {
+    return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(s.b) & 0xffffffffULL));
+}
+Pair make_state(std::int64_t seq, std::uint32_t pending, std::int64_t available, std::int64_t delta) {
+    return {static_cast<std::int64_t>((static_cast<std::uint64_t>(seq) << 16) | pending),
+            static_cast<std::int64_t>((static_cast<std::uint64_t>(available) << 32) |
+                                      static_cast<std::uint32_t>(static_cast<std::int32_t>(delta)))};
+}
+
+/// A lease's tag: the holder slot and its generation, so that only the process holding the lease
+/// (not a forked child's copy, nor a holder reclaimed meanwhile) gives its permits back.
+std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
+    return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
+}
+
+/// A named concurrency limiter: the engine's Limiter (queue, leases, waits) over a ConcurrencyView.
+class SharedConcurrency final : public SharedLimiter {
+public:
+    SharedConcurrency(std::shared_ptr<Store> store, ConcurrencyView view, Nanos lease_ttl, QueueOptions queue)
+        : SharedLimiter(store->clock(), view.limit, queue, false), store_(std::move(store)), view_(view),
+          lease_ttl_(lease_ttl) {}
+
+    bool releases_permits() const noexcept override { return true; }
+    Nanos full_at() const override { return view_.available() >= view_.limit ? view_.full_since->load() : kNever; }
+    bool queued() const noexcept override { return queued_requests() > 0; }
+    void poll() override {
+        reclaim(false);
+        recheck();
+    }
+
+protected:
+    bool take(std::int64_t n, Nanos /*now*/, std::int64_t& tag) override {
+        Segment& seg = store_->segment();
+        for (;;) {
+            const std::uint32_t h = seg.holder();
+            const std::uint32_t gen = seg.holder_generation(h);
+            if (!view_.take(h, n)) {
+                if (reclaim(false)) {
+                    continue; // a dead holder's permits came back: try again
+                }
+                return false;
+            }
+            if (seg.holder_generation(h) != gen || seg.holder() != h) {
+                // Our slot was judged dead as we took (a stalled process): undo, take under a new one.
+                view_.give_back(h, n, state_now());
+                continue;
+            }
+            watch_once();
+            tag = holder_tag(h, gen);
+            return true;
+        }
+    }
+    std::int64_t available_at(Nanos /*now*/) const override { return view_.available(); }
+    Nanos time_until(std::int64_t needed, Nanos /*now*/) const override {
+        return view_.available() >= needed ? 0 : kNever;
+    }
+    void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
+        Segment& seg = store_->segment();
+        const auto h = static_cast<std::uint32_t>(tag & 0xffff);
+        const auto gen = static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16);
+        if (h >= kMaxHolders || seg.holder_generation(h) != gen || seg.holder() != h) {
+            return; // a forked child's copy of the parent's lease, or permits reclaimed meanwhile
+        }
+        if (view_.give_back(h, n, now) > 0) {
+            seg.notify();
+        }
+    }
+    std::unique_ptr<Projection> project() const override { return nullptr; }
+    void on_queued() override { watch_once(); }
+
+private:
+    void watch_once() {
+        if (!watching_.exchange(true)) {
+            store_->watch(std::dynamic_pointer_cast<SharedConcurrency>(shared_from_this()), lease_ttl_ / 3);
+        }
+    }
+    /// Gives back the permits of holders found dead, at most every kReclaimEvery unless `force`;
+    /// true if any came back.
+    bool reclaim(bool force) {
+        const Nanos now = monotonic_now();
+        Nanos last = last_reclaim_.load();
+        if (!force && now - last < kReclaimEvery) {
+            return false;
+        }
+        if (!last_reclaim_.compare_exchange_strong(last, now)) {
+            return false; // another thread of ours is at it
+        }
+        Segment& seg = store_->segment();
+        bool any = false;
+        for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+            if (view_.held_by(i) > 0 && holder_dead(seg.header().holders[i], lease_ttl_, now)) {
+                any = view_.give_back(i, view_.limit, state_now()) > 0 || any;
+            }
+        }
+        if (any) {
+            seg.notify();
+        }
+        return any;
+    }
+
+    std::shared_ptr<Store> store_;
+    ConcurrencyView view_;
+    Nanos lease_ttl_;
+    std::atomic<Nanos> last_reclaim_{0};
+    std::atomic<bool> watching_{false};
+};
+
+} // namespace
+
+// ---- the watcher ----
+
+struct Store::WatcherState {
+    std::shared_ptr<Segment> segment;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    bool kicked = false;
+    bool started = false;
+    std::vector<std::weak_ptr<Watched>> watched;
+    Nanos heartbeat_every = kNever;
+    std::thread thread;
+
+    void run() {
+        Nanos last_beat = 0;
+        std::unique_lock<std::mutex> lock(mu);
+        while (!stop) {
+            std::vector<std::shared_ptr<Watched>> live;
+            std::erase_if(watched, [&](const std::weak_ptr<Watched>& w) {
+                auto p = w.lock();
+                if (!p) {
+                    return true;
+                }
+                live.push_back(std::move(p));
+                return false;
+            });
+            const Nanos now = monotonic_now();
+            if (heartbeat_every != kNever && now - last_beat >= heartbeat_every) {
+                segment->heartbeat();
+                last_beat = now;
+            }
+            const bool any = std::any_of(live.begin(), live.end(), [](const auto& w) { return w->queued(); });
+            lock.unlock();
+            if (any) {
+                Header& h = segment->header();
+                h.sleepers.fetch_add(1);
+                const std::uint32_t seen = h.epoch.load();
+                for (const auto& w : live) { // a release before `seen` is served here, one after wakes the wait
+                    if (w->queued()) {
+                        w->poll();
+                    }
+                }
+                segment->wait_epoch(seen, 100 * kMs);
+                h.sleepers.fetch_sub(1);
+                for (const auto& w : live) {
+                    if (w->queued()) {
+                        w->poll();
+                    }
+                }
+            }
+            live.clear(); // (outside the lock: the last reference may destroy a limiter)
+            lock.lock();
+            if (!any && !stop) {
+                const Nanos until_beat =
+                    heartbeat_every == kNever ? 1000 * kMs : std::min<Nanos>(1000 * kMs, heartbeat_every);
+                cv.wait_for(lock, std::chrono::nanoseconds(until_beat), [&] { return stop || kicked; });
+                kicked = false;
+            }
+        }
+    }
+};
+
+Store::Store(std::shared_ptr<Segment> segment, std::shared_ptr<Clock> clock)
+    : segment_(std::move(segment)), clock_(std::move(clock)) {}
+
+Store::~Store() {
+    std::shared_ptr<WatcherState> w;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        w = std::move(watcher_);
+    }
+    if (!w || !w->started) {
+        return;
+    }
+    if (watcher_pid_ != current_pid()) {
+        new std::shared_ptr<WatcherState>(std::move(w)); // NOLINT: a forked child's copy: never joined or freed
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->stop = true;
+    }
+    w->cv.notify_all();
+    segment_->notify();
+    if (w->thread.get_id() == std::this_thread::get_id()) {
+        w->thread.detach(); // the watcher dropped the last reference itself: it ends on its own
+    } else {
+        w->thread.join();
+    }
+}
+
+std::shared_ptr<Store::WatcherState> Store::watcher() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (watcher_ && watcher_pid_ != current_pid()) {
+        // A forked child: the parent's thread does not exist here, and its state (a joinable
+        // std::thread, a lock it may have held) must never be destroyed or locked: left behind.
+        new std::shared_ptr<WatcherState>(std::move(watcher_)); // NOLINT: deliberately never freed
+    }
+    if (!watcher_) {
+        watcher_ = std::make_shared<WatcherState>();
+        watcher_->segment = segment_;
+        watcher_pid_ = current_pid();
+    }
+    return watcher_;
+}
+
+void Store::watch(const std::shared_ptr<Watched>& w, Nanos heartbeat_every) {
+    auto state = watcher();
+    {
+        std::lock_guard<std::mutex> lock(state->mu);
+        const bool known = std::any_of(state->watched.begin(), state->watched.end(),
+                                       [&](const std::weak_ptr<Watched>& x) { return x.lock() == w; });
+        if (!known) {
+            state->watched.push_back(w);
+        }
+        state->heartbeat_every = std::min(state->heartbeat_every, std::max<Nanos>(heartbeat_every, kMs));
+        state->kicked = true;
+        if (!state->started) {
+            state->started = true;
+            state->thread = std::thread([state] { state->run(); });
+        }
+    }
+    state->cv.notify_all();
+}
+
+// ---- the named limiters ----
+
+namespace {
+template <class L, class R>
+std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& rule, Params params, QueueOptions queue) {
+    detail::check_queue(queue);
+    NamedSlot& slot = store.segment().named(name, params, sizeof(AtomicPair), store.now(),
+                                            [&](char* data, Nanos a) { new (data) AtomicPair(rule.initial(a)); });
+    ExternalState ext{store.segment().at<AtomicPair>(slot.offset), slot.anchor, store.shared_from_this()};
+    return std::make_shared<L>(store.clock(), rule, queue, std::move(ext));
+}
+} // namespace
+
+Params params_of(const TokenBucketRule& rule) {
+    Params p{Kind::TokenBucket, 3, {rule.token_limit(), rule.tokens_per_period(), rule.period()}, kTokenBucketNames};
+    p.durations = 1U << 2;
+    return p;
+}
+Params params_of(const FixedWindowRule& rule) {
+    Params p{Kind::FixedWindow, 2, {rule.permit_limit(), rule.window()}, kWindowNames};
+    p.durations = 1U << 1;
+    return p;
+}
+Params params_of(const SlidingWindowCounterRule& rule) {
+    Params p{Kind::SlidingWindowCounter, 2, {rule.permit_limit(), rule.window()}, kWindowNames};
+    p.durations = 1U << 1;
+    return p;
+}
+Params params_of_sliding(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
+    Params p{Kind::SlidingWindow, 3, {permit_limit, window, segments}, kSlidingNames};
+    p.durations = 1U << 1;
+    return p;
+}
+Params params_of_concurrency(std::int64_t permit_limit) {
+    return Params{Kind::Concurrency, 1, {permit_limit}, kConcurrencyNames};
+}
+
+std::shared_ptr<TokenBucket> Store::token_bucket(std::string_view name, const TokenBucketRule& rule,
+                                                 QueueOptions queue) {
+    return rule_limiter<TokenBucket>(*this, name, rule, params_of(rule), queue);
+}
+
+std::shared_ptr<FixedWindow> Store::fixed_window(std::string_view name, const FixedWindowRule& rule,
+                                                 QueueOptions queue) {
+    return rule_limiter<FixedWindow>(*this, name, rule, params_of(rule), queue);
+}
+
+std::shared_ptr<SlidingWindowCounter>
+Store::sliding_window_counter(std::string_view name, const SlidingWindowCounterRule& rule, QueueOptions queue) {
+    return rule_limiter<SlidingWindowCounter>(*this, name, rule, params_of(rule), queue);
+}
+
+std::shared_ptr<SlidingWindow> Store::sliding_window(std::string_view name, std::int64_t permit_limit, Nanos window,
+                                                     std::int64_t segments, QueueOptions queue) {
+    SlidingWindowState::check(permit_limit, window, segments);
+    detail::check_queue(queue);
+    const auto words = static_cast<std::uint64_t>(segments) + 1;
+    NamedSlot& slot = segment().named(name, params_of_sliding(permit_limit, window, segments),
+                                      words * sizeof(AtomicPair), now(), [&](char* data, Nanos) {
+                                          auto* w = reinterpret_cast<AtomicPair*>(data);
+                                          for (std::uint64_t i = 0; i < words; ++i) {
+                                              new (w + i) AtomicPair();
+                                          }
+                                          SlidingWindowState::init_storage(w, segments);
+                                      });
+    ExternalState ext{segment().at<AtomicPair>(slot.offset), slot.anchor, shared_from_this()};
+    return std::make_shared<SlidingWindow>(clock(), permit_limit, window, segments, queue, ext);
+}
+
+std::shared_ptr<SharedLimiter> Store::concurrency(std::string_view name, std::int64_t permit_limit, Nanos lease_ttl,
+                                                  QueueOptions queue) {
+    const ConcurrencyRule rule(permit_limit); // checks the limit
+    detail::check_queue(queue);
+    if (lease_ttl < kMs) {
+        throw std::invalid_argument("lease_ttl must be at least a millisecond");
+    }
+    NamedSlot& slot = segment().named(name, params_of_concurrency(permit_limit), ConcurrencyView::bytes(), now(),
+                                      [&](char* data, Nanos a) { ConcurrencyView::over(data, permit_limit).init(a); });
+    const ConcurrencyView view = ConcurrencyView::over(segment().at<char>(slot.offset), permit_limit);
+    return std::make_shared<SharedConcurrency>(shared_from_this(), view, lease_ttl, queue);
+}
+
+// ---- the concurrency protocol ----
+
+std::uint64_t ConcurrencyView::bytes() noexcept {
+    return sizeof(AtomicPair) + 16 + kMaxHolders * sizeof(AtomicPair);
+}
+
+ConcurrencyView ConcurrencyView::over(char* data, std::int64_t limit) noexcept {
+    ConcurrencyView v;
+    v.state = reinterpret_cast<AtomicPair*>(data);
+    v.full_since = reinterpret_cast<std::atomic<Nanos>*>(data + sizeof(AtomicPair));
+    v.ledger = data + sizeof(AtomicPair) + 16;
+    v.limit = limit;
+    return v;
+}
+
+void ConcurrencyView::init(Nanos anchor) const {
+    new (state) AtomicPair(make_state(1, 0, limit, 0));
+    new (full_since) std::atomic<Nanos>(anchor);
+    for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+        new (&entry(i)) AtomicPair();
+    }
+}
+
+void ConcurrencyView::settle(Pair s) const noexcept {
+    const std::uint32_t pending = pending_of(s);
+    if (pending == 0) {
+        return;
+    }
+    const std::int64_t seq = seq_of(s);
+    AtomicPair& e = entry(pending - 1);
+    Pair seen = e.load();
+    while (seen.b < seq) { // not applied yet (entries only move forward in seq)
+        if (e.compare_exchange(seen, Pair{seen.a + delta_of(s), seq})) {
+            break;
+        }
+    }
+    Pair expected = s;
+    state->compare_exchange(expected, make_state(seq, 0, available_of(s), 0));
+}
+
+bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept {
+    Pair s = state->hint();
+    for (;;) {
+        if (pending_of(s) != 0) {
+            settle(s);
+            s = state->load();
+            continue;
+        }
+        const std::int64_t available = available_of(s);
+        if (available < n) {
+            if (!state->confirm(s)) {
+                continue;
+            }
+            return false;
+        }
+        const Pair next = make_state(seq_of(s) + 1, holder + 1, available - n, n);
+        if (state->compare_exchange(s, next)) {
+            settle(next);
+            return true;
+        }
+    }
+}
+
+std::int64_t ConcurrencyView::give_back(std::uint32_t holder, std::int64_t n, Nanos now) const noexcept {
+    Pair s = state->load();
+    for (;;) {
+        if (pending_of(s) != 0) {
+            settle(s);
+            s = state->load();
+            continue;
+        }
+        // With nothing pending, every change up to this state is in the ledger; a change after it
+        // fails the compare-and-swap below.
+        const std::int64_t give = std::min(n, entry(holder).load().a);
+        if (give <= 0) {
+            return 0; // reclaimed meanwhile: nothing of it is held any more
+        }
+        const std::int64_t available = std::min(limit, available_of(s) + give);
+        const Pair next = make_state(seq_of(s) + 1, holder + 1, available, -give);
+        if (state->compare_exchange(s, next)) {
+            settle(next);
+            if (available >= limit) {
+                full_since->store(now); // idle from the release that brought all back
+            }
+            return give;
+        }
+    }
+}
+
+std::int64_t ConcurrencyView::available() const noexcept {
+    return available_of(state->load());
+}
+
+std::int64_t ConcurrencyView::held_by(std::uint32_t holder) const noexcept {
+    return entry(holder).load().a;
+}
+
+void drain_holder(Segment& segment, std::uint32_t index) {
+    for (const auto& slot : segment.header().named) {
+        if (slot.ready.load() != 1) {
+            continue;
+        }
+        if (slot.kind == Kind::Concurrency && slot.count == 1) {
+            const ConcurrencyView view = ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0]);
+            if (view.give_back(index, view.limit, monotonic_now()) > 0) {
+                segment.notify();
+            }
+        } else if (slot.kind == Kind::KeyTable) {
+            KeyTable::drain(segment, slot, index);
+        }
+    }
+}
+
+} // namespace permits::shm
+
+#endif // __linux__

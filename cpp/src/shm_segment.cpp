@@ -1,0 +1,535 @@
+#include "permits/shm_segment.hpp"
+
+#if defined(__linux__)
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+namespace permits::shm {
+
+// The claimer of a holder slot with none free drains a dead holder's permits first (shm_limiters.cpp).
+void drain_holder(Segment& segment, std::uint32_t index);
+
+namespace {
+
+constexpr std::uint64_t kPage = 4096;
+constexpr std::uint64_t kNamedArena = 4ULL << 20;  // named limiters (a sliding window's ring included)
+constexpr std::uint64_t kBytesPerKey = 1024;       // room per key of capacity: a record and its slack
+constexpr std::uint64_t kMaxCapacity = 1ULL << 28; // 256 Mi keys: far beyond what one host's memory holds
+
+std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
+    return (n + to - 1) / to * to;
+}
+
+std::string path_of(const std::string& name) {
+    return "/permits." + name; // shm_open's name: /dev/shm/permits.<name> on Linux
+}
+
+std::uint64_t pid_of(std::uint64_t tag) {
+    return tag & 0xffffffffULL;
+}
+
+std::uint64_t generation_of(std::uint64_t tag) {
+    return tag >> 32;
+}
+
+[[noreturn]] void fail_errno(const std::string& what) {
+    throw std::system_error(errno, std::generic_category(), what);
+}
+
+/// Field 22 of /proc/<pid>/stat (start time, clock ticks since boot) and field 3 (state); false
+/// when the process does not exist.
+bool read_stat(std::uint64_t pid, std::uint64_t& start_time, char& state) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    if (!in || !std::getline(in, text)) {
+        return false;
+    }
+    // The command name (field 2) is in parentheses and may hold spaces: fields resume after the last ')'.
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) {
+        return false;
+    }
+    std::istringstream rest(text.substr(close + 1));
+    std::string field;
+    rest >> state;
+    for (int i = 4; i <= 22; ++i) {
+        rest >> field;
+    }
+    start_time = std::strtoull(field.c_str(), nullptr, 10);
+    return true;
+}
+
+std::uint64_t pid_namespace(const std::string& proc) {
+    struct stat st {};
+    if (::stat((proc + "/ns/pid").c_str(), &st) != 0) {
+        return 0;
+    }
+    return static_cast<std::uint64_t>(st.st_ino);
+}
+
+void check_header(const Header& h, std::uint64_t file_size, const std::string& name) {
+    const std::string where = "shared-memory segment '" + name + "' ";
+    if (file_size < sizeof(Header)) {
+        throw std::invalid_argument(where + "is truncated (" + std::to_string(file_size) + " bytes)");
+    }
+    if (h.magic != kMagic) {
+        throw std::invalid_argument(where + "is not a permits segment (its magic number differs)");
+    }
+    if (h.version != kLayoutVersion) {
+        throw std::invalid_argument(where + "has layout version " + std::to_string(h.version) + ", not " +
+                                    std::to_string(kLayoutVersion) + " (made by another release: unlink it)");
+    }
+    if (h.header_bytes != sizeof(Header) || h.pair_bytes != sizeof(AtomicPair)) {
+        throw std::invalid_argument(where + "was made by a build with another layout (header " +
+                                    std::to_string(h.header_bytes) + " bytes, state words " +
+                                    std::to_string(h.pair_bytes) + " bytes)");
+    }
+    if (h.total_bytes != file_size) {
+        throw std::invalid_argument(where + "is truncated or corrupted: its header says " +
+                                    std::to_string(h.total_bytes) + " bytes, the file has " +
+                                    std::to_string(file_size));
+    }
+    if (h.total_bytes != Segment::size_for(h.capacity) || h.arena_offset != round_up(sizeof(Header), kPage) ||
+        h.arena_offset + h.arena_bytes != h.total_bytes || h.arena_used > h.arena_bytes) {
+        throw std::invalid_argument(where + "is corrupted: its sizes do not add up");
+    }
+    if (h.clock != ClockKind::Monotonic && h.clock != ClockKind::Manual) {
+        throw std::invalid_argument(where + "is corrupted: unknown clock kind");
+    }
+}
+
+} // namespace
+
+namespace {
+std::atomic<std::uint64_t> g_pid{0};
+void renew_pid() noexcept {
+    g_pid.store(static_cast<std::uint64_t>(::getpid()));
+}
+} // namespace
+
+std::uint64_t current_pid() noexcept {
+    std::uint64_t pid = g_pid.load(std::memory_order_relaxed);
+    if (pid == 0) {
+        static const bool installed = [] {
+            ::pthread_atfork(nullptr, nullptr, &renew_pid);
+            return true;
+        }();
+        (void)installed;
+        renew_pid();
+        pid = g_pid.load();
+    }
+    return pid;
+}
+
+Nanos monotonic_now() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+ProcessId ProcessId::self() {
+    ProcessId me;
+    me.pid = current_pid();
+    char state = 0;
+    read_stat(me.pid, me.start_time, state);
+    me.pid_ns = pid_namespace("/proc/self");
+    return me;
+}
+
+bool holder_dead(const HolderSlot& slot, Nanos ttl, Nanos now_monotonic) {
+    const std::uint64_t tag = slot.tag.load();
+    const std::uint64_t pid = pid_of(tag);
+    if (pid == 0) {
+        return true; // freed: nothing of it can be held
+    }
+    static const std::uint64_t our_ns = pid_namespace("/proc/self");
+    const std::uint64_t start = slot.start_time.load();
+    if (our_ns != 0 && slot.pid_ns.load() == our_ns) {
+        std::uint64_t seen = 0;
+        char state = 0;
+        if (!read_stat(pid, seen, state)) {
+            return true; // no such process
+        }
+        if (state == 'Z' || state == 'X') {
+            return true; // exited, not yet reaped
+        }
+        if (start != 0 && seen != start) {
+            return true; // the pid was reused by another process
+        }
+        return false;
+    }
+    // Another pid namespace (another container sharing /dev/shm): the heartbeat decides.
+    const Nanos beat = slot.heartbeat.load();
+    return beat != 0 && now_monotonic - beat > ttl;
+}
+
+void Segment::check_name(const std::string& name) {
+    if (name.empty() || name.size() > 100 || name[0] == '.') {
+        throw std::invalid_argument("name must be 1 to 100 characters of letters, digits, '_', '.' and '-', not "
+                                    "starting with '.'; got '" +
+                                    name + "'");
+    }
+    for (const char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                        c == '.' || c == '-';
+        if (!ok) {
+            throw std::invalid_argument("name must be 1 to 100 characters of letters, digits, '_', '.' and '-'; got '" +
+                                        name + "'");
+        }
+    }
+}
+
+std::uint64_t Segment::size_for(std::uint64_t capacity) noexcept {
+    return round_up(sizeof(Header), kPage) + round_up(kNamedArena + capacity * kBytesPerKey, kPage);
+}
+
+std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& options) {
+    check_name(name);
+    if (options.capacity < 1 || options.capacity > kMaxCapacity) {
+        throw std::invalid_argument("capacity must be between 1 and " + std::to_string(kMaxCapacity) + ", got " +
+                                    std::to_string(options.capacity));
+    }
+    const std::string path = path_of(name);
+    const std::uint64_t size = size_for(options.capacity);
+    int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(options.mode));
+    if (fd >= 0) {
+        // The creator: the mode exactly as asked (whatever the umask), the size, then the header,
+        // published by `ready`, last.
+        if (::fchmod(fd, static_cast<mode_t>(options.mode)) != 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+            const int err = errno;
+            ::close(fd);
+            ::shm_unlink(path.c_str());
+            errno = err;
+            fail_errno("cannot create shared-memory segment '" + name + "'");
+        }
+        void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ::close(fd);
+        if (map == MAP_FAILED) {
+            ::shm_unlink(path.c_str());
+            fail_errno("cannot map shared-memory segment '" + name + "'");
+        }
+        auto* h = static_cast<Header*>(map);
+        h->magic = kMagic;
+        h->version = kLayoutVersion;
+        h->header_bytes = sizeof(Header);
+        h->total_bytes = size;
+        h->capacity = options.capacity;
+        h->clock = options.clock;
+        h->pair_bytes = sizeof(AtomicPair);
+        std::random_device rd;
+        h->hash_seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+        h->arena_offset = round_up(sizeof(Header), kPage);
+        h->arena_bytes = size - h->arena_offset;
+        h->arena_used = 0;
+        RobustLock::init(h->lock);
+        h->ready.store(1);
+        return std::shared_ptr<Segment>(new Segment(name, h, size));
+    }
+    if (errno != EEXIST) {
+        fail_errno("cannot create shared-memory segment '" + name + "'");
+    }
+    fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        fail_errno("cannot open shared-memory segment '" + name + "'");
+    }
+    // Another process made it: wait (about 2 s at most) for its creator to finish.
+    struct stat st {};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    void* map = MAP_FAILED;
+    std::uint64_t file_size = 0;
+    for (;;) {
+        if (::fstat(fd, &st) != 0) {
+            const int err = errno;
+            ::close(fd);
+            errno = err;
+            fail_errno("cannot open shared-memory segment '" + name + "'");
+        }
+        file_size = static_cast<std::uint64_t>(st.st_size);
+        if (file_size >= sizeof(Header)) {
+            map = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
+            if (map != MAP_FAILED) {
+                const auto* h = static_cast<Header*>(map);
+                // A creator writes the magic number first thing: any other value is not ours.
+                if (h->ready.load() == 1 || (h->magic != 0 && h->magic != kMagic)) {
+                    break;
+                }
+                ::munmap(map, sizeof(Header));
+                map = MAP_FAILED;
+            }
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+            ::close(fd);
+            if (file_size == 0 || file_size >= sizeof(Header)) {
+                throw std::invalid_argument("shared-memory segment '" + name +
+                                            "' was never finished (its creator died?): unlink it");
+            }
+            throw std::invalid_argument("shared-memory segment '" + name + "' is truncated (" +
+                                        std::to_string(file_size) + " bytes)");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    try {
+        check_header(*static_cast<Header*>(map), file_size, name);
+    } catch (...) {
+        ::munmap(map, sizeof(Header));
+        ::close(fd);
+        throw;
+    }
+    const Header& seen = *static_cast<Header*>(map);
+    std::string mismatch;
+    if (seen.clock != options.clock) {
+        mismatch = seen.clock == ClockKind::Manual ? "runs on a ManualClock, not the real clock"
+                                                   : "runs on the real clock, not a ManualClock";
+    } else if (seen.capacity != options.capacity) {
+        mismatch =
+            "has capacity=" + std::to_string(seen.capacity) + ", not capacity=" + std::to_string(options.capacity);
+    }
+    ::munmap(map, sizeof(Header));
+    if (!mismatch.empty()) {
+        ::close(fd);
+        throw std::invalid_argument("shared-memory segment '" + name + "' " + mismatch);
+    }
+    map = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED) {
+        fail_errno("cannot map shared-memory segment '" + name + "'");
+    }
+    return std::shared_ptr<Segment>(new Segment(name, static_cast<Header*>(map), file_size));
+}
+
+bool Segment::unlink(const std::string& name) {
+    check_name(name);
+    if (::shm_unlink(path_of(name).c_str()) == 0) {
+        return true;
+    }
+    if (errno == ENOENT) {
+        return false;
+    }
+    fail_errno("cannot unlink shared-memory segment '" + name + "'");
+}
+
+Segment::Segment(std::string name, Header* header, std::uint64_t size)
+    : name_(std::move(name)), header_(header), size_(size) {}
+
+Segment::~Segment() {
+    ::munmap(header_, size_);
+}
+
+NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
+                          const std::function<void(char*, Nanos)>& init) {
+    if (name.empty() || name.size() >= kNameBytes) {
+        throw std::invalid_argument("name must be 1 to " + std::to_string(kNameBytes - 1) + " bytes, got " +
+                                    std::to_string(name.size()));
+    }
+    static constexpr const char* kKinds[] = {"free",           "token_bucket",           "fixed_window",
+                                             "sliding_window", "sliding_window_counter", "concurrency",
+                                             "per-key table"};
+    const auto kind_name = [](Kind k) {
+        const auto i = static_cast<std::uint32_t>(k);
+        return i < std::size(kKinds) ? kKinds[i] : "corrupted slot";
+    };
+    const auto check = [&](NamedSlot& slot) -> NamedSlot& {
+        const std::string where = "'" + std::string(name) + "' in segment '" + name_ + "' ";
+        if (slot.kind != params.kind) {
+            throw std::invalid_argument(where + "is a " + kind_name(slot.kind) + ", not a " + kind_name(params.kind));
+        }
+        for (std::uint32_t i = 0; i < params.count; ++i) {
+            if (slot.values[i] != params.values[i]) {
+                const std::string field = params.names != nullptr ? params.names[i] : "parameter";
+                const bool duration = ((params.durations >> i) & 1U) != 0;
+                const auto show = [duration](std::int64_t v) {
+                    if (!duration) {
+                        return std::to_string(v);
+                    }
+                    std::ostringstream out;
+                    out.precision(9);
+                    out << static_cast<double>(v) / 1e9 << "s";
+                    return out.str();
+                };
+                throw std::invalid_argument(where + "has " + field + "=" + show(slot.values[i]) + ", not " + field +
+                                            "=" + show(params.values[i]));
+            }
+        }
+        if (slot.count != params.count || slot.offset < header_->arena_offset || slot.bytes != bytes ||
+            slot.offset + slot.bytes > size_) {
+            throw std::invalid_argument(where + "is corrupted (its slot's sizes do not add up)");
+        }
+        return slot;
+    };
+    const auto find = [&]() -> NamedSlot* {
+        for (auto& slot : header_->named) {
+            if (slot.ready.load() == 1 && std::string_view(slot.name, ::strnlen(slot.name, kNameBytes)) == name) {
+                return &slot;
+            }
+        }
+        return nullptr;
+    };
+    if (NamedSlot* slot = find()) {
+        return check(*slot);
+    }
+    RobustLock lock(header_->lock);
+    if (NamedSlot* slot = find()) {
+        return check(*slot);
+    }
+    NamedSlot* free = nullptr;
+    for (auto& slot : header_->named) {
+        if (slot.ready.load() == 0) {
+            free = &slot;
+            break;
+        }
+    }
+    if (free == nullptr) {
+        throw std::invalid_argument("segment '" + name_ + "' has no room for another name (" +
+                                    std::to_string(kMaxNamed) + " at most)");
+    }
+    const std::uint64_t need = round_up(bytes, 64);
+    if (header_->arena_used + need > header_->arena_bytes) {
+        throw std::invalid_argument("segment '" + name_ + "' has no room left for '" + std::string(name) + "' (" +
+                                    std::to_string(bytes) + " bytes): open it with a larger capacity (now " +
+                                    std::to_string(header_->capacity) + ")");
+    }
+    // Reserve first, publish last: a process killed in between leaks the bytes, never shares them.
+    const std::uint64_t offset = header_->arena_offset + header_->arena_used;
+    header_->arena_used += need;
+    char* data = base() + offset;
+    std::memset(data, 0, need);
+    init(data, anchor);
+    std::memset(free->name, 0, kNameBytes);
+    std::memcpy(free->name, name.data(), name.size());
+    free->kind = params.kind;
+    free->count = params.count;
+    for (std::uint32_t i = 0; i < 8; ++i) {
+        free->values[i] = i < params.count ? params.values[i] : 0;
+    }
+    free->offset = offset;
+    free->bytes = bytes;
+    free->anchor = anchor;
+    free->ready.store(1);
+    return *free;
+}
+
+std::uint32_t Segment::holder() {
+    const std::uint64_t pid = current_pid();
+    const std::uint64_t claimed = claimed_.load();
+    if ((claimed >> 32) == pid) {
+        const auto index = static_cast<std::uint32_t>((claimed & 0xffffffffULL) - 1);
+        if (pid_of(header_->holders[index].tag.load()) == pid) {
+            return index;
+        }
+        // Our slot was judged dead and freed (a stalled process in another pid namespace): claim anew.
+    }
+    const ProcessId me = ProcessId::self();
+    for (int round = 0; round < 2; ++round) {
+        for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+            HolderSlot& slot = header_->holders[i];
+            std::uint64_t tag = slot.tag.load();
+            if (pid_of(tag) != 0) {
+                continue;
+            }
+            if (slot.tag.compare_exchange_strong(tag, (generation_of(tag) << 32) | pid)) {
+                slot.heartbeat.store(monotonic_now());
+                slot.pid_ns.store(me.pid_ns);
+                slot.start_time.store(me.start_time);
+                std::uint64_t seen = claimed;
+                if (!claimed_.compare_exchange_strong(seen, (pid << 32) | (i + 1)) && (seen >> 32) == pid) {
+                    // Another thread of ours claimed one at the same time: keep its, free ours.
+                    free_holder(i, (generation_of(tag) << 32) | pid);
+                    return static_cast<std::uint32_t>((seen & 0xffffffffULL) - 1);
+                }
+                return i;
+            }
+        }
+        // None free: the dead holders' permits come back, and their slots with them.
+        for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+            HolderSlot& slot = header_->holders[i];
+            const std::uint64_t tag = slot.tag.load();
+            if (pid_of(tag) != 0 && holder_dead(slot, kNever, monotonic_now())) {
+                drain_holder(*this, i);
+                free_holder(i, tag);
+            }
+        }
+    }
+    throw std::runtime_error("segment '" + name_ + "': more than " + std::to_string(kMaxHolders) +
+                             " live processes hold concurrency permits");
+}
+
+std::uint32_t Segment::holder_generation(std::uint32_t index) const noexcept {
+    return static_cast<std::uint32_t>(generation_of(header_->holders[index].tag.load()));
+}
+
+void Segment::free_holder(std::uint32_t index, std::uint64_t seen_tag) noexcept {
+    HolderSlot& slot = header_->holders[index];
+    slot.start_time.store(0);
+    slot.heartbeat.store(0);
+    std::uint64_t expected = seen_tag;
+    slot.tag.compare_exchange_strong(expected, (generation_of(seen_tag) + 1) << 32);
+}
+
+void Segment::heartbeat() noexcept {
+    const std::uint64_t pid = current_pid();
+    const std::uint64_t claimed = claimed_.load();
+    if ((claimed >> 32) == pid) {
+        HolderSlot& slot = header_->holders[(claimed & 0xffffffffULL) - 1];
+        if (pid_of(slot.tag.load()) == pid) {
+            slot.heartbeat.store(monotonic_now());
+        }
+    }
+}
+
+void Segment::notify() noexcept {
+    header_->epoch.fetch_add(1);
+    if (header_->sleepers.load() > 0) {
+        ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&header_->epoch), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+                  0);
+    }
+}
+
+void Segment::wait_epoch(std::uint32_t seen, Nanos timeout) noexcept {
+    timespec ts{static_cast<time_t>(timeout / 1000000000), static_cast<long>(timeout % 1000000000)};
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&header_->epoch), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+RobustLock::RobustLock(pthread_mutex_t& mu) : mu_(mu) {
+    const int rc = ::pthread_mutex_lock(&mu_);
+    if (rc == EOWNERDEAD) {
+        // Its holder died inside: what it guards is changed only by single stores, in an order that
+        // leaves it consistent at every step, so the lock is simply taken on.
+        ::pthread_mutex_consistent(&mu_);
+    } else if (rc != 0) {
+        throw std::system_error(rc, std::generic_category(), "cannot lock a shared-memory segment");
+    }
+}
+
+RobustLock::~RobustLock() {
+    ::pthread_mutex_unlock(&mu_);
+}
+
+void RobustLock::init(pthread_mutex_t& mu) {
+    pthread_mutexattr_t attr;
+    ::pthread_mutexattr_init(&attr);
+    ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    ::pthread_mutex_init(&mu, &attr);
+    ::pthread_mutexattr_destroy(&attr);
+}
+
+} // namespace permits::shm
+
+#endif // __linux__

@@ -1,0 +1,383 @@
+"""One limit for several processes on one host: limiters whose state lives in a named shared-memory
+segment (``/dev/shm/permits.<name>``), updated by every process with the engine's own lock-free code.
+
+``SharedMemoryStore(name)`` opens the segment, creating it if absent; every process that opens the
+same name and asks for a limiter of the same name shares its state. The limiters are the engine's
+own (:class:`permits.TokenBucketLimiter` and the others, on state in the segment), with the same
+members, leases, waits and async support. Queues are per process. Linux only.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any
+
+from . import _core, specs
+from ._core import Lease, LimiterClosedError
+from ._durations import Duration, duration_ns, timeout_ns
+from .awaitables import LeaseWait
+from .clock import ManualClock, MonotonicClock
+from .engine_limiters import _EngineLimiter, _queue_limit, _queue_order
+from .keyed_limiter import KeyedRateLimiter
+from .partition import Partition, _check_options, _template_of
+from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
+
+_shared_clock: MonotonicClock | None = None
+
+
+def _monotonic() -> MonotonicClock:
+    """The real clock of store limiters: CLOCK_MONOTONIC itself, which every process reads alike
+    (the default clock may read the CPU's counter, calibrated per process)."""
+    global _shared_clock
+    if _shared_clock is None:
+        clock = MonotonicClock.__new__(MonotonicClock)
+        _core.MonotonicClock.__init__(clock, "monotonic")
+        _shared_clock = clock
+    return _shared_clock
+
+
+def _count(value: object, name: str, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return int(value)
+
+
+def _limiter_name(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"name must be a str, got {type(value).__name__}")
+    if not 1 <= len(value.encode()) <= 63:
+        raise ValueError(f"name must be 1 to 63 bytes (UTF-8), got {value!r}")
+    return value
+
+
+class SharedConcurrencyLimiter(_core.SharedLimiter, _EngineLimiter):  # type: ignore[misc]
+    """A concurrency limiter whose permits every process of the store shares; a process that dies
+    holding permits has them back at once when its pid can be checked, else ``lease_ttl`` later."""
+
+    spec: specs.Concurrency
+    permit_limit: int
+    lease_ttl: float
+
+
+class _KeyLimiter(_core.SharedLimiter, _EngineLimiter):  # type: ignore[misc]
+    """This process's limiter for one key of a shared per-key table."""
+
+
+class SharedKeyedLimiter(KeyedRateLimiter):
+    """A limit per key whose every key's state lives in the store's segment (a table bounded by
+    ``max_partitions``; a key idle for ``idle_timeout`` makes room for a new one)."""
+
+    #: Key limiters this process keeps (each holds its key's queue); past it, idle ones are dropped.
+    _CACHE = 4096
+
+    def __init__(self, table: Any, template: Partition, name: str, clock: Any, idle_timeout: float) -> None:
+        KeyedRateLimiter.__init__(self, name=name, clock=clock)
+        self._table = table
+        self.spec = template.spec
+        self.idle_timeout = idle_timeout
+        self.max_partitions: int = table.max_partitions
+        self._keys: dict[tuple[type, object], _KeyLimiter] = {}
+        self._dropped = [0, 0]
+
+    def _limiter(self, resource: object) -> _KeyLimiter:
+        self._check_open()
+        try:
+            return self._keys[(type(resource), resource)]
+        except KeyError:
+            pass
+        except TypeError:
+            _core.SharedLimiter.__init__(_KeyLimiter.__new__(_KeyLimiter), self._table, resource)  # the key's error
+            raise
+        if len(self._keys) >= self._CACHE:
+            for k, lim in list(self._keys.items()):
+                if lim.statistics().current_queued_count == 0:
+                    stats = lim.statistics()
+                    self._dropped[0] += stats.total_successful_leases
+                    self._dropped[1] += stats.total_failed_leases
+                    del self._keys[k]
+        limiter = _KeyLimiter.__new__(_KeyLimiter)
+        RateLimiter.__init__(limiter, name=self.name, clock=self._rl_clock)
+        _core.SharedLimiter.__init__(limiter, self._table, resource)
+        self._keys[(type(resource), resource)] = limiter
+        return limiter
+
+    # ---- the seam's hooks (chains and custom code reach a key through them) ----
+    def _acquire(self, resource: object, permit_count: int) -> Lease:
+        return self._limiter(resource).acquire(permit_count)
+
+    def _try_now(self, resource: object, permit_count: int) -> Lease | None:
+        return self._limiter(resource)._try_now(permit_count)
+
+    async def _wait_async(self, resource: object, permit_count: int) -> Lease:
+        lease: Lease = await self._limiter(resource).wait_async(permit_count)
+        return lease
+
+    # ---- the public members, straight to the key's engine limiter ----
+    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
+        return self._limiter(resource).acquire(permit_count)
+
+    def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        return self._limiter(resource).acquire_async(permit_count)
+
+    def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        return self._limiter(resource)._wait(_check_permit_count(permit_count), timeout_ns(timeout))
+
+    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        return self._limiter(resource).wait_async(permit_count)
+
+    def available_permits(self, resource: object) -> int:
+        return int(self._limiter(resource).available_permits())
+
+    def statistics(self, resource: object = None) -> Statistics:
+        if resource is not None:
+            return self._limiter(resource).statistics()
+        self._check_open()
+        # The keys this process uses (another's are not known here), with the counts of keys dropped.
+        available, queued = 0, 0
+        successful, failed = self._dropped
+        for limiter in self._keys.values():
+            stats = limiter.statistics()
+            available += stats.current_available_permits
+            queued += stats.current_queued_count
+            successful += stats.total_successful_leases
+            failed += stats.total_failed_leases
+        return Statistics(available, queued, successful, failed)
+
+    @property
+    def partition_count(self) -> int:
+        return int(self._table.size)
+
+    def evict_idle(self) -> int:
+        return int(self._table.evict_idle())
+
+    def close(self) -> None:
+        if self._rl_closed:
+            return
+        self._rl_closed = True
+        for limiter in self._keys.values():
+            limiter.close()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SharedKeyedLimiter name={self.name!r} partitions={self.partition_count}>"
+
+
+class SharedMemoryStore:
+    """Limiters shared by the processes of one host, in the segment ``/dev/shm/permits.<name>``.
+
+    ``capacity`` is the room for keys of the per-key limiters (``partitioned``); ``mode`` who may
+    open the segment (``0o600``: this user only); ``clock`` a :class:`permits.ManualClock` for tests,
+    else the real monotonic clock. Opening a name that exists attaches to it (its capacity and clock
+    must be the same). The segment outlives the processes: :meth:`unlink` removes it.
+    """
+
+    def __init__(self, name: str, *, capacity: int = 10_000, mode: int = 0o600, clock: Any = None) -> None:
+        if sys.platform != "linux":
+            raise NotImplementedError("permits.shm needs Linux (shared memory with futexes and /proc)")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        _core.ShmStore.check_name(name)
+        capacity = _count(capacity, "capacity", 1, 2**28)
+        mode = _count(mode, "mode", 0, 0o777)
+        if clock is None:
+            clock = _monotonic()
+        elif not isinstance(clock, ManualClock):
+            raise TypeError(f"clock must be a permits.ManualClock or None, got {type(clock).__name__}")
+        self.name = name
+        self.capacity = capacity
+        self.mode = mode
+        self.clock = clock
+        self._core: Any = _core.ShmStore(name, capacity, mode, clock)
+        self._limiters: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._closed = False
+
+    # ---- limiters ----
+    def token_bucket(
+        self,
+        name: str,
+        token_limit: int,
+        tokens_per_period: int,
+        replenishment_period: Duration,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.TokenBucket(token_limit, tokens_per_period, replenishment_period)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def fixed_window(
+        self,
+        name: str,
+        permit_limit: int,
+        window: Duration,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.FixedWindow(permit_limit, window)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def sliding_window(
+        self,
+        name: str,
+        permit_limit: int,
+        window: Duration,
+        segments_per_window: int,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.SlidingWindow(permit_limit, window, segments_per_window)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def sliding_window_counter(
+        self,
+        name: str,
+        permit_limit: int,
+        window: Duration,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.SlidingWindowCounter(permit_limit, window)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def concurrency(
+        self,
+        name: str,
+        permit_limit: int,
+        *,
+        lease_ttl: Duration = 60.0,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.Concurrency(permit_limit)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order, lease_ttl=lease_ttl)
+
+    def limiter(
+        self,
+        name: str,
+        spec: specs.Spec[Any] | str,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        lease_ttl: Duration = 60.0,
+    ) -> RateLimiter:
+        """The limiter named ``name`` in the segment, of ``spec`` (or a rate such as "10/second")."""
+        self._check_open()
+        name = _limiter_name(name)
+        if isinstance(spec, str):
+            spec = specs.parse(spec)
+        if not isinstance(spec, specs.Spec):
+            raise TypeError(
+                f"spec must be a permits.specs spec or a rate such as '10/second', got {type(spec).__name__}"
+            )
+        ql, newest = _queue_limit(queue_limit), _queue_order(queue_order)
+        ttl = duration_ns(lease_ttl, "lease_ttl")
+        limiter: Any
+        if isinstance(spec, specs.Concurrency):
+            limiter = SharedConcurrencyLimiter.__new__(SharedConcurrencyLimiter)
+            RateLimiter.__init__(limiter, name=name, clock=self.clock)
+            _core.SharedLimiter.__init__(limiter, self._core, name, spec, ql, newest, ttl)
+            limiter.lease_ttl = ttl / 1e9
+        else:
+            cls = spec._limiter_type
+            limiter = cls.__new__(cls)
+            RateLimiter.__init__(limiter, name=name, clock=self.clock)
+            engine: Any = spec._engine  # each engine class also builds on a store slot
+            engine.__init__(limiter, self._core, name, spec, ql, newest)
+            limiter.auto_replenishment = True
+        limiter.spec = spec
+        for attribute in spec._attributes:
+            setattr(limiter, attribute, getattr(spec, attribute))
+        limiter.store = self
+        self._limiters.add(limiter)
+        return limiter  # type: ignore[no-any-return]
+
+    def partitioned(
+        self,
+        template: Partition | specs.Spec[Any] | str,
+        *,
+        name: str,
+        max_partitions: int | None = None,
+        idle_timeout: Duration = 10.0,
+        lease_ttl: Duration = 60.0,
+    ) -> SharedKeyedLimiter:
+        """A limit per key (a :class:`permits.KeyedRateLimiter`) whose keys' state is in the segment:
+        at most ``max_partitions`` keys (default: the store's capacity) and a key idle for
+        ``idle_timeout`` seconds makes room for a new one."""
+        self._check_open()
+        _check_options(max_partitions, name)
+        name = _limiter_name(name)
+        partition = _template_of(template)
+        if partition.spec is None:
+            raise TypeError(f"a shared per-key limiter keeps state for specs only, not for {partition!r}")
+        queue_limit, queue_order, _ = partition._options
+        idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
+        ttl = duration_ns(lease_ttl, "lease_ttl")
+        bound = self.capacity if max_partitions is None else int(max_partitions)
+        table = _core.ShmKeyTable(
+            self._core,
+            name,
+            partition.spec,
+            _queue_limit(queue_limit),
+            _queue_order(queue_order),
+            bound,
+            idle_ns,
+            ttl,
+        )
+        keyed = SharedKeyedLimiter(table, partition, name, self.clock, idle_ns / 1e9)
+        keyed.store = self  # type: ignore[attr-defined]
+        self._limiters.add(keyed)
+        return keyed
+
+    # ---- the store ----
+    @property
+    def size(self) -> int:
+        """Bytes the segment maps (untouched pages take no memory)."""
+        return int(self._core.size)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError(f"the store {self.name!r} is closed")
+
+    def close(self) -> None:
+        """Closes the limiters this store made in this process (their waits end with reason
+        "closed"); the segment and other processes are not affected."""
+        if self._closed:
+            return
+        self._closed = True
+        for limiter in list(self._limiters):
+            limiter.close()
+
+    def unlink(self) -> bool:
+        """Removes the segment's name: processes that have it mapped keep it; the next
+        ``SharedMemoryStore(name)`` makes a new one. False if it was already gone."""
+        return bool(_core.ShmStore.unlink(self.name))
+
+    def __enter__(self) -> SharedMemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Another process (multiprocessing's spawn) opens the same segment by name.
+        if isinstance(self.clock, ManualClock):
+            raise TypeError("a SharedMemoryStore on a ManualClock cannot be sent to another process")
+        return (_reopen, (self.name, self.capacity, self.mode))
+
+    def __repr__(self) -> str:
+        return f"<SharedMemoryStore name={self.name!r} capacity={self.capacity}>"
+
+
+def _reopen(name: str, capacity: int, mode: int) -> SharedMemoryStore:
+    return SharedMemoryStore(name, capacity=capacity, mode=mode)
+
+
+__all__ = ["SharedConcurrencyLimiter", "SharedKeyedLimiter", "SharedMemoryStore"]
