@@ -108,7 +108,9 @@ def test_a_store_opened_with_another_capacity_or_clock_is_refused(segment_name: 
         ({"clock": "real"}, TypeError, "clock must be a permits.ManualClock or None"),
     ],
 )
-def test_bad_store_arguments(segment_name: str, kwargs: dict[str, object], error: type[Exception], message: str) -> None:
+def test_bad_store_arguments(
+    segment_name: str, kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
     args: dict[str, object] = {"name": segment_name, **kwargs}
     name = args.pop("name")
     with pytest.raises(error, match=message):
@@ -191,7 +193,7 @@ def test_a_foreign_file_is_refused(segment_name: str) -> None:
 @pytest.mark.parametrize("size", [0, 100])
 def test_an_empty_or_truncated_file_is_refused(segment_name: str, size: int) -> None:
     write_segment(segment_name, b"\0" * size)
-    with pytest.raises(ValueError, match="never finished|truncated"):
+    with pytest.raises(ValueError, match=r"never finished|truncated"):
         SharedMemoryStore(segment_name)
 
 
@@ -266,7 +268,7 @@ def test_a_store_pickles_as_its_name(segment_name: str) -> None:
 
 def test_a_full_segment_says_so(segment_name: str) -> None:
     store = SharedMemoryStore(segment_name, capacity=1)
-    with pytest.raises(ValueError, match="no room left .* larger capacity"):
+    with pytest.raises(ValueError, match=r"no room left .* larger capacity"):
         for i in range(100):
             store.sliding_window(f"w{i}", 10, 1.0, 65536)
 
