@@ -139,6 +139,9 @@ Outcome Limiter::acquire(std::int64_t n) {
         return *granted;
     }
     failed_.fetch_add(1);
+    if (no_room()) {
+        return Outcome::failed(n, Reason::PartitionLimit);
+    }
     return Outcome::failed(n, Reason::LimitReached, retry_after(n, now));
 }
 
@@ -160,6 +163,10 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
     const Nanos now = state_now();
     if (auto granted = grant_now(n, now)) {
         return {*granted, nullptr};
+    }
+    if (no_room()) {
+        failed_.fetch_add(1);
+        return {Outcome::failed(n, Reason::PartitionLimit), nullptr};
     }
     // Room is counted in permits (a zero-permit request always fits). Under NEWEST_FIRST a request
     // that could ever fit makes room by failing the oldest requests.

@@ -127,9 +127,12 @@ protected:
     std::unique_ptr<Projection> project() const override { return table_->project(key_); }
     void on_queued() override {
         if (table_->releases_permits()) {
-            watch_once();
+            watching_.store(true);
+            table_->store().watch(std::dynamic_pointer_cast<KeyLimiter>(shared_from_this()),
+                                  table_->tmpl().lease_ttl / 3); // kicks it
         }
     }
+    bool no_room() override { return table_->no_room(key_); }
 
 private:
     void watch_once() {
@@ -471,13 +474,27 @@ bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos
     }
 }
 
+bool KeyTable::no_room(const Key& key) {
+    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const Nanos now = store_->now();
+    {
+        RobustLock lock(lock_of(data_, shard));
+        if (find_locked(shard, key, now, true) != nullptr) {
+            return false;
+        }
+    }
+    evict_idle(); // idle keys of other shards make room
+    RobustLock lock(lock_of(data_, shard));
+    return find_locked(shard, key, now, true) == nullptr;
+}
+
 std::int64_t KeyTable::available(const Key& key, Nanos now) {
     const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
     RobustLock lock(lock_of(data_, shard));
     Record* r = find_locked(shard, key, now, false);
     const auto& v = tmpl_.params.values;
     if (r == nullptr) {
-        return v[0]; // a new key: its full limit
+        return size() < max_ ? v[0] : 0; // a new key: its full limit, if there is room for it
     }
     switch (tmpl_.params.kind) {
     case Kind::SlidingWindow:

@@ -96,7 +96,10 @@ protected:
         }
     }
     std::unique_ptr<Projection> project() const override { return nullptr; }
-    void on_queued() override { watch_once(); }
+    void on_queued() override {
+        watching_.store(true);
+        store_->watch(std::dynamic_pointer_cast<SharedConcurrency>(shared_from_this()), lease_ttl_ / 3); // kicks it
+    }
 
 private:
     void watch_once() {

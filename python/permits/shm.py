@@ -25,6 +25,10 @@ from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_cou
 
 _shared_clock: MonotonicClock | None = None
 
+# The engine's shared limiter class: absent where the extension has no shared memory (not Linux),
+# where this module still imports and SharedMemoryStore() says why it cannot be.
+_SharedLimiter: Any = getattr(_core, "SharedLimiter", object)
+
 
 def _monotonic() -> MonotonicClock:
     """The real clock of store limiters: CLOCK_MONOTONIC itself, which every process reads alike
@@ -53,7 +57,7 @@ def _limiter_name(value: object) -> str:
     return value
 
 
-class SharedConcurrencyLimiter(_core.SharedLimiter, _EngineLimiter):  # type: ignore[misc]
+class SharedConcurrencyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[misc]
     """A concurrency limiter whose permits every process of the store shares; a process that dies
     holding permits has them back at once when its pid can be checked, else ``lease_ttl`` later."""
 
@@ -62,7 +66,7 @@ class SharedConcurrencyLimiter(_core.SharedLimiter, _EngineLimiter):  # type: ig
     lease_ttl: float
 
 
-class _KeyLimiter(_core.SharedLimiter, _EngineLimiter):  # type: ignore[misc]
+class _KeyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[misc]
     """This process's limiter for one key of a shared per-key table."""
 
 
@@ -123,7 +127,8 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         return self._limiter(resource).acquire_async(permit_count)
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
-        return self._limiter(resource)._wait(_check_permit_count(permit_count), timeout_ns(timeout))
+        lease: Lease = self._limiter(resource)._wait(_check_permit_count(permit_count), timeout_ns(timeout))
+        return lease
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         return self._limiter(resource).wait_async(permit_count)
@@ -177,7 +182,7 @@ class SharedMemoryStore:
     """
 
     def __init__(self, name: str, *, capacity: int = 10_000, mode: int = 0o600, clock: Any = None) -> None:
-        if sys.platform != "linux":
+        if sys.platform != "linux" or not hasattr(_core, "ShmStore"):
             raise NotImplementedError("permits.shm needs Linux (shared memory with futexes and /proc)")
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")

@@ -120,6 +120,10 @@ protected:
     virtual void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) = 0;
     /// A projection of the current state; nullptr for limiters whose permits time does not bring back.
     virtual std::unique_ptr<Projection> project() const = 0;
+    /// Asked only when a request cannot be granted: true when there is no room for this limiter's
+    /// state at all (a key of a full shared per-key table). Such a request fails at once with
+    /// reason PartitionLimit and never queues.
+    virtual bool no_room() { return false; }
     /// Called under the queue's lock after a request joined the queue (it may only signal, never
     /// call back in): a shared limiter starts listening for releases in other processes.
     virtual void on_queued() {}

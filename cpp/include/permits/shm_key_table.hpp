@@ -67,6 +67,8 @@ public:
     Nanos time_until(const Key& key, std::int64_t needed, Nanos now);
     Nanos full_at(const Key& key);
     std::unique_ptr<Projection> project(const Key& key);
+    /// True when the table has no room for the key (it is absent, the table at its bound, no key idle).
+    bool no_room(const Key& key);
     /// Concurrency: gives back dead holders' permits (rate-limited per process); true if any came back.
     bool reclaim(const Key& key);
 

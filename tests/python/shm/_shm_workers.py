@@ -1,0 +1,96 @@
+"""Worker functions for the multi-process tests (importable by spawned interpreters)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from permits import Partition
+from permits.shm import SharedMemoryStore
+
+LONG = 3600.0  # a window no test outlives: only the permits taken count
+
+SPECS: dict[str, Any] = {
+    "token_bucket": lambda s, n: s.token_bucket("lim", n, 1, LONG),
+    "fixed_window": lambda s, n: s.fixed_window("lim", n, LONG),
+    "sliding_window": lambda s, n: s.sliding_window("lim", n, LONG, 4),
+    "sliding_window_counter": lambda s, n: s.sliding_window_counter("lim", n, LONG),
+    "concurrency": lambda s, n: s.concurrency("lim", n),
+}
+
+
+def hammer(segment: str, kind: str, limit: int, attempts: int, start: Any, finish: Any, results: Any) -> None:
+    """Tries `attempts` acquisitions as fast as it can once `start` is set and reports its grants;
+    holds its leases until `finish` (so that concurrency permits count as taken), then releases them."""
+    store = SharedMemoryStore(segment)
+    limiter = SPECS[kind](store, limit)
+    start.wait()
+    held = []
+    for _ in range(attempts):
+        lease = limiter.acquire()
+        if lease:
+            held.append(lease)
+    results.put(len(held))
+    finish.wait()
+    for lease in held:
+        lease.release()
+
+
+def hammer_keys(segment: str, keys: int, attempts: int, start: Any, results: Any) -> None:
+    store = SharedMemoryStore(segment)
+    keyed = store.partitioned("100/hour", name="per-key")
+    start.wait()
+    granted = [0] * keys
+    for i in range(attempts):
+        k = i % keys
+        if keyed.acquire(f"key-{k}"):
+            granted[k] += 1
+    results.put(granted)
+
+
+def create_and_take(segment: str, start: Any, results: Any) -> None:
+    start.wait()  # every process opens the segment at once: one of them makes it
+    store = SharedMemoryStore(segment)
+    limiter = store.fixed_window("race", 50, LONG)
+    results.put(sum(1 for _ in range(40) if limiter.acquire()))
+
+
+def hold(segment: str, permits: int, keyed: bool, ready: Any) -> None:
+    """Takes permits and sleeps holding them until killed."""
+    store = SharedMemoryStore(segment)
+    if keyed:
+        limiter = store.partitioned(Partition.concurrency(None, 2), name="pk-conc", lease_ttl=LONG)
+        leases = [limiter.acquire("k", permits)]
+    else:
+        leases = [store.concurrency("conc", 2, lease_ttl=LONG).acquire(permits)]
+    assert all(leases)
+    ready.set()
+    time.sleep(LONG)
+
+
+def churn(segment: str, index: int, flags: Any, stop: Any) -> None:
+    """Takes and releases permits of a limit of 3 in a loop, its flag set only while it holds one.
+    `stop` is a lock-free shared byte: a worker killed inside a lock (an Event's) would hang the rest."""
+    store = SharedMemoryStore(segment)
+    limiter = store.concurrency("churn", 3, lease_ttl=LONG)
+    while not stop.value:
+        lease = limiter.wait(timeout=5)
+        if not lease:
+            continue
+        flags[index] = 1
+        time.sleep(0.002)  # held long enough for the checker to see the permits in use
+        flags[index] = 0
+        lease.release()
+
+
+def release_later(segment: str, ready: Any, go: Any) -> None:
+    """Holds the only permit until told, then releases it and exits."""
+    store = SharedMemoryStore(segment)
+    lease = store.concurrency("handoff", 1).acquire()
+    assert lease
+    ready.set()
+    go.wait()
+    time.sleep(0.05)
+    lease.release()
+    os._exit(0)
