@@ -327,6 +327,8 @@ def print_part1(data: dict[str, Any]) -> None:
         else "a process whose thread state was unknown or changed"
     )
     notes = [f"all timed in {state}, both sides alike"]
+    if states == {False} and data.get("single_threaded_before") is False:
+        notes.append("the thread was there before part 1 began (importing permits starts one: the clock's calibration)")
     warnings = [r["name"] for r in data["results"] if "WARNING" in (r.get("note") or "")]
     if warnings:
         notes.append("outcome changed during the run: " + ", ".join(warnings))
@@ -772,17 +774,19 @@ def _disk_bytes(path: str) -> int:
     return os.stat(path).st_blocks * 512
 
 
-def _store_figure(store: Any, keyed: Any) -> Any:
-    """The store's own account of its memory, if it gives one."""
-    for obj, attr in ((keyed, "bytes_per_key"), (store, "bytes_per_key"), (store, "memory"), (keyed, "memory")):
-        value = getattr(obj, attr, None)
-        if value is None:
-            continue
-        try:
-            return value() if callable(value) else value
-        except Exception as exc:
-            return f"error: {type(exc).__name__}: {exc}"
-    return None
+def _store_figure(store: Any, keyed: Any) -> dict[str, int] | None:
+    """The table's own accounting, where the store gives one: its bytes in the segment, the bytes of
+    one key's record, and the segment's arena in use (not public: read from the limiter's table and
+    the store's engine object, so absent when they are not there)."""
+    table = getattr(keyed, "_table", None)
+    core = getattr(store, "_core", None)
+    figure = {
+        "table_bytes": getattr(table, "bytes", None),
+        "record_bytes": getattr(table, "bytes_per_key", None),
+        "arena_used": getattr(core, "used_bytes", None),
+    }
+    found = {k: int(v) for k, v in figure.items() if isinstance(v, int)}
+    return found or None
 
 
 def run_part4(segments: Segments, n: int) -> dict[str, Any]:
@@ -828,20 +832,24 @@ def print_part4(data: dict[str, Any]) -> list[dict[str, Any]]:
     goals: list[dict[str, Any]] = []
     print(
         "| partitioned limiter | keys | segment in use: store alone | + the limiter, 0 keys | + the keys | "
-        "bytes per key | key bytes (mean) | segment size / capacity | the store's figure |"
+        "bytes per key (pages in use) | the table's accounting: bytes / keys (one record) | "
+        "key bytes (mean) | segment size / capacity |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in data["rows"]:
         if row["status"] != "ok":
             print(f"| {row['label']} | {row['keys']:,} | {row['status']} | | | | | | |")
             goals.append({"name": f"segment bytes per key, {row['label']}", "value": None})
             continue
-        figure = row["figure_full"]
-        shown = "none" if figure is None else str(figure).replace("|", "/")
+        figure = row["figure_full"] or {}
+        if "table_bytes" in figure and "record_bytes" in figure:
+            own = f"{figure['table_bytes'] / row['keys']:,.1f} B ({figure['record_bytes']:,} B)"
+        else:
+            own = "not given"
         print(
             f"| {row['label']} | {row['keys']:,} | {row['store_bytes']:,} B | {row['empty_bytes']:,} B | "
-            f"{row['full_bytes']:,} B | "
-            f"{row['per_key']:,.1f} B | {row['key_bytes']:.1f} B | {row['size_per_capacity']:,.1f} B | {shown} |"
+            f"{row['full_bytes']:,} B | {row['per_key']:,.1f} B | {own} | {row['key_bytes']:.1f} B | "
+            f"{row['size_per_capacity']:,.1f} B |"
         )
         bound = TARGET_STATE_BYTES + row["key_bytes"]
         goals.append(
@@ -856,9 +864,11 @@ def print_part4(data: dict[str, Any]) -> list[dict[str, Any]]:
     print(
         "\nBytes per key: the growth of the segment's pages in use (`os.stat(path).st_blocks * 512` of "
         "/dev/shm/permits.<name>) from the store alone (before the partitioned limiter was made) to the "
-        "limiter with every key checked once, divided by the keys; a store of capacity = the keys. "
-        "Segment size / capacity: the segment's length (`st_size`) over its capacity, what it reserves "
-        "per key slot, touched or not."
+        "limiter with every key checked once, divided by the keys; a store of capacity = the keys (the "
+        "limiter's max_partitions by default). The table's accounting: its own bytes in the segment "
+        "(records, shard locks, head) over the keys, and in brackets one key's record, key included "
+        "(read from the limiter's private `_table`). Segment size / capacity: the segment's length "
+        "(`st_size`) over its capacity, touched or not."
     )
     return goals
 
