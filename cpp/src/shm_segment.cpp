@@ -30,7 +30,7 @@ namespace {
 
 constexpr std::uint64_t kPage = 4096;
 constexpr std::uint64_t kNamedArena = 4ULL << 20;  // named limiters (a sliding window's ring included)
-constexpr std::uint64_t kBytesPerKey = 1024;       // room per key of capacity: a record and its slack
+constexpr std::uint64_t kBytesPerKey = 2048;       // room per key of capacity: records of two tables and slack
 constexpr std::uint64_t kMaxCapacity = 1ULL << 28; // 256 Mi keys: far beyond what one host's memory holds
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
@@ -408,8 +408,9 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
     // Reserve first, publish last: a process killed in between leaks the bytes, never shares them.
     const std::uint64_t offset = header_->arena_offset + header_->arena_used;
     header_->arena_used += need;
+    // The arena is never reused: its bytes are still the zeros of the new file, and pages nobody
+    // has touched take no memory (a table's untouched records cost nothing until keys arrive).
     char* data = base() + offset;
-    std::memset(data, 0, need);
     init(data, anchor);
     std::memset(free->name, 0, kNameBytes);
     std::memcpy(free->name, name.data(), name.size());

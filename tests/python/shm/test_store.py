@@ -325,3 +325,16 @@ def test_per_key_concurrency_leases_and_their_release(segment_name: str) -> None
         assert lease
     second.release()
     assert keyed.available_permits("k") == 2
+
+
+def test_a_key_with_no_room_fails_at_once_and_never_waits(segment_name: str) -> None:
+    keyed = SharedMemoryStore(segment_name, clock=permits.ManualClock()).partitioned(
+        "1/hour", name="full", max_partitions=2, idle_timeout=3600
+    )
+    assert keyed.acquire("a") and keyed.acquire("b")
+    refused = keyed.acquire("c")
+    assert not refused and refused.reason == "partition_limit" and refused.retry_after is None
+    assert keyed.available_permits("c") == 0
+    waited = keyed.wait("c")  # no timeout: a wait that queued here would never end
+    assert waited.reason == "partition_limit"
+    assert keyed.statistics("c").current_queued_count == 0
