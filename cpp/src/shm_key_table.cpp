@@ -59,12 +59,13 @@ void geometry(std::int64_t max_partitions, std::uint32_t& shards, std::uint32_t&
     slots = static_cast<std::uint32_t>((max_partitions * 5 / 4 + shards - 1) / shards + 8);
 }
 
-TableHead& head_of(char* data) {
+TableHead& head_of(char* data) { // NOLINT(readability-non-const-parameter): the head is written through it
     return *reinterpret_cast<TableHead*>(data);
 }
 
-pthread_mutex_t& lock_of(char* data, std::uint32_t shard) {
-    return *reinterpret_cast<pthread_mutex_t*>(data + kTableHead + shard * kLockBytes);
+// NOLINTNEXTLINE(readability-non-const-parameter): the lock is changed through it
+pthread_mutex_t* lock_of(char* data, std::uint32_t shard) {
+    return reinterpret_cast<pthread_mutex_t*>(data + kTableHead + shard * kLockBytes);
 }
 
 std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {

@@ -272,6 +272,7 @@ template <class L, class R>
 std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& rule, Params params, QueueOptions queue) {
     detail::check_queue(queue);
     NamedSlot& slot = store.segment().named(name, params, sizeof(AtomicPair), store.now(),
+                                            // NOLINTNEXTLINE(readability-non-const-parameter): built in place
                                             [&](char* data, Nanos a) { new (data) AtomicPair(rule.initial(a)); });
     ExternalState ext{store.segment().at<AtomicPair>(slot.offset), slot.anchor, store.shared_from_this()};
     return std::make_shared<L>(store.clock(), rule, queue, std::move(ext));

@@ -4,16 +4,15 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -159,6 +158,9 @@ bool holder_dead(const HolderSlot& slot, Nanos ttl, Nanos now_monotonic) {
     if (pid == 0) {
         return true; // freed: nothing of it can be held
     }
+    if (pid == current_pid()) {
+        return false; // ourselves (qemu-user, for one, makes up our own /proc/self/stat at each read)
+    }
     static const std::uint64_t our_ns = pid_namespace("/proc/self");
     const std::uint64_t start = slot.start_time.load();
     if (our_ns != 0 && slot.pid_ns.load() == our_ns) {
@@ -238,7 +240,7 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
         h->arena_offset = round_up(sizeof(Header), kPage);
         h->arena_bytes = size - h->arena_offset;
         h->arena_used = 0;
-        RobustLock::init(h->lock);
+        RobustLock::init(&h->lock);
         h->ready.store(1);
         return std::shared_ptr<Segment>(new Segment(name, h, size));
     }
@@ -363,8 +365,12 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
                     out << static_cast<double>(v) / 1e9 << "s";
                     return out.str();
                 };
-                throw std::invalid_argument(where + "has " + field + "=" + show(slot.values[i]) + ", not " + field +
-                                            "=" + show(params.values[i]));
+                std::string message = where;
+                message += "has " + field + "=";
+                message += show(slot.values[i]);
+                message += ", not " + field + "=";
+                message += show(params.values[i]);
+                throw std::invalid_argument(message);
             }
         }
         if (slot.count != params.count || slot.offset < header_->arena_offset || slot.bytes != bytes ||
@@ -384,7 +390,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
     if (NamedSlot* slot = find()) {
         return check(*slot);
     }
-    RobustLock lock(header_->lock);
+    RobustLock lock(&header_->lock);
     if (NamedSlot* slot = find()) {
         return check(*slot);
     }
@@ -507,27 +513,27 @@ void Segment::wait_epoch(std::uint32_t seen, Nanos timeout) noexcept {
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&header_->epoch), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-RobustLock::RobustLock(pthread_mutex_t& mu) : mu_(mu) {
-    const int rc = ::pthread_mutex_lock(&mu_);
+RobustLock::RobustLock(pthread_mutex_t* mu) : mu_(mu) {
+    const int rc = ::pthread_mutex_lock(mu_);
     if (rc == EOWNERDEAD) {
         // Its holder died inside: what it guards is changed only by single stores, in an order that
         // leaves it consistent at every step, so the lock is simply taken on.
-        ::pthread_mutex_consistent(&mu_);
+        ::pthread_mutex_consistent(mu_);
     } else if (rc != 0) {
         throw std::system_error(rc, std::generic_category(), "cannot lock a shared-memory segment");
     }
 }
 
 RobustLock::~RobustLock() {
-    ::pthread_mutex_unlock(&mu_);
+    ::pthread_mutex_unlock(mu_);
 }
 
-void RobustLock::init(pthread_mutex_t& mu) {
+void RobustLock::init(pthread_mutex_t* mu) {
     pthread_mutexattr_t attr;
     ::pthread_mutexattr_init(&attr);
     ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
     ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    ::pthread_mutex_init(&mu, &attr);
+    ::pthread_mutex_init(mu, &attr);
     ::pthread_mutexattr_destroy(&attr);
 }
 

@@ -185,15 +185,15 @@ private:
 /// guards is always consistent: see the callers) and taken.
 class RobustLock {
 public:
-    explicit RobustLock(pthread_mutex_t& mu);
+    explicit RobustLock(pthread_mutex_t* mu);
     ~RobustLock();
     RobustLock(const RobustLock&) = delete;
     RobustLock& operator=(const RobustLock&) = delete;
     /// Initialises `mu` as robust and process-shared (the segment's creator, once).
-    static void init(pthread_mutex_t& mu);
+    static void init(pthread_mutex_t* mu);
 
 private:
-    pthread_mutex_t& mu_;
+    pthread_mutex_t* mu_;
 };
 
 } // namespace permits::shm

@@ -1,0 +1,243 @@
+// The shared-memory segment and its limiters (Linux): creation and attachment, parameters
+// checked, state shared by two mappings, the concurrency ledger's protocol (a change left pending
+// by a process killed between its two steps), dead holders, and the per-key table.
+#if defined(__linux__)
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "permits/shm_key_table.hpp"
+#include "permits/shm_limiters.hpp"
+#include "support.hpp"
+
+using namespace permits;
+using namespace permits::shm;
+using permits::testing::kSec;
+using permits::testing::make_clock;
+
+namespace {
+
+std::string unique_name(const char* what) {
+    static std::atomic<int> n{0};
+    return std::string("ctest-") + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(n.fetch_add(1));
+}
+
+/// A segment opened twice (two mappings, as two processes have), its name removed at once.
+struct Two {
+    std::shared_ptr<ManualClock> clock = make_clock();
+    std::string name;
+    std::shared_ptr<Store> a;
+    std::shared_ptr<Store> b;
+    explicit Two(const char* what, std::uint64_t capacity = 64) : name(unique_name(what)) {
+        const Segment::Options opts{capacity, 0600, ClockKind::Manual};
+        a = std::make_shared<Store>(Segment::open(name, opts), clock);
+        b = std::make_shared<Store>(Segment::open(name, opts), clock);
+        Segment::unlink(name);
+    }
+};
+
+const QueueOptions kNoQueue{0, QueueOrder::OldestFirst};
+
+} // namespace
+
+TEST(ShmSegment, TwoMappingsShareOneTokenBucket) {
+    Two t("tb");
+    auto x = t.a->token_bucket("tb", TokenBucketRule(5, 5, kSec), kNoQueue);
+    auto y = t.b->token_bucket("tb", TokenBucketRule(5, 5, kSec), kNoQueue);
+    EXPECT_NE(&t.a->segment().header(), &t.b->segment().header()); // two addresses, one state
+    EXPECT_TRUE(x->acquire(3).acquired);
+    EXPECT_TRUE(y->acquire(2).acquired);
+    EXPECT_FALSE(x->acquire(1).acquired);
+    EXPECT_EQ(y->available_permits(), 0);
+    t.clock->advance(kSec);
+    EXPECT_EQ(x->available_permits(), 5);
+}
+
+TEST(ShmSegment, EveryTimedKindIsSharedExactly) {
+    Two t("kinds");
+    auto fw1 = t.a->fixed_window("fw", FixedWindowRule(4, kSec), kNoQueue);
+    auto fw2 = t.b->fixed_window("fw", FixedWindowRule(4, kSec), kNoQueue);
+    auto sw1 = t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    auto sw2 = t.b->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    auto c1 = t.a->sliding_window_counter("swc", SlidingWindowCounterRule(4, kSec), kNoQueue);
+    auto c2 = t.b->sliding_window_counter("swc", SlidingWindowCounterRule(4, kSec), kNoQueue);
+    for (auto [l1, l2] :
+         {std::pair<Limiter*, Limiter*>{fw1.get(), fw2.get()}, {sw1.get(), sw2.get()}, {c1.get(), c2.get()}}) {
+        int granted = 0;
+        for (int i = 0; i < 6; ++i) {
+            granted += l1->acquire(1).acquired ? 1 : 0;
+            granted += l2->acquire(1).acquired ? 1 : 0;
+        }
+        EXPECT_EQ(granted, 4);
+    }
+}
+
+TEST(ShmSegment, OtherParametersForANameAreRefusedNamingTheDifference) {
+    Two t("params");
+    t.a->token_bucket("x", TokenBucketRule(5, 5, kSec), kNoQueue);
+    try {
+        t.b->token_bucket("x", TokenBucketRule(6, 5, kSec), kNoQueue);
+        FAIL() << "no error";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("has token_limit=5, not token_limit=6"), std::string::npos) << e.what();
+    }
+    try {
+        t.b->fixed_window("x", FixedWindowRule(5, kSec), kNoQueue);
+        FAIL() << "no error";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("is a token_bucket, not a fixed_window"), std::string::npos) << e.what();
+    }
+}
+
+TEST(ShmSegment, ANameIsChecked) {
+    for (const char* bad : {"", ".x", "a/b", "a b"}) {
+        EXPECT_THROW(Segment::check_name(bad), std::invalid_argument) << bad;
+    }
+    EXPECT_NO_THROW(Segment::check_name("svc-1.limits_A"));
+}
+
+TEST(ShmSegment, AnotherCapacityOrClockIsRefused) {
+    const std::string name = unique_name("cap");
+    auto seg = Segment::open(name, {10, 0600, ClockKind::Monotonic});
+    EXPECT_THROW(Segment::open(name, {20, 0600, ClockKind::Monotonic}), std::invalid_argument);
+    EXPECT_THROW(Segment::open(name, {10, 0600, ClockKind::Manual}), std::invalid_argument);
+    EXPECT_TRUE(Segment::unlink(name));
+    EXPECT_FALSE(Segment::unlink(name));
+}
+
+// ---- the concurrency ledger ----
+
+namespace {
+struct Ledger {
+    // The view's memory, as aligned as a segment's (16-byte state words).
+    std::unique_ptr<AtomicPair[]> words{new AtomicPair[ConcurrencyView::bytes() / sizeof(AtomicPair) + 1]};
+    ConcurrencyView view;
+    explicit Ledger(std::int64_t limit) {
+        view = ConcurrencyView::over(reinterpret_cast<char*>(words.get()), limit);
+        view.init(0);
+    }
+};
+} // namespace
+
+TEST(ShmConcurrency, TheLedgerAddsUpToThePermitsHeld) {
+    Ledger l(5);
+    EXPECT_TRUE(l.view.take(0, 2));
+    EXPECT_TRUE(l.view.take(1, 3));
+    EXPECT_FALSE(l.view.take(2, 1));
+    EXPECT_EQ(l.view.held_by(0), 2);
+    EXPECT_EQ(l.view.held_by(1), 3);
+    EXPECT_EQ(l.view.give_back(1, 1, 0), 1);
+    EXPECT_EQ(l.view.available(), 1);
+    EXPECT_EQ(l.view.give_back(0, 10, 0), 2); // never more than the holder holds
+    EXPECT_EQ(l.view.available(), 3);
+    EXPECT_EQ(l.view.held_by(0), 0);
+}
+
+TEST(ShmConcurrency, AChangeLeftPendingByAKilledProcessIsAppliedOnceByTheNext) {
+    Ledger l(4);
+    ASSERT_TRUE(l.view.take(0, 1));
+    // A process that made its compare-and-swap and died before applying it to the ledger: the state
+    // says 3 available with a pending +2 for holder 1; the ledger does not know yet.
+    Pair s = l.view.state->load();
+    const std::int64_t seq = static_cast<std::int64_t>(static_cast<std::uint64_t>(s.a) >> 16);
+    const Pair pending{static_cast<std::int64_t>((static_cast<std::uint64_t>(seq + 1) << 16) | 2U),
+                       static_cast<std::int64_t>((static_cast<std::uint64_t>(1) << 32) | 2U)};
+    ASSERT_TRUE(l.view.state->compare_exchange(s, pending));
+    EXPECT_EQ(l.view.held_by(1), 0);
+    l.view.settle(pending);
+    l.view.settle(pending); // a second helper changes nothing
+    EXPECT_EQ(l.view.held_by(1), 2);
+    EXPECT_TRUE(l.view.take(2, 1));
+    EXPECT_FALSE(l.view.take(2, 1));
+    EXPECT_EQ(l.view.held_by(0) + l.view.held_by(1) + l.view.held_by(2), 4);
+}
+
+TEST(ShmConcurrency, AKilledHoldersPermitsComeBack) {
+    Two t("dead");
+    auto parent = t.a->concurrency("c", 2, 3600 * kSec, QueueOptions{0, QueueOrder::OldestFirst});
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        // The child takes both permits through its own mapping and waits to be killed.
+        const bool ok = t.b->concurrency("c", 2, 3600 * kSec, kNoQueue)->acquire(2).acquired;
+        ::_exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    // Its leases were never released (_exit): the permits come back once its pid is found dead,
+    // long before lease_ttl.
+    Outcome o;
+    for (int i = 0; i < 200 && !(o = parent->acquire(2)).acquired; ++i) {
+        ::usleep(10000);
+    }
+    EXPECT_TRUE(o.acquired);
+}
+
+TEST(ShmConcurrency, AForkedChildsCopyOfALeaseReleasesNothing) {
+    Two t("forkcopy");
+    auto lim = t.a->concurrency("c", 1, 3600 * kSec, kNoQueue);
+    const Outcome held = lim->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        lim->give_back(1, held.tag); // the parent's lease, copied: not the child's to release
+        ::_exit(lim->available_permits() == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_EQ(lim->available_permits(), 0);
+    lim->give_back(1, held.tag);
+    EXPECT_EQ(lim->available_permits(), 1);
+}
+
+// ---- the per-key table ----
+
+namespace {
+std::shared_ptr<KeyTable> table(Store& s, const Params& p, std::int64_t max, Nanos idle) {
+    KeyTable::Template tmpl{p, kNoQueue, 3600 * kSec};
+    return KeyTable::open(s.shared_from_this(), "keys", tmpl, max, idle);
+}
+} // namespace
+
+TEST(ShmKeyTable, KeysAreSharedByMappingsAndBounded) {
+    Two t("keys");
+    auto ta = table(*t.a, params_of(FixedWindowRule(2, kSec)), 3, 10 * kSec);
+    auto tb = table(*t.b, params_of(FixedWindowRule(2, kSec)), 3, 10 * kSec);
+    auto a1 = ta->limiter_for("alice");
+    auto a2 = tb->limiter_for("alice");
+    EXPECT_TRUE(a1->acquire(2).acquired);
+    EXPECT_FALSE(a2->acquire(1).acquired);
+    EXPECT_TRUE(tb->limiter_for("bob")->acquire(1).acquired);
+    EXPECT_TRUE(ta->limiter_for(std::string(300, 'k'))->acquire(1).acquired); // a long key
+    EXPECT_EQ(ta->size(), 3);
+    const Outcome refused = ta->limiter_for("carol")->acquire(1);
+    EXPECT_FALSE(refused.acquired);
+    EXPECT_EQ(refused.reason, Reason::PartitionLimit);
+    t.clock->advance(12 * kSec); // every key idle for longer than 10 s
+    EXPECT_TRUE(ta->limiter_for("carol")->acquire(1).acquired);
+    EXPECT_EQ(tb->evict_idle(), 2);
+    EXPECT_EQ(ta->size(), 1);
+}
+
+TEST(ShmKeyTable, ConcurrencyKeysRecordTheirHolders) {
+    Two t("ckeys");
+    auto keys = table(*t.a, params_of_concurrency(2), 8, kSec);
+    auto k = keys->limiter_for("k");
+    const Outcome first = k->acquire(2);
+    ASSERT_TRUE(first.acquired);
+    EXPECT_FALSE(keys->limiter_for("k")->acquire(1).acquired);
+    k->give_back(1, first.tag);
+    EXPECT_EQ(k->available_permits(), 1);
+    drain_holder(t.a->segment(), t.a->segment().holder()); // as for a dead holder
+    EXPECT_EQ(k->available_permits(), 2);
+}
+
+#endif // __linux__
