@@ -533,7 +533,12 @@ void RobustLock::init(pthread_mutex_t* mu) {
     ::pthread_mutexattr_init(&attr);
     ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
     ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    ::pthread_mutex_init(mu, &attr);
+    if (::pthread_mutex_init(mu, &attr) != 0) {
+        // No robust futexes here (qemu-user, for one): still shared by the processes, but a holder
+        // that dies keeps the lock.
+        ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_STALLED);
+        ::pthread_mutex_init(mu, &attr);
+    }
     ::pthread_mutexattr_destroy(&attr);
 }
 

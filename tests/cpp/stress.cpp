@@ -19,6 +19,8 @@
 #include "permits/token_bucket.hpp"
 
 #if defined(__linux__)
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
@@ -377,8 +379,77 @@ void shm_limiters() {
 }
 #endif
 
+#if defined(__linux__)
+// Processes, not threads: 4 forked processes (before this one starts any thread) on one segment by
+// name. Exact totals for a token bucket and a key; a concurrency limiter's holders, counted in
+// memory the processes share, never exceed its limit.
+void shm_processes() {
+    using namespace permits::shm;
+    struct Shared {
+        std::atomic<long> granted{0};
+        std::atomic<long> key_granted{0};
+        std::atomic<int> holders{0};
+        std::atomic<int> broken{0};
+    };
+    void* mem = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    check(mem != MAP_FAILED, "shm: mmap for the counters");
+    auto* shared = new (mem) Shared();
+    const std::string name = "stress-procs-" + std::to_string(::getpid());
+    const Nanos hour = 3'600'000'000'000;
+    constexpr int kProcesses = 4;
+    std::vector<pid_t> children;
+    for (int p = 0; p < kProcesses; ++p) {
+        const pid_t pid = ::fork();
+        check(pid >= 0, "shm: fork");
+        if (pid > 0) {
+            children.push_back(pid);
+            continue;
+        }
+        {
+            auto clock = std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
+            auto store = std::make_shared<Store>(Segment::open(name, {64, 0600, ClockKind::Monotonic}), clock);
+            auto bucket = store->token_bucket("tb", TokenBucketRule(2000, 1, hour), QueueOptions{});
+            auto conc = store->concurrency("c", 2, hour, QueueOptions{});
+            auto key =
+                KeyTable::open(store, "keys", {params_of(FixedWindowRule(300, hour)), QueueOptions{}, hour}, 16, hour)
+                    ->limiter_for("hot");
+            for (int i = 0; i < 2000; ++i) {
+                if (bucket->acquire(1).acquired) {
+                    shared->granted.fetch_add(1);
+                }
+                if (key->acquire(1).acquired) {
+                    shared->key_granted.fetch_add(1);
+                }
+                const Outcome o = conc->acquire(1);
+                if (o.acquired) {
+                    if (shared->holders.fetch_add(1) >= 2) {
+                        shared->broken.fetch_add(1);
+                    }
+                    shared->holders.fetch_sub(1);
+                    conc->give_back(1, o.tag);
+                }
+            }
+        }
+        ::_exit(0);
+    }
+    for (const pid_t pid : children) {
+        int status = 0;
+        check(::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "shm: a process failed");
+    }
+    Segment::unlink(name);
+    check(shared->broken.load() == 0, "shm: more concurrency holders across processes than the limit");
+    check(shared->granted.load() == 2000, "shm: processes got other than a shared token bucket's tokens");
+    check(shared->key_granted.load() == 300, "shm: processes got other than a shared key's limit");
+    std::printf("shm: %d processes, %ld tokens and %ld key grants, exact\n", kProcesses, shared->granted.load(),
+                shared->key_granted.load());
+    ::munmap(mem, sizeof(Shared));
+}
+#endif
+
 int main() {
 #if defined(__linux__)
+    shm_processes(); // first: forks while this process has no thread
     shm_limiters();
 #endif
     concurrency_holders();

@@ -241,3 +241,59 @@ TEST(ShmKeyTable, ConcurrencyKeysRecordTheirHolders) {
 }
 
 #endif // __linux__
+
+#if defined(__linux__)
+// ---- liveness and the robust lock ----
+
+TEST(ShmHolders, AHolderInAnotherPidNamespaceIsJudgedByItsHeartbeat) {
+    HolderSlot slot{};
+    // pid 1 exists in every namespace; recorded as another namespace's, only the heartbeat counts.
+    slot.tag.store(1);
+    slot.pid_ns.store(1);
+    slot.start_time.store(1);
+    const Nanos now = monotonic_now();
+    slot.heartbeat.store(now - 5 * kSec);
+    EXPECT_FALSE(holder_dead(slot, 10 * kSec, now));
+    EXPECT_TRUE(holder_dead(slot, 2 * kSec, now));
+}
+
+TEST(ShmHolders, AHolderInOurNamespaceIsJudgedByItsPidAndStartTime) {
+    const ProcessId me = ProcessId::self();
+    HolderSlot slot{};
+    slot.pid_ns.store(me.pid_ns);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::pause();
+        ::_exit(0);
+    }
+    slot.tag.store(static_cast<std::uint64_t>(child));
+    slot.heartbeat.store(1); // long ago: the pid decides, not the heartbeat
+    EXPECT_FALSE(holder_dead(slot, kSec, monotonic_now()));
+    slot.start_time.store(12345); // another start time: the pid was reused
+    EXPECT_TRUE(holder_dead(slot, kSec, monotonic_now()));
+    slot.start_time.store(0);
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_TRUE(holder_dead(slot, kSec, monotonic_now()));
+}
+
+TEST(ShmHolders, ALockWhoseHolderDiedIsTakenOn) {
+    Two t("robust");
+    auto keys = table(*t.a, params_of(FixedWindowRule(5, kSec)), 8, kSec);
+    ASSERT_TRUE(keys->limiter_for("k")->acquire(1).acquired);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        // Dies holding the segment's lock (after using a key: its shard's lock was taken and let go).
+        RobustLock held(&t.b->segment().header().lock);
+        auto other = table(*t.b, params_of(FixedWindowRule(5, kSec)), 8, kSec);
+        ::_exit(other->limiter_for("k")->acquire(1).acquired ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    // The next locker of the segment's lock (a new name) goes on, and the key counts the child's grant.
+    EXPECT_TRUE(t.a->fixed_window("after", FixedWindowRule(1, kSec), kNoQueue)->acquire(1).acquired);
+    EXPECT_EQ(keys->limiter_for("k")->available_permits(), 3);
+}
+#endif // __linux__
