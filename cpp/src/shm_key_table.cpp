@@ -22,7 +22,7 @@ constexpr Nanos kMs = 1000000;
 constexpr Nanos kReclaimEvery = 50 * kMs;
 constexpr std::uint64_t kTableHead = 64;
 constexpr std::uint64_t kLockBytes = 64;
-constexpr std::uint64_t kRecordHead = 80;
+constexpr std::uint64_t kRecordHead = 64; // a record's bookkeeping and key; its state words follow
 constexpr const char* kTableNames[] = {"kind",           "limit",       "second parameter", "third parameter",
                                        "max_partitions", "idle_timeout"};
 
@@ -151,6 +151,8 @@ private:
 // ---- the table ----
 
 std::uint64_t KeyTable::record_bytes(const Params& params) noexcept {
+    static_assert(sizeof(Record) == kRecordHead);
+    static_assert(kKeyBytes >= 25); // a long key's stand-in: a flag byte, two hashes, its length
     return round_up(kRecordHead + words_bytes(params), 16);
 }
 

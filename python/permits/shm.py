@@ -83,17 +83,20 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         self.spec = template.spec
         self.idle_timeout = idle_timeout
         self.max_partitions: int = table.max_partitions
-        self._keys: dict[tuple[type, object], _KeyLimiter] = {}
+        self._keys: dict[tuple[type, object], Any] = {}
         self._dropped = [0, 0]
 
     def _limiter(self, resource: object) -> _KeyLimiter:
         self._check_open()
+        # Keys are str, bytes, int and tuples of them, equal only within a type (bool is refused).
+        cache_key = (type(resource), resource)
         try:
-            return self._keys[(type(resource), resource)]
+            cached: _KeyLimiter = self._keys[cache_key]
+            return cached
         except KeyError:
             pass
-        except TypeError:
-            _core.SharedLimiter.__init__(_KeyLimiter.__new__(_KeyLimiter), self._table, resource)  # the key's error
+        except TypeError:  # unhashable: the engine's own message for a key of that type
+            _core._key_bytes(resource)
             raise
         if len(self._keys) >= self._CACHE:
             for k, lim in list(self._keys.items()):
@@ -105,7 +108,7 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         limiter = _KeyLimiter.__new__(_KeyLimiter)
         RateLimiter.__init__(limiter, name=self.name, clock=self._rl_clock)
         _core.SharedLimiter.__init__(limiter, self._table, resource)
-        self._keys[(type(resource), resource)] = limiter
+        self._keys[cache_key] = limiter
         return limiter
 
     # ---- the seam's hooks (chains and custom code reach a key through them) ----

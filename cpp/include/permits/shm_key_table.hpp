@@ -23,7 +23,7 @@
 
 namespace permits::shm {
 
-inline constexpr std::size_t kKeyBytes = 48;  // a key's bytes in its record; a longer key is kept as its hashes
+inline constexpr std::size_t kKeyBytes = 32;  // a key's bytes in its record; a longer key is kept as its hashes
 inline constexpr std::size_t kKeyHolders = 8; // processes holding one key's concurrency permits at once
 
 class KeyTable : public std::enable_shared_from_this<KeyTable> {

@@ -292,6 +292,11 @@ def test_per_key_limits_are_per_key_and_shared_by_handles(segment_name: str) -> 
     assert b.acquire("k" * 499)
     with pytest.raises(TypeError, match="a partition key must be"):
         a.acquire(1.5)
+    with pytest.raises(TypeError, match="a partition key must be"):
+        a.acquire([1])
+    with pytest.raises(TypeError, match="a partition key must be"):
+        a.acquire((1, True))
+    assert a.acquire((1, "x"), 2) and not b.acquire((1, "x")) and b.acquire((1, b"x"))
     clock.advance(2.0)
     assert a.acquire("alice", 2)
 
