@@ -297,3 +297,23 @@ TEST(ShmHolders, ALockWhoseHolderDiedIsTakenOn) {
     EXPECT_EQ(keys->limiter_for("k")->available_permits(), 3);
 }
 #endif // __linux__
+
+#if defined(__linux__)
+TEST(ShmSegment, ACorruptedSlotRaisesNeverCrashes) {
+    Two t("corrupt");
+    t.a->token_bucket("x", TokenBucketRule(5, 5, kSec), kNoQueue);
+    NamedSlot* slot = nullptr;
+    for (auto& s : t.a->segment().header().named) {
+        if (s.ready.load() == 1 && std::string(s.name) == "x") {
+            slot = &s;
+        }
+    }
+    ASSERT_NE(slot, nullptr);
+    const std::uint64_t offset = slot->offset;
+    slot->offset = t.a->segment().size(); // its data would lie past the end
+    EXPECT_THROW(t.b->token_bucket("x", TokenBucketRule(5, 5, kSec), kNoQueue), std::invalid_argument);
+    slot->offset = offset;
+    slot->kind = static_cast<Kind>(99);
+    EXPECT_THROW(t.b->token_bucket("x", TokenBucketRule(5, 5, kSec), kNoQueue), std::invalid_argument);
+}
+#endif // __linux__
