@@ -81,7 +81,8 @@ void bind_shm(py::module_& m) {
         .def_static(
             "unlink", [](const std::string& name) { return os_call([&] { return shm::Segment::unlink(name); }); },
             py::arg("name"), "unlink(name)\n--\n\nRemoves the segment's name; False if it did not exist.")
-        .def_static("check_name", &shm::Segment::check_name, py::arg("name"))
+        .def_static("check_name", &shm::Segment::check_name, py::arg("name"),
+                    "check_name(name)\n--\n\nValueError unless `name` can name a segment.")
         .def_property_readonly("size", [](py::handle self) { return self_of<Store>(self).segment().size(); })
         .def_property_readonly("capacity",
                                [](py::handle self) { return self_of<Store>(self).segment().header().capacity; })
@@ -148,7 +149,9 @@ void bind_shm(py::module_& m) {
         .def_property_readonly("bytes", [](py::handle self) { return self_of<shm::KeyTable>(self).bytes(); })
         .def_property_readonly("bytes_per_key",
                                [](py::handle self) { return self_of<shm::KeyTable>(self).bytes_per_key(); })
-        .def("evict_idle", [](py::handle self) { return self_of<shm::KeyTable>(self).evict_idle(); });
+        .def(
+            "evict_idle", [](py::handle self) { return self_of<shm::KeyTable>(self).evict_idle(); },
+            "evict_idle(self, /)\n--\n\nDrops every key idle for longer than the idle timeout; how many.");
 }
 #else
 void bind_shm(py::module_&) {} // Linux only: permits.shm says so
