@@ -6,6 +6,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -210,6 +211,15 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
     }
     const std::string path = path_of(name);
     const std::uint64_t size = size_for(options.capacity);
+    // The file is sparse, but a page touched beyond what /dev/shm can hold would be a SIGBUS: a
+    // capacity whose segment could not fit there at all is refused now.
+    struct statvfs fs {};
+    if (::statvfs("/dev/shm", &fs) == 0 && fs.f_blocks > 0 &&
+        size > static_cast<std::uint64_t>(fs.f_blocks) * static_cast<std::uint64_t>(fs.f_frsize)) {
+        throw std::invalid_argument("capacity=" + std::to_string(options.capacity) + " needs a segment of up to " +
+                                    std::to_string(size) + " bytes; /dev/shm holds " +
+                                    std::to_string(static_cast<std::uint64_t>(fs.f_blocks) * fs.f_frsize));
+    }
     int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(options.mode));
     if (fd >= 0) {
         // The creator: the mode exactly as asked (whatever the umask), the size, then the header,

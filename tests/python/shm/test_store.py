@@ -343,3 +343,11 @@ def test_a_key_with_no_room_fails_at_once_and_never_waits(segment_name: str) -> 
     waited = keyed.wait("c")  # no timeout: a wait that queued here would never end
     assert waited.reason == "partition_limit"
     assert keyed.statistics("c").current_queued_count == 0
+
+
+def test_a_capacity_dev_shm_could_not_hold_is_refused(segment_name: str) -> None:
+    fs = os.statvfs("/dev/shm")
+    too_many = fs.f_blocks * fs.f_frsize // 2048 + 1  # keys take up to 2 KiB of the segment each
+    with pytest.raises(ValueError, match="capacity"):
+        SharedMemoryStore(segment_name, capacity=too_many)
+    assert not os.path.exists(path(segment_name))
