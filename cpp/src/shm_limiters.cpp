@@ -371,6 +371,7 @@ void ConcurrencyView::init(Nanos anchor) const {
     }
 }
 
+// `s` must be a value the state word held (a load's, or a failed compare-and-swap's), never a hint.
 void ConcurrencyView::settle(Pair s) const noexcept {
     const std::uint32_t pending = pending_of(s);
     if (pending == 0) {
@@ -392,8 +393,13 @@ bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept 
     Pair s = state->hint();
     for (;;) {
         if (pending_of(s) != 0) {
-            settle(s);
+            // Only a value the word really held may be settled: a hint can be torn (its two halves
+            // from two writes), and would apply one change's delta under another's seq.
             s = state->load();
+            if (pending_of(s) != 0) {
+                settle(s);
+                s = state->load();
+            }
             continue;
         }
         const std::int64_t available = available_of(s);

@@ -126,6 +126,9 @@ bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noex
         }
         Pair next{p, pack(current_of(h) + n, older_of(h))};
         if (p != h.a) {
+            if (!head->confirm(h)) {
+                continue; // archive only a head the word really held: a hint may be torn
+            }
             archive(h); // before the head leaves segment h.a, so its count is never lost
             next.b = pack(n, used);
         }

@@ -374,6 +374,17 @@ void shm_limiters() {
     }
     check(conc[0]->available_permits() == 3 && conc[1]->available_permits() == 3,
           "shm: a concurrency permit did not come back");
+    // The ledger agrees: nobody holds anything (a change settled with a wrong delta would show here).
+    for (const auto& slot : stores[0]->segment().header().named) {
+        if (slot.ready.load() == 1 && slot.kind == Kind::Concurrency) {
+            const auto view = ConcurrencyView::over(stores[0]->segment().at<char>(slot.offset), slot.values[0]);
+            std::int64_t held = 0;
+            for (std::uint32_t h = 0; h < kMaxHolders; ++h) {
+                held += view.held_by(h);
+            }
+            check(held == 0 && view.available() == 3, "shm: the concurrency ledger does not add up");
+        }
+    }
     std::printf("shm: %ld tokens granted over two mappings, per-key exact, concurrency permits all back\n",
                 granted.load());
 }
