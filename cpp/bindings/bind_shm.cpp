@@ -48,14 +48,14 @@ template <class L> py::class_<L, Limiter, std::shared_ptr<L>> existing(py::modul
     return py::reinterpret_borrow<py::class_<L, Limiter, std::shared_ptr<L>>>(m.attr(name));
 }
 
-shm::Params template_params(const EngineSpec& spec) {
+shm::Params template_params(const EngineSpec& spec, Nanos lease_ttl) {
     return std::visit(
         Overloaded{
             [](const TokenBucketRule& r) { return shm::params_of(r); },
             [](const FixedWindowRule& r) { return shm::params_of(r); },
             [](const SlidingWindowCounterRule& r) { return shm::params_of(r); },
             [](const SlidingWindowParams& p) { return shm::params_of_sliding(p.permit_limit, p.window, p.segments); },
-            [](const ConcurrencyRule& r) { return shm::params_of_concurrency(r.permit_limit()); },
+            [&](const ConcurrencyRule& r) { return shm::params_of_concurrency(r.permit_limit(), lease_ttl); },
         },
         spec);
 }
@@ -136,7 +136,7 @@ void bind_shm(py::module_& m) {
                          py::handle queue_limit, bool newest_first, std::int64_t max_partitions, Nanos idle_timeout,
                          Nanos lease_ttl) {
                  shm::KeyTable::Template t;
-                 t.params = template_params(read_spec(spec));
+                 t.params = template_params(read_spec(spec), lease_ttl);
                  t.queue = queue_of(queue_limit, newest_first);
                  t.lease_ttl = lease_ttl;
                  return shm::KeyTable::open(store, name, t, max_partitions, idle_timeout);

@@ -414,7 +414,13 @@ void Limiter::recheck() {
 }
 
 void Limiter::give_back(std::int64_t n, std::int64_t tag) {
-    if (n <= 0 || closed_.load()) {
+    if (n <= 0) {
+        return;
+    }
+    if (closed_.load()) {
+        if (shares_state()) {
+            give_back_at(n, tag, state_now()); // other processes count on it
+        }
         return;
     }
     give_back_at(n, tag, state_now());

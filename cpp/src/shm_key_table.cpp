@@ -23,8 +23,6 @@ constexpr Nanos kReclaimEvery = 50 * kMs;
 constexpr std::uint64_t kTableHead = 64;
 constexpr std::uint64_t kLockBytes = 64;
 constexpr std::uint64_t kRecordHead = 64; // a record's bookkeeping and key; its state words follow
-constexpr const char* kTableNames[] = {"kind",           "limit",       "second parameter", "third parameter",
-                                       "max_partitions", "idle_timeout"};
 
 struct TableHead {
     std::atomic<std::int64_t> size;
@@ -174,12 +172,17 @@ std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, st
     geometry(max_partitions, shards, slots);
     const std::uint64_t record = record_bytes(tmpl.params);
     const std::uint64_t bytes = kTableHead + shards * kLockBytes + static_cast<std::uint64_t>(shards) * slots * record;
+    // The table's parameters: its keys' kind and theirs (named as the kind names them), and its own.
+    const char* names[6] = {"kind", "parameter", "parameter", "parameter", "max_partitions", "idle_timeout"};
+    for (std::uint32_t i = 0; i < tmpl.params.count && i < 3 && tmpl.params.names != nullptr; ++i) {
+        names[i + 1] = tmpl.params.names[i];
+    }
     Params p{Kind::KeyTable,
              6,
              {static_cast<std::int64_t>(tmpl.params.kind), tmpl.params.values[0], tmpl.params.values[1],
               tmpl.params.values[2], max_partitions, idle_timeout},
-             kTableNames};
-    p.durations = 1U << 5;
+             names};
+    p.durations = ((tmpl.params.durations & 0x7U) << 1) | (1U << 5);
     NamedSlot& slot = store->segment().named(name, p, bytes, store->now(), [&](char* data, Nanos) {
         auto* head = new (data) TableHead();
         head->size.store(0);
@@ -339,16 +342,16 @@ std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) cons
         if (c <= 0) {
             continue;
         }
-        if (reclaim) {
-            const std::uint64_t tag = e.tag.load();
-            const auto holder = static_cast<std::uint32_t>((tag & 0xffffffffULL) - 1);
-            const auto gen = static_cast<std::uint32_t>(tag >> 32);
-            if (holder >= kMaxHolders || seg.holder_generation(holder) != gen ||
-                holder_dead(seg.header().holders[holder], tmpl_.lease_ttl, mono_now)) {
-                e.count.store(0);
-                e.tag.store(0);
-                continue;
-            }
+        const std::uint64_t tag = e.tag.load();
+        const auto holder = static_cast<std::uint32_t>((tag & 0xffffffffULL) - 1);
+        const auto gen = static_cast<std::uint32_t>(tag >> 32);
+        // A holder slot freed since (a new generation) held nothing more: cheap, checked always. Whether
+        // a holder still running lives (/proc) only when asked to reclaim.
+        const bool stale = holder >= kMaxHolders || seg.holder_generation(holder) != gen;
+        if (stale || (reclaim && holder_dead(seg.header().holders[holder], tmpl_.lease_ttl, mono_now))) {
+            e.count.store(0);
+            e.tag.store(0);
+            continue;
         }
         held += c;
     }
@@ -358,7 +361,7 @@ std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) cons
 bool KeyTable::idle_locked(Record& r, Nanos now) const {
     const Nanos limit = now - idle_;
     switch (tmpl_.params.kind) {
-    case Kind::Concurrency: return held_locked(r, monotonic_now(), false) == 0 && r.touched.load() <= limit;
+    case Kind::Concurrency: return held_locked(r, monotonic_now(), true) == 0 && r.touched.load() <= limit;
     case Kind::SlidingWindow: {
         const auto& v = tmpl_.params.values;
         const Nanos full =
@@ -374,7 +377,7 @@ bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag
     std::uint32_t holder = 0;
     std::uint32_t gen = 0;
     if (releases_permits()) {
-        holder = store_->segment().holder(); // (before the lock: it may drain dead holders' keys)
+        holder = store_->segment().holder(); // (before the lock: it may reclaim dead holders)
         gen = store_->segment().holder_generation(holder);
     }
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -520,7 +523,20 @@ Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
     case Kind::SlidingWindow:
         return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
             .time_until(needed, now);
-    case Kind::Concurrency: return v[0] - held_locked(*r, 0, false) >= needed ? 0 : kNever;
+    case Kind::Concurrency: {
+        if (v[0] - held_locked(*r, 0, false) < needed) {
+            return kNever;
+        }
+        // Permits are free, but a process can take them only with an entry of its own.
+        const std::uint64_t mine =
+            entry_tag(store_->segment().holder(), store_->segment().holder_generation(store_->segment().holder()));
+        for (std::size_t i = 0; i < kKeyHolders; ++i) {
+            if (r->entry(i).tag.load() == mine || r->entry(i).count.load() == 0) {
+                return 0;
+            }
+        }
+        return kNever; // kKeyHolders other processes hold this key: only a release makes room
+    }
     default: return rule_->time_until(r->word().load(), r->anchor, needed, now);
     }
 }
@@ -605,43 +621,6 @@ std::int64_t KeyTable::evict_idle() {
 
 std::shared_ptr<SharedLimiter> KeyTable::limiter_for(std::string_view key) {
     return std::make_shared<KeyLimiter>(shared_from_this(), key_of(key), tmpl_.params.values[0]);
-}
-
-void KeyTable::drain(Segment& segment, const NamedSlot& slot, std::uint32_t index) {
-    if (slot.values[0] != static_cast<std::int64_t>(Kind::Concurrency)) {
-        return;
-    }
-    char* data = segment.at<char>(slot.offset);
-    const TableHead& head = head_of(data);
-    if (head.shards == 0 || head.shards > 64 || head.record_bytes < kRecordHead + kKeyHolders * sizeof(HolderEntry) ||
-        kTableHead + head.shards * kLockBytes +
-                static_cast<std::uint64_t>(head.shards) * head.slots * head.record_bytes >
-            slot.bytes) {
-        return; // corrupted: nothing to do safely
-    }
-    bool any = false;
-    for (std::uint32_t s = 0; s < head.shards; ++s) {
-        RobustLock lock(lock_of(data, s));
-        char* records = data + kTableHead + head.shards * kLockBytes +
-                        static_cast<std::uint64_t>(s) * head.slots * head.record_bytes;
-        for (std::uint32_t i = 0; i < head.slots; ++i) {
-            auto& r = *reinterpret_cast<Record*>(records + i * head.record_bytes);
-            if (r.used.load() != 1) {
-                continue;
-            }
-            for (std::size_t e = 0; e < kKeyHolders; ++e) {
-                HolderEntry& entry = r.entry(e);
-                if ((entry.tag.load() & 0xffffffffULL) == index + 1U && entry.count.load() > 0) {
-                    entry.count.store(0);
-                    entry.tag.store(0);
-                    any = true;
-                }
-            }
-        }
-    }
-    if (any) {
-        segment.notify();
-    }
 }
 
 } // namespace permits::shm

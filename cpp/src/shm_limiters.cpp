@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <new>
 
-#include "permits/shm_key_table.hpp"
-
 namespace permits::shm {
 
 namespace {
@@ -14,7 +12,7 @@ namespace {
 constexpr const char* kTokenBucketNames[] = {"token_limit", "tokens_per_period", "replenishment_period"};
 constexpr const char* kWindowNames[] = {"permit_limit", "window"};
 constexpr const char* kSlidingNames[] = {"permit_limit", "window", "segments_per_window"};
-constexpr const char* kConcurrencyNames[] = {"permit_limit"};
+constexpr const char* kConcurrencyNames[] = {"permit_limit", "lease_ttl"};
 
 constexpr Nanos kMs = 1000000;
 constexpr Nanos kReclaimEvery = 50 * kMs; // a process looks for dead holders at most this often
@@ -121,12 +119,10 @@ private:
         Segment& seg = store_->segment();
         bool any = false;
         for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
-            if (view_.held_by(i) > 0 && holder_dead(seg.header().holders[i], lease_ttl_, now)) {
-                any = view_.give_back(i, view_.limit, state_now()) > 0 || any;
+            // (reserved, drained everywhere and freed: never a live holder's permits, see reclaim_holder)
+            if (view_.held_by(i) > 0 && seg.reclaim_holder(i, lease_ttl_)) {
+                any = true;
             }
-        }
-        if (any) {
-            seg.notify();
         }
         return any;
     }
@@ -299,8 +295,11 @@ Params params_of_sliding(std::int64_t permit_limit, Nanos window, std::int64_t s
     p.durations = 1U << 1;
     return p;
 }
-Params params_of_concurrency(std::int64_t permit_limit) {
-    return Params{Kind::Concurrency, 1, {permit_limit}, kConcurrencyNames};
+Params params_of_concurrency(std::int64_t permit_limit, Nanos lease_ttl) {
+    // lease_ttl is a parameter: a process that would judge holders dead sooner than they renew is refused.
+    Params p{Kind::Concurrency, 2, {permit_limit, lease_ttl}, kConcurrencyNames};
+    p.durations = 1U << 1;
+    return p;
 }
 
 std::shared_ptr<TokenBucket> Store::token_bucket(std::string_view name, const TokenBucketRule& rule,
@@ -342,8 +341,9 @@ std::shared_ptr<SharedLimiter> Store::concurrency(std::string_view name, std::in
     if (lease_ttl < kMs) {
         throw std::invalid_argument("lease_ttl must be at least a millisecond");
     }
-    NamedSlot& slot = segment().named(name, params_of_concurrency(permit_limit), ConcurrencyView::bytes(), now(),
-                                      [&](char* data, Nanos a) { ConcurrencyView::over(data, permit_limit).init(a); });
+    NamedSlot& slot =
+        segment().named(name, params_of_concurrency(permit_limit, lease_ttl), ConcurrencyView::bytes(), now(),
+                        [&](char* data, Nanos a) { ConcurrencyView::over(data, permit_limit).init(a); });
     const ConcurrencyView view = ConcurrencyView::over(segment().at<char>(slot.offset), permit_limit);
     return std::make_shared<SharedConcurrency>(shared_from_this(), view, lease_ttl, queue);
 }
@@ -456,13 +456,11 @@ void drain_holder(Segment& segment, std::uint32_t index) {
         if (slot.ready.load() != 1) {
             continue;
         }
-        if (slot.kind == Kind::Concurrency && slot.count == 1) {
+        if (slot.kind == Kind::Concurrency && slot.count == 2) {
             const ConcurrencyView view = ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0]);
             if (view.give_back(index, view.limit, monotonic_now()) > 0) {
                 segment.notify();
             }
-        } else if (slot.kind == Kind::KeyTable) {
-            KeyTable::drain(segment, slot, index);
         }
     }
 }

@@ -2,6 +2,7 @@
 
 #if defined(__linux__)
 
+#include <csignal>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -29,9 +30,10 @@ void drain_holder(Segment& segment, std::uint32_t index);
 namespace {
 
 constexpr std::uint64_t kPage = 4096;
-constexpr std::uint64_t kNamedArena = 4ULL << 20;  // named limiters (a sliding window's ring included)
-constexpr std::uint64_t kBytesPerKey = 2048;       // room per key of capacity: records of two tables and slack
-constexpr std::uint64_t kMaxCapacity = 1ULL << 28; // 256 Mi keys: far beyond what one host's memory holds
+constexpr std::uint64_t kReclaiming = 0xffffffffULL; // a holder slot's pid while its permits are drained
+constexpr std::uint64_t kNamedArena = 1ULL << 20;    // named limiters (a sliding window's ring included)
+constexpr std::uint64_t kBytesPerKey = 2048;         // room per key of capacity: records of two tables and slack
+constexpr std::uint64_t kMaxCapacity = 1ULL << 28;   // 256 Mi keys: far beyond what one host's memory holds
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
     return (n + to - 1) / to * to;
@@ -156,27 +158,27 @@ ProcessId ProcessId::self() {
 bool holder_dead(const HolderSlot& slot, Nanos ttl, Nanos now_monotonic) {
     const std::uint64_t tag = slot.tag.load();
     const std::uint64_t pid = pid_of(tag);
-    if (pid == 0) {
-        return true; // freed: nothing of it can be held
-    }
-    if (pid == current_pid()) {
-        return false; // ourselves (qemu-user, for one, makes up our own /proc/self/stat at each read)
+    if (pid == 0 || pid == kReclaiming) {
+        return true; // freed, or being drained: nothing of it is held by a live process
     }
     static const std::uint64_t our_ns = pid_namespace("/proc/self");
-    const std::uint64_t start = slot.start_time.load();
     if (our_ns != 0 && slot.pid_ns.load() == our_ns) {
+        if (pid == current_pid()) {
+            return false; // ourselves (qemu-user, for one, makes up our own /proc/self/stat at each read)
+        }
+        if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+            return true; // no such process (EPERM: it exists, another user's)
+        }
         std::uint64_t seen = 0;
         char state = 0;
         if (!read_stat(pid, seen, state)) {
-            return true; // no such process
+            return false; // it exists, and /proc hides it (hidepid): alive
         }
         if (state == 'Z' || state == 'X') {
             return true; // exited, not yet reaped
         }
-        if (start != 0 && seen != start) {
-            return true; // the pid was reused by another process
-        }
-        return false;
+        const std::uint64_t start = slot.start_time.load();
+        return start != 0 && seen != start; // another start time: the pid was reused
     }
     // Another pid namespace (another container sharing /dev/shm): the heartbeat decides.
     const Nanos beat = slot.heartbeat.load();
@@ -224,12 +226,19 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
     if (fd >= 0) {
         // The creator: the mode exactly as asked (whatever the umask), the size, then the header,
         // published by `ready`, last.
-        if (::fchmod(fd, static_cast<mode_t>(options.mode)) != 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-            const int err = errno;
+        // All of its memory now (posix_fallocate): a page that /dev/shm could not give later would be a
+        // SIGBUS in whichever process touched it, where here it is an error for the creator.
+        int err = 0;
+        if (::fchmod(fd, static_cast<mode_t>(options.mode)) != 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0 ||
+            (err = ::posix_fallocate(fd, 0, static_cast<off_t>(size))) != 0) {
+            if (err != 0) {
+                errno = err;
+            }
+            const int saved = errno;
             ::close(fd);
             ::shm_unlink(path.c_str());
-            errno = err;
-            fail_errno("cannot create shared-memory segment '" + name + "'");
+            errno = saved;
+            fail_errno("cannot create shared-memory segment '" + name + "' of " + std::to_string(size) + " bytes");
         }
         void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         ::close(fd);
@@ -306,7 +315,15 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
     }
     const Header& seen = *static_cast<Header*>(map);
     std::string mismatch;
-    if (seen.clock != options.clock) {
+    const auto file_mode = static_cast<unsigned>(st.st_mode & 0777);
+    if (file_mode != (options.mode & 0777)) {
+        // Another mode than asked: made by a process configured otherwise, or planted by another user.
+        std::ostringstream out;
+        out << std::oct << "has mode 0o" << file_mode << ", not 0o" << (options.mode & 0777);
+        mismatch = out.str();
+    } else if ((options.mode & 0077) == 0 && st.st_uid != ::geteuid()) {
+        mismatch = "belongs to uid " + std::to_string(st.st_uid) + ", not to this process's user";
+    } else if (seen.clock != options.clock) {
         mismatch = seen.clock == ClockKind::Manual ? "runs on a ManualClock, not the real clock"
                                                    : "runs on the real clock, not a ManualClock";
     } else if (seen.capacity != options.capacity) {
@@ -346,9 +363,9 @@ Segment::~Segment() {
 
 NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                           const std::function<void(char*, Nanos)>& init) {
-    if (name.empty() || name.size() >= kNameBytes) {
-        throw std::invalid_argument("name must be 1 to " + std::to_string(kNameBytes - 1) + " bytes, got " +
-                                    std::to_string(name.size()));
+    if (name.empty() || name.size() >= kNameBytes || name.find('\0') != std::string_view::npos) {
+        throw std::invalid_argument("name must be 1 to " + std::to_string(kNameBytes - 1) +
+                                    " bytes with no NUL character, got " + std::to_string(name.size()) + " bytes");
     }
     static constexpr const char* kKinds[] = {"free",           "token_bucket",           "fixed_window",
                                              "sliding_window", "sliding_window_counter", "concurrency",
@@ -453,6 +470,21 @@ std::uint32_t Segment::holder() {
         // Our slot was judged dead and freed (a stalled process in another pid namespace): claim anew.
     }
     const ProcessId me = ProcessId::self();
+    const auto keep = [&](std::uint32_t i) {
+        std::uint64_t seen = claimed;
+        if (!claimed_.compare_exchange_strong(seen, (pid << 32) | (i + 1)) && (seen >> 32) == pid) {
+            return static_cast<std::uint32_t>((seen & 0xffffffffULL) - 1); // another thread of ours was first
+        }
+        return i;
+    };
+    // A slot this process claimed through another handle of the segment is ours already: one per process.
+    for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+        const HolderSlot& slot = header_->holders[i];
+        if (pid_of(slot.tag.load()) == pid && slot.pid_ns.load() == me.pid_ns &&
+            slot.start_time.load() == me.start_time) {
+            return keep(i);
+        }
+    }
     for (int round = 0; round < 2; ++round) {
         for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
             HolderSlot& slot = header_->holders[i];
@@ -464,27 +496,38 @@ std::uint32_t Segment::holder() {
                 slot.heartbeat.store(monotonic_now());
                 slot.pid_ns.store(me.pid_ns);
                 slot.start_time.store(me.start_time);
-                std::uint64_t seen = claimed;
-                if (!claimed_.compare_exchange_strong(seen, (pid << 32) | (i + 1)) && (seen >> 32) == pid) {
-                    // Another thread of ours claimed one at the same time: keep its, free ours.
+                const std::uint32_t kept = keep(i);
+                if (kept != i) {
                     free_holder(i, (generation_of(tag) << 32) | pid);
-                    return static_cast<std::uint32_t>((seen & 0xffffffffULL) - 1);
                 }
-                return i;
+                return kept;
             }
         }
         // None free: the dead holders' permits come back, and their slots with them.
         for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
-            HolderSlot& slot = header_->holders[i];
-            const std::uint64_t tag = slot.tag.load();
-            if (pid_of(tag) != 0 && holder_dead(slot, kNever, monotonic_now())) {
-                drain_holder(*this, i);
-                free_holder(i, tag);
-            }
+            reclaim_holder(i, kNever);
         }
     }
     throw std::runtime_error("segment '" + name_ + "': more than " + std::to_string(kMaxHolders) +
                              " live processes hold concurrency permits");
+}
+
+bool Segment::reclaim_holder(std::uint32_t index, Nanos ttl) {
+    HolderSlot& slot = header_->holders[index];
+    std::uint64_t tag = slot.tag.load();
+    if (pid_of(tag) == 0 || !holder_dead(slot, ttl, monotonic_now())) {
+        return false;
+    }
+    // Reserved first: no one claims it while it is drained, and one reclaimer drains a holder at a
+    // time (a reclaimer that died here leaves it reserved: the next one takes it over).
+    const std::uint64_t reserved = (generation_of(tag) << 32) | kReclaiming;
+    if (!slot.tag.compare_exchange_strong(tag, reserved)) {
+        return false;
+    }
+    drain_holder(*this, index); // the named limiters' ledgers; per-key entries go stale with the generation
+    free_holder(index, reserved);
+    notify();
+    return true;
 }
 
 std::uint32_t Segment::holder_generation(std::uint32_t index) const noexcept {

@@ -52,8 +52,8 @@ def _count(value: object, name: str, minimum: int, maximum: int) -> int:
 def _limiter_name(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"name must be a str, got {type(value).__name__}")
-    if not 1 <= len(value.encode()) <= 63:
-        raise ValueError(f"name must be 1 to 63 bytes (UTF-8), got {value!r}")
+    if not 1 <= len(value.encode()) <= 63 or "\0" in value:
+        raise ValueError(f"name must be 1 to 63 bytes (UTF-8) with no NUL character, got {value!r}")
     return value
 
 
@@ -88,8 +88,9 @@ class SharedKeyedLimiter(KeyedRateLimiter):
 
     def _limiter(self, resource: object) -> _KeyLimiter:
         self._check_open()
-        # Keys are str, bytes, int and tuples of them, equal only within a type (bool is refused).
-        cache_key = (type(resource), resource)
+        # A str, bytes or int is a key of its own type; a tuple is checked as the engine encodes it
+        # (("a", True) is refused there, though equal to ("a", 1)).
+        cache_key = (tuple, _core._key_bytes(resource)) if type(resource) is tuple else (type(resource), resource)
         try:
             cached: _KeyLimiter = self._keys[cache_key]
             return cached

@@ -94,6 +94,9 @@ public:
     const std::shared_ptr<Clock>& clock() const noexcept { return clock_; }
     /// True for limiters whose permits come back on release (concurrency).
     virtual bool releases_permits() const noexcept { return false; }
+    /// True when the state is shared with other processes: a lease given back after close() still
+    /// gives its permits back there (a closed in-process limiter's state concerns nobody).
+    virtual bool shares_state() const noexcept { return false; }
     /// When the state is full, or will be if nothing else happens; kNever if time alone never fills it.
     virtual Nanos full_at() const = 0;
     /// Requests waiting in the queue.

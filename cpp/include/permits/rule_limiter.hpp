@@ -73,6 +73,7 @@ public:
     const R& rule() const noexcept { return rule_; }
     Nanos anchor() const noexcept { return anchor_; }
     bool releases_permits() const noexcept override { return rule_.releases_permits(); }
+    bool shares_state() const noexcept override { return keep_alive_ != nullptr; }
     Nanos full_at() const override { return rule_.full_at(state_->load(), anchor_); }
 
 protected:

@@ -51,9 +51,6 @@ public:
     std::uint64_t bytes() const noexcept;
     std::uint64_t bytes_per_key() const noexcept { return record_; }
 
-    /// Gives back every permit of holder `index` in the table of `slot` (concurrency keys).
-    static void drain(Segment& segment, const NamedSlot& slot, std::uint32_t index);
-
     // ---- what a key's limiter does, under the key's shard lock ----
     struct Key {
         std::string stored; ///< as the record holds it (a long key as its hashes)

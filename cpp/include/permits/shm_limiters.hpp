@@ -43,6 +43,7 @@ public:
 class SharedLimiter : public Limiter, public Watched {
 public:
     using Limiter::Limiter;
+    bool shares_state() const noexcept override { return true; }
 };
 
 /// A segment opened by this process, with the clock its limiters run on and its watcher thread.
@@ -112,8 +113,9 @@ struct ConcurrencyView {
     void settle(Pair s) const noexcept;
 };
 
-/// Gives back every permit holder `index` holds in every concurrency limiter and per-key table of
-/// the segment (it is dead: its slot is about to be freed).
+/// Gives back every permit holder `index` holds in every named concurrency limiter of the segment (it
+/// is dead and its slot reserved: it is about to be freed; per-key entries go stale with the slot's
+/// generation, without a scan of the tables).
 void drain_holder(Segment& segment, std::uint32_t index);
 
 /// Parameters of a slot, with their names for messages.
@@ -121,7 +123,7 @@ Params params_of(const TokenBucketRule& rule);
 Params params_of(const FixedWindowRule& rule);
 Params params_of(const SlidingWindowCounterRule& rule);
 Params params_of_sliding(std::int64_t permit_limit, Nanos window, std::int64_t segments);
-Params params_of_concurrency(std::int64_t permit_limit);
+Params params_of_concurrency(std::int64_t permit_limit, Nanos lease_ttl);
 
 } // namespace permits::shm
 

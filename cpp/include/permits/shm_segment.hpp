@@ -164,6 +164,10 @@ public:
     std::uint32_t holder_generation(std::uint32_t index) const noexcept;
     /// Frees a dead holder's slot once its permits are back (the reclaimer's last step).
     void free_holder(std::uint32_t index, std::uint64_t seen_tag) noexcept;
+    /// If holder `index` is dead (holder_dead with `ttl`): reserves its slot, gives back its permits in
+    /// every named concurrency limiter, and frees the slot (a new generation: its leases and per-key
+    /// entries go stale). True if it did.
+    bool reclaim_holder(std::uint32_t index, Nanos ttl);
     /// Renews this process's heartbeat (if it holds a slot).
     void heartbeat() noexcept;
 

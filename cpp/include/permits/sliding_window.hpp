@@ -64,6 +64,7 @@ public:
     std::int64_t segments() const noexcept { return st_.segments; }
     Nanos segment_length() const noexcept { return st_.segment; }
     Nanos full_at() const override { return st_.full_at(); }
+    bool shares_state() const noexcept override { return keep_alive_ != nullptr; }
 
 protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override { return st_.take(n, now, tag); }

@@ -60,7 +60,7 @@ def hold(segment: str, permits: int, keyed: bool, ready: Any) -> None:
     """Takes permits and sleeps holding them until killed."""
     store = SharedMemoryStore(segment)
     if keyed:
-        limiter = store.partitioned(Partition.concurrency(None, 2), name="pk-conc", lease_ttl=LONG)
+        limiter = store.partitioned(Partition.concurrency(None, 2), name="pk-conc", lease_ttl=LONG, idle_timeout=0)
         leases = [limiter.acquire("k", permits)]
     else:
         leases = [store.concurrency("conc", 2, lease_ttl=LONG).acquire(permits)]
@@ -94,3 +94,13 @@ def release_later(segment: str, ready: Any, go: Any) -> None:
     time.sleep(0.05)
     lease.release()
     os._exit(0)
+
+
+def hold_key(segment: str, ready: Any, release: Any) -> None:
+    """Holds one permit of key "k" of a per-key concurrency limit of 100 until told."""
+    keyed = SharedMemoryStore(segment).partitioned(Partition.concurrency(None, 100), name="ninth")
+    lease = keyed.acquire("k")
+    assert lease
+    ready.set()
+    release.wait()
+    lease.release()

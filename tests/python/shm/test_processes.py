@@ -110,7 +110,9 @@ def test_a_holder_killed_with_sigkill_has_its_permits_back(segment_name: str, ke
         assert ready.wait(SAFETY)
         store = SharedMemoryStore(segment_name)
         if keyed:
-            limiter: Any = store.partitioned(permits.Partition.concurrency(None, 2), name="pk-conc", lease_ttl=3600)
+            limiter: Any = store.partitioned(
+                permits.Partition.concurrency(None, 2), name="pk-conc", lease_ttl=3600, idle_timeout=0
+            )
             assert not limiter.acquire("k")
             os.kill(holder.pid, signal.SIGKILL)
             holder.join(SAFETY)
@@ -217,3 +219,38 @@ async def test_wait_async_is_woken_by_a_release_in_another_process(segment_name:
         if other.is_alive():
             other.kill()
             other.join()
+
+
+def test_a_key_held_by_as_many_processes_as_it_records_refuses_a_ninth_without_spinning(segment_name: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    release = ctx.Event()
+    ready = [ctx.Event() for _ in range(8)]
+    holders = [ctx.Process(target=workers.hold_key, args=(segment_name, ready[i], release)) for i in range(8)]
+    _RUNNING.extend(holders)
+    for p in holders:
+        p.start()
+    try:
+        assert all(event.wait(SAFETY) for event in ready)
+        keyed = SharedMemoryStore(segment_name).partitioned(permits.Partition.concurrency(None, 100), name="ninth")
+        refused = keyed.acquire("k")
+        assert not refused and refused.retry_after is None  # not "at once": only a release makes room
+        assert keyed.wait("k", timeout=0.2).reason == "timeout"
+    finally:
+        release.set()
+
+
+def test_keys_held_by_dead_processes_become_idle(segment_name: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    holder = ctx.Process(target=workers.hold, args=(segment_name, 2, True, ready))
+    holder.start()
+    try:
+        assert ready.wait(SAFETY)
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(SAFETY)
+    keyed = SharedMemoryStore(segment_name).partitioned(
+        permits.Partition.concurrency(None, 2), name="pk-conc", lease_ttl=3600, idle_timeout=0
+    )
+    assert keyed.evict_idle() == 1  # its holder is dead: nothing of it is held
+    assert keyed.partition_count == 0

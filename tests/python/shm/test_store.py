@@ -123,6 +123,7 @@ def test_bad_store_arguments(
     [
         (lambda s: s.token_bucket("", 1, 1, 1.0), ValueError, "name must be 1 to 63 bytes"),
         (lambda s: s.token_bucket("n" * 64, 1, 1, 1.0), ValueError, "name must be 1 to 63 bytes"),
+        (lambda s: s.token_bucket("a\0b", 1, 1, 1.0), ValueError, "no NUL character"),
         (lambda s: s.token_bucket(None, 1, 1, 1.0), TypeError, "name must be a str"),
         (lambda s: s.token_bucket("t", 0, 1, 1.0), ValueError, "token_limit"),
         (lambda s: s.fixed_window("f", 1, 0), ValueError, "window"),
@@ -296,6 +297,9 @@ def test_per_key_limits_are_per_key_and_shared_by_handles(segment_name: str) -> 
         a.acquire([1])
     with pytest.raises(TypeError, match="a partition key must be"):
         a.acquire((1, True))
+    assert a.acquire((1, 1))
+    with pytest.raises(TypeError, match="a partition key must be"):
+        a.acquire((1, True))  # also once an equal tuple is known
     assert a.acquire((1, "x"), 2) and not b.acquire((1, "x")) and b.acquire((1, b"x"))
     clock.advance(2.0)
     assert a.acquire("alice", 2)
@@ -351,3 +355,45 @@ def test_a_capacity_dev_shm_could_not_hold_is_refused(segment_name: str) -> None
     with pytest.raises(ValueError, match="capacity"):
         SharedMemoryStore(segment_name, capacity=too_many)
     assert not os.path.exists(path(segment_name))
+
+
+def test_a_lease_released_after_close_gives_its_permits_back_to_the_others(segment_name: str) -> None:
+    mine, theirs = SharedMemoryStore(segment_name), SharedMemoryStore(segment_name)
+    named = mine.concurrency("c", 1)
+    keyed = mine.partitioned(permits.Partition.concurrency(None, 1), name="k")
+    lease, key_lease = named.acquire(), keyed.acquire("a")
+    mine.close()
+    lease.release()
+    key_lease.release()
+    assert theirs.concurrency("c", 1).acquire()
+    assert theirs.partitioned(permits.Partition.concurrency(None, 1), name="k").acquire("a")
+
+
+def test_one_process_holds_one_holder_slot_however_often_it_opens_the_store(segment_name: str) -> None:
+    for _ in range(300):  # more than the segment's 256 holder slots
+        with SharedMemoryStore(segment_name) as store:
+            with store.concurrency("c", 1).acquire() as lease:
+                assert lease
+
+
+def test_lease_ttl_is_a_parameter_of_the_name(segment_name: str) -> None:
+    store = SharedMemoryStore(segment_name)
+    store.concurrency("c", 2, lease_ttl=60)
+    with pytest.raises(ValueError, match="has lease_ttl=60s, not lease_ttl=1s"):
+        store.concurrency("c", 2, lease_ttl=1)
+    store.partitioned(permits.Partition.concurrency(None, 2), name="k", lease_ttl=60)
+    with pytest.raises(ValueError, match=r"'k' in segment .* has lease_ttl=60s, not lease_ttl=1s"):
+        store.partitioned(permits.Partition.concurrency(None, 2), name="k", lease_ttl=1)
+    store.partitioned("5/second", name="w")
+    with pytest.raises(ValueError, match="has permit_limit=5, not permit_limit=6"):
+        store.partitioned("6/second", name="w")
+
+
+def test_a_segment_of_another_mode_or_owner_is_refused(segment_name: str) -> None:
+    SharedMemoryStore(segment_name, mode=0o666)
+    with pytest.raises(ValueError, match="has mode 0o666, not 0o600"):
+        SharedMemoryStore(segment_name)
+    os.chmod(path(segment_name), 0o600)
+    os.chown(path(segment_name), 65534, 65534)
+    with pytest.raises(ValueError, match="belongs to uid 65534"):
+        SharedMemoryStore(segment_name)
