@@ -24,8 +24,8 @@ Four parts, one table each:
    ``multiprocessing`` manager (every ``hit`` goes through the proxy). The same shape everywhere:
    one limit for every process, 1 second, limit huge, so every check is a grant.
 4. The segment's bytes per key for a per-key token bucket and a ``"10/second"`` (sliding window)
-   partitioned limiter: how much of ``/dev/shm/permits.<name>`` is in use (``st_blocks``) with
-   N keys against 0 keys, divided by N; and the store's own figure where it gives one.
+   partitioned limiter: the table's own bytes over its keys (the segment takes its memory when it
+   is made), with how much of ``/dev/shm/permits.<name>`` is in use (``st_blocks``).
 
 Parts 2 and 3 run in a pool of worker processes started once: for each round every worker taking
 part is told one start time on the monotonic clock (shared by every process on the host) and
@@ -813,9 +813,12 @@ def run_part4(segments: Segments, n: int) -> dict[str, Any]:
             row["full_bytes"] = _disk_bytes(path)
             row["figure_full"] = _store_figure(store, keyed)
             row["partitions"] = keyed.partition_count
-            # from before the table was made: a table that zeroes its records when it is made
-            # touches its pages then, not when a key first comes
-            row["per_key"] = (row["full_bytes"] - row["store_bytes"]) / n
+            # The segment takes all its memory when it is made (posix_fallocate): its pages in use do
+            # not grow with keys, so a key's cost is the table's own bytes over its keys where the
+            # store gives them; else the growth of the pages in use from before the table was made.
+            figure = row["figure_full"] or {}
+            grown = (row["full_bytes"] - row["store_bytes"]) / n
+            row["per_key"] = figure["table_bytes"] / n if "table_bytes" in figure else grown
             row["size_per_capacity"] = row["size"] / n
             row["status"] = "ok"
             keyed.close()
@@ -832,7 +835,7 @@ def print_part4(data: dict[str, Any]) -> list[dict[str, Any]]:
     goals: list[dict[str, Any]] = []
     print(
         "| partitioned limiter | keys | segment in use: store alone | + the limiter, 0 keys | + the keys | "
-        "bytes per key (pages in use) | the table's accounting: bytes / keys (one record) | "
+        "bytes per key | the table's accounting: bytes / keys (one record) | "
         "key bytes (mean) | segment size / capacity |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -862,10 +865,12 @@ def print_part4(data: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     print(
-        "\nBytes per key: the growth of the segment's pages in use (`os.stat(path).st_blocks * 512` of "
-        "/dev/shm/permits.<name>) from the store alone (before the partitioned limiter was made) to the "
-        "limiter with every key checked once, divided by the keys; a store of capacity = the keys (the "
-        "limiter's max_partitions by default). The table's accounting: its own bytes in the segment "
+        "\nBytes per key: the table's own bytes in the segment over its keys, where the store gives them "
+        "(a segment takes all its memory when it is made, so its pages in use, `os.stat(path).st_blocks * "
+        "512` of /dev/shm/permits.<name>, shown for the store alone, with the limiter and with every key "
+        "checked once, do not grow with keys); else the growth of those pages, divided by the keys; a "
+        "store of capacity = the keys (the limiter's max_partitions by default). The table's accounting: "
+        "its own bytes in the segment "
         "(records, shard locks, head) over the keys, and in brackets one key's record, key included "
         "(read from the limiter's private `_table`). Segment size / capacity: the segment's length "
         "(`st_size`) over its capacity, touched or not."
