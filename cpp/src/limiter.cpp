@@ -401,7 +401,7 @@ std::shared_ptr<Waiter> Limiter::next_waiter_locked() const {
 }
 
 void Limiter::recheck() {
-    if (queued_entries_.load() == 0 || closed_.load()) {
+    if (queued_entries_.load() == 0) {
         return;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -424,15 +424,7 @@ void Limiter::give_back(std::int64_t n, std::int64_t tag) {
         return;
     }
     give_back_at(n, tag, state_now());
-    if (queued_entries_.load() > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        invalidate_projection_locked();
-        if (!closed_.load()) {
-            process_queue_locked(state_now());
-            schedule_locked(state_now());
-        }
-        drop_timers_if_idle_locked();
-    }
+    recheck(); // permits came back: serve the queue
 }
 
 std::int64_t Limiter::available_permits() {
