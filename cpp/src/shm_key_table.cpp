@@ -110,7 +110,7 @@ protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override {
         if (table_->take(key_, n, now, tag)) {
             if (table_->releases_permits()) {
-                watch_once();
+                watch(table_->store(), table_->tmpl().lease_ttl / 3, false);
             }
             return true;
         }
@@ -126,23 +126,14 @@ protected:
     std::unique_ptr<Projection> project() const override { return table_->project(key_); }
     void on_queued() override {
         if (table_->releases_permits()) {
-            watching_.store(true);
-            table_->store().watch(std::dynamic_pointer_cast<KeyLimiter>(shared_from_this()),
-                                  table_->tmpl().lease_ttl / 3); // kicks it
+            watch(table_->store(), table_->tmpl().lease_ttl / 3, true);
         }
     }
     bool no_room() override { return table_->no_room(key_); }
 
 private:
-    void watch_once() {
-        if (!watching_.exchange(true)) {
-            table_->store().watch(std::dynamic_pointer_cast<KeyLimiter>(shared_from_this()),
-                                  table_->tmpl().lease_ttl / 3);
-        }
-    }
     std::shared_ptr<KeyTable> table_;
     KeyTable::Key key_;
-    std::atomic<bool> watching_{false};
 };
 } // namespace
 
@@ -222,6 +213,15 @@ std::uint64_t KeyTable::bytes() const noexcept {
 
 std::int64_t KeyTable::size() const noexcept {
     return head_of(data_).size.load();
+}
+
+std::uint32_t KeyTable::shard_of(const Key& key) const noexcept {
+    return static_cast<std::uint32_t>(key.hash % shards_);
+}
+
+SlidingWindowState KeyTable::window_of(Record& r) const noexcept {
+    const auto& v = tmpl_.params.values;
+    return SlidingWindowState::over(v[0], v[1], v[2], r.anchor, reinterpret_cast<AtomicPair*>(r.words()));
 }
 
 char* KeyTable::shard_records(std::uint32_t shard) const noexcept {
@@ -362,18 +362,13 @@ bool KeyTable::idle_locked(Record& r, Nanos now) const {
     const Nanos limit = now - idle_;
     switch (tmpl_.params.kind) {
     case Kind::Concurrency: return held_locked(r, monotonic_now(), true) == 0 && r.touched.load() <= limit;
-    case Kind::SlidingWindow: {
-        const auto& v = tmpl_.params.values;
-        const Nanos full =
-            SlidingWindowState::over(v[0], v[1], v[2], r.anchor, reinterpret_cast<AtomicPair*>(r.words())).full_at();
-        return full <= limit;
-    }
+    case Kind::SlidingWindow: return window_of(r).full_at() <= limit;
     default: return rule_->full_at(r.word().load(), r.anchor) <= limit;
     }
 }
 
 bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag) {
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     std::uint32_t holder = 0;
     std::uint32_t gen = 0;
     if (releases_permits()) {
@@ -387,9 +382,7 @@ bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag
             if (r != nullptr) {
                 switch (tmpl_.params.kind) {
                 case Kind::SlidingWindow: {
-                    const auto& v = tmpl_.params.values;
-                    auto st = SlidingWindowState::over(v[0], v[1], v[2], r->anchor,
-                                                       reinterpret_cast<AtomicPair*>(r->words()));
+                    auto st = window_of(*r);
                     return st.take(n, now, tag);
                 }
                 case Kind::Concurrency: {
@@ -435,7 +428,7 @@ bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag
 }
 
 bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos now) {
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     std::uint32_t holder = 0;
     if (releases_permits()) {
         holder = static_cast<std::uint32_t>(tag & 0xffff);
@@ -452,9 +445,7 @@ bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos
     }
     switch (tmpl_.params.kind) {
     case Kind::SlidingWindow: {
-        const auto& v = tmpl_.params.values;
-        SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
-            .give_back(n, tag, now);
+        window_of(*r).give_back(n, tag, now);
         return false;
     }
     case Kind::Concurrency: {
@@ -481,7 +472,7 @@ bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos
 }
 
 bool KeyTable::no_room(const Key& key) {
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     const Nanos now = store_->now();
     {
         RobustLock lock(lock_of(data_, shard));
@@ -495,7 +486,7 @@ bool KeyTable::no_room(const Key& key) {
 }
 
 std::int64_t KeyTable::available(const Key& key, Nanos now) {
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     Record* r = find_locked(shard, key, now, false);
     const auto& v = tmpl_.params.values;
@@ -503,16 +494,14 @@ std::int64_t KeyTable::available(const Key& key, Nanos now) {
         return size() < max_ ? v[0] : 0; // a new key: its full limit, if there is room for it
     }
     switch (tmpl_.params.kind) {
-    case Kind::SlidingWindow:
-        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
-            .available_at(now);
+    case Kind::SlidingWindow: return window_of(*r).available_at(now);
     case Kind::Concurrency: return v[0] - held_locked(*r, 0, false);
     default: return rule_->available(r->word().load(), r->anchor, now);
     }
 }
 
 Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     Record* r = find_locked(shard, key, now, false);
     const auto& v = tmpl_.params.values;
@@ -520,9 +509,7 @@ Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
         return needed <= v[0] ? 0 : kNever;
     }
     switch (tmpl_.params.kind) {
-    case Kind::SlidingWindow:
-        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
-            .time_until(needed, now);
+    case Kind::SlidingWindow: return window_of(*r).time_until(needed, now);
     case Kind::Concurrency: {
         if (v[0] - held_locked(*r, 0, false) < needed) {
             return kNever;
@@ -542,18 +529,15 @@ Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
 }
 
 Nanos KeyTable::full_at(const Key& key) {
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     const Nanos now = store_->now();
     Record* r = find_locked(shard, key, now, false);
     if (r == nullptr) {
         return now;
     }
-    const auto& v = tmpl_.params.values;
     switch (tmpl_.params.kind) {
-    case Kind::SlidingWindow:
-        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
-            .full_at();
+    case Kind::SlidingWindow: return window_of(*r).full_at();
     case Kind::Concurrency: return held_locked(*r, 0, false) == 0 ? r->touched.load() : kNever;
     default: return rule_->full_at(r->word().load(), r->anchor);
     }
@@ -563,7 +547,7 @@ std::unique_ptr<Projection> KeyTable::project(const Key& key) {
     if (releases_permits()) {
         return nullptr;
     }
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     const Nanos now = store_->now();
     Record* r = find_locked(shard, key, now, true);
@@ -575,8 +559,7 @@ std::unique_ptr<Projection> KeyTable::project(const Key& key) {
             SlidingWindowState::init_storage(words.get(), v[2]);
             return SlidingWindowState::over(v[0], v[1], v[2], now, words.get()).project();
         }
-        return SlidingWindowState::over(v[0], v[1], v[2], r->anchor, reinterpret_cast<AtomicPair*>(r->words()))
-            .project();
+        return window_of(*r).project();
     }
     if (r == nullptr) {
         return rule_->project(rule_->initial(now), now);
@@ -593,7 +576,7 @@ bool KeyTable::reclaim(const Key& key) {
     if (mono - last < kReclaimEvery || !last_reclaim_.compare_exchange_strong(last, mono)) {
         return false;
     }
-    const auto shard = static_cast<std::uint32_t>(key.hash % shards_);
+    const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     Record* r = find_locked(shard, key, store_->now(), false);
     if (r == nullptr) {

@@ -52,7 +52,7 @@ public:
     Nanos full_at() const override { return view_.available() >= view_.limit ? view_.full_since->load() : kNever; }
     bool queued() const noexcept override { return queued_requests() > 0; }
     void poll() override {
-        reclaim(false);
+        reclaim();
         recheck();
     }
 
@@ -63,7 +63,7 @@ protected:
             const std::uint32_t h = seg.holder();
             const std::uint32_t gen = seg.holder_generation(h);
             if (!view_.take(h, n)) {
-                if (reclaim(false)) {
+                if (reclaim()) {
                     continue; // a dead holder's permits came back: try again
                 }
                 return false;
@@ -73,7 +73,7 @@ protected:
                 view_.give_back(h, n, state_now());
                 continue;
             }
-            watch_once();
+            watch(*store_, lease_ttl_ / 3, false);
             tag = holder_tag(h, gen);
             return true;
         }
@@ -94,23 +94,14 @@ protected:
         }
     }
     std::unique_ptr<Projection> project() const override { return nullptr; }
-    void on_queued() override {
-        watching_.store(true);
-        store_->watch(std::dynamic_pointer_cast<SharedConcurrency>(shared_from_this()), lease_ttl_ / 3); // kicks it
-    }
+    void on_queued() override { watch(*store_, lease_ttl_ / 3, true); }
 
 private:
-    void watch_once() {
-        if (!watching_.exchange(true)) {
-            store_->watch(std::dynamic_pointer_cast<SharedConcurrency>(shared_from_this()), lease_ttl_ / 3);
-        }
-    }
-    /// Gives back the permits of holders found dead, at most every kReclaimEvery unless `force`;
-    /// true if any came back.
-    bool reclaim(bool force) {
+    /// Gives back the permits of holders found dead, at most every kReclaimEvery; true if any came back.
+    bool reclaim() {
         const Nanos now = monotonic_now();
         Nanos last = last_reclaim_.load();
-        if (!force && now - last < kReclaimEvery) {
+        if (now - last < kReclaimEvery) {
             return false;
         }
         if (!last_reclaim_.compare_exchange_strong(last, now)) {
@@ -131,12 +122,18 @@ private:
     ConcurrencyView view_;
     Nanos lease_ttl_;
     std::atomic<Nanos> last_reclaim_{0};
-    std::atomic<bool> watching_{false};
 };
 
 } // namespace
 
 // ---- the watcher ----
+
+void SharedLimiter::watch(Store& store, Nanos heartbeat_every, bool always) {
+    if (watching_.exchange(true) && !always) {
+        return;
+    }
+    store.watch(std::dynamic_pointer_cast<SharedLimiter>(shared_from_this()), heartbeat_every); // (kicks it)
+}
 
 struct Store::WatcherState {
     std::shared_ptr<Segment> segment;
@@ -389,18 +386,23 @@ void ConcurrencyView::settle(Pair s) const noexcept {
     state->compare_exchange(expected, make_state(seq, 0, available_of(s), 0));
 }
 
+Pair ConcurrencyView::settled() const noexcept {
+    for (;;) {
+        const Pair s = state->load();
+        if (pending_of(s) == 0) {
+            return s;
+        }
+        settle(s);
+    }
+}
+
 bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept {
     Pair s = state->hint();
     for (;;) {
         if (pending_of(s) != 0) {
             // Only a value the word really held may be settled: a hint can be torn (its two halves
             // from two writes), and would apply one change's delta under another's seq.
-            s = state->load();
-            if (pending_of(s) != 0) {
-                settle(s);
-                s = state->load();
-            }
-            continue;
+            s = settled();
         }
         const std::int64_t available = available_of(s);
         if (available < n) {
@@ -418,13 +420,8 @@ bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept 
 }
 
 std::int64_t ConcurrencyView::give_back(std::uint32_t holder, std::int64_t n, Nanos now) const noexcept {
-    Pair s = state->load();
+    Pair s = settled();
     for (;;) {
-        if (pending_of(s) != 0) {
-            settle(s);
-            s = state->load();
-            continue;
-        }
         // With nothing pending, every change up to this state is in the ledger; a change after it
         // fails the compare-and-swap below.
         const std::int64_t give = std::min(n, entry(holder).load().a);
@@ -439,6 +436,9 @@ std::int64_t ConcurrencyView::give_back(std::uint32_t holder, std::int64_t n, Na
                 full_since->store(now); // idle from the release that brought all back
             }
             return give;
+        }
+        if (pending_of(s) != 0) {
+            s = settled();
         }
     }
 }
@@ -457,10 +457,9 @@ void drain_holder(Segment& segment, std::uint32_t index) {
             continue;
         }
         if (slot.kind == Kind::Concurrency && slot.count == 2) {
-            const ConcurrencyView view = ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0]);
-            if (view.give_back(index, view.limit, monotonic_now()) > 0) {
-                segment.notify();
-            }
+            // (the caller, reclaim_holder, wakes the waiters once)
+            ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0])
+                .give_back(index, slot.values[0], monotonic_now());
         }
     }
 }

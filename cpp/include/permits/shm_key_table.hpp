@@ -20,6 +20,7 @@
 #include "permits/limiter.hpp"
 #include "permits/rule.hpp"
 #include "permits/shm_limiters.hpp"
+#include "permits/sliding_window.hpp"
 
 namespace permits::shm {
 
@@ -79,6 +80,9 @@ public:
 private:
     struct Record;
     struct Found;
+    std::uint32_t shard_of(const Key& key) const noexcept;
+    /// A sliding window key's state over its record (Kind::SlidingWindow only).
+    SlidingWindowState window_of(Record& r) const noexcept;
     char* shard_records(std::uint32_t shard) const noexcept;
     Record& record_at(std::uint32_t shard, std::uint32_t slot) const noexcept;
     /// Under the shard's lock: the key's record, created if absent when `create` (nullptr at the bound).

@@ -38,12 +38,22 @@ public:
     virtual void poll() = 0;
 };
 
+class Store;
+
 /// The shared limiters that are not the engine's own classes: a named concurrency limiter (its
 /// holders recorded) and a key's limiter of a per-key table.
 class SharedLimiter : public Limiter, public Watched {
 public:
     using Limiter::Limiter;
     bool shares_state() const noexcept override { return true; }
+
+protected:
+    /// Has `store`'s watcher serve this limiter and renew the process's heartbeat every
+    /// `heartbeat_every`: once (a holder's first grant), or again and kicked (`always`: a request queued).
+    void watch(Store& store, Nanos heartbeat_every, bool always);
+
+private:
+    std::atomic<bool> watching_{false};
 };
 
 /// A segment opened by this process, with the clock its limiters run on and its watcher thread.
@@ -111,6 +121,8 @@ struct ConcurrencyView {
     std::int64_t held_by(std::uint32_t holder) const noexcept;
     /// Applies a pending change (if any) to the ledger and clears it.
     void settle(Pair s) const noexcept;
+    /// The state word with nothing pending (settling what is), as it really is: never a hint.
+    Pair settled() const noexcept;
 };
 
 /// Gives back every permit holder `index` holds in every named concurrency limiter of the segment (it
