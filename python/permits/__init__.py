@@ -17,6 +17,7 @@ from .engine_limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
+from .errors import BackendError
 from .jobs import limit, throttle
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition
@@ -36,6 +37,7 @@ def __getattr__(name: str) -> str:
 
 
 __all__ = [
+    "BackendError",
     "ChainedLimiter",
     "ChainedPartitionedLimiter",
     "ConcurrencyLimiter",
