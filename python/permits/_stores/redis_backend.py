@@ -1,0 +1,264 @@
+"""The store limiters' backend on Redis: each step one Lua script (redis_scripts.py), run by
+EVALSHA and loaded again (EVAL) where the server answers NOSCRIPT (a restart, SCRIPT FLUSH, a
+Cluster node that never saw it).
+
+Keys: a name's state is a hash ``<prefix>{<tag>}:<name>`` and, for the sliding window and
+concurrency, a second key ``<prefix>{<tag>}~<name>``. ``<tag>`` is 16 hex digits of a hash of the
+name: both keys share one Cluster slot, different names spread over the slots, and the name itself
+(any bytes) is never part of the tag, so braces in it change nothing. Names and lease ids are
+passed in KEYS and ARGV, never into Lua source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import redis.exceptions
+
+from ..errors import BackendError
+from . import redis_scripts
+from .backend import Outcome
+from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client
+from .rules import KINDS, Rule
+
+#: How long a key outlives its rule's lifetime: the rounding to milliseconds and some slack.
+KEY_MARGIN_MS = 1000
+
+
+class _Script(NamedTuple):
+    source: str
+    sha: str
+
+
+def _script(source: str) -> _Script:
+    return _Script(source, hashlib.sha1(source.encode()).hexdigest())
+
+
+_TAKE = _script(redis_scripts.TAKE)
+_REFUND = _script(redis_scripts.REFUND)
+_RENEW = _script(redis_scripts.RENEW)
+_AVAILABLE = _script(redis_scripts.AVAILABLE)
+
+Name = str | bytes
+
+
+def _name_bytes(name: object) -> bytes:
+    if isinstance(name, str):
+        return name.encode("utf-8", "surrogatepass")  # any str, lone surrogates included
+    if isinstance(name, bytes | bytearray | memoryview):
+        return bytes(name)
+    raise TypeError(f"name must be str or bytes, got {type(name).__name__}")
+
+
+def _shown(name: object) -> str:
+    text = repr(name)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class RedisBackend:
+    """The :class:`~permits._stores.backend.Backend` of a Redis server, Cluster or Sentinel-managed
+    master. ``client`` is a redis-py client, sync or asyncio (``is_async``); ``prefix`` starts every
+    key (no braces: they would change the Cluster slot); no call waits longer than ``timeout``
+    seconds, whatever the client's own timeouts (``permits.BackendError`` instead)."""
+
+    def __init__(self, client: Any, *, prefix: str = "permits:", timeout: float = 1.0) -> None:
+        self.is_async: bool = is_async_client(client)
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"prefix must not contain '{{' or '}}' (a Cluster hash tag), got {prefix!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self._client = client
+        self._prefix = prefix.encode()
+        self._timeout = float(timeout)
+        self._bounded: Bounded | None = None  # built at the first sync step (a Cluster's connects)
+        self._lock = threading.Lock()
+
+    # ---- the steps ----
+
+    def take(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
+        self._sync_only("take")
+        keys, args = self._take_args(name, rule, n, lease_id, now_ns)
+        return self._outcome(name, rule, self._run(_TAKE, keys, args))
+
+    def refund(self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
+        self._sync_only("refund")
+        keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
+        self._check(name, rule, self._run(_REFUND, keys, args))
+
+    def renew(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+        self._sync_only("renew")
+        keys, args = self._renew_args(name, rule, lease_ids, now_ns)
+        self._check(name, rule, self._run(_RENEW, keys, args))
+
+    def available(self, name: Name, rule: Rule, now_ns: int | None) -> int:
+        self._sync_only("available")
+        keys, args = self._keys(name), self._rule_args(rule, now_ns)
+        return int(self._check(name, rule, self._run(_AVAILABLE, keys, args))[1])
+
+    async def take_async(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
+        self._async_only("take_async")
+        keys, args = self._take_args(name, rule, n, lease_id, now_ns)
+        return self._outcome(name, rule, await self._run_async(_TAKE, keys, args))
+
+    async def refund_async(
+        self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+    ) -> None:
+        self._async_only("refund_async")
+        keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
+        self._check(name, rule, await self._run_async(_REFUND, keys, args))
+
+    async def renew_async(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+        self._async_only("renew_async")
+        keys, args = self._renew_args(name, rule, lease_ids, now_ns)
+        self._check(name, rule, await self._run_async(_RENEW, keys, args))
+
+    async def available_async(self, name: Name, rule: Rule, now_ns: int | None) -> int:
+        self._async_only("available_async")
+        keys, args = self._keys(name), self._rule_args(rule, now_ns)
+        return int(self._check(name, rule, await self._run_async(_AVAILABLE, keys, args))[1])
+
+    def close(self) -> None:
+        """Closes the connections of the sync client the backend built (not the given client)."""
+        with self._lock:
+            bounded, self._bounded = self._bounded, None
+        if bounded is not None:
+            bounded.close()
+
+    # ---- keys and arguments ----
+
+    def keys_of(self, name: Name) -> tuple[bytes, bytes]:
+        """The state's hash and its second key (the sliding window's list, the leases' zset)."""
+        raw = _name_bytes(name)
+        base = self._prefix + b"{" + hashlib.blake2b(raw, digest_size=8).hexdigest().encode() + b"}"
+        return base + b":" + raw, base + b"~" + raw
+
+    def _keys(self, name: Name) -> list[bytes]:
+        return list(self.keys_of(name))
+
+    def _rule_args(self, rule: Rule, now_ns: int | None) -> list[str]:
+        if rule.kind not in KINDS:
+            raise ValueError(f"rule.kind must be one of {', '.join(KINDS)}, got {rule.kind!r}")
+        if rule.kind == "concurrency" and rule.lease_ttl_ns <= 0:
+            raise ValueError("a concurrency rule needs lease_ttl_ns > 0 (its leases' lifetime)")
+        if now_ns is None:
+            now = ""  # the server's TIME
+        elif isinstance(now_ns, int) and not isinstance(now_ns, bool) and now_ns >= 0:
+            now = str(now_ns)
+        else:
+            raise ValueError(f"now_ns must be None or a non-negative int, got {now_ns!r}")
+        ttl_ms = -(-rule.lifetime_ns // 1_000_000) + KEY_MARGIN_MS
+        return [
+            rule.signature,
+            rule.kind,
+            str(rule.limit),
+            str(rule.period_ns),
+            str(rule.amount),
+            str(ttl_ms),
+            now,
+            str(rule.lease_ttl_ns),
+        ]
+
+    def _take_args(
+        self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
+    ) -> tuple[list[bytes], list[str]]:
+        self._check_count(rule, n)
+        args = self._rule_args(rule, now_ns)
+        args.append(str(n))
+        if rule.kind == "concurrency":
+            if lease_id is not None:
+                args.append(lease_id)
+            elif n > 0:
+                raise ValueError("a concurrency take needs a lease_id (its lease is recorded under it)")
+        return self._keys(name), args
+
+    def _refund_args(
+        self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+    ) -> tuple[list[bytes], list[str]]:
+        self._check_count(rule, n)
+        if not isinstance(stamp, int) or stamp < 0:
+            raise ValueError(f"stamp must be a non-negative int (a take's Outcome.stamp), got {stamp!r}")
+        args = self._rule_args(rule, now_ns)
+        args += [str(n), str(stamp)]
+        if lease_id is not None:
+            args.append(lease_id)
+        return self._keys(name), args
+
+    def _renew_args(
+        self, name: Name, rule: Rule, lease_ids: Sequence[str], now_ns: int | None
+    ) -> tuple[list[bytes], list[str]]:
+        return self._keys(name), self._rule_args(rule, now_ns) + list(lease_ids)
+
+    @staticmethod
+    def _check_count(rule: Rule, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= rule.limit:
+            raise ValueError(f"n must be an int from 0 to the rule's limit {rule.limit}, got {n!r}")
+
+    # ---- answers ----
+
+    @staticmethod
+    def _check(name: Name, rule: Rule, reply: Any) -> Any:
+        if int(reply[0]) == 0:
+            stored = _text(reply[1])
+            raise ValueError(
+                f"the state of {_shown(name)} was made by the rule {stored}, not {rule.signature}: "
+                "stores sharing a prefix must give a name the same limit"
+            )
+        return reply
+
+    def _outcome(self, name: Name, rule: Rule, reply: Any) -> Outcome:
+        self._check(name, rule, reply)
+        return Outcome(bool(int(reply[1])), int(reply[2]), int(reply[3]), int(reply[4]))
+
+    # ---- running a script ----
+
+    def _sync_only(self, member: str) -> None:
+        if self.is_async:
+            raise TypeError(f"this RedisBackend has an asyncio client: use {member}_async, not {member}")
+
+    def _async_only(self, member: str) -> None:
+        if not self.is_async:
+            sync = member.removesuffix("_async")
+            raise TypeError(f"this RedisBackend has a sync client: use {sync}, not {member}")
+
+    def _unavailable(self, exc: BaseException) -> BackendError:
+        return BackendError(f"Redis could not be reached, or did not answer within {self._timeout} s: {exc!r}")
+
+    def _sync_client(self) -> Any:
+        with self._lock:
+            if self._bounded is None:
+                self._bounded = bounded_sync_client(self._client, self._timeout)
+            return self._bounded.client
+
+    def _run(self, script: _Script, keys: list[bytes], args: list[str]) -> Any:
+        try:
+            client = self._sync_client()
+            try:
+                return client.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                return client.eval(script.source, len(keys), *keys, *args)
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+
+    async def _run_async(self, script: _Script, keys: list[bytes], args: list[str]) -> Any:
+        client = self._client
+        try:
+            async with asyncio.timeout(self._timeout):
+                try:
+                    return await client.evalsha(script.sha, len(keys), *keys, *args)
+                except redis.exceptions.NoScriptError:
+                    return await client.eval(script.source, len(keys), *keys, *args)
+        except UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc

@@ -1,0 +1,528 @@
+"""The Lua scripts of the Redis backend: one per operation (TAKE, REFUND, RENEW, AVAILABLE), each
+run atomically by the server. Every script is the shared prelude (exact integers, the arguments,
+the state's header) followed by its own body.
+
+Why exact integers by hand: Redis runs Lua 5.1, whose numbers are doubles, exact only below 2**53.
+Times in nanoseconds since the epoch are ~1.8e18, and the sliding window counter compares
+``count * window`` products up to ~2**93, so every time, index and product is a "wide" integer
+(limbs of base 10**7 in a Lua array) and only counts (< 2**31) are plain numbers. Wide values are
+stored and passed as decimal strings, never as doubles.
+
+Calling convention (KEYS and ARGV only: names and lease ids never become Lua source):
+
+* KEYS[1]: the state's hash: ``sig`` (the rule's signature), ``anchor`` (ns), ``a``, ``b``, ``c``
+  (the state, as each kind defines it), and for concurrency one field ``l<lease id>`` per lease;
+  KEYS[2]: the sliding window's list of segment counts, or the concurrency leases by expiry (zset).
+* ARGV[1..8]: signature, kind, limit, period_ns, amount, key ttl (ms), now_ns ("" for the
+  server's TIME), lease_ttl_ns; then the operation's own arguments.
+* Answer: ``{0, stored signature}`` when the state belongs to another rule, else ``{1, ...}``.
+"""
+
+from __future__ import annotations
+
+# Exact non-negative integers ("wide"): little-endian arrays of base-10**7 limbs, no leading zero
+# limbs (zero is the empty array). A limb product is < 10**14 and sums of a few stay < 2**53.
+_WIDE = r"""
+local B = 10000000
+local function wnorm(a)
+  local i = #a
+  while i > 0 and a[i] == 0 do a[i] = nil; i = i - 1 end
+  return a
+end
+-- from a plain non-negative integer (< 2**53)
+local function wnum(x)
+  local a = {}
+  while x > 0 do local r = x % B; a[#a + 1] = r; x = (x - r) / B end
+  return a
+end
+-- from a decimal string (what ARGV and the state hold)
+local function wstr(s)
+  local a, i = {}, #s
+  while i > 0 do
+    local j = math.max(1, i - 6)
+    a[#a + 1] = tonumber(string.sub(s, j, i))
+    i = j - 1
+  end
+  return wnorm(a)
+end
+local function wfmt(a)
+  if #a == 0 then return '0' end
+  local parts = {string.format('%d', a[#a])}
+  for i = #a - 1, 1, -1 do parts[#parts + 1] = string.format('%07d', a[i]) end
+  return table.concat(parts)
+end
+-- a plain number again: only for values known to be small (< 2**53)
+local function wval(a)
+  local v = 0
+  for i = #a, 1, -1 do v = v * B + a[i] end
+  return v
+end
+local function wcmp(a, b)
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  for i = #a, 1, -1 do
+    if a[i] ~= b[i] then return a[i] < b[i] and -1 or 1 end
+  end
+  return 0
+end
+local function wmax(a, b) return wcmp(a, b) >= 0 and a or b end
+local function wadd(a, b)
+  local r, c = {}, 0
+  for i = 1, math.max(#a, #b) do
+    local s = (a[i] or 0) + (b[i] or 0) + c
+    if s >= B then r[i] = s - B; c = 1 else r[i] = s; c = 0 end
+  end
+  if c > 0 then r[#r + 1] = c end
+  return r
+end
+-- a - b, for a >= b
+local function wsub(a, b)
+  local r, c = {}, 0
+  for i = 1, #a do
+    local s = a[i] - (b[i] or 0) - c
+    if s < 0 then r[i] = s + B; c = 1 else r[i] = s; c = 0 end
+  end
+  return wnorm(r)
+end
+-- a * d for a plain 0 <= d < B
+local function wmuls(a, d)
+  local r, c = {}, 0
+  for i = 1, #a do
+    local t = a[i] * d + c
+    c = math.floor(t / B)
+    r[i] = t - c * B
+  end
+  if c > 0 then r[#r + 1] = c end
+  return wnorm(r)
+end
+local function wmul(a, b)
+  if #a == 0 or #b == 0 then return {} end
+  local r = {}
+  for i = 1, #a + #b do r[i] = 0 end
+  for i = 1, #a do
+    local c = 0
+    for j = 1, #b do
+      local t = r[i + j - 1] + a[i] * b[j] + c
+      c = math.floor(t / B)
+      r[i + j - 1] = t - c * B
+    end
+    local k = i + #b
+    while c > 0 do
+      local t = r[k] + c
+      c = math.floor(t / B)
+      r[k] = t - c * B
+      k = k + 1
+    end
+  end
+  return wnorm(r)
+end
+-- a / B**k, approximately (its top limbs as a double): for estimating quotient limbs only
+local function wapprox(a, k)
+  local v = 0
+  for i = #a, math.max(1, #a - 3), -1 do v = v + a[i] * B ^ (i - 1 - k) end
+  return v
+end
+-- floor(a / b) and a % b, for b > 0: long division, each quotient limb estimated with doubles
+-- and then corrected exactly (so the estimate's rounding never matters, only its speed)
+local function wdivmod(a, b)
+  local q, r = {}, {}
+  for i = #a, 1, -1 do
+    table.insert(r, 1, a[i])
+    wnorm(r)
+    local d = 0
+    if wcmp(r, b) >= 0 then
+      d = math.floor(wapprox(r, #b - 1) / wapprox(b, #b - 1))
+      if d >= B then d = B - 1 end
+      local t = wmuls(b, d)
+      while wcmp(t, r) > 0 do d = d - 1; t = wsub(t, b) end
+      r = wsub(r, t)
+      while wcmp(r, b) >= 0 do d = d + 1; r = wsub(r, b) end
+    end
+    q[i] = d
+  end
+  return wnorm(q), r
+end
+local function wdiv(a, b) local q = wdivmod(a, b); return q end
+-- floor(a / b) for plain non-negative integers with a + b < 2**53: the double quotient, corrected
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function iceil(a, b) return idiv(a + b - 1, b) end
+"""
+
+# The arguments, the time of the step and the state's header; answers {0, sig} on a mismatch.
+_PRELUDE = (
+    _WIDE
+    + r"""
+local H, X = KEYS[1], KEYS[2]
+local SIG, KIND = ARGV[1], ARGV[2]
+local LIMIT, AMOUNT = tonumber(ARGV[3]), tonumber(ARGV[5])
+local PERIOD = wstr(ARGV[4])
+local TTL_MS = tonumber(ARGV[6])
+local NOW_S = ARGV[7]
+if NOW_S == '' then
+  -- the server's clock: seconds and microseconds, joined as a decimal string (no double)
+  local t = redis.call('TIME')
+  NOW_S = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
+end
+local NOW = wstr(NOW_S)
+local LEASE_TTL = wstr(ARGV[8])
+local ZERO = {}
+
+local F = redis.call('HMGET', H, 'sig', 'anchor', 'a', 'b', 'c')
+if F[1] and F[1] ~= SIG then return {0, F[1]} end
+local EXISTS = F[1] ~= false
+local ANCHOR = EXISTS and wstr(F[2]) or NOW
+-- time since the anchor; a clock read before the anchor (a server's clock stepped back) counts as it
+local SINCE = wcmp(NOW, ANCHOR) > 0 and wsub(NOW, ANCHOR) or ZERO
+
+local function index_of(length) return wdiv(SINCE, length) end
+local function start_of(index, length) return wadd(ANCHOR, wmul(index, length)) end
+-- nanoseconds from now until `at` (0 if past), as a decimal string
+local function wait_until(at)
+  if wcmp(at, NOW) > 0 then return wfmt(wsub(at, NOW)) end
+  return '0'
+end
+-- the state's fields a, b, c (those not given are removed); the keys live TTL_MS past the change
+local function save(a, b, c)
+  redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'a', a, 'b', b)
+  if c ~= nil then redis.call('HSET', H, 'c', c) end
+  redis.call('PEXPIRE', H, TTL_MS)
+  redis.call('PEXPIRE', X, TTL_MS) -- the sliding window's list lives as long as its header
+end
+
+-- token bucket: a = period index of the last change, b = tokens then.
+-- Returns the period index now (never before a) and the tokens in it.
+local function tb_view()
+  local sp = EXISTS and wstr(F[3]) or ZERO
+  local tokens = EXISTS and tonumber(F[4]) or LIMIT
+  local p = wmax(index_of(PERIOD), sp)
+  if tokens < LIMIT and wcmp(p, sp) > 0 then
+    local periods = wsub(p, sp)
+    local to_full = iceil(LIMIT - tokens, AMOUNT)
+    if wcmp(periods, wnum(to_full)) >= 0 then tokens = LIMIT else tokens = tokens + wval(periods) * AMOUNT end
+  end
+  return p, tokens
+end
+
+-- fixed window: a = window index of the last change, b = permits counted in it.
+-- Returns the window now (never before a), the permits used in it, and the window of the clock.
+local function fw_view()
+  local sw = EXISTS and wstr(F[3]) or ZERO
+  local count = EXISTS and tonumber(F[4]) or 0
+  local idx = index_of(PERIOD)
+  local w = wmax(idx, sw)
+  return w, (wcmp(w, sw) == 0) and count or 0, idx
+end
+
+-- sliding window counter: a = window index, b = previous window's count, c = current's.
+-- Returns the window now (never before a), its counts, the ns elapsed in it, and the clock's window.
+local function swc_view()
+  local sw = EXISTS and wstr(F[3]) or ZERO
+  local prev = EXISTS and tonumber(F[4]) or 0
+  local cur = EXISTS and tonumber(F[5]) or 0
+  local idx, rem = wdivmod(SINCE, PERIOD)
+  local w = wmax(idx, sw)
+  local c = wcmp(w, sw)
+  if c > 0 then
+    if wcmp(w, wadd(sw, {1})) == 0 then prev, cur = cur, 0 else prev, cur = 0, 0 end
+  end
+  -- a stored window ahead of the clock's: none of it has elapsed
+  local elapsed = (wcmp(w, idx) == 0) and rem or ZERO
+  return w, prev, cur, elapsed, idx
+end
+-- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0
+local function swc_available(prev, cur, elapsed)
+  local room = wmul(wnum(LIMIT - cur), PERIOD)
+  local weight = wmul(wnum(prev), wsub(PERIOD, elapsed))
+  if wcmp(room, weight) <= 0 then return 0 end
+  return wval(wdiv(wsub(room, weight), PERIOD))
+end
+
+-- sliding window: a = head (the segment of the last grant), b = permits held in the list X,
+-- whose items are "segment:count", oldest first, pruned to the head's window.
+local SEG = (KIND == 'sliding_window') and wdiv(PERIOD, wnum(AMOUNT)) or ZERO
+local function sw_entry(item)
+  local j, count = string.match(item, '^(%d+):(%d+)$')
+  return wstr(j), tonumber(count)
+end
+-- The segment now (never before the head), and the permits held in its window (the list's total
+-- less the items that left the window since the head's segment).
+local function sw_view()
+  local head = EXISTS and wstr(F[3]) or ZERO
+  local total = EXISTS and tonumber(F[4]) or 0
+  local p = wmax(index_of(SEG), head)
+  local used = total
+  if wcmp(p, head) > 0 then
+    local i = 0
+    while true do
+      local item = redis.call('LINDEX', X, i)
+      if not item then break end
+      local j, count = sw_entry(item)
+      if wcmp(wadd(j, wnum(AMOUNT)), p) > 0 then break end -- still inside p's window
+      used = used - count
+      i = i + 1
+    end
+  end
+  return p, used, head, total
+end
+
+-- concurrency: b = permits held; a field 'l<id>' = "count:expiry" per lease, and X scores each
+-- lease id by its expiry (as a double: only to find the candidates, each checked exactly).
+-- Returns `held` less the expired leases' permits; with `write`, those leases are removed.
+local function cc_drop_expired(held, write)
+  local ids = redis.call('ZRANGEBYSCORE', X, '-inf', NOW_S)
+  for _, id in ipairs(ids) do
+    local v = redis.call('HGET', H, 'l' .. id)
+    if not v then
+      if write then redis.call('ZREM', X, id) end
+    else
+      local count, expiry = string.match(v, '^(%d+):(%d+)$')
+      if wcmp(wstr(expiry), NOW) <= 0 then
+        held = held - tonumber(count)
+        if write then redis.call('HDEL', H, 'l' .. id); redis.call('ZREM', X, id) end
+      end
+    end
+  end
+  return held
+end
+local function cc_save(held)
+  redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'b', held)
+  -- both keys outlive the latest lease: extended, never shortened (holders choose their ttl)
+  for _, key in ipairs({H, X}) do
+    if redis.call('PTTL', key) < TTL_MS then redis.call('PEXPIRE', key, TTL_MS) end
+  end
+end
+"""
+)
+
+#: One step: ARGV[9] = n, ARGV[10] = the lease id (concurrency). Answers {1, granted (0/1),
+#: available after, retry_after ns ("-1": none), stamp}.
+TAKE = (
+    _PRELUDE
+    + r"""
+local n = tonumber(ARGV[9])
+local needed = math.max(n, 1)
+-- a new state must not find an aux key left by an older one
+if not EXISTS then redis.call('DEL', X) end
+
+if KIND == 'token_bucket' then
+  local p, tokens = tb_view()
+  if n == 0 and tokens > 0 or n > 0 and tokens >= n then
+    if n > 0 or not EXISTS then save(wfmt(p), tokens - n) end
+    return {1, 1, tokens - n, '-1', wfmt(p)}
+  end
+  -- tokens arrive `amount` at a time, at each period's start
+  local at = start_of(wadd(p, wnum(iceil(needed - tokens, AMOUNT))), PERIOD)
+  return {1, 0, tokens, wait_until(at), '0'}
+
+elseif KIND == 'fixed_window' then
+  local w, used = fw_view()
+  local free = LIMIT - used
+  if n == 0 and free > 0 or n > 0 and free >= n then
+    if n > 0 or not EXISTS then save(wfmt(w), used + n) end
+    return {1, 1, free - n, '-1', wfmt(w)}
+  end
+  local at = start_of(wadd(w, wnum(iceil(needed - free, LIMIT))), PERIOD)
+  return {1, 0, free, wait_until(at), '0'}
+
+elseif KIND == 'sliding_window_counter' then
+  local w, prev, cur, elapsed = swc_view()
+  local ok
+  if n == 0 then
+    ok = swc_available(prev, cur, elapsed) > 0
+  else
+    -- prev * (W - elapsed) + (cur + n) * W <= limit * W
+    ok = LIMIT - cur - n >= 0
+      and wcmp(wmul(wnum(prev), wsub(PERIOD, elapsed)), wmul(wnum(LIMIT - cur - n), PERIOD)) <= 0
+  end
+  if ok then
+    if n > 0 or not EXISTS then save(wfmt(w), prev, cur + n) end
+    return {1, 1, swc_available(prev, cur + n, elapsed), '-1', wfmt(w)}
+  end
+  -- The earliest time the estimate admits `needed`: in this window, else in the next one (where
+  -- this window's count is the previous one). Elapsed e with prev*(W - e) <= spare*W, rounded up.
+  local function earliest(win, p, c)
+    local spare = LIMIT - c - needed
+    if spare < 0 then return nil end
+    local start = start_of(win, PERIOD)
+    if p == 0 then return start end
+    local slack = wdiv(wmul(wnum(spare), PERIOD), wnum(p))
+    if wcmp(slack, PERIOD) >= 0 then return start end
+    return wadd(start, wsub(PERIOD, slack))
+  end
+  local at = earliest(w, prev, cur) or earliest(wadd(w, {1}), cur, 0)
+  return {1, 0, swc_available(prev, cur, elapsed), wait_until(at), '0'}
+
+elseif KIND == 'sliding_window' then
+  local p, used, head, total = sw_view()
+  local free = LIMIT - used
+  if n == 0 and free > 0 or n > 0 and free >= n then
+    if n > 0 then
+      if wcmp(p, head) > 0 then
+        -- the head moves on: the items that left its window go
+        while true do
+          local item = redis.call('LINDEX', X, 0)
+          if not item then break end
+          local j = sw_entry(item)
+          if wcmp(wadd(j, wnum(AMOUNT)), p) > 0 then break end
+          redis.call('LPOP', X)
+        end
+        redis.call('RPUSH', X, wfmt(p) .. ':' .. n)
+      else
+        local last = redis.call('LINDEX', X, -1)
+        local j, count
+        if last then j, count = sw_entry(last) end
+        if last and wcmp(j, p) == 0 then
+          redis.call('LSET', X, -1, wfmt(p) .. ':' .. (count + n))
+        else
+          redis.call('RPUSH', X, wfmt(p) .. ':' .. n)
+        end
+      end
+      redis.call('PEXPIRE', X, TTL_MS)
+      save(wfmt(p), used + n)
+    elseif not EXISTS then
+      save('0', 0)
+    end
+    return {1, 1, free - n, '-1', wfmt(p)}
+  end
+  -- Walk the window's segments oldest first: when segment j leaves (at the start of j + amount)
+  -- its permits come back.
+  local items = redis.call('LRANGE', X, 0, -1)
+  local at = nil
+  for _, item in ipairs(items) do
+    local j, count = sw_entry(item)
+    local leaves = wadd(j, wnum(AMOUNT))
+    if wcmp(leaves, p) > 0 then
+      free = free + count
+      if free >= needed then at = start_of(leaves, SEG); break end
+    end
+  end
+  if at == nil then at = start_of(wadd(p, wnum(AMOUNT)), SEG) end -- unreachable: needed <= limit
+  return {1, 0, LIMIT - used, wait_until(at), '0'}
+
+else -- concurrency
+  local id = ARGV[10]
+  local held = EXISTS and tonumber(F[4]) or 0
+  held = cc_drop_expired(held, true)
+  local expiry = wfmt(wadd(NOW, LEASE_TTL))
+  local granted = true
+  local known = id and redis.call('HGET', H, 'l' .. id)
+  if known then
+    -- a retried take: granted again, counted once, its expiry as the retry sets it
+    local count = string.match(known, '^(%d+):')
+    redis.call('HSET', H, 'l' .. id, count .. ':' .. expiry)
+    redis.call('ZADD', X, expiry, id)
+  elseif n == 0 then
+    granted = held < LIMIT
+  elseif held + n <= LIMIT then
+    held = held + n
+    redis.call('HSET', H, 'l' .. id, n .. ':' .. expiry)
+    redis.call('ZADD', X, expiry, id)
+  else
+    granted = false
+  end
+  cc_save(held)
+  return {1, granted and 1 or 0, LIMIT - held, '-1', '0'}
+end
+"""
+)
+
+#: Undoes a grant: ARGV[9] = n, ARGV[10] = the grant's stamp, ARGV[11] = the lease id
+#: (concurrency). Answers {1}.
+REFUND = (
+    _PRELUDE
+    + r"""
+if not EXISTS then return {1} end -- the state is gone: as good as new already
+local n = tonumber(ARGV[9])
+local tag = wstr(ARGV[10])
+
+if KIND == 'token_bucket' then
+  local p, tokens = tb_view()
+  -- only what the bucket could not have refilled since the grant's period comes back
+  local periods = wcmp(p, tag) > 0 and wsub(p, tag) or ZERO
+  if wcmp(periods, wnum(iceil(n, AMOUNT))) >= 0 then return {1} end
+  save(wfmt(p), math.min(LIMIT, tokens + n - wval(periods) * AMOUNT))
+
+elseif KIND == 'fixed_window' or KIND == 'sliding_window_counter' then
+  -- only while the grant's window is the state's and the clock's
+  if wcmp(wstr(F[3]), tag) == 0 and wcmp(index_of(PERIOD), tag) == 0 then
+    if KIND == 'fixed_window' then
+      save(F[3], math.max(0, tonumber(F[4]) - n))
+    else
+      save(F[3], F[4], math.max(0, tonumber(F[5]) - n))
+    end
+  end
+
+elseif KIND == 'sliding_window' then
+  -- only while the grant's segment is the head and the clock's segment
+  if wcmp(wstr(F[3]), tag) == 0 and wcmp(index_of(SEG), tag) == 0 then
+    local last = redis.call('LINDEX', X, -1)
+    if last then
+      local j, count = sw_entry(last)
+      if wcmp(j, tag) == 0 then
+        local left = math.max(0, count - n)
+        redis.call('LSET', X, -1, F[3] .. ':' .. left)
+        save(F[3], tonumber(F[4]) - (count - left))
+      end
+    end
+  end
+
+else -- concurrency: the lease's release
+  local held = cc_drop_expired(tonumber(F[4]), true)
+  local id = ARGV[11]
+  local v = id and redis.call('HGET', H, 'l' .. id)
+  if v then
+    held = held - tonumber(string.match(v, '^(%d+):'))
+    redis.call('HDEL', H, 'l' .. id)
+    redis.call('ZREM', X, id)
+  end
+  cc_save(held)
+end
+return {1}
+"""
+)
+
+#: Concurrency: ARGV[9..] = lease ids, whose expiry becomes now + lease_ttl (those still recorded).
+#: Answers {1}.
+RENEW = (
+    _PRELUDE
+    + r"""
+if not EXISTS or KIND ~= 'concurrency' then return {1} end
+local held = cc_drop_expired(tonumber(F[4]), true)
+local expiry = wfmt(wadd(NOW, LEASE_TTL))
+for i = 9, #ARGV do
+  local id = ARGV[i]
+  local v = redis.call('HGET', H, 'l' .. id)
+  if v then
+    redis.call('HSET', H, 'l' .. id, string.match(v, '^(%d+):') .. ':' .. expiry)
+    redis.call('ZADD', X, expiry, id)
+  end
+end
+cc_save(held)
+return {1}
+"""
+)
+
+#: The permits a request would find now; writes nothing. Answers {1, available}.
+AVAILABLE = (
+    _PRELUDE
+    + r"""
+if not EXISTS then return {1, LIMIT} end
+if KIND == 'token_bucket' then
+  local _, tokens = tb_view()
+  return {1, tokens}
+elseif KIND == 'fixed_window' then
+  local _, used = fw_view()
+  return {1, LIMIT - used}
+elseif KIND == 'sliding_window_counter' then
+  local _, prev, cur, elapsed = swc_view()
+  return {1, swc_available(prev, cur, elapsed)}
+elseif KIND == 'sliding_window' then
+  local _, used = sw_view()
+  return {1, LIMIT - used}
+end
+return {1, LIMIT - cc_drop_expired(tonumber(F[4]), false)}
+"""
+)
