@@ -26,10 +26,6 @@ from .backend import Outcome
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client
 from .rules import KINDS, Rule
 
-#: How long a key outlives its rule's lifetime: the rounding to milliseconds and some slack.
-KEY_MARGIN_MS = 1000
-
-
 class _Script(NamedTuple):
     source: str
     sha: str
@@ -69,6 +65,10 @@ class RedisBackend:
     master. ``client`` is a redis-py client, sync or asyncio (``is_async``); ``prefix`` starts every
     key (no braces: they would change the Cluster slot); no call waits longer than ``timeout``
     seconds, whatever the client's own timeouts (``permits.BackendError`` instead)."""
+
+    #: How long a key outlives its rule's lifetime (rounding to ms, slack). Tests whose clock is a
+    #: ManualClock raise it: there a rule's lifetime says nothing about the real time between steps.
+    key_margin_ms: int = 1000
 
     def __init__(self, client: Any, *, prefix: str = "permits:", timeout: float = 1.0) -> None:
         self.is_async: bool = is_async_client(client)
@@ -159,7 +159,7 @@ class RedisBackend:
             now = str(now_ns)
         else:
             raise ValueError(f"now_ns must be None or a non-negative int, got {now_ns!r}")
-        ttl_ms = -(-rule.lifetime_ns // 1_000_000) + KEY_MARGIN_MS
+        ttl_ms = -(-rule.lifetime_ns // 1_000_000) + self.key_margin_ms
         return [
             rule.signature,
             rule.kind,

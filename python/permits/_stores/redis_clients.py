@@ -68,7 +68,7 @@ def _no_retry() -> Retry:
 
 def _bounded_kwargs(kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
     out = dict(kwargs)
-    out.update(socket_timeout=timeout, socket_connect_timeout=timeout, retry=_no_retry(), retry_on_timeout=False)
+    out.update(socket_timeout=timeout, socket_connect_timeout=timeout, retry=_no_retry())
     return out
 
 
