@@ -26,6 +26,7 @@ from .backend import Outcome
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client
 from .rules import KINDS, Rule
 
+
 class _Script(NamedTuple):
     source: str
     sha: str
