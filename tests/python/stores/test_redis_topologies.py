@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from permits import specs
 from permits._stores import redis_scripts
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.rules import Rule, rule_of
+from permits.errors import BackendError
 
 S = 10**9
 
@@ -147,3 +149,67 @@ async def test_an_asyncio_client_from_a_sentinel(redis_sentinel: Any) -> None:
 def test_a_sentinel_itself_is_not_a_client(redis_sentinel: Any) -> None:
     with pytest.raises(TypeError, match="client"):
         RedisBackend(redis_sentinel.sentinel())
+
+
+# ---- hung servers ----
+
+TIMEOUT = 0.5
+
+
+async def assert_backend_error_in_time(step: Any) -> None:
+    started = time.monotonic()
+    with pytest.raises(BackendError):
+        await step
+    assert time.monotonic() - started < TIMEOUT + 1.0
+
+
+@pytest.mark.parametrize("mode", ["sync", "asyncio"])
+async def test_a_hung_cluster_master_fails_its_names_only(redis_cluster: Any, mode: str) -> None:
+    """A master stopped (SIGSTOP, for less than the cluster's node timeout: no failover): its
+    names raise within the timeout, the other masters' names step on, and all do once it goes on."""
+    client = redis_cluster.client(socket_timeout=None) if mode == "sync" else redis_cluster.async_client()
+    try:
+        store = backend(client, timeout=TIMEOUT)
+        steps = Steps(store)
+        the_rule = rule("fixed_window", limit=5)
+        names = [f"hung-{i}" for i in range(30)]
+        for name in names:
+            assert (await steps.take(name, the_rule, 1, None, 0)).granted
+        victim = redis_cluster.nodes[1]
+        on_victim = [n for n in names if client.get_node_from_key(store.keys_of(n)[0]).port == victim.port]
+        assert on_victim and len(on_victim) < len(names)
+        victim.pause()
+        try:
+            for name in on_victim[:2]:
+                await assert_backend_error_in_time(steps.available(name, the_rule, 0))
+            for name in names:
+                if name not in on_victim:
+                    assert (await steps.take(name, the_rule, 1, None, 0)).available == 3
+        finally:
+            victim.resume()
+        for name in names:
+            assert await steps.available(name, the_rule, 0) == (4 if name in on_victim else 3)
+    finally:
+        if mode == "sync":
+            client.close()
+        else:
+            await client.aclose()
+
+
+def test_a_hung_sentinel_bounds_the_masters_discovery(redis_sentinel: Any) -> None:
+    """A new backend must ask the sentinel for the master: a stopped sentinel makes that a
+    BackendError within the timeout (the given Sentinel has no socket timeout at all)."""
+    sentinel = redis_sentinel.sentinel(socket_timeout=None)
+    client = sentinel.master_for(redis_sentinel.service_name, socket_timeout=None)
+    store = backend(client, timeout=TIMEOUT)
+    redis_sentinel.sentinel_process.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendError):
+            store.available("discovered", rule("fixed_window"), 0)
+        assert time.monotonic() - started < TIMEOUT + 1.0
+    finally:
+        redis_sentinel.sentinel_process.resume()
+    assert store.take("discovered", rule("fixed_window"), 2, None, 0).granted
+    store.close()
+    client.close()
