@@ -16,13 +16,13 @@ import hashlib
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis.exceptions
 
 from ..errors import BackendError
 from . import redis_scripts
-from .backend import Outcome
+from .backend import Backend, Outcome
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client
 from .rules import KINDS, Rule
 
@@ -263,3 +263,9 @@ class RedisBackend:
                     return await client.eval(script.source, len(keys), *keys, *args)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
+
+
+if TYPE_CHECKING:  # mypy checks that the class is a Backend
+
+    def _is_backend(backend: RedisBackend) -> Backend:
+        return backend

@@ -1,3 +1,11 @@
 """The store tests' servers (tests/python/_servers)."""
 
-from _servers.redis import *  # noqa: F403
+import importlib.util
+import os
+
+if importlib.util.find_spec("redis") is None and os.environ.get("CI") != "true":
+    # redis-py (pip install "redis>=5") is missing: the Redis tests cannot even be imported.
+    # Under CI they are collected anyway, and fail.
+    collect_ignore_glob = ["test_redis_*.py"]
+else:
+    from _servers.redis import *  # noqa: F403
