@@ -7,6 +7,10 @@ concurrency, a second key ``<prefix>{<tag>}~<name>``. ``<tag>`` is 16 hex digits
 name: both keys share one Cluster slot, different names spread over the slots, and the name itself
 (any bytes) is never part of the tag, so braces in it change nothing. Names and lease ids are
 passed in KEYS and ARGV, never into Lua source.
+
+Stamps are the engine's tags: the window, segment or (token bucket) period index of the grant, so
+that a refund does what the engine's does (a token bucket gives back only what it could not have
+refilled since the grant's period).
 """
 
 from __future__ import annotations
