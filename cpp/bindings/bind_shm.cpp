@@ -64,9 +64,6 @@ shm::Params template_params(const EngineSpec& spec, Nanos lease_ttl) {
 
 void bind_shm(py::module_& m) {
     using shm::Store;
-    m.def(
-        "_key_bytes", [](py::handle resource) { return py::bytes(key_of(resource)); }, py::arg("resource"),
-        "_key_bytes(resource)\n--\n\nA partition key as the engine encodes it (its type included).");
     py::class_<Store, std::shared_ptr<Store>>(m, "ShmStore")
         .def(py::init([](const std::string& name, std::uint64_t capacity, unsigned mode, std::shared_ptr<Clock> clock) {
                  const auto kind = dynamic_cast<ManualClock*>(clock.get()) != nullptr ? shm::ClockKind::Manual

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "args.hpp"
+#include "key_encoding.hpp"
 #include "lease_type.hpp"
 #include "permits/clock.hpp"
 #include "permits/outcome.hpp"
@@ -41,6 +42,11 @@ PYBIND11_MODULE(_core, m) {
     permits::bind::bind_engine_lease_wait(m);
     permits::bind::bind_loop_bridge(m);
     permits::bind::bind_shm(m);
+    // Every platform: the stores (shared memory, Redis, PostgreSQL) name a key's state by it.
+    m.def(
+        "_key_bytes", [](py::handle resource) { return py::bytes(permits::bind::key_of(resource)); },
+        py::arg("resource"),
+        "_key_bytes(resource)\n--\n\nA partition key as the engine encodes it (its type included).");
     m.def(
         "_engine_pending_timers", [] { return permits::EngineThread::instance().pending(); },
         "Timers the engine thread holds (for tests).");

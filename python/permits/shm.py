@@ -16,6 +16,7 @@ from typing import Any
 from . import _core, specs
 from ._core import Lease, LimiterClosedError
 from ._durations import Duration, duration_ns, timeout_ns
+from ._stores.factories import StoreFactories
 from .awaitables import LeaseWait
 from .clock import ManualClock, MonotonicClock
 from .engine_limiters import _EngineLimiter, _queue_limit, _queue_order
@@ -176,7 +177,7 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         return f"<SharedKeyedLimiter name={self.name!r} partitions={self.partition_count}>"
 
 
-class SharedMemoryStore:
+class SharedMemoryStore(StoreFactories):
     """Limiters shared by the processes of one host, in the segment ``/dev/shm/permits.<name>``.
 
     ``capacity`` is the room for keys of the per-key limiters (``partitioned``); ``mode`` who may
@@ -205,69 +206,7 @@ class SharedMemoryStore:
         self._limiters: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
 
-    # ---- limiters ----
-    def token_bucket(
-        self,
-        name: str,
-        token_limit: int,
-        tokens_per_period: int,
-        replenishment_period: Duration,
-        *,
-        queue_limit: int | None = None,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-    ) -> RateLimiter:
-        spec = specs.TokenBucket(token_limit, tokens_per_period, replenishment_period)
-        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
-
-    def fixed_window(
-        self,
-        name: str,
-        permit_limit: int,
-        window: Duration,
-        *,
-        queue_limit: int | None = None,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-    ) -> RateLimiter:
-        spec = specs.FixedWindow(permit_limit, window)
-        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
-
-    def sliding_window(
-        self,
-        name: str,
-        permit_limit: int,
-        window: Duration,
-        segments_per_window: int,
-        *,
-        queue_limit: int | None = None,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-    ) -> RateLimiter:
-        spec = specs.SlidingWindow(permit_limit, window, segments_per_window)
-        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
-
-    def sliding_window_counter(
-        self,
-        name: str,
-        permit_limit: int,
-        window: Duration,
-        *,
-        queue_limit: int | None = None,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-    ) -> RateLimiter:
-        spec = specs.SlidingWindowCounter(permit_limit, window)
-        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
-
-    def concurrency(
-        self,
-        name: str,
-        permit_limit: int,
-        *,
-        lease_ttl: Duration = 60.0,
-        queue_limit: int | None = None,
-        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
-    ) -> RateLimiter:
-        spec = specs.Concurrency(permit_limit)
-        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order, lease_ttl=lease_ttl)
-
+    # ---- limiters (token_bucket... from StoreFactories: each a limiter() of its spec) ----
     def limiter(
         self,
         name: str,

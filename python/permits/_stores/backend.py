@@ -71,28 +71,32 @@ class Backend(Protocol):
 
     is_async: bool
 
-    def take(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome: ...
+    def take(self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome: ...
 
-    def refund(self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
+    def refund(
+        self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+    ) -> None:
         """Undoes a grant: tokens go back (at most up to ``limit``); a window's or segment's count
         goes down by ``n`` if ``stamp`` is still the current window (a segment still inside the
         window); a concurrency lease is removed (its release)."""
 
-    def renew(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+    def renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
         """Concurrency: the leases' expiry becomes ``now + lease_ttl_ns`` (those still recorded)."""
 
-    def available(self, name: str, rule: Rule, now_ns: int | None) -> int:
+    def available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         """The permits a request would find now (for the counter: its ``available``); reads only."""
 
-    async def take_async(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome: ...
+    async def take_async(
+        self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
+    ) -> Outcome: ...
 
     async def refund_async(
-        self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+        self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> None: ...
 
-    async def renew_async(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None: ...
+    async def renew_async(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None: ...
 
-    async def available_async(self, name: str, rule: Rule, now_ns: int | None) -> int: ...
+    async def available_async(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int: ...
 
     def close(self) -> None:
         """Releases what the backend opened itself (not a client or pool it was given)."""

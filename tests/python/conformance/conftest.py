@@ -18,6 +18,8 @@ else changes: every test then runs against it.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -134,6 +136,62 @@ def shm_per_key(kind: str) -> Factory:
     return factory
 
 
+# ---- stores in a server: one server per session, started when first asked for ----
+_servers = contextlib.ExitStack()
+
+
+@functools.cache
+def _redis() -> Any:
+    from _servers.redis import _server
+
+    return _servers.enter_context(_server("permits-conformance-redis-"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_servers() -> Iterator[None]:
+    yield
+    _servers.close()
+
+
+def _redis_store(clock: permits.ManualClock) -> Any:
+    """A Redis store of its own (a key prefix of its own) on the test's clock, with a sync client
+    (its async members ask from the loop's thread, so a wait is queued before it first suspends)."""
+    from permits.redis import RedisStore
+
+    return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock)
+
+
+def in_server(make_store: Callable[[permits.ManualClock], Any]) -> Callable[[str], Factory]:
+    """A named limiter of a store in a server (a concurrency lease outlives any test: its
+    holder's renewals run in real time, the test's clock is manual)."""
+
+    def of_kind(kind: str) -> Factory:
+        def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+            template = partition(kind, None, spec)
+            queue_limit, queue_order, _ = template._options
+            queue = {"queue_limit": queue_limit, "queue_order": queue_order}
+            return Built(make_store(clock).limiter(kind, template.spec, **queue, lease_ttl=1e6))
+
+        return factory
+
+    return of_kind
+
+
+def in_server_per_key(make_store: Callable[[permits.ManualClock], Any]) -> Callable[[str], Factory]:
+    """One key of a store's per-key limiter."""
+
+    def of_kind(kind: str) -> Factory:
+        def factory(clock: permits.ManualClock, spec: Spec) -> Built:
+            limiter = make_store(clock).partitioned(
+                partition(kind, None, spec), name=kind, idle_timeout=IDLE_TIMEOUT, lease_ttl=1e6
+            )
+            return Built(limiter, KEY)
+
+        return factory
+
+    return of_kind
+
+
 def custom_fixed_window(clock: permits.ManualClock, spec: Spec) -> Built:
     return Built(CustomFixedWindow(spec.limit, PERIOD, clock=clock))
 
@@ -154,9 +212,14 @@ def _kinds(name: str, factory: Callable[[str], Factory], kinds: Iterable[str], *
     return [Implementation(f"{name}-{kind}", factory(kind), _caps(kind, *caps), _recovery(kind)) for kind in kinds]
 
 
-ENGINE = ("plain", "queues", "close_fails_waiters", "refunds")
-KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
+SERVES = "clock_serves_queue"
+ENGINE = ("plain", "queues", "close_fails_waiters", "refunds", SERVES)
+KEYED = ("keyed", "queues", "close_fails_waiters", "refunds", SERVES)
 COLLECTED = "releases_dropped_leases"
+# The stores in a server: their queues are per process, asked on a waiter's wake (no clock_serves_queue).
+STORE = ("plain", "queues", "close_fails_waiters", "refunds")
+STORE_KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
+ALL_KINDS = ("concurrency", *TIMED_KINDS)
 
 IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
@@ -166,7 +229,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("general", general, ["fixed_window"], *KEYED),
     *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED),
     # close() closes the chain only (its members may be shared): no close_fails_waiters.
-    *_kinds("chain", chain, ["token_bucket"], "plain", "queues", "refunds", "replenishes_manually"),
+    *_kinds("chain", chain, ["token_bucket"], "plain", "queues", "refunds", "replenishes_manually", SERVES),
     *_kinds("chain", chain, ["concurrency"], "plain", "queues", "refunds", COLLECTED),
     Implementation(
         "custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls", "refunds"}), PERIOD
@@ -180,8 +243,9 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("shm", shm, TIMED_KINDS, *ENGINE),
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED),
     *_kinds("shm_per_key", shm_per_key, TIMED_KINDS, *KEYED),
-    # Another store joins here, e.g.:
-    # Implementation("redis-token_bucket", redis_token_bucket, frozenset({"timed", "keyed", ...}), PERIOD),
+    # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
+    *_kinds("redis", in_server(_redis_store), ALL_KINDS, *STORE),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), ALL_KINDS, *STORE_KEYED),
 ]
 
 

@@ -44,6 +44,11 @@ CAPABILITIES: dict[str, str] = {
         "ResourceWarning (leases the engine makes; a custom Lease.granted(on_release=...) has no such net)"
     ),
     "replenishes_manually": "auto_replenishment=False: permits come back only in try_replenish()",
+    "clock_serves_queue": (
+        "the limiter's own clock serves its queue: an advance grants the waiters that came due inside "
+        "advance() itself, each at the time it came due (a store's queue asks its server when a waiter "
+        "wakes, at the time it asks: after a jump of the clock, the permits of that moment)"
+    ),
 }
 
 

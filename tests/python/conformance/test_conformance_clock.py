@@ -67,7 +67,7 @@ def test_the_same_request_is_granted_exactly_retry_after_later(make: Make, elaps
     assert subject.acquire(2)
 
 
-@needs("queues")
+@needs("queues", "clock_serves_queue")
 async def test_advance_serves_the_queue_at_once(make: Make) -> None:
     subject = make(1, queue_limit=2)
     _held = subject.exhaust()
@@ -83,7 +83,7 @@ async def test_advance_serves_the_queue_at_once(make: Make) -> None:
     assert (await result(second)).acquired
 
 
-@needs("queues")
+@needs("queues", "clock_serves_queue")
 async def test_one_long_advance_serves_every_waiter_that_came_due(make: Make) -> None:
     subject = make(1, queue_limit=3)
     _held = subject.exhaust()

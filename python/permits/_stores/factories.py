@@ -1,0 +1,85 @@
+"""The limiter makers every store has (token_bucket, fixed_window, ...): each is ``limiter(name,
+spec)`` with the spec of its arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import specs
+from .._durations import Duration
+from ..rate_limiter import QueueOrder, RateLimiter
+
+
+class StoreFactories:
+    def limiter(
+        self,
+        name: str,
+        spec: specs.Spec[Any] | str,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        lease_ttl: Duration = 60.0,
+    ) -> RateLimiter:
+        raise NotImplementedError
+
+    def token_bucket(
+        self,
+        name: str,
+        token_limit: int,
+        tokens_per_period: int,
+        replenishment_period: Duration,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.TokenBucket(token_limit, tokens_per_period, replenishment_period)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def fixed_window(
+        self,
+        name: str,
+        permit_limit: int,
+        window: Duration,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.FixedWindow(permit_limit, window)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def sliding_window(
+        self,
+        name: str,
+        permit_limit: int,
+        window: Duration,
+        segments_per_window: int,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.SlidingWindow(permit_limit, window, segments_per_window)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def sliding_window_counter(
+        self,
+        name: str,
+        permit_limit: int,
+        window: Duration,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.SlidingWindowCounter(permit_limit, window)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
+
+    def concurrency(
+        self,
+        name: str,
+        permit_limit: int,
+        *,
+        lease_ttl: Duration = 60.0,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+    ) -> RateLimiter:
+        spec = specs.Concurrency(permit_limit)
+        return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order, lease_ttl=lease_ttl)

@@ -1,0 +1,188 @@
+"""ServerStore: what RedisStore and PostgresStore share: checking their options, making their
+limiters (named, or one per key), giving permits back, closing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from typing import Any
+
+from .. import specs
+from .._core import LimiterClosedError
+from .._durations import Duration, duration_ns
+from ..clock import ManualClock, resolve
+from ..engine_limiters import _queue_limit, _queue_order
+from ..errors import BackendError
+from ..partition import Partition, _check_options, _template_of
+from ..partitioned import PartitionedLimiter
+from ..rate_limiter import QueueOrder, RateLimiter
+from .factories import StoreFactories
+from .renewal import Renewal
+from .rules import rule_of
+from .store_limiter import ON_ERROR, StoreLimiter
+
+#: A per-key limiter's state names: its name, then this, then the key as the engine encodes it.
+KEY_SEPARATOR = b"\x00"
+UNBOUNDED = 2**63 - 1
+
+
+def check_timeout(timeout: object) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    if not 0 < timeout <= 3600:
+        raise ValueError(f"timeout must be more than 0 and at most 3600 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+class ServerStore(StoreFactories):
+    """Limiters whose state is in a server. Subclasses set up ``self._backend`` and call
+    :meth:`_setup`."""
+
+    _backend: Any
+
+    def _setup(self, on_error: object, clock: object) -> None:
+        if not isinstance(on_error, str) or on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(map(repr, ON_ERROR))}, got {on_error!r}")
+        if clock is not None and not isinstance(clock, ManualClock):
+            raise TypeError(f"clock must be a permits.ManualClock or None, got {type(clock).__name__}")
+        self.on_error = on_error
+        self.clock = clock
+        #: The clock the steps pass to the server (tests: a ManualClock); None: the server's own.
+        self._time = clock
+        #: The clock waits pause on: the test's, else this host's monotonic clock.
+        self._pause_clock = resolve(clock)
+        self._renewal = Renewal(self._backend, lambda: None if clock is None else clock.now_ns())
+        self._limiters: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._closed = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError(f"the store {self!r} is closed")
+
+    def limiter(
+        self,
+        name: str,
+        spec: specs.Spec[Any] | str,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        lease_ttl: Duration = 60.0,
+    ) -> RateLimiter:
+        """The limiter whose state is ``name`` on the server, of ``spec`` (or a rate such as "10/second")."""
+        self._check_open()
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if not name:
+            raise ValueError("name must not be empty")
+        spec = _spec_of(spec)
+        ql = _queue_limit(queue_limit)
+        newest = _queue_order(queue_order)
+        ttl = duration_ns(lease_ttl, "lease_ttl")
+        return self._make(name, name, spec, ql, newest, ttl)
+
+    def _make(
+        self, name: str, state: str | bytes, spec: specs.Spec[Any], ql: int | None, newest: bool, ttl: int
+    ) -> StoreLimiter:
+        rule = rule_of(spec, ttl if isinstance(spec, specs.Concurrency) else 0)
+        limiter = StoreLimiter(self, name, state, rule, spec, UNBOUNDED if ql is None else ql, newest)
+        self._limiters.add(limiter)
+        return limiter
+
+    def partitioned(
+        self,
+        template: Partition | specs.Spec[Any] | str,
+        *,
+        name: str,
+        max_partitions: int | None = None,
+        idle_timeout: Duration = 10.0,
+        lease_ttl: Duration = 60.0,
+    ) -> PartitionedLimiter:
+        """A limit per key (a :class:`permits.KeyedRateLimiter`): every key's state is on the server
+        (the name, then the key); this process keeps a limiter per key it uses (at most
+        ``max_partitions``) and forgets one idle for ``idle_timeout`` seconds."""
+        self._check_open()
+        _check_options(max_partitions, name)
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if not name:
+            raise ValueError("name must not be empty")
+        partition = _template_of(template)
+        if partition.spec is None:
+            raise TypeError(f"a store keeps state for specs only, not for {partition!r}")
+        spec = partition.spec
+        queue_limit, queue_order, _ = partition._options
+        ql, newest = _queue_limit(queue_limit), _queue_order(queue_order)
+        ttl = duration_ns(lease_ttl, "lease_ttl")
+        idle = duration_ns(idle_timeout, "idle_timeout", allow_zero=True) / 1e9
+        prefix = name.encode() + KEY_SEPARATOR
+        from .._core import _key_bytes
+
+        def of_key(key: object) -> Partition:
+            return Partition.custom(key, lambda k: self._make(name, prefix + _key_bytes(k), spec, ql, newest, ttl))
+
+        keyed = PartitionedLimiter(
+            of_key, idle_timeout=idle, max_partitions=max_partitions, clock=self._pause_clock, name=name
+        )
+        keyed.store = self  # type: ignore[attr-defined]
+        self._limiters.add(keyed)
+        return keyed
+
+    # ---- permits coming back ----
+    def _give_back(self, limiter: StoreLimiter, n: int, stamp: int, lid: str | None) -> None:
+        """A release or refund on the server: done when it returns, but with an asyncio client
+        (then in a task of the running loop). When the server cannot be reached, a concurrency
+        lease comes back by itself ``lease_ttl`` later."""
+        backend, now = self._backend, limiter._now()
+        args = (limiter._state, limiter._rule, n, stamp, lid, now)
+        if backend.is_async is not True:  # done when release() returns, even inside a loop
+            with contextlib.suppress(BackendError):
+                backend.refund(*args)
+            return
+        loop = _running_loop()
+        if loop is None:
+            return  # an asyncio client, outside any loop: the lease expires on the server
+        task = loop.create_task(_quietly(backend.refund_async(*args)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def close(self) -> None:
+        """Closes the limiters this store made in this process (their waits end with reason
+        "closed") and stops renewing their leases; the server's state stays."""
+        if self._closed:
+            return
+        self._closed = True
+        self._renewal.stop()
+        for limiter in list(self._limiters):
+            limiter.close()
+        self._backend.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _spec_of(spec: object) -> specs.Spec[Any]:
+    if isinstance(spec, str):
+        return specs.parse(spec)
+    if not isinstance(spec, specs.Spec):
+        raise TypeError(f"spec must be a permits.specs spec or a rate such as '10/second', got {type(spec).__name__}")
+    return spec
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    return asyncio._get_running_loop()
+
+
+async def _quietly(step: Any) -> None:
+    with contextlib.suppress(BackendError):
+        await step

@@ -1,0 +1,316 @@
+"""StoreLimiter: a limiter whose permits live in a server (Redis, PostgreSQL), with the members
+and leases of every :class:`permits.RateLimiter`.
+
+Each attempt is one step on the server (:mod:`permits._stores.backend`); waits queue in this
+process (:mod:`permits._stores.local_queue`) and the head of the queue asks again when the server's
+``retry_after`` is up, when permits come back in this process, or (concurrency, whose refusals
+have no ``retry_after``) after a pause growing from 5 ms to 0.5 s. ``on_error`` decides what an
+attempt returns when the server cannot be reached in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import os
+import secrets
+from typing import Any
+
+from .. import _pausing
+from .._core import Clock, Lease
+from .._durations import timeout_ns
+from ..awaitables import LeaseWait, PolledLeaseWait
+from ..errors import BackendError
+from ..rate_limiter import RateLimiter, Statistics, _check_permit_count
+from .backend import Backend, Outcome
+from .local_queue import Entry, LocalQueue
+from .rules import Rule
+
+ON_ERROR = ("raise", "deny", "allow")
+#: Pauses of a queue's head between attempts when the server gives no retry_after (concurrency).
+FIRST_POLL, LAST_POLL = 0.005, 0.5
+
+_ids = itertools.count()
+_token = secrets.token_hex(8)
+
+
+def _new_token() -> None:
+    global _token
+    _token = secrets.token_hex(8)
+
+
+os.register_at_fork(after_in_child=_new_token)  # a child's lease ids must differ from its parent's
+
+
+def lease_id() -> str:
+    """An id unique across processes and hosts: a concurrency lease's name on the server."""
+    return f"{_token}:{next(_ids)}"
+
+
+class StoreLimiter(RateLimiter):
+    """A limiter of a store (``RedisStore``, ``PostgresStore``): see the store's ``limiter()``."""
+
+    def __init__(
+        self,
+        store: Any,
+        name: str,
+        state: str | bytes,
+        rule: Rule,
+        spec: object,
+        queue_limit: int,
+        newest: bool,
+    ) -> None:
+        super().__init__(name=name, clock=store._pause_clock)
+        self.store = store
+        self.spec = spec
+        self._rule = rule
+        self._state = state
+        self._backend: Backend = store._backend
+        self._on_error: str = store.on_error
+        self._time: Clock | None = store._time  # a ManualClock in tests; None: the server's time
+        self._queue = LocalQueue(queue_limit, newest)
+        self._seen = rule.limit  # the available permits the server reported last
+        #: Concurrency leases granted and not yet released: their ids, kept alive on the server.
+        self.held: dict[str, int] = {}
+        self._idle_since: int | None = self._rl_clock.now_ns()
+        self._next_ask: int | None = None  # when (pause clock) the queue's head asks again
+        for attribute in getattr(spec, "_attributes", ()):
+            setattr(self, attribute, getattr(spec, attribute))
+        if rule.kind == "concurrency":
+            self.lease_ttl = rule.lease_ttl_ns / 1e9
+
+    # ---- one step on the server ----
+    def _now(self) -> int | None:
+        return None if self._time is None else self._time.now_ns()
+
+    def _check_count(self, n: int) -> None:
+        if n > self._rule.limit:
+            raise ValueError(f"permit_count {n} exceeds the limiter's limit of {self._rule.limit}")
+
+    def _lease_of(self, out: Outcome, n: int, lid: str | None) -> Lease:
+        self._seen = out.available
+        if not self.held:
+            self._idle_since = self._rl_clock.now_ns()
+        if not out.granted:
+            retry = None if out.retry_after_ns < 0 else out.retry_after_ns / 1e9
+            return Lease.denied("limit_reached", retry_after=retry)._with_permit_count(n)
+        if n == 0:
+            return Lease.granted(0)
+        if lid is None:
+            stamp = out.stamp
+            return Lease.granted(n, on_refund=lambda: self._give_back(n, stamp, None))
+        self.held[lid] = n
+        self._idle_since = None
+        self.store._renewal.watch(self)
+        done = lambda: self._give_back(n, 0, lid)  # noqa: E731
+        return Lease.granted(n, on_release=done, on_refund=done)
+
+    def _failed(self, error: BackendError, n: int) -> Lease:
+        if self._on_error == "deny":
+            return Lease.denied("backend_unavailable", metadata={"error": str(error)})._with_permit_count(n)
+        if self._on_error == "allow":
+            return Lease.granted(n, metadata={"degraded": True})
+        raise error
+
+    def _take(self, n: int) -> Lease:
+        lid = lease_id() if self._rule.kind == "concurrency" and n else None
+        try:
+            out = self._backend.take(self._state, self._rule, n, lid, self._now())
+        except BackendError as error:
+            return self._failed(error, n)
+        return self._lease_of(out, n, lid)
+
+    async def _take_async(self, n: int) -> Lease:
+        loop = asyncio._get_running_loop()
+        backend = self._backend
+        if loop is None or backend.is_async is False:
+            # A sync client asks from the loop's thread (one round trip, at most the store's
+            # timeout): the request is decided, or queued, before the wait first suspends.
+            return self._take(n)
+        lid = lease_id() if self._rule.kind == "concurrency" and n else None
+        step = asyncio.ensure_future(backend.take_async(self._state, self._rule, n, lid, self._now()))
+        try:
+            out = await asyncio.shield(step)
+        except BackendError as error:
+            return self._failed(error, n)
+        except asyncio.CancelledError:
+            # Cancelled while the server decides: a grant made meanwhile goes back, never leaks.
+            step.add_done_callback(lambda done: self._undo(done, n, lid))
+            raise
+        return self._lease_of(out, n, lid)
+
+    def _undo(self, step: asyncio.Future[Outcome], n: int, lid: str | None) -> None:
+        if not step.cancelled() and step.exception() is None and step.result().granted and n:
+            self._give_back(n, step.result().stamp, lid)
+
+    def _give_back(self, n: int, stamp: int, lid: str | None) -> None:
+        """A release or a refund: the server gets the permits back; this process's queue asks."""
+        if lid is not None:
+            self.held.pop(lid, None)
+            if not self.held and not len(self._queue):
+                self._idle_since = self._rl_clock.now_ns()
+        self.store._give_back(self, n, stamp, lid)
+        self._queue.changed()
+
+    # ---- the hooks of RateLimiter ----
+    def _acquire(self, permit_count: int) -> Lease:
+        self._check_count(permit_count)
+        if permit_count and len(self._queue) and not self._queue.newest:
+            return self._behind_queue(permit_count)
+        return self._take(permit_count)
+
+    async def _acquire_async(self, permit_count: int) -> Lease:
+        self._check_count(permit_count)
+        if permit_count and len(self._queue) and not self._queue.newest:
+            return self._behind_queue(permit_count)
+        return await self._take_async(permit_count)
+
+    def _behind_queue(self, n: int) -> Lease:
+        """OLDEST_FIRST: nobody passes the requests queued ahead."""
+        return Lease.denied("limit_reached", retry_after=self._retry_hint())._with_permit_count(n)
+
+    def _retry_hint(self) -> float | None:
+        """A refusal's retry_after when the server was not asked: when the head asks again."""
+        if self._rule.kind == "concurrency":
+            return None
+        now = self._rl_clock.now_ns()
+        if self._next_ask is not None and self._next_ask > now:
+            return (self._next_ask - now) / 1e9
+        return self._rule.period_ns / (self._rule.amount if self._rule.kind == "sliding_window" else 1) / 1e9
+
+    def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        n = _check_permit_count(permit_count)
+        limit = timeout_ns(timeout)
+        self._check_open()
+        self._check_count(n)
+        return self._rl_counted(self._wait(n, limit), n, "wait")
+
+    def wait_async(self, permit_count: int = 1) -> LeaseWait:
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        self._check_count(n)
+        return PolledLeaseWait(self, n)
+
+    def _wait(self, n: int, limit_ns: int) -> Lease:
+        clock = self._rl_clock
+        deadline = None if limit_ns < 0 else clock.now_ns() + limit_ns
+        first: Lease | None = None
+        if not n or not len(self._queue) or self._queue.newest:
+            first = self._take(n)
+            if first or not self._waitable(first):
+                return first
+        entry = self._queue.join(n)
+        if entry is None:
+            return self._queue_full(n, first)
+        poll = FIRST_POLL
+        try:
+            while True:
+                if entry.outcome is not None:
+                    return entry.outcome
+                if self._rl_closed:
+                    return _pausing.closed_lease(n)
+                version = self._queue.version
+                until, pause = deadline, None
+                if self._queue.is_head(entry):
+                    lease, first = first or self._take(n), None
+                    if lease or not self._waitable(lease):
+                        return lease
+                    until, pause, poll = self._after(lease, deadline, poll)
+                if deadline is not None and clock.now_ns() >= deadline:
+                    return Lease.denied("timeout")._with_permit_count(n)
+                _pausing.pause(clock, until, pause, self._changed(entry, version))
+        finally:
+            self._queue.leave(entry)
+
+    async def _wait_async(self, permit_count: int) -> Lease:
+        n = permit_count
+        first: Lease | None = None
+        if not n or not len(self._queue) or self._queue.newest:
+            first = await self._take_async(n)
+            if first or not self._waitable(first):
+                return first
+        entry = self._queue.join(n)
+        if entry is None:
+            return self._queue_full(n, first)
+        poll = FIRST_POLL
+        try:
+            while True:
+                if entry.outcome is not None:
+                    return entry.outcome
+                if self._rl_closed:
+                    return _pausing.closed_lease(n)
+                version = self._queue.version
+                until, pause = None, None
+                if self._queue.is_head(entry):
+                    lease, first = first or await self._take_async(n), None
+                    if lease or not self._waitable(lease):
+                        return lease
+                    until, pause, poll = self._after(lease, None, poll)
+                await _pausing.pause_async(self._rl_clock, until, pause, self._changed(entry, version))
+        finally:
+            self._queue.leave(entry)
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        self._check_count(permit_count)
+        return None  # asking a server takes I/O: the wait does it, in the running loop
+
+    @staticmethod
+    def _waitable(lease: Lease) -> bool:
+        return lease.reason == "limit_reached"
+
+    def _after(self, lease: Lease, deadline: int | None, poll: float) -> tuple[int | None, float | None, float]:
+        """When the head asks again after a refusal: (until on the pause clock, or a pause in real
+        seconds, and the next poll)."""
+        retry = lease.retry_after
+        if retry is None or not math.isfinite(retry):
+            self._next_ask = None
+            return deadline, poll, min(LAST_POLL, poll * 2)
+        until = self._rl_clock.now_ns() + max(1, math.ceil(retry * 1e9))
+        self._next_ask = until
+        return (until if deadline is None else min(until, deadline)), None, FIRST_POLL
+
+    def _changed(self, entry: Entry, version: int) -> Any:
+        queue = self._queue
+        return lambda: self._rl_closed or entry.outcome is not None or queue.version != version
+
+    def _queue_full(self, n: int, refused: Lease | None) -> Lease:
+        retry = self._retry_hint() if refused is None else refused.retry_after
+        return Lease.denied("queue_full", retry_after=retry)._with_permit_count(n)
+
+    # ---- the rest of the interface ----
+    def _statistics(self) -> Statistics:
+        return Statistics(self._available(), self._queue.permits, self._rl_successful, self._rl_failed)
+
+    def _available(self) -> int:
+        """The server's available permits (the last ones seen when it cannot be asked now: an
+        asyncio client from sync code, or a server down)."""
+        if self._backend.is_async is True:
+            return self._seen
+        try:
+            self._seen = self._backend.available(self._state, self._rule, self._now())
+        except BackendError:
+            if self._on_error == "raise":
+                raise
+        return self._seen
+
+    @property
+    def idle_duration(self) -> float | None:
+        """Seconds since this process last used it with nothing held or queued (a per-key limiter
+        forgets such keys after its idle_timeout; the server keeps their state)."""
+        since = self._idle_since
+        if since is None or self.held or len(self._queue):
+            return None
+        return max(0, self._rl_clock.now_ns() - since) / 1e9
+
+    def close(self) -> None:
+        if self._rl_closed:
+            return
+        self._rl_mark_closed()
+        self._queue.fail_all(_pausing.closed_lease(0))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} spec={self.spec!r}>"
+
+
+__all__ = ["ON_ERROR", "StoreLimiter", "lease_id"]

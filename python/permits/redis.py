@@ -1,0 +1,59 @@
+"""Limiters whose state is in Redis (a single node, Sentinel or Cluster), shared by every process
+and host that reaches it: ``RedisStore(client)``.
+
+Each acquisition is one atomic Lua script on the server (its clock, its keys expiring on their
+own; one limiter's keys in one Cluster slot); waits queue in each process and ask again when the
+server's ``retry_after`` is up. Needs redis-py (``pip install permits[redis]``)::
+
+    import redis, permits.redis
+    store = permits.redis.RedisStore(redis.Redis())
+    api = store.token_bucket("api", 100, 100, 1.0)
+    with api.acquire() as lease:
+        ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._stores.redis_backend import RedisBackend
+from ._stores.server_store import ServerStore, check_timeout
+
+
+class RedisStore(ServerStore):
+    """Limiters on the Redis server of ``client`` (redis-py: ``redis.Redis``, ``redis.asyncio.Redis``,
+    ``RedisCluster`` of either kind, or a Sentinel's ``master_for``). With a sync client use
+    ``acquire``/``wait``; with an asyncio client ``acquire_async``/``wait_async``.
+
+    ``prefix`` starts every key; ``timeout`` bounds each call to the server (seconds); ``on_error``
+    says what an acquisition returns when the server cannot answer within it: ``"raise"``
+    (:class:`permits.BackendError`), ``"deny"`` (a failed lease, reason ``"backend_unavailable"``) or
+    ``"allow"`` (an acquired lease with ``metadata["degraded"] = True``). ``clock``: a
+    :class:`permits.ManualClock` for tests (its time is sent to the server), else the server's time.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "permits:",
+        on_error: str = "raise",
+        timeout: float = 1.0,
+        reserve: int | None = None,
+        clock: Any = None,
+    ) -> None:
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+        self.timeout = check_timeout(timeout)
+        self.prefix = prefix
+        self._backend = RedisBackend(client, prefix=prefix, timeout=self.timeout)
+        self._setup(on_error, clock)
+        if reserve is not None:
+            raise NotImplementedError("reserve")
+        self.reserve = reserve
+
+    def __repr__(self) -> str:
+        return f"<RedisStore prefix={self.prefix!r} on_error={self.on_error!r}>"
+
+
+__all__ = ["RedisStore"]
