@@ -63,13 +63,14 @@ class Outcome(NamedTuple):
 class Backend(Protocol):
     """One server's steps. The sync members are used with a sync client, the ``*_async`` ones
     with an asyncio client (``is_async``); the other kind raises ``TypeError`` saying which to use.
+    ``is_async`` is ``None`` for a backend that serves both (one made from a conninfo string).
 
     Failures: a server that cannot be reached, or does not answer within the store's timeout,
     raises :class:`permits.BackendError` (the backend never waits longer than its timeout); a
     signature mismatch raises ``ValueError``.
     """
 
-    is_async: bool
+    is_async: bool | None
 
     def take(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome: ...
 

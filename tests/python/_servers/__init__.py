@@ -1,0 +1,1 @@
+"""Real servers for the store tests, each started on a free loopback port in a temporary directory."""
