@@ -64,8 +64,11 @@ def _stale(conn: Conn | AConn) -> bool:
 
 def _failure(error: BaseException, fired: bool, timeout: float) -> BackendError:
     if fired:
-        return BackendError(f"PostgreSQL did not answer within the timeout of {timeout} s")
-    return BackendError(f"PostgreSQL failed: {error}")
+        failure = BackendError(f"PostgreSQL did not answer within the timeout of {timeout} s")
+    else:
+        failure = BackendError(f"PostgreSQL failed: {error}")
+    failure.__cause__ = error  # raised later, away from the except clause
+    return failure
 
 
 def our_conninfo(conninfo: str, timeout: float) -> str:

@@ -3,12 +3,13 @@ per test, which the test may kill, restart on the same port, stop and continue).
 
 Each is a fresh cluster (initdb) in a temporary directory, trust authentication on 127.0.0.1 and
 its unix socket in that directory. PostgreSQL refuses to run as root: as root, the cluster belongs
-to ``nobody``. The server runs in a process group of its own, so that SIGKILL / SIGSTOP reach the
-postmaster and every backend at once (a hung server, not just a hung listener).
+to ``nobody``. SIGKILL / SIGSTOP go to the postmaster and each of its children (every backend is a
+session of its own), so a stopped server is hung as a whole, not just its listener.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -125,7 +126,7 @@ class PostgresServer:
             group=self._group,
             extra_groups=[] if self._user is not None else None,
             cwd=self.dir,
-            start_new_session=True,  # a process group of its own: signals reach every backend
+            start_new_session=True,  # not in pytest's group: a Ctrl-C is not the server's
         )
         log.close()
         deadline = time.monotonic() + _START_TIMEOUT
@@ -142,15 +143,37 @@ class PostgresServer:
     def connect(self) -> psycopg.Connection[tuple[object, ...]]:
         return psycopg.connect(self.conninfo, autocommit=True)
 
-    def _signal(self, sig: int) -> None:
+    def _pids(self) -> list[int]:
+        """The postmaster, then its children (each backend is a session of its own: setsid)."""
         assert self._proc is not None, "not running"
-        os.killpg(self._proc.pid, sig)
+        postmaster = self._proc.pid
+        children = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        stat = f.read()
+                except OSError:
+                    continue  # gone meanwhile
+                if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+                    children.append(int(entry))
+        return [postmaster, *children]
+
+    def _signal(self, sig: int, pids: list[int] | None = None) -> None:
+        for pid in self._pids() if pids is None else pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def kill(self) -> None:
         """SIGKILL to the postmaster and every backend; returns once the postmaster is gone."""
-        self._signal(signal.SIGKILL)
+        pids = self._pids()  # before the kill: orphans would have another parent
+        self._signal(signal.SIGKILL, pids)
         assert self._proc is not None
         self._proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        for pid in pids[1:]:  # the children too are gone (reaped by init) before the server starts again
+            while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+                time.sleep(0.01)
         self._proc = None
         self._paused = False
 
@@ -160,7 +183,7 @@ class PostgresServer:
         self._paused = True
 
     def resume(self) -> None:
-        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGCONT, self._pids()[::-1])  # the children first, the postmaster last
         self._paused = False
 
     def stop(self) -> None:
@@ -172,7 +195,7 @@ class PostgresServer:
         try:
             self._proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
             self._proc.wait(timeout=30)
         self._proc = None
 
