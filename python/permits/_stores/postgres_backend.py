@@ -52,6 +52,8 @@ Row = tuple[Any, ...]
 Plan = Generator[tuple[bytes, dict[str, Any]], Row | None, T]
 
 _MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
+#: Lifetimes and lease ttls beyond 2**60 ns (36 years) count as that: now + 2 * it stays a bigint.
+_MAX_LIFETIME = 2**60
 
 
 def _digest(text: str) -> bytes:
@@ -198,9 +200,11 @@ class PostgresBackend:
             "limit": Int8(rule.limit),
             "period": Int8(max(period, 1)),  # concurrency has none: never divided by
             "amount": Int8(rule.amount),
-            "lifetime": Int8(rule.lifetime_ns),
+            "lifetime": Int8(min(rule.lifetime_ns, _MAX_LIFETIME)),
         }
         params.update({k: Int8(v) if isinstance(v, int) else v for k, v in extra.items()})
+        if "ttl" in params:
+            params["ttl"] = Int8(min(params["ttl"], _MAX_LIFETIME))
         return params
 
     @staticmethod
@@ -218,7 +222,7 @@ class PostgresBackend:
             if lease_id is None and n > 0:
                 raise ValueError("a concurrency take needs a lease_id")
             params["lease"] = None if lease_id is None else _digest(lease_id)
-            params["ttl"] = Int8(rule.lease_ttl_ns)
+            params["ttl"] = Int8(min(rule.lease_ttl_ns, _MAX_LIFETIME))
             row = yield st.cc_take, params
             assert row is not None
             ok, available, _, recorded = row

@@ -19,7 +19,7 @@ length or content is one short index entry. Columns by kind::
 
 ``anchor`` is the state's creation time, ``seen`` the time of its last step (which the client's
 arithmetic reads back), ``ok`` whether that step granted, ``expires`` when the row may be purged
-(state: last touch + the rule's lifetime; lease: its expiry). Every step runs in its own
+(state: one to two of the rule's lifetimes after its last step; lease: its expiry). Every step runs in its own
 transaction (autocommit), and the row of its state is locked by it (ON CONFLICT DO UPDATE or
 SELECT ... FOR UPDATE): steps on one state are serialized, steps on others never wait for it.
 """
@@ -91,7 +91,7 @@ BEGIN
         INSERT INTO {table} (key, lease, sig, anchor, a, segs, counts, ok, seen, expires)
         VALUES (k, ''::bytea, want, now, 0,
                 CASE WHEN n > 0 THEN ARRAY[0::bigint] ELSE ARRAY[]::bigint[] END,
-                CASE WHEN n > 0 THEN ARRAY[n] ELSE ARRAY[]::bigint[] END, true, now, now + lifetime)
+                CASE WHEN n > 0 THEN ARRAY[n] ELSE ARRAY[]::bigint[] END, true, now, now + 2 * lifetime)
         ON CONFLICT DO NOTHING;
         IF FOUND THEN  -- a new state: full, anchored now
             ok := true; stamp := 0; available := lim - n;
@@ -120,7 +120,7 @@ BEGIN
                 cs := cs || n;
             END IF;
             UPDATE {table} SET a = p, segs = ss, counts = cs, ok = true, seen = now,
-                expires = greatest(expires, now + lifetime)
+                expires = CASE WHEN expires < now + lifetime THEN now + 2 * lifetime ELSE expires END
                 WHERE key = k AND lease = ''::bytea;
         END IF;
     ELSE
@@ -165,7 +165,7 @@ BEGIN
     SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO {table} (key, lease, sig, anchor, seen, expires)
-        VALUES (k, ''::bytea, want, now, now, now + ttl)
+        VALUES (k, ''::bytea, want, now, now, now + 2 * ttl)
         ON CONFLICT DO NOTHING;
         SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;
     END IF;
@@ -190,7 +190,7 @@ BEGIN
         available := lim - held;
     END IF;
     IF ok AND n > 0 THEN  -- the state lives as long as its leases
-        UPDATE {table} SET seen = now, expires = greatest(expires, now + ttl)
+        UPDATE {table} SET seen = now, expires = CASE WHEN expires < now + ttl THEN now + 2 * ttl ELSE expires END
             WHERE key = k AND lease = ''::bytea;
     END IF;
 END
@@ -213,7 +213,7 @@ WITH v AS (SELECT """
     + """ AS now),
 purge AS (
     DELETE FROM {table} WHERE (key, lease) IN (
-        SELECT x.key, x.lease FROM {table} x, v WHERE x.expires < v.now AND x.key <> %(key)s
+        SELECT x.key, x.lease FROM {table} x WHERE x.expires < (SELECT v.now FROM v) AND x.key <> %(key)s
         ORDER BY x.expires LIMIT """
     + _PURGE_ROWS
     + """ FOR UPDATE OF x SKIP LOCKED))
@@ -227,14 +227,22 @@ _INDEX: LiteralString = (
 
 _RETURNING: LiteralString = "RETURNING t.ok, t.anchor, t.a, t.b, t.c, t.seen"
 
+# A state row's expiry moves only when it is within a lifetime of the step, and then to two
+# lifetimes ahead: it is purged between one and two lifetimes after its last step, and most steps
+# leave the indexed column as it is (a HOT update: no new index entries, which the purge's index
+# scan would otherwise wade through).
+_EXPIRES: LiteralString = "CASE WHEN t.expires < excluded.seen + %(lifetime)s THEN excluded.expires ELSE t.expires END"
+
 TB_TAKE: LiteralString = (
     _WITH_NOW
     + """
 INSERT INTO {table} AS t (key, lease, sig, anchor, a, b, ok, seen, expires)
-SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(limit)s - %(n)s, true, v.now, v.now + %(lifetime)s FROM v
+SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(limit)s - %(n)s, true, v.now, v.now + 2 * %(lifetime)s FROM v
 ON CONFLICT (key, lease) DO UPDATE SET (a, b, ok, seen, expires) = (
     SELECT q.p, q.tokens - CASE WHEN q.tokens >= %(need)s THEN %(n)s ELSE 0 END, q.tokens >= %(need)s,
-           excluded.seen, greatest(t.expires, excluded.expires)
+           excluded.seen, """
+    + _EXPIRES
+    + """
     FROM (SELECT s.p, least(%(limit)s, t.b + least(s.p - t.a, %(limit)s) * %(amount)s) AS tokens
           FROM (SELECT """
     + _INDEX
@@ -248,10 +256,12 @@ FW_TAKE: LiteralString = (
     _WITH_NOW
     + """
 INSERT INTO {table} AS t (key, lease, sig, anchor, a, b, ok, seen, expires)
-SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(n)s, true, v.now, v.now + %(lifetime)s FROM v
+SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(n)s, true, v.now, v.now + 2 * %(lifetime)s FROM v
 ON CONFLICT (key, lease) DO UPDATE SET (a, b, ok, seen, expires) = (
     SELECT q.w, q.used + CASE WHEN %(limit)s - q.used >= %(need)s THEN %(n)s ELSE 0 END,
-           %(limit)s - q.used >= %(need)s, excluded.seen, greatest(t.expires, excluded.expires)
+           %(limit)s - q.used >= %(need)s, excluded.seen, """
+    + _EXPIRES
+    + """
     FROM (SELECT s.w, CASE WHEN s.w = t.a THEN t.b ELSE 0 END AS used
           FROM (SELECT """
     + _INDEX
@@ -268,10 +278,12 @@ SWC_TAKE: LiteralString = (
     _WITH_NOW
     + """
 INSERT INTO {table} AS t (key, lease, sig, anchor, a, b, c, ok, seen, expires)
-SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(n)s, 0, true, v.now, v.now + %(lifetime)s FROM v
+SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(n)s, 0, true, v.now, v.now + 2 * %(lifetime)s FROM v
 ON CONFLICT (key, lease) DO UPDATE SET (a, b, c, ok, seen, expires) = (
     SELECT r.wi, r.cur + CASE WHEN r.fits THEN %(n)s ELSE 0 END, r.prev, r.fits,
-           excluded.seen, greatest(t.expires, excluded.expires)
+           excluded.seen, """
+    + _EXPIRES
+    + """
     FROM (SELECT greatest(0, excluded.seen - t.anchor) AS since) s1,
          LATERAL (SELECT s1.since / %(period)s AS cw) s2,
          LATERAL (SELECT greatest(s2.cw, t.a) AS wi) s3,
@@ -314,7 +326,8 @@ TB_REFUND: LiteralString = (
     + """,
 u AS (
     UPDATE {table} t SET (a, b, seen, expires) = (
-        SELECT q.p, least(%(limit)s, q.tokens + %(n)s - q.refilled), v.now, greatest(t.expires, v.now + %(lifetime)s)
+        SELECT q.p, least(%(limit)s, q.tokens + %(n)s - q.refilled), v.now,
+               CASE WHEN t.expires < v.now + %(lifetime)s THEN v.now + 2 * %(lifetime)s ELSE t.expires END
         FROM (SELECT r.p, least(%(limit)s, t.b + least(r.p - t.a, %(limit)s) * %(amount)s) AS tokens,
                      least(greatest(0, r.p - %(stamp)s), %(n)s) * %(amount)s AS refilled
               FROM (SELECT greatest("""
@@ -387,7 +400,8 @@ u AS (
     FROM v, ok
     WHERE ok.ok AND t.key = %(key)s AND t.lease = ANY(%(leases)s::bytea[]) AND t.expires > v.now),
 w AS (
-    UPDATE {table} t SET expires = greatest(t.expires, v.now + %(ttl)s)
+    UPDATE {table} t
+    SET expires = CASE WHEN t.expires < v.now + %(ttl)s THEN v.now + 2 * %(ttl)s ELSE t.expires END
     FROM v, ok
     WHERE ok.ok AND """
     + _STATE

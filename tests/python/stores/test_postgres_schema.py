@@ -146,15 +146,20 @@ def test_expired_rows_are_purged_on_the_way(
     assert _rows(conn, table, "old-window") == 1 and _rows(conn, table, "old-conc") == 2
     backend.take("kept", window, 1, None, SECOND // 2)
     assert _rows(conn, table, "old-conc") == 2  # its lease lives until 1 s
+    # A state is purged between one and two lifetimes after its last step: not at one.
+    for i in range(4):
+        backend.take(f"early-{i}", window, 1, None, 2 * SECOND)
+    assert _rows(conn, table, "old-window") == 1 and _rows(conn, table, "old-bucket") == 1
+    assert _rows(conn, table, "old-conc") == 1  # its lease (expired at 1 s) went; the state lives on
     # Later steps on other states purge what has expired, a few rows per step.
     for i in range(4):
-        backend.take(f"other-{i}", window, 1, None, 2 * SECOND + 1)
+        backend.take(f"other-{i}", window, 1, None, 4 * SECOND + 1)
     assert _rows(conn, table, "old-window") == 0
     assert _rows(conn, table, "old-bucket") == 0
     assert _rows(conn, table, "old-conc") == 0
-    assert _rows(conn, table, "kept") == 1  # touched at 0.5 s: lives until 2.5 s
+    assert _rows(conn, table, "kept") == 1  # its last step at 0.5 s: not before 2.5 s, up to 4.5 s
     # A purged state is as good as new.
-    assert backend.available("old-window", window, 2 * SECOND + 1) == 5
+    assert backend.available("old-window", window, 4 * SECOND + 1) == 5
     backend.close()
 
 
