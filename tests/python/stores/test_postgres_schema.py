@@ -188,3 +188,18 @@ def test_concurrency_leases_expire_and_renew(
     backend.refund("c", conc, 1, 0, "c", 3 * SECOND // 2)
     assert backend.available("c", conc, 3 * SECOND // 2) == 3
     backend.close()
+
+
+def test_a_dropped_table_is_made_again(
+    postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    table = new_table()
+    backend = PostgresBackend(postgres_server.conninfo, table=table)
+    sw = Rule("sliding_window", 4, SECOND, 2)
+    for _ in range(6):  # enough for psycopg to prepare the statements
+        backend.take("s", BUCKET, 1, None, 0)
+        backend.take("w", sw, 0, None, 0)
+    conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(psycopg.sql.Identifier(table)))
+    assert backend.take("s", BUCKET, 1, None, 0).available == 9  # a new state in a new table
+    assert backend.take("w", sw, 1, None, 0).available == 3
+    backend.close()
