@@ -41,8 +41,9 @@ The rules, as the engine's limiters (``n`` the request, ``limit`` the rule's lim
   a retried step is harmless). Refused: no ``retry_after`` (``-1``).
 
 ``available`` in an :class:`Outcome` is the permits available after the step (for the counter:
-the formula above). ``stamp`` identifies where a grant was counted (token bucket: 0; fixed
-window and counter: ``w``; sliding window: ``s``), so that :meth:`Backend.refund` can undo it.
+the formula above). ``stamp`` identifies where a grant was counted (token bucket: the period
+index ``(now - anchor) // period`` of the grant; fixed window and counter: ``w``; sliding window:
+``s``), so that :meth:`Backend.refund` can undo it.
 """
 
 from __future__ import annotations
@@ -63,22 +64,24 @@ class Outcome(NamedTuple):
 class Backend(Protocol):
     """One server's steps. The sync members are used with a sync client, the ``*_async`` ones
     with an asyncio client (``is_async``); the other kind raises ``TypeError`` saying which to use.
+    ``is_async`` is ``None`` for a backend that serves both (one made from a conninfo string).
 
     Failures: a server that cannot be reached, or does not answer within the store's timeout,
     raises :class:`permits.BackendError` (the backend never waits longer than its timeout); a
     signature mismatch raises ``ValueError``.
     """
 
-    is_async: bool
+    is_async: bool | None
 
     def take(self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome: ...
 
     def refund(
         self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> None:
-        """Undoes a grant: tokens go back (at most up to ``limit``); a window's or segment's count
-        goes down by ``n`` if ``stamp`` is still the current window (a segment still inside the
-        window); a concurrency lease is removed (its release)."""
+        """Undoes a grant, as the engine's give_back: tokens go back, less those the refills since
+        the grant's period would have brought anyway (``(p - stamp) * amount``; at most up to
+        ``limit``); a window's or the head segment's count goes down by ``n`` if ``stamp`` is still
+        the current window or segment; a concurrency lease is removed (its release)."""
 
     def renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
         """Concurrency: the leases' expiry becomes ``now + lease_ttl_ns`` (those still recorded)."""

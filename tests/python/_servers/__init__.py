@@ -1,4 +1,5 @@
-"""Real servers for the store tests, as pytest fixtures (import them into a conftest.py)."""
+"""Real servers for the store tests, each started on a free loopback port in a temporary directory
+(import the fixtures into a conftest.py)."""
 
 from .redis import own_redis, redis_cluster, redis_sentinel, redis_server
 

@@ -1,0 +1,434 @@
+"""The PostgreSQL backend of the store limiters (:class:`PostgresBackend`).
+
+Each step is one round trip on a connection in autocommit: the token bucket, fixed window and
+sliding window counter one ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``, the sliding window
+and concurrency one call of a PL/pgSQL function; refunds, renewals and reads one statement each
+(postgres_sql.py). The schema is made on first use, under an advisory lock.
+
+The table is one identifier in the connection's current schema (the first of ``search_path`` that
+exists): a ``.`` is part of the name, not a schema separator (set ``search_path``, e.g. with
+``options=-csearch_path=...`` in the conninfo, to use another schema). PostgreSQL truncates names
+longer than 63 bytes, so longer ones are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+from psycopg.types.numeric import Int8
+
+from ..errors import BackendError
+from . import postgres_arith as arith
+from . import postgres_sql as q
+from .backend import Outcome
+from .postgres_conn import (
+    AConn,
+    AsyncSource,
+    Conn,
+    GivenAsyncConnection,
+    GivenAsyncPool,
+    GivenConnection,
+    GivenPool,
+    OwnAsyncPools,
+    OwnSyncPool,
+    SyncSource,
+)
+from .rules import KINDS, Rule
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+#: A step as a generator: it yields (statement, parameters) and is sent each statement's first row
+#: (None: no row), and returns its answer; sync and asyncio drivers run the same steps.
+Plan = Generator[tuple[bytes, dict[str, Any]], Row | None, T]
+
+_MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
+#: Lifetimes and lease ttls beyond 2**60 ns (36 years) count as that: now + 2 * it stays a bigint.
+_MAX_LIFETIME = 2**60
+
+
+def _digest(text: str) -> bytes:
+    """The key of a name (or lease id) of any length or content (lone surrogates too)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= 80 else name[:80] + "...")
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """The statements of one table, composed once (the table is known only at first use: its schema)."""
+
+    tb_take: bytes
+    fw_take: bytes
+    swc_take: bytes
+    sw_take: bytes
+    cc_take: bytes
+    tb_refund: bytes
+    window_refund: bytes
+    sw_refund: bytes
+    cc_refund: bytes
+    cc_renew: bytes
+    read: bytes
+    cc_held: bytes
+    signature: bytes
+
+
+def _compose(template: str, ids: dict[str, sql.Composable]) -> bytes:
+    return sql.SQL(template).format(**ids).as_bytes(None)
+
+
+class PostgresBackend:
+    """:class:`~permits._stores.backend.Backend` over PostgreSQL.
+
+    ``conninfo_or_pool``: a libpq conninfo string (serves the sync and the asyncio members:
+    ``is_async`` is ``None``), a ``psycopg.Connection`` or ``psycopg_pool.ConnectionPool`` (sync:
+    ``is_async`` is ``False``), or a ``psycopg.AsyncConnection`` or
+    ``psycopg_pool.AsyncConnectionPool`` (asyncio: ``True``). ``table``: the table's exact name.
+    ``timeout``: no call waits longer (seconds); past it, or when the server cannot be reached,
+    :class:`permits.BackendError`.
+    """
+
+    is_async: bool | None
+
+    def __init__(self, conninfo_or_pool: object, *, table: str = "permits_state", timeout: float = 1.0) -> None:
+        if not isinstance(table, str):
+            raise TypeError(f"table must be a str, not {type(table).__name__}")
+        if not table or "\x00" in table or len(table.encode("utf-8", "surrogatepass")) > _MAX_IDENTIFIER:
+            raise ValueError(f"table must be a name of 1 to {_MAX_IDENTIFIER} bytes without NUL, got {_shown(table)}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        self._table = table
+        self._timeout = float(timeout)
+        self._sync: SyncSource | None = None
+        self._async: AsyncSource | None = None
+        source = conninfo_or_pool
+        if isinstance(source, str):
+            self._sync = OwnSyncPool(source, self._timeout)
+            self._async = OwnAsyncPools(source, self._timeout)
+            self.is_async = None
+        elif isinstance(source, psycopg.Connection):
+            self._sync, self.is_async = GivenConnection(source, self._timeout), False
+        elif isinstance(source, psycopg_pool.ConnectionPool):
+            self._sync, self.is_async = GivenPool(source, self._timeout), False
+        elif isinstance(source, psycopg.AsyncConnection):
+            self._async, self.is_async = GivenAsyncConnection(source, self._timeout), True
+        elif isinstance(source, psycopg_pool.AsyncConnectionPool):
+            self._async, self.is_async = GivenAsyncPool(source, self._timeout), True
+        else:
+            raise TypeError(
+                "conninfo_or_pool must be a conninfo str, a psycopg Connection or AsyncConnection, or a "
+                f"psycopg_pool ConnectionPool or AsyncConnectionPool, not {type(source).__name__}"
+            )
+        self._statements: _Statements | None = None
+        self._statements_lock = threading.Lock()
+
+    # -- the schema ----------------------------------------------------------------------------
+
+    def _ensure(self) -> Plan[_Statements]:
+        """The table's statements, making the schema first if this backend has not yet (every
+        statement IF NOT EXISTS / OR REPLACE, under an advisory lock: processes racing to make it
+        take turns)."""
+        statements = self._statements
+        if statements is not None:
+            return statements
+        row = yield b"SELECT current_schema()", {}
+        schema = row[0] if row else None
+        if schema is None:
+            raise BackendError("PostgreSQL has no current schema to make the table in (search_path)")
+        # Names of our own beside the table, from a digest of it: within 63 bytes whatever its name.
+        tag = hashlib.sha256(f"{schema}\x00{self._table}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        ids: dict[str, sql.Composable] = {
+            "table": sql.Identifier(schema, self._table),
+            "index": sql.Identifier(f"permits_{tag}_expires"),
+            "sw_take": sql.Identifier(schema, f"permits_{tag}_sw_take"),
+            "cc_take": sql.Identifier(schema, f"permits_{tag}_cc_take"),
+        }
+        lock = int.from_bytes(bytes.fromhex(tag), "big", signed=True)
+        yield b"BEGIN", {}
+        yield b"SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": Int8(lock)}
+        for statement in q.SCHEMA.split(";"):
+            if statement.strip():
+                yield _compose(statement, ids), {}
+        for function in (q.SW_TAKE, q.CC_TAKE):
+            yield _function(function, ids), {}
+        yield b"COMMIT", {}
+        statements = _Statements(
+            tb_take=_compose(q.TB_TAKE, ids),
+            fw_take=_compose(q.FW_TAKE, ids),
+            swc_take=_compose(q.SWC_TAKE, ids),
+            sw_take=_compose(q.SW_TAKE_CALL, ids),
+            cc_take=_compose(q.CC_TAKE_CALL, ids),
+            tb_refund=_compose(q.TB_REFUND, ids),
+            window_refund=_compose(q.WINDOW_REFUND, ids),
+            sw_refund=_compose(q.SW_REFUND, ids),
+            cc_refund=_compose(q.CC_REFUND, ids),
+            cc_renew=_compose(q.CC_RENEW, ids),
+            read=_compose(q.READ_STATE, ids),
+            cc_held=_compose(q.CC_HELD, ids),
+            signature=_compose(q.SIGNATURE, ids),
+        )
+        with self._statements_lock:
+            self._statements = statements
+        return statements
+
+    # -- the steps, as plans ---------------------------------------------------------------------
+
+    @staticmethod
+    def _params(name: str, rule: Rule, now_ns: int | None, **extra: Any) -> dict[str, Any]:
+        if rule.kind not in KINDS:
+            raise ValueError(f"unknown rule kind {rule.kind!r}")
+        if now_ns is not None and not isinstance(now_ns, int):
+            raise TypeError(f"now_ns must be an int or None, not {type(now_ns).__name__}")
+        period = rule.period_ns // rule.amount if rule.kind == "sliding_window" else rule.period_ns
+        params: dict[str, Any] = {
+            "key": _digest(name),
+            "sig": rule.signature,
+            "now": None if now_ns is None else Int8(now_ns),
+            "limit": Int8(rule.limit),
+            "period": Int8(max(period, 1)),  # concurrency has none: never divided by
+            "amount": Int8(rule.amount),
+            "lifetime": Int8(min(rule.lifetime_ns, _MAX_LIFETIME)),
+        }
+        params.update({k: Int8(v) if isinstance(v, int) else v for k, v in extra.items()})
+        if "ttl" in params:
+            params["ttl"] = Int8(min(params["ttl"], _MAX_LIFETIME))
+        return params
+
+    @staticmethod
+    def _mismatch(name: str, rule: Rule, recorded: object) -> ValueError:
+        return ValueError(
+            f"the state {_shown(name)} was made with the rule {recorded!s} and is used with {rule.signature}"
+        )
+
+    def _take(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Plan[Outcome]:
+        if not 0 <= n <= rule.limit:
+            raise ValueError(f"permit count {n} is not between 0 and the limit {rule.limit}")
+        st = yield from self._ensure()
+        params = self._params(name, rule, now_ns, n=n, need=max(n, 1))
+        if rule.kind == "concurrency":
+            if lease_id is None and n > 0:
+                raise ValueError("a concurrency take needs a lease_id")
+            params["lease"] = None if lease_id is None else _digest(lease_id)
+            params["ttl"] = Int8(min(rule.lease_ttl_ns, _MAX_LIFETIME))
+            row = yield st.cc_take, params
+            assert row is not None
+            ok, available, _, recorded = row
+            if recorded is not None:
+                raise self._mismatch(name, rule, recorded)
+            return Outcome(ok, available, -1, 0)
+        if rule.kind == "sliding_window":
+            row = yield st.sw_take, params
+            assert row is not None
+            ok, stamp, available, free_at, now, recorded = row
+            if recorded is not None:
+                raise self._mismatch(name, rule, recorded)
+            return Outcome(ok, available, -1 if ok else max(0, free_at - now), stamp)
+        statement = {"token_bucket": st.tb_take, "fixed_window": st.fw_take}.get(rule.kind, st.swc_take)
+        for _ in range(3):
+            row = yield statement, params
+            if row is not None:
+                ok, anchor, a, b, c, now = row
+                if rule.kind == "token_bucket":
+                    return arith.token_bucket(rule, n, ok, anchor, a, b, now)
+                if rule.kind == "fixed_window":
+                    return arith.fixed_window(rule, ok, anchor, a, b, now)
+                return arith.counter(rule, n, ok, anchor, a, b, c, now)
+            # No row: the state has another signature (or was purged just now: step again).
+            row = yield st.signature, params
+            if row is not None and row[0] != rule.signature:
+                raise self._mismatch(name, rule, row[0])
+        raise BackendError(f"the state {_shown(name)} changed under three steps in a row")
+
+    def _refund(
+        self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+    ) -> Plan[None]:
+        st = yield from self._ensure()
+        params = self._params(name, rule, now_ns, n=n, stamp=stamp)
+        if rule.kind == "concurrency":
+            if lease_id is None:
+                return None  # nothing was recorded (n == 0)
+            params["lease"] = _digest(lease_id)
+            statement = st.cc_refund
+        else:
+            statement = {"token_bucket": st.tb_refund, "sliding_window": st.sw_refund}.get(rule.kind, st.window_refund)
+        row = yield statement, params
+        if row is not None and row[0] is not None and row[0] != rule.signature:
+            raise self._mismatch(name, rule, row[0])
+        return None
+
+    def _renew(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> Plan[None]:
+        if rule.kind != "concurrency":
+            raise ValueError(f"only concurrency leases are renewed, not {rule.kind}")
+        st = yield from self._ensure()
+        params = self._params(name, rule, now_ns, ttl=rule.lease_ttl_ns)
+        params["leases"] = [_digest(lease) for lease in lease_ids]
+        row = yield st.cc_renew, params
+        if row is not None and row[0] is not None and row[0] != rule.signature:
+            raise self._mismatch(name, rule, row[0])
+        return None
+
+    def _available(self, name: str, rule: Rule, now_ns: int | None) -> Plan[int]:
+        st = yield from self._ensure()
+        params = self._params(name, rule, now_ns)
+        if rule.kind == "concurrency":
+            row = yield st.cc_held, params
+            assert row is not None
+            if row[0] is not None and row[0] != rule.signature:
+                raise self._mismatch(name, rule, row[0])
+            return max(0, rule.limit - int(row[1]))
+        row = yield st.read, params
+        assert row is not None
+        if row[1] is not None and row[1] != rule.signature:
+            raise self._mismatch(name, rule, row[1])
+        return arith.available(rule, row)
+
+    # -- drivers ---------------------------------------------------------------------------------
+
+    def _sync_source(self) -> SyncSource:
+        if self._sync is None:
+            raise TypeError(
+                "this PostgreSQL backend serves asyncio (an async connection or pool): use the *_async members"
+            )
+        return self._sync
+
+    def _async_source(self) -> AsyncSource:
+        if self._async is None:
+            raise TypeError(
+                "this PostgreSQL backend serves sync callers (a sync connection or pool): use take(), not take_async()"
+            )
+        return self._async
+
+    def _run(self, plan: Callable[[], Plan[T]]) -> T:
+        source = self._sync_source()
+        for attempt in range(2):
+            gen = plan()
+            try:
+                return _settle(source.run(partial(_drive, gen), time.monotonic() + self._timeout))
+            except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as e:
+                self._forget_schema(e, attempt)
+            except psycopg.Error as e:
+                raise BackendError(f"PostgreSQL failed: {e}") from e
+        raise AssertionError("unreachable")
+
+    async def _run_async(self, plan: Callable[[], Plan[T]]) -> T:
+        source = self._async_source()
+        for attempt in range(2):
+            gen = plan()
+            try:
+                return _settle(await source.run(partial(_drive_async, gen), time.monotonic() + self._timeout))
+            except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as e:
+                self._forget_schema(e, attempt)
+            except psycopg.Error as e:
+                raise BackendError(f"PostgreSQL failed: {e}") from e
+        raise AssertionError("unreachable")
+
+    def _forget_schema(self, error: psycopg.Error, attempt: int) -> None:
+        """The table or its functions are gone (dropped since we made them): make them again, once."""
+        if attempt > 0:
+            raise BackendError(f"PostgreSQL failed: {error}") from error
+        with self._statements_lock:
+            self._statements = None
+
+    # -- the Backend members ---------------------------------------------------------------------
+
+    def take(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
+        return self._run(lambda: self._take(name, rule, n, lease_id, now_ns))
+
+    def refund(self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
+        self._run(lambda: self._refund(name, rule, n, stamp, lease_id, now_ns))
+
+    def renew(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+        self._run(lambda: self._renew(name, rule, lease_ids, now_ns))
+
+    def available(self, name: str, rule: Rule, now_ns: int | None) -> int:
+        return self._run(lambda: self._available(name, rule, now_ns))
+
+    async def take_async(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
+        return await self._run_async(lambda: self._take(name, rule, n, lease_id, now_ns))
+
+    async def refund_async(
+        self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+    ) -> None:
+        await self._run_async(lambda: self._refund(name, rule, n, stamp, lease_id, now_ns))
+
+    async def renew_async(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+        await self._run_async(lambda: self._renew(name, rule, lease_ids, now_ns))
+
+    async def available_async(self, name: str, rule: Rule, now_ns: int | None) -> int:
+        return await self._run_async(lambda: self._available(name, rule, now_ns))
+
+    def close(self) -> None:
+        """Closes the connections the backend made (not a connection or pool it was given)."""
+        for source in (self._sync, self._async):
+            if source is not None:
+                source.close()
+
+
+def _function(template: str, ids: dict[str, sql.Composable]) -> bytes:
+    """CREATE FUNCTION with its body as a quoted literal, never dollar-quoted: a table name with
+    ``$fn$`` in it cannot end the body early."""
+    head, body, tail = template.split("$fn$")
+    composed_body = sql.SQL(body).format(**ids).as_string(None)
+    return (sql.SQL(head).format(**ids) + sql.Literal(composed_body) + sql.SQL(tail)).as_bytes(None)
+
+
+class _Failed:
+    """What a plan raised (not a psycopg error): raised again outside the source, whose
+    connection is healthy (the work itself must not raise for that)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _settle(result: T | _Failed) -> T:
+    if isinstance(result, _Failed):
+        raise result.error
+    return result
+
+
+def _drive(gen: Plan[T], conn: Conn) -> T | _Failed:
+    try:
+        request = next(gen)
+        while True:
+            statement, params = request
+            row = conn.execute(statement, params).fetchone() if params else _execute_plain(conn, statement)
+            request = gen.send(row)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    except (ValueError, TypeError, BackendError) as e:
+        return _Failed(e)
+
+
+def _execute_plain(conn: Conn, statement: bytes) -> Row | None:
+    cur = conn.execute(statement, prepare=False)
+    return cur.fetchone() if cur.description else None
+
+
+async def _drive_async(gen: Plan[T], conn: AConn) -> T | _Failed:
+    try:
+        request = next(gen)
+        while True:
+            statement, params = request
+            if params:
+                row = await (await conn.execute(statement, params)).fetchone()
+            else:
+                cur = await conn.execute(statement, prepare=False)
+                row = await cur.fetchone() if cur.description else None
+            request = gen.send(row)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    except (ValueError, TypeError, BackendError) as e:
+        return _Failed(e)
