@@ -56,13 +56,16 @@ _MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
 _MAX_LIFETIME = 2**60
 
 
-def _digest(text: str) -> bytes:
-    """The key of a name (or lease id) of any length or content (lone surrogates too)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+def _digest(text: str | bytes) -> bytes:
+    """The key of a name (or lease id) of any length or content (lone surrogates too; a per-key
+    limiter's names are bytes)."""
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(text).digest()
 
 
-def _shown(name: str) -> str:
-    return repr(name if len(name) <= 80 else name[:80] + "...")
+def _shown(name: str | bytes) -> str:
+    return repr(name) if len(name) <= 80 else repr(name[:80]) + "..."
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ class PostgresBackend:
     # -- the steps, as plans ---------------------------------------------------------------------
 
     @staticmethod
-    def _params(name: str, rule: Rule, now_ns: int | None, **extra: Any) -> dict[str, Any]:
+    def _params(name: str | bytes, rule: Rule, now_ns: int | None, **extra: Any) -> dict[str, Any]:
         if rule.kind not in KINDS:
             raise ValueError(f"unknown rule kind {rule.kind!r}")
         if now_ns is not None and not isinstance(now_ns, int):
@@ -208,12 +211,12 @@ class PostgresBackend:
         return params
 
     @staticmethod
-    def _mismatch(name: str, rule: Rule, recorded: object) -> ValueError:
+    def _mismatch(name: str | bytes, rule: Rule, recorded: object) -> ValueError:
         return ValueError(
             f"the state {_shown(name)} was made with the rule {recorded!s} and is used with {rule.signature}"
         )
 
-    def _take(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Plan[Outcome]:
+    def _take(self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Plan[Outcome]:
         if not 0 <= n <= rule.limit:
             raise ValueError(f"permit count {n} is not between 0 and the limit {rule.limit}")
         st = yield from self._ensure()
@@ -253,7 +256,7 @@ class PostgresBackend:
         raise BackendError(f"the state {_shown(name)} changed under three steps in a row")
 
     def _refund(
-        self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+        self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> Plan[None]:
         st = yield from self._ensure()
         params = self._params(name, rule, now_ns, n=n, stamp=stamp)
@@ -269,7 +272,7 @@ class PostgresBackend:
             raise self._mismatch(name, rule, row[0])
         return None
 
-    def _renew(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> Plan[None]:
+    def _renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> Plan[None]:
         if rule.kind != "concurrency":
             raise ValueError(f"only concurrency leases are renewed, not {rule.kind}")
         st = yield from self._ensure()
@@ -280,7 +283,7 @@ class PostgresBackend:
             raise self._mismatch(name, rule, row[0])
         return None
 
-    def _available(self, name: str, rule: Rule, now_ns: int | None) -> Plan[int]:
+    def _available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> Plan[int]:
         st = yield from self._ensure()
         params = self._params(name, rule, now_ns)
         if rule.kind == "concurrency":
@@ -344,30 +347,34 @@ class PostgresBackend:
 
     # -- the Backend members ---------------------------------------------------------------------
 
-    def take(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
+    def take(self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
         return self._run(lambda: self._take(name, rule, n, lease_id, now_ns))
 
-    def refund(self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
+    def refund(
+        self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+    ) -> None:
         self._run(lambda: self._refund(name, rule, n, stamp, lease_id, now_ns))
 
-    def renew(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+    def renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
         self._run(lambda: self._renew(name, rule, lease_ids, now_ns))
 
-    def available(self, name: str, rule: Rule, now_ns: int | None) -> int:
+    def available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         return self._run(lambda: self._available(name, rule, now_ns))
 
-    async def take_async(self, name: str, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
+    async def take_async(
+        self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
+    ) -> Outcome:
         return await self._run_async(lambda: self._take(name, rule, n, lease_id, now_ns))
 
     async def refund_async(
-        self, name: str, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
+        self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> None:
         await self._run_async(lambda: self._refund(name, rule, n, stamp, lease_id, now_ns))
 
-    async def renew_async(self, name: str, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+    async def renew_async(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
         await self._run_async(lambda: self._renew(name, rule, lease_ids, now_ns))
 
-    async def available_async(self, name: str, rule: Rule, now_ns: int | None) -> int:
+    async def available_async(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         return await self._run_async(lambda: self._available(name, rule, now_ns))
 
     def close(self) -> None:

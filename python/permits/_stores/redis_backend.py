@@ -76,7 +76,7 @@ class RedisBackend:
     key_margin_ms: int = 1000
 
     def __init__(self, client: Any, *, prefix: str = "permits:", timeout: float = 1.0) -> None:
-        self.is_async: bool = is_async_client(client)
+        self.is_async: bool | None = is_async_client(client)
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         if "{" in prefix or "}" in prefix:

@@ -196,6 +196,7 @@ class StoreLimiter(RateLimiter):
         clock = self._rl_clock
         deadline = None if limit_ns < 0 else clock.now_ns() + limit_ns
         first: Lease | None = None
+        asked = clock.now_ns()  # a refusal's retry_after counts from when the server was asked
         if not n or not len(self._queue) or self._queue.newest:
             first = self._take(n)
             if first or not self._waitable(first):
@@ -213,10 +214,12 @@ class StoreLimiter(RateLimiter):
                 version = self._queue.version
                 until, pause = deadline, None
                 if self._queue.is_head(entry):
+                    if first is None:
+                        asked = clock.now_ns()
                     lease, first = first or self._take(n), None
                     if lease or not self._waitable(lease):
                         return lease
-                    until, pause, poll = self._after(lease, deadline, poll)
+                    until, pause, poll = self._after(lease, asked, deadline, poll)
                 if deadline is not None and clock.now_ns() >= deadline:
                     return Lease.denied("timeout")._with_permit_count(n)
                 _pausing.pause(clock, until, pause, self._changed(entry, version))
@@ -225,7 +228,9 @@ class StoreLimiter(RateLimiter):
 
     async def _wait_async(self, permit_count: int) -> Lease:
         n = permit_count
+        clock = self._rl_clock
         first: Lease | None = None
+        asked = clock.now_ns()
         if not n or not len(self._queue) or self._queue.newest:
             first = await self._take_async(n)
             if first or not self._waitable(first):
@@ -243,11 +248,13 @@ class StoreLimiter(RateLimiter):
                 version = self._queue.version
                 until, pause = None, None
                 if self._queue.is_head(entry):
+                    if first is None:
+                        asked = clock.now_ns()
                     lease, first = first or await self._take_async(n), None
                     if lease or not self._waitable(lease):
                         return lease
-                    until, pause, poll = self._after(lease, None, poll)
-                await _pausing.pause_async(self._rl_clock, until, pause, self._changed(entry, version))
+                    until, pause, poll = self._after(lease, asked, None, poll)
+                await _pausing.pause_async(clock, until, pause, self._changed(entry, version))
         finally:
             self._queue.leave(entry)
 
@@ -259,14 +266,16 @@ class StoreLimiter(RateLimiter):
     def _waitable(lease: Lease) -> bool:
         return lease.reason == "limit_reached"
 
-    def _after(self, lease: Lease, deadline: int | None, poll: float) -> tuple[int | None, float | None, float]:
-        """When the head asks again after a refusal: (until on the pause clock, or a pause in real
-        seconds, and the next poll)."""
+    def _after(
+        self, lease: Lease, asked: int, deadline: int | None, poll: float
+    ) -> tuple[int | None, float | None, float]:
+        """When the head asks again after a refusal it was given when it asked at ``asked``:
+        (until on the pause clock, or a pause in real seconds, and the next poll)."""
         retry = lease.retry_after
         if retry is None or not math.isfinite(retry):
             self._next_ask = None
             return deadline, poll, min(LAST_POLL, poll * 2)
-        until = self._rl_clock.now_ns() + max(1, math.ceil(retry * 1e9))
+        until = asked + max(1, math.ceil(retry * 1e9))
         self._next_ask = until
         return (until if deadline is None else min(until, deadline)), None, FIRST_POLL
 

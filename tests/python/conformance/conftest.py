@@ -147,6 +147,20 @@ def _redis() -> Any:
     return _servers.enter_context(_server("permits-conformance-redis-"))
 
 
+@functools.cache
+def _postgres_pool() -> Any:
+    """One PostgreSQL cluster and one sync pool for the session (a store never closes a pool it
+    is given); each store's limiters have names of their own."""
+    from _servers.postgres import PostgresServer, _need_bin_dir
+    from psycopg_pool import ConnectionPool
+
+    server = PostgresServer(_need_bin_dir())
+    _servers.callback(server.cleanup)
+    pool = ConnectionPool(server.conninfo, min_size=1, max_size=4, open=True)
+    _servers.callback(pool.close)
+    return pool
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_servers() -> Iterator[None]:
     yield
@@ -161,6 +175,14 @@ def _redis_store(clock: permits.ManualClock) -> Any:
     return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock)
 
 
+def _postgres_store(clock: permits.ManualClock) -> Any:
+    """A PostgreSQL store on the test's clock over a sync pool (asked from the loop's thread, as
+    the Redis one)."""
+    from permits.postgres import PostgresStore
+
+    return PostgresStore(_postgres_pool(), clock=clock)
+
+
 def in_server(make_store: Callable[[permits.ManualClock], Any]) -> Callable[[str], Factory]:
     """A named limiter of a store in a server (a concurrency lease outlives any test: its
     holder's renewals run in real time, the test's clock is manual)."""
@@ -170,7 +192,8 @@ def in_server(make_store: Callable[[permits.ManualClock], Any]) -> Callable[[str
             template = partition(kind, None, spec)
             queue_limit, queue_order, _ = template._options
             queue = {"queue_limit": queue_limit, "queue_order": queue_order}
-            return Built(make_store(clock).limiter(kind, template.spec, **queue, lease_ttl=1e6))
+            name = f"{kind}-{next(_SEGMENTS)}"  # (stores may share their server's keys or table)
+            return Built(make_store(clock).limiter(name, template.spec, **queue, lease_ttl=1e6))
 
         return factory
 
@@ -183,7 +206,7 @@ def in_server_per_key(make_store: Callable[[permits.ManualClock], Any]) -> Calla
     def of_kind(kind: str) -> Factory:
         def factory(clock: permits.ManualClock, spec: Spec) -> Built:
             limiter = make_store(clock).partitioned(
-                partition(kind, None, spec), name=kind, idle_timeout=IDLE_TIMEOUT, lease_ttl=1e6
+                partition(kind, None, spec), name=f"{kind}-{next(_SEGMENTS)}", idle_timeout=IDLE_TIMEOUT, lease_ttl=1e6
             )
             return Built(limiter, KEY)
 
@@ -246,6 +269,8 @@ IMPLEMENTATIONS: list[Implementation] = [
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
     *_kinds("redis", in_server(_redis_store), ALL_KINDS, *STORE),
     *_kinds("redis_per_key", in_server_per_key(_redis_store), ALL_KINDS, *STORE_KEYED),
+    *_kinds("postgres", in_server(_postgres_store), ALL_KINDS, *STORE),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ALL_KINDS, *STORE_KEYED),
 ]
 
 

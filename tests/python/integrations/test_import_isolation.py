@@ -1,5 +1,6 @@
-"""`import permits` (and permits.keys) imports no web framework: the integrations are imported
-only by name (permits.asgi, permits.fastapi, permits.aiohttp)."""
+"""`import permits` (and permits.keys) imports no web framework nor server client: the integrations
+and stores are imported only by name (permits.asgi, permits.fastapi, permits.aiohttp, permits.redis,
+permits.postgres)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import subprocess
 import sys
 
-FRAMEWORKS = ("fastapi", "starlette", "aiohttp", "httpx", "uvicorn", "anyio")
+FRAMEWORKS = ("fastapi", "starlette", "aiohttp", "httpx", "uvicorn", "anyio", "redis", "psycopg", "psycopg_pool")
 
 
 def modules_after(statement: str) -> set[str]:
@@ -26,3 +27,10 @@ def test_each_integration_imports_its_own_framework() -> None:
     assert "fastapi" in modules_after("import permits.fastapi")
     assert "aiohttp" in modules_after("import permits.aiohttp")
     assert "fastapi" not in modules_after("import permits.asgi")
+
+
+def test_each_store_imports_its_own_client() -> None:
+    redis_store = modules_after("import permits.redis")
+    assert "redis" in redis_store and "psycopg" not in redis_store
+    postgres_store = modules_after("import permits.postgres")
+    assert "psycopg" in postgres_store and "redis" not in postgres_store

@@ -1,0 +1,46 @@
+"""Limiters whose state is in PostgreSQL, shared by every process and host that reaches it:
+``PostgresStore(conninfo)``.
+
+Each acquisition is one round trip (an upsert or a function of the schema, made on first use, row
+locks only); time is the server's. Needs psycopg 3 (``pip install permits[postgres]``)::
+
+    import permits.postgres
+    store = permits.postgres.PostgresStore("postgresql://app@db/app")
+    api = store.fixed_window("api", 100, 60.0)
+    if store_lease := api.acquire():
+        ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._stores.postgres_backend import PostgresBackend
+from ._stores.server_store import ServerStore, check_timeout
+
+
+class PostgresStore(ServerStore):
+    """Limiters in the table ``table`` of a PostgreSQL database. ``conninfo_or_pool``: a conninfo
+    string (serves both the sync and the asyncio members), or a psycopg connection or pool (serves
+    its own kind). ``timeout``, ``on_error`` and ``clock`` as for :class:`permits.redis.RedisStore`.
+    """
+
+    def __init__(
+        self,
+        conninfo_or_pool: Any,
+        *,
+        table: str = "permits_state",
+        on_error: str = "raise",
+        timeout: float = 1.0,
+        clock: Any = None,
+    ) -> None:
+        self.timeout = check_timeout(timeout)
+        self.table = table
+        self._backend = PostgresBackend(conninfo_or_pool, table=table, timeout=self.timeout)
+        self._setup(on_error, clock)
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore table={self.table!r} on_error={self.on_error!r}>"
+
+
+__all__ = ["PostgresStore"]
