@@ -114,6 +114,11 @@ class StoreLimiter(RateLimiter):
         raise error
 
     def _take(self, n: int) -> Lease:
+        if self._backend.is_async is True:
+            raise TypeError(
+                f"the limiter {self.name!r} is of a store with an asyncio client: use acquire_async() or "
+                "wait_async() (or give the store a sync client)"
+            )
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
         try:
             out = self._backend.take(self._state, self._rule, n, lid, self._now())
