@@ -37,9 +37,9 @@ class RedisStore(ServerStore):
     within the window, segment or refill period it was counted in, so a limit is never exceeded:
     it may only be under-used, by the permits a process holds unused (until they go back to the
     server: on close(), after a second idle, or when their window ends). Concurrency limiters ask
-    the server every time. ``statistics()`` and ``available_permits()`` are the server's (the
-    permits a process holds are not available there). With a ManualClock, idle permits go back
-    only when the test calls ``store._returns.return_now()``.
+    the server every time. ``available_permits()`` is what a request in this process would find:
+    the server's available permits and those this process holds (others do not find the latter).
+    With a ManualClock, idle permits go back only when the test calls ``store._returns.return_now()``.
     """
 
     def __init__(

@@ -7,7 +7,8 @@ The stock is what is left of the last batch: ``count`` permits counted at ``stam
 still valid; else the server is asked for a batch of up to N, at least ``n`` (a stock too small
 goes back first, so the server decides on ``n`` as on a single take); a refusal is the server's.
 A refund goes back into the stock while it is valid. The stock goes back to the server on close()
-and once the limiter has been idle for a while (:mod:`permits._stores.returns`).
+and once the limiter has been idle for a while (:mod:`permits._stores.returns`). The available
+permits (statistics) are the server's and the stock's: what a request here would find.
 
 Served only while valid, the permits are granted within the window, segment or period the server
 counted them in, so no kind admits more than single takes would: a limit is only under-used, by the
@@ -198,6 +199,16 @@ class ReservingLimiter(StoreLimiter):
         if batch.granted and batch.taken:
             self._keep(batch.taken, batch.stamp, self._until(asked, batch.valid_ns))
             self._queue.changed()
+
+    # ---- statistics ----
+    def _available(self) -> int:
+        """What a request here would find: the server's available permits and this stock's (a
+        request larger than the stock gives it back first, so the server decides on both)."""
+        server = super()._available()
+        with self._lock:
+            stock = self._stock
+            held = stock.count if stock is not None and self._rl_clock.now_ns() < stock.until else 0
+        return server + held
 
     # ---- giving back ----
     def _return_idle(self) -> bool:

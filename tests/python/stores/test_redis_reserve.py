@@ -19,9 +19,11 @@ from _servers.redis import RedisProcess, _server
 
 import permits
 from permits import specs
+from permits._core import _key_bytes
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.reserving import ReservingLimiter
 from permits._stores.returns import IDLE_NS
+from permits._stores.rules import rule_of
 from permits.redis import RedisStore
 
 TIMED = ("token_bucket", "fixed_window", "sliding_window", "sliding_window_counter")
@@ -80,12 +82,12 @@ def test_a_batch_is_served_here_without_the_server(client: Any, clock: permits.M
     before = scripts_run(client)
     assert limiter.acquire()
     assert scripts_run(client) == before + 1
-    assert limiter.available_permits() == 6  # the server's: the batch of 4 is counted there
+    assert on_server(store, limiter, clock) == 6  # the server's: the batch of 4 is counted there
     before = scripts_run(client)
     assert all(limiter.acquire() for _ in range(3))
     assert scripts_run(client) == before
-    assert limiter.available_permits() == 6
-    assert limiter.acquire() and limiter.available_permits() == 2  # the next batch
+    assert on_server(store, limiter, clock) == 6
+    assert limiter.acquire() and on_server(store, limiter, clock) == 2  # the next batch
 
 
 @pytest.mark.parametrize("kind", TIMED)
@@ -107,21 +109,21 @@ def test_a_stock_lasts_until_its_window_segment_or_period_ends(
     # What the server holds now: tokens refilled; a new window; the segment before still in the
     # window; the counter's previous window weighs fully at its start.
     expected = {"token_bucket": 6, "fixed_window": 6, "sliding_window": 2, "sliding_window_counter": 2}
-    assert limiter.available_permits() == expected[kind]
+    assert on_server(store, limiter, clock) == expected[kind]
 
 
 def test_a_request_larger_than_the_stock_gives_it_back_first(client: Any, clock: permits.ManualClock) -> None:
     store = reserving(client, clock, 4)
     limiter = store.fixed_window("w", 10, 1.0)
-    assert limiter.acquire() and limiter.available_permits() == 6  # a stock of 3
+    assert limiter.acquire() and on_server(store, limiter, clock) == 6  # a stock of 3
     before = scripts_run(client)
     assert limiter.acquire(5)  # the 3 go back, then a batch of 5 (more than N: at least n)
     assert scripts_run(client) == before + 2
-    assert limiter.available_permits() == 4  # 10 - 1 - 5: nothing lost, nothing left here
+    assert on_server(store, limiter, clock) == 4  # 10 - 1 - 5: nothing lost, nothing left here
     refused = limiter.acquire(5)
     assert not refused and refused.retry_after == 1.0  # the server's refusal
     assert limiter.acquire(0)  # a probe with an empty stock takes a batch: 4 fit
-    assert limiter.available_permits() == 0
+    assert on_server(store, limiter, clock) == 0
     before = scripts_run(client)
     assert limiter.acquire(4) and scripts_run(client) == before
 
@@ -136,6 +138,21 @@ def test_a_refused_batch_is_the_servers_refusal(client: Any, clock: permits.Manu
     assert lease.retry_after == pytest.approx(1.75, abs=1e-9)  # two refills: at 1 s and 2 s
 
 
+def test_available_permits_are_the_servers_and_the_stocks(client: Any, clock: permits.ManualClock) -> None:
+    store = reserving(client, clock, 4)
+    limiter = store.fixed_window("w", 10, 1.0)
+    elsewhere = reserving(client, clock, 4, prefix=store.prefix).fixed_window("w", 10, 1.0)
+    assert limiter.acquire()
+    assert limiter.available_permits() == 9 and limiter.statistics().current_available_permits == 9
+    assert elsewhere.available_permits() == 6  # the 3 held here are not available to others
+    assert limiter.acquire(9)  # what it said: the stock goes back, the server grants the 9
+    assert limiter.available_permits() == 0 and on_server(store, limiter, clock) == 0
+    clock.advance(1.0)
+    assert limiter.acquire() and limiter.available_permits() == 9
+    clock.advance(1.0)  # an expired stock counts no more
+    assert limiter.available_permits() == 10
+
+
 # ---- refunds ----
 
 
@@ -145,7 +162,7 @@ def test_a_refund_goes_back_into_the_stock(client: Any, clock: permits.ManualClo
     full = specs.FixedWindow(1, 1.0).limiter(clock=clock)
     assert full.acquire()
     assert not permits.chain(limiter, full).acquire()  # the chain refunds what limiter granted
-    assert limiter.available_permits() == 0  # the batch of 4 stays counted on the server
+    assert on_server(store, limiter, clock) == 0  # the batch of 4 stays counted on the server
     before = scripts_run(client)
     assert all(limiter.acquire() for _ in range(4))  # all 4 are here
     assert scripts_run(client) == before
@@ -163,7 +180,7 @@ def test_a_refund_after_its_window_goes_to_the_server(client: Any, clock: permit
     assert scripts_run(client) == before
     assert limiter.acquire()
     assert scripts_run(client) == before + 1  # the stock was not refilled: a new batch
-    assert limiter.available_permits() == 0
+    assert on_server(store, limiter, clock) == 0
 
 
 def test_a_token_buckets_expired_stock_goes_back_when_refills_have_not_made_up_for_it(
@@ -171,20 +188,20 @@ def test_a_token_buckets_expired_stock_goes_back_when_refills_have_not_made_up_f
 ) -> None:
     store = reserving(client, clock, 8)
     limiter = store.token_bucket("slow", 10, 2, 1.0)
-    assert limiter.acquire() and limiter.available_permits() == 2  # 7 here
+    assert limiter.acquire() and on_server(store, limiter, clock) == 2  # 7 here
     clock.advance(1.0)  # 2 tokens more on the server: 4
     before = scripts_run(client)
     assert limiter.acquire()
     # The 7 went back less the 2 the refill brought (the refund's rule): 9, then a batch of 8.
     assert scripts_run(client) == before + 2
-    assert limiter.available_permits() == 1
+    assert on_server(store, limiter, clock) == 1
 
     fast = store.token_bucket("fast", 10, 10, 1.0)
     assert fast.acquire()  # 7 here
     clock.advance(1.0)  # the refill makes up for all of them: nothing to give back
     before = scripts_run(client)
     assert fast.acquire() and scripts_run(client) == before + 1
-    assert fast.available_permits() == 2
+    assert on_server(store, fast, clock) == 2
 
 
 # ---- giving the stock back ----
@@ -204,28 +221,30 @@ def test_close_gives_the_stock_back(client: Any, clock: permits.ManualClock) -> 
 
 def test_an_evicted_keys_stock_goes_back(client: Any, clock: permits.ManualClock) -> None:
     store = reserving(client, clock, 5)
-    keyed = store.partitioned(specs.FixedWindow(10, 60.0), name="keys", idle_timeout=1.0)
+    spec = specs.FixedWindow(10, 60.0)
+    keyed = store.partitioned(spec, name="keys", idle_timeout=1.0)
+    state, rule = b"keys\x00" + _key_bytes("k"), rule_of(spec)
     assert keyed.acquire("k")
-    assert keyed.available_permits("k") == 5
+    assert store._backend.available(state, rule, clock.now_ns()) == 5
     clock.advance(1.5)  # the key's limiter is idle past idle_timeout: evicted, closed
     assert keyed.partition_count == 0
-    assert keyed.available_permits("k") == 9
+    assert store._backend.available(state, rule, clock.now_ns()) == 9
 
 
 def test_an_idle_stock_goes_back(client: Any, clock: permits.ManualClock) -> None:
     store = reserving(client, clock, 5)
     limiter = store.fixed_window("w", 10, 60.0)
-    assert limiter.acquire() and limiter.available_permits() == 5
+    assert limiter.acquire() and on_server(store, limiter, clock) == 5
     clock.advance_ns(IDLE_NS - 1)
     assert store._returns.return_now()  # not idle long enough: kept
-    assert limiter.available_permits() == 5
+    assert on_server(store, limiter, clock) == 5
     before = scripts_run(client)
     assert limiter.acquire() and scripts_run(client) == before  # used again: idle from now on
     clock.advance_ns(IDLE_NS - 1)
     assert store._returns.return_now()
     clock.advance_ns(1)
     assert not store._returns.return_now()  # given back: nothing held any more
-    assert limiter.available_permits() == 8
+    assert on_server(store, limiter, clock) == 8
     before = scripts_run(client)
     assert limiter.acquire() and scripts_run(client) == before + 1
 
@@ -238,7 +257,7 @@ def test_an_expired_stock_is_dropped_without_asking(client: Any, clock: permits.
     before = scripts_run(client)
     assert not store._returns.return_now()
     assert scripts_run(client) == before
-    assert limiter.available_permits() == 10  # a new window
+    assert on_server(store, limiter, clock) == 10  # a new window
 
 
 # ---- the queue, threads, a fork ----
@@ -248,7 +267,7 @@ def test_a_refund_into_the_stock_serves_the_queue(client: Any, clock: permits.Ma
     store = reserving(client, clock, 2)
     limiter = store.fixed_window("w", 2, 60.0)
     first, second = limiter.acquire(), limiter.acquire()
-    assert first and second and limiter.available_permits() == 0
+    assert first and second and on_server(store, limiter, clock) == 0
     got: list[permits.Lease] = []
     waiter = threading.Thread(target=lambda: got.append(limiter.wait(1, timeout=30.0)))
     waiter.start()
@@ -288,23 +307,23 @@ def test_threads_share_a_stock_without_losing_or_doubling_permits(client: Any, c
     for thread in threads:
         thread.join(60)
     assert len(counts) == 8 and sum(counts) == 1000
-    assert limiter.available_permits() == 0
+    assert on_server(store, limiter, clock) == 0
 
 
 def test_a_forked_child_does_not_serve_its_parents_stock(client: Any, clock: permits.ManualClock) -> None:
     store = reserving(client, clock, 4)
     limiter = store.fixed_window("w", 10, 60.0)
-    assert limiter.acquire() and limiter.available_permits() == 6  # 3 here
+    assert limiter.acquire() and on_server(store, limiter, clock) == 6  # 3 here
     pid = os.fork()
     if pid == 0:  # the child: its acquire asks the server for a batch of its own
         code = 1
         try:
-            code = 0 if limiter.acquire() and limiter.available_permits() == 2 else 3
+            code = 0 if limiter.acquire() and on_server(store, limiter, clock) == 2 else 3
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert limiter.available_permits() == 2
+    assert on_server(store, limiter, clock) == 2
     before = scripts_run(client)
     assert all(limiter.acquire() for _ in range(3))  # the parent's 3 are still its own
     assert scripts_run(client) == before
@@ -320,10 +339,10 @@ def test_concurrency_asks_the_server_every_time(client: Any, clock: permits.Manu
     before = scripts_run(client)
     leases = [limiter.acquire(), limiter.acquire()]
     assert all(leases) and scripts_run(client) == before + 2
-    assert limiter.available_permits() == 1
+    assert on_server(store, limiter, clock) == 1
     for lease in leases:
         lease.release()
-    assert limiter.available_permits() == 3
+    assert on_server(store, limiter, clock) == 3
 
 
 def test_reserve_must_be_a_positive_int(client: Any) -> None:
