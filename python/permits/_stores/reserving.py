@@ -68,14 +68,17 @@ class ReservingLimiter(StoreLimiter):
         _limiters.add(self)
 
     # ---- the stock ----
-    def _serve(self, n: int) -> tuple[Lease | None, Stock | None]:
-        """A grant from the stock, or none and the stock taken out (too small or expired)."""
+    def _serve(self, n: int, *, keep: bool = False) -> tuple[Lease | None, Stock | None]:
+        """A grant from the stock, or none and the stock taken out (too small or expired; with
+        ``keep``, left as it is)."""
         with self._lock:
             stock = self._stock
             if stock is None:
                 return None, None
             now = self._rl_clock.now_ns()
             if now >= stock.until or stock.count < max(n, 1):
+                if keep:
+                    return None, None
                 self._stock = None
                 return None, stock
             stock.count -= n
@@ -191,6 +194,14 @@ class ReservingLimiter(StoreLimiter):
             step.add_done_callback(lambda done: self._keep_all(done, asked))
             raise
         return self._received(batch, n, asked)
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        """A wait granted from the stock at once (no I/O); else the wait asks the server."""
+        self._check_count(permit_count)
+        if permit_count and len(self._queue) and not self._queue.newest:
+            return None
+        lease = self._serve(permit_count, keep=True)[0]
+        return None if lease is None else self._rl_count(lease)
 
     def _keep_all(self, step: asyncio.Future[Batch], asked: int) -> None:
         if step.cancelled() or step.exception() is not None:

@@ -376,6 +376,22 @@ async def test_an_asyncio_client_reserves_too(quiet_redis: RedisProcess, clock: 
             await made.aclose()
 
 
+async def test_a_wait_is_served_from_the_stock_at_once(client: Any, clock: permits.ManualClock) -> None:
+    store = reserving(client, clock, 3)
+    limiter = store.fixed_window("w", 3, 1.0)
+    assert await limiter.wait_async()  # a batch of 3
+    before = scripts_run(client)
+    assert await limiter.wait_async(2)  # no server, no loop round trip
+    assert scripts_run(client) == before
+    assert limiter.statistics().total_successful_leases == 2
+    waiting = asyncio.ensure_future(limiter.wait_async())  # empty: the server refuses, it queues
+    await asyncio.sleep(0)
+    assert not waiting.done() and limiter.statistics().current_queued_count == 1
+    clock.advance(1.0)
+    assert await asyncio.wait_for(waiting, 10)
+    assert limiter.statistics().total_successful_leases == 3
+
+
 def on_sync(reader: Any, store: RedisStore, limiter: Any, clock: permits.ManualClock | None) -> int:
     """The server's available permits of an asyncio store's limiter, read with a sync client."""
     backend = RedisBackend(reader, prefix=store.prefix)
