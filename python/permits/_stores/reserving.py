@@ -85,7 +85,8 @@ class ReservingLimiter(StoreLimiter):
             if not stock.count:
                 self._stock = None
             self._used = now
-        return self._granted(n, stock.stamp, stock.until, now), None
+            stamp, until = stock.stamp, stock.until
+        return self._granted(n, stamp, until, now), None
 
     def _granted(self, n: int, stamp: int, until: int, now: int) -> Lease:
         self._idle_since = now

@@ -26,6 +26,17 @@ IDLE_NS = 1_000_000_000
 ROUND_S = 0.25
 
 
+_all: weakref.WeakSet[Returns] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for returns in list(_all):
+        returns._lock = threading.Lock()  # (a round of the parent's thread may have held it)
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class Returns:
     def __init__(self, is_async: bool | None, *, manual: bool) -> None:
         self._is_async = is_async
@@ -38,6 +49,7 @@ class Returns:
         self._tasks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
             weakref.WeakKeyDictionary()
         )
+        _all.add(self)
 
     def watch(self, limiter: ReservingLimiter) -> None:
         """``limiter`` holds a stock now: make sure a round looks at it."""
