@@ -455,3 +455,22 @@ def test_a_stock_serves_while_the_server_is_down(own_redis: RedisProcess, on_err
         store.close()  # nothing to give back; a server gone is no error here
         if refunded is not None:
             refunded._refund()
+
+
+@pytest.mark.parametrize("mode", ["sync", "asyncio"])
+async def test_a_cluster_reserves_on_each_names_node(redis_cluster: Any, mode: str) -> None:
+    clock = permits.ManualClock()
+    made = redis_cluster.client() if mode == "sync" else redis_cluster.async_client()
+    try:
+        store = reserving(made, clock, 3)
+        limiters = [store.fixed_window(f"name-{i}", 5, 1.0) for i in range(12)]  # over every node
+        for limiter in limiters:
+            got = [await limiter.acquire_async() for _ in range(5)]  # batches of 3, then of 2
+            assert all(got) and not await limiter.acquire_async()
+            assert limiter.available_permits() == 0
+        store.close()
+    finally:
+        if mode == "sync":
+            made.close()
+        else:
+            await made.aclose()
