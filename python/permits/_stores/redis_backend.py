@@ -27,6 +27,7 @@ import redis.exceptions
 from ..errors import BackendError
 from . import redis_scripts
 from .backend import Backend, Outcome
+from .batch import Batch, Batching
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client
 from .rules import KINDS, Rule
 
@@ -41,6 +42,7 @@ def _script(source: str) -> _Script:
 
 
 _TAKE = _script(redis_scripts.TAKE)
+_TAKE_BATCH = _script(redis_scripts.TAKE_BATCH)
 _REFUND = _script(redis_scripts.REFUND)
 _RENEW = _script(redis_scripts.RENEW)
 _AVAILABLE = _script(redis_scripts.AVAILABLE)
@@ -98,6 +100,12 @@ class RedisBackend:
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         return self._outcome(name, rule, self._run(_TAKE, keys, args))
 
+    def take_batch(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
+        """A batch of ``n`` to ``most`` permits (:mod:`permits._stores.batch`): time-based kinds."""
+        self._sync_only("take_batch")
+        keys, args = self._batch_args(name, rule, n, most, now_ns)
+        return self._batch(name, rule, self._run(_TAKE_BATCH, keys, args))
+
     def refund(self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
         self._sync_only("refund")
         keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
@@ -117,6 +125,11 @@ class RedisBackend:
         self._async_only("take_async")
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         return self._outcome(name, rule, await self._run_async(_TAKE, keys, args))
+
+    async def take_batch_async(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
+        self._async_only("take_batch_async")
+        keys, args = self._batch_args(name, rule, n, most, now_ns)
+        return self._batch(name, rule, await self._run_async(_TAKE_BATCH, keys, args))
 
     async def refund_async(
         self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
@@ -189,6 +202,16 @@ class RedisBackend:
                 raise ValueError("a concurrency take needs a lease_id (its lease is recorded under it)")
         return self._keys(name), args
 
+    def _batch_args(
+        self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None
+    ) -> tuple[list[bytes], list[str]]:
+        if not rule.timed:
+            raise ValueError("take_batch takes time-based permits only: a concurrency lease is its holder's")
+        self._check_count(rule, n)
+        if isinstance(most, bool) or not isinstance(most, int) or not max(n, 1) <= most <= rule.limit:
+            raise ValueError(f"most must be an int from max(n, 1) to the rule's limit {rule.limit}, got {most!r}")
+        return self._keys(name), [*self._rule_args(rule, now_ns), str(n), str(most)]
+
     def _refund_args(
         self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> tuple[list[bytes], list[str]]:
@@ -226,6 +249,11 @@ class RedisBackend:
     def _outcome(self, name: Name, rule: Rule, reply: Any) -> Outcome:
         self._check(name, rule, reply)
         return Outcome(bool(int(reply[1])), int(reply[2]), int(reply[3]), int(reply[4]))
+
+    def _batch(self, name: Name, rule: Rule, reply: Any) -> Batch:
+        self._check(name, rule, reply)
+        available, retry, stamp, taken, valid = (int(value) for value in reply[2:7])
+        return Batch(bool(int(reply[1])), available, retry, stamp, taken, valid)
 
     # ---- running a script ----
 
@@ -272,4 +300,7 @@ class RedisBackend:
 if TYPE_CHECKING:  # mypy checks that the class is a Backend
 
     def _is_backend(backend: RedisBackend) -> Backend:
+        return backend
+
+    def _batches(backend: RedisBackend) -> Batching:
         return backend

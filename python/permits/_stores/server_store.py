@@ -19,6 +19,7 @@ from ..partitioned import PartitionedLimiter
 from ..rate_limiter import QueueOrder, RateLimiter
 from .factories import StoreFactories
 from .renewal import Renewal
+from .reserving import ReservingLimiter
 from .rules import rule_of
 from .store_limiter import ON_ERROR, StoreLimiter
 
@@ -86,7 +87,10 @@ class ServerStore(StoreFactories):
         self, name: str, state: str | bytes, spec: specs.Spec[Any], ql: int | None, newest: bool, ttl: int
     ) -> StoreLimiter:
         rule = rule_of(spec, ttl if isinstance(spec, specs.Concurrency) else 0)
-        limiter = StoreLimiter(self, name, state, rule, spec, UNBOUNDED if ql is None else ql, newest)
+        # A store with reserve (RedisStore) serves time-based permits from batches; a concurrency
+        # lease is its holder's: asked for every time.
+        kind = ReservingLimiter if getattr(self, "reserve", None) and rule.timed else StoreLimiter
+        limiter = kind(self, name, state, rule, spec, UNBOUNDED if ql is None else ql, newest)
         self._limiters.add(limiter)
         return limiter
 
