@@ -175,6 +175,13 @@ def _redis_store(clock: permits.ManualClock) -> Any:
     return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock)
 
 
+def _redis_reserving_store(clock: permits.ManualClock) -> Any:
+    """A Redis store serving its time-based permits from batches of 3 taken ahead (reserve)."""
+    from permits.redis import RedisStore
+
+    return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock, reserve=3)
+
+
 def _postgres_store(clock: permits.ManualClock) -> Any:
     """A PostgreSQL store on the test's clock over a sync pool (asked from the loop's thread, as
     the Redis one)."""
@@ -270,6 +277,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("redis", in_server(_redis_store), TIMED_KINDS, *STORE),
     *_kinds("redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED),
     *_kinds("redis_per_key", in_server_per_key(_redis_store), TIMED_KINDS, *STORE_KEYED),
+    *_kinds("redis_reserve", in_server(_redis_reserving_store), TIMED_KINDS, *STORE),
     *_kinds("postgres", in_server(_postgres_store), ["concurrency"], *STORE, COLLECTED),
     *_kinds("postgres", in_server(_postgres_store), TIMED_KINDS, *STORE),
     *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ["concurrency"], *STORE_KEYED, COLLECTED),
