@@ -242,7 +242,6 @@ COLLECTED = "releases_dropped_leases"
 # The stores in a server: their queues are per process, asked on a waiter's wake (no clock_serves_queue).
 STORE = ("plain", "queues", "close_fails_waiters", "refunds")
 STORE_KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
-ALL_KINDS = ("concurrency", *TIMED_KINDS)
 
 IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
@@ -267,10 +266,14 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED),
     *_kinds("shm_per_key", shm_per_key, TIMED_KINDS, *KEYED),
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
-    *_kinds("redis", in_server(_redis_store), ALL_KINDS, *STORE),
-    *_kinds("redis_per_key", in_server_per_key(_redis_store), ALL_KINDS, *STORE_KEYED),
-    *_kinds("postgres", in_server(_postgres_store), ALL_KINDS, *STORE),
-    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ALL_KINDS, *STORE_KEYED),
+    *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED),
+    *_kinds("redis", in_server(_redis_store), TIMED_KINDS, *STORE),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), TIMED_KINDS, *STORE_KEYED),
+    *_kinds("postgres", in_server(_postgres_store), ["concurrency"], *STORE, COLLECTED),
+    *_kinds("postgres", in_server(_postgres_store), TIMED_KINDS, *STORE),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ["concurrency"], *STORE_KEYED, COLLECTED),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), TIMED_KINDS, *STORE_KEYED),
 ]
 
 
