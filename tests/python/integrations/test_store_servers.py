@@ -4,14 +4,15 @@ serving ``_store_app.py``, each worker with a store of its own in one Redis or o
 connection, so the kernel spreads them over the workers; the window holds across both.
 
 The server runs in a session of its own and is killed as a whole process group, then the test
-checks that no process of it is left (_integration.serve)."""
+checks that no process of it is left (_integration.serve). The Redis and PostgreSQL servers are
+the session's (tests/python/_servers)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +22,17 @@ from _integration import app_env, command, serve
 WORKERS = 2
 
 
-def require_redis_py() -> None:
-    try:
-        import redis  # noqa: F401
-    except ImportError:
+@pytest.fixture(params=["redis", "postgres"])
+def store_server(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """("redis", its URL) or ("postgres", its conninfo): the session's server (tests/python/conftest.py)."""
+    module = "redis" if request.param == "redis" else "psycopg"
+    if importlib.util.find_spec(module) is None:  # then the server's fixture is absent too
         if os.environ.get("CI") == "true":
-            pytest.fail('redis-py is not installed (pip install "redis>=5")')
-        pytest.skip('redis-py is not installed: pip install "redis>=5"')
-
-
-@pytest.fixture(scope="module", params=["redis", "postgres"])
-def store_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
-    """("redis", its URL) or ("postgres", its conninfo): a server of this module's own (the
-    fixtures of tests/python/_servers skip, or under CI fail, without its binaries)."""
+            pytest.fail(f"{module} is not installed (scripts/test installs it)")
+        pytest.skip(f"{module} is not installed: pip install {module}")
     if request.param == "redis":
-        require_redis_py()
-        from _servers.redis import _server
-
-        with _server("permits-store-servers-redis-") as redis_server:
-            yield "redis", redis_server.url
-        return
-    from _servers.postgres import PostgresServer, _need_bin_dir
-
-    postgres_server = PostgresServer(_need_bin_dir())
-    try:
-        yield "postgres", postgres_server.conninfo
-    finally:
-        postgres_server.cleanup()
+        return "redis", request.getfixturevalue("redis_server").url
+    return "postgres", request.getfixturevalue("postgres_server").conninfo
 
 
 def available_in(kind: str, address: str, name: str) -> int:

@@ -7,6 +7,7 @@ taken from it."""
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import signal
@@ -32,21 +33,21 @@ LEASE_TTL = 1.5
 ctx = multiprocessing.get_context("spawn")
 
 
-def require_redis_py() -> None:
-    """The Redis tests need redis-py (stores/conftest.py loads the Redis fixtures only with it)."""
-    try:
-        import redis  # noqa: F401
-    except ImportError:
+def require_client(module: str, install: str) -> None:
+    """The client library of a server: without it (outside CI) tests/python/conftest.py has no
+    fixture for that server, so its tests skip; under CI they fail."""
+    if importlib.util.find_spec(module) is None:
         if os.environ.get("CI") == "true":
-            pytest.fail('redis-py is not installed (pip install "redis>=5")')
-        pytest.skip('redis-py is not installed: pip install "redis>=5"')
+            pytest.fail(f"{module} is not installed (pip install {install!r})")
+        pytest.skip(f"{module} is not installed: pip install {install!r}")
 
 
 def target_of(request: pytest.FixtureRequest, server: str) -> Target:
     name = f"procs-{uuid.uuid4().hex[:12]}"
     if server == "postgres":
+        require_client("psycopg_pool", "psycopg[binary]>=3.2 psycopg-pool>=3.2")
         return Target(server, request.getfixturevalue("postgres_server").conninfo, name)
-    require_redis_py()
+    require_client("redis", "redis>=5")
     running = request.getfixturevalue("redis_server" if server == "redis" else "redis_cluster")
     return Target(server, f"{running.host}:{running.port}", name)
 
