@@ -19,9 +19,11 @@ import asyncio
 import hashlib
 import math
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import redis.asyncio.cluster
 import redis.exceptions
 
 from ..errors import BackendError
@@ -92,6 +94,10 @@ class RedisBackend:
         self._timeout = float(timeout)
         self._bounded: Bounded | None = None  # built at the first sync step (a Cluster's connects)
         self._lock = threading.Lock()
+        #: asyncio Cluster clients: the lock under which one task per loop makes it learn the slots.
+        self._discovery: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # ---- the steps ----
 
@@ -285,10 +291,23 @@ class RedisBackend:
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
+    async def _discover_slots(self, client: Any) -> None:
+        """An asyncio Cluster client that has not learnt the slots yet learns them in one task
+        first: when many tasks' first commands start it at once, redis-py (8.1) sends them to one
+        node and, at the MOVED replies, closes connections other tasks are writing on
+        (AttributeError: 'NoneType' object has no attribute 'writelines')."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lock = self._discovery.setdefault(loop, asyncio.Lock())
+        async with lock:
+            await client.initialize()  # a no-op once it knows the slots
+
     async def _run_async(self, script: _Script, keys: list[bytes], args: list[str]) -> Any:
         client = self._client
         try:
             async with asyncio.timeout(self._timeout):
+                if getattr(client, "_initialize", False) and isinstance(client, redis.asyncio.cluster.RedisCluster):
+                    await self._discover_slots(client)
                 try:
                     return await client.evalsha(script.sha, len(keys), *keys, *args)
                 except redis.exceptions.NoScriptError:

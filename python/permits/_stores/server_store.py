@@ -41,6 +41,7 @@ class ServerStore(StoreFactories):
     :meth:`_setup`."""
 
     _backend: Any
+    timeout: float
 
     def _setup(self, on_error: object, clock: object) -> None:
         if not isinstance(on_error, str) or on_error not in ON_ERROR:
@@ -172,6 +173,13 @@ class ServerStore(StoreFactories):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # The releases and refunds still on their way in tasks of this loop land first: the loop
+        # may end right after (asyncio.run cancels the tasks left), and a lost release would keep
+        # its permits taken until the lease's ttl. Each is bounded by the timeout already.
+        loop = asyncio.get_running_loop()
+        pending = [task for task in self._background if task.get_loop() is loop]
+        if pending:
+            await asyncio.wait(pending, timeout=self.timeout)
         self.close()
 
 
