@@ -172,15 +172,19 @@ class ServerStore(StoreFactories):
     async def __aenter__(self) -> Any:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        # The releases and refunds still on their way in tasks of this loop land first: the loop
-        # may end right after (asyncio.run cancels the tasks left), and a lost release would keep
-        # its permits taken until the lease's ttl. Each is bounded by the timeout already.
+    async def aclose(self) -> None:
+        """As :meth:`close`, after the releases and refunds still on their way in tasks of this
+        loop have landed: the loop may end right after (``asyncio.run`` cancels the tasks left),
+        and a lost release would keep its permits taken until the lease's ttl. Each is bounded by
+        the store's timeout already."""
         loop = asyncio.get_running_loop()
         pending = [task for task in self._background if task.get_loop() is loop]
         if pending:
             await asyncio.wait(pending, timeout=self.timeout)
         self.close()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _spec_of(spec: object) -> specs.Spec[Any]:

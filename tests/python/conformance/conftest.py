@@ -151,8 +151,9 @@ def _redis() -> Any:
 def _postgres_pool() -> Any:
     """One PostgreSQL cluster and one sync pool for the session (a store never closes a pool it
     is given); each store's limiters have names of their own."""
-    from _servers.postgres import PostgresServer, _need_bin_dir
     from psycopg_pool import ConnectionPool
+
+    from _servers.postgres import PostgresServer, _need_bin_dir
 
     server = PostgresServer(_need_bin_dir())
     _servers.callback(server.cleanup)

@@ -21,7 +21,6 @@ import os
 import time
 from collections.abc import AsyncIterator
 
-from _integration import with_pid
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -29,6 +28,8 @@ from starlette.routing import Route
 
 from permits.asgi import RateLimitMiddleware
 from permits.shm import SharedMemoryStore
+
+from _integration import with_pid
 
 KIND = os.environ["PERMITS_TEST_LIMITER"]
 SLEEP = float(os.environ.get("PERMITS_TEST_SLEEP", "0"))

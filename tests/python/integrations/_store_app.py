@@ -12,13 +12,14 @@ response carries the answering process's pid in ``x-pid``.
 import os
 from typing import Any
 
-from _integration import with_pid
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from permits.asgi import RateLimitMiddleware
+
+from _integration import with_pid
 
 KIND = os.environ["PERMITS_TEST_STORE"]
 SERVER = os.environ["PERMITS_TEST_SERVER"]

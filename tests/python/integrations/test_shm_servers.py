@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from _integration import Server, app_env, command, new_connections, serve
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="permits.shm is Linux only")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from _integration import app_env, command, serve
 
 WORKERS = 2

@@ -11,13 +11,14 @@ import random
 from typing import Any
 
 import pytest
-from _redis_support import backend, random_spec
 from test_redis_differential import assert_same_wait
 
 import permits
 from permits._stores.batch import Batch
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.rules import Rule, rule_of
+
+from _redis_support import backend, random_spec
 
 TIMED = ("token_bucket", "fixed_window", "sliding_window", "sliding_window_counter")
 STEPS = 300

@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _redis_support import fresh_prefix
-from _servers.redis import RedisProcess, _server
 
 import permits
 from permits import specs
@@ -25,6 +23,9 @@ from permits._stores.reserving import ReservingLimiter
 from permits._stores.returns import IDLE_NS
 from permits._stores.rules import rule_of
 from permits.redis import RedisStore
+
+from _redis_support import fresh_prefix
+from _servers.redis import RedisProcess, _server
 
 TIMED = ("token_bucket", "fixed_window", "sliding_window", "sliding_window_counter")
 #: Limits of 10 whose batches last 1 s from the state's first step (its anchor).

@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _redis_support import fresh_prefix
-from _reserve_worker import hammer
-from _servers.redis import RedisProcess
 
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.returns import IDLE_NS, ROUND_S
 from permits.redis import RedisStore
+
+from _redis_support import fresh_prefix
+from _reserve_worker import hammer
+from _servers.redis import RedisProcess
 
 RUN_S = 1.6
 LIMIT = 60

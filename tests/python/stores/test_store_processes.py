@@ -17,8 +17,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import _store_workers as workers
 import pytest
+
+import _store_workers as workers
 from _store_workers import KEY, KINDS, SAFETY, Target
 
 PROCESSES = 4
