@@ -19,6 +19,7 @@ from _store_fixtures import *  # noqa: F403 (the fixtures)
 from _store_support import (
     BOUND,
     MODES,
+    TIMEOUT,
     Server,
     check_failed,
     drain,
@@ -64,9 +65,9 @@ async def test_a_failing_server_is_answered_as_the_mode_says_and_nothing_leaks(
     own_server: Server, mode: str, fault: str
 ) -> None:
     clock = permits.ManualClock()
-    sync = own_server.store(on_error=mode, clock=clock)
+    sync = own_server.store(on_error=mode, clock=clock, timeout=TIMEOUT)
     reader = own_server.reader(clock)
-    async with own_server.async_store(on_error=mode, clock=clock) as asy:
+    async with own_server.async_store(on_error=mode, clock=clock, timeout=TIMEOUT) as asy:
         fw, cc = sync.fixed_window("fw", LIMIT, WINDOW), sync.concurrency("cc", CC_LIMIT, lease_ttl=TTL)
         afw, acc = asy.fixed_window("afw", LIMIT, WINDOW), asy.concurrency("acc", CC_LIMIT, lease_ttl=TTL)
         assert fw.acquire() and await afw.acquire_async()
@@ -145,7 +146,7 @@ async def test_a_queued_wait_ends_in_time_when_the_server_fails(own_server: Serv
     and the store's. A concurrency head polls and meets the fault: the mode's answer (sync and
     asyncio); a window's head sleeps until its retry_after, past the wait's timeout: "timeout".
     Once the server is back the same limiters serve their waits again."""
-    sync = own_server.store(on_error=mode)
+    sync = own_server.store(on_error=mode, timeout=TIMEOUT)
     cc, fw = sync.concurrency(fresh_name(), 1, lease_ttl=SHORT_TTL), sync.fixed_window(fresh_name(), 1, WINDOW)
     held, used = cc.acquire(), fw.acquire()
     assert held and used
@@ -160,7 +161,7 @@ async def test_a_queued_wait_ends_in_time_when_the_server_fails(own_server: Serv
         results[label + " took"] = time.monotonic() - started
 
     waits = [threading.Thread(target=wait, args=("cc", cc, 3.0)), threading.Thread(target=wait, args=("fw", fw, 1.0))]
-    async with own_server.async_store(on_error=mode) as asy:
+    async with own_server.async_store(on_error=mode, timeout=TIMEOUT) as asy:
         acc = asy.concurrency(cc.name, 1, lease_ttl=SHORT_TTL)
         queued = asyncio.ensure_future(_outcome(acc.wait_async()))
         for thread in waits:
