@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
 from _store_support import BACKENDS, Server, make_server
 
 __all__ = ["own_server", "shared_server"]

@@ -13,10 +13,11 @@ import sys
 from typing import Any
 
 import pytest
-from _store_fixtures import *  # noqa: F403 (the fixtures)
-from _store_support import BOUND, Server, fresh_name, settled
 
 import permits
+
+from _store_fixtures import *  # noqa: F403 (the fixtures)
+from _store_support import BOUND, Server, fresh_name, settled
 
 SPECS: dict[str, Any] = {
     "token_bucket": permits.specs.TokenBucket(4, 2, 1.0),

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _store_fixtures import *  # noqa: F403 (the fixtures)
-from _store_support import Server, fresh_name, settled
 
 import permits
+
+from _store_fixtures import *  # noqa: F403 (the fixtures)
+from _store_support import Server, fresh_name, settled
 
 SPECS: dict[str, Any] = {
     "token_bucket": permits.specs.TokenBucket(3, 1, 10.0),

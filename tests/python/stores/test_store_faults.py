@@ -15,6 +15,11 @@ import time
 from typing import Any
 
 import pytest
+
+import permits
+from permits._stores.redis_scripts import TAKE
+from permits.errors import BackendError
+
 from _store_fixtures import *  # noqa: F403 (the fixtures)
 from _store_support import (
     BOUND,
@@ -28,10 +33,6 @@ from _store_support import (
     fresh_name,
     settled,
 )
-
-import permits
-from permits._stores.redis_scripts import TAKE
-from permits.errors import BackendError
 
 FAULTS = ("kill", "hang")
 LIMIT, WINDOW = 4, 100.0

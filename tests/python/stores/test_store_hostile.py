@@ -11,11 +11,12 @@ import time
 from typing import Any
 
 import pytest
-from _store_fixtures import *  # noqa: F403 (the fixtures)
-from _store_support import Server, fresh_name
 
 import permits
 from permits._stores.rules import rule_of
+
+from _store_fixtures import *  # noqa: F403 (the fixtures)
+from _store_support import Server, fresh_name
 
 KEYS: list[Any] = [
     "{",

@@ -10,11 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from _store_fixtures import *  # noqa: F403 (the fixtures)
-from _store_support import BOUND, MODES, Server, fresh_name
 
 import permits
 from permits.errors import BackendError
+
+from _store_fixtures import *  # noqa: F403 (the fixtures)
+from _store_support import BOUND, MODES, Server, fresh_name
 
 SPECS: dict[str, Any] = {
     "token_bucket": permits.specs.TokenBucket(5, 2, 1.0),
