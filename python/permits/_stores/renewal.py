@@ -11,16 +11,34 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
 
 if TYPE_CHECKING:
     from .store_limiter import StoreLimiter
+
+
+logger = logging.getLogger("permits")
+
+
+@contextlib.contextmanager
+def _quiet(doing: str) -> Iterator[None]:
+    """A background round never dies: a server down (BackendError), a store closed meanwhile or a
+    client library's own error (redis-py raises AttributeError on a connection closed under it)
+    ends this step only; what it did not do is retried, or expires on the server."""
+    try:
+        yield
+    except BackendError:
+        pass
+    except Exception:
+        logger.debug("permits: %s failed", doing, exc_info=True)
 
 
 class Renewal:
@@ -85,7 +103,7 @@ class Renewal:
         while self._dropped:
             limiter, lid, n = self._dropped.popleft()
             try:
-                with contextlib.suppress(BackendError):  # it expires lease_ttl later
+                with _quiet("giving back a dropped lease"):  # on failure, it expires lease_ttl later
                     self._backend.refund(limiter._state, limiter._rule, n, 0, lid, self._now())
                 limiter._queue.changed()
             finally:
@@ -112,7 +130,7 @@ class Renewal:
                 continue
             next_round = time.monotonic() + self._interval()
             for limiter, ids in self._due():
-                with contextlib.suppress(BackendError):  # the next round tries again
+                with _quiet("renewing leases"):  # the next round tries again
                     self._backend.renew(limiter._state, limiter._rule, ids, self._now())
 
     def _start_task(self) -> None:
@@ -131,7 +149,7 @@ class Renewal:
             if not due:
                 return
             for limiter, ids in due:
-                with contextlib.suppress(BackendError):
+                with _quiet("renewing leases"):
                     await self._backend.renew_async(limiter._state, limiter._rule, ids, self._now())
 
     def renew_now(self) -> None:

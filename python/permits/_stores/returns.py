@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 import weakref
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 IDLE_NS = 1_000_000_000
 #: Seconds between two rounds.
 ROUND_S = 0.25
+
+logger = logging.getLogger("permits")
 
 
 _all: weakref.WeakSet[Returns] = weakref.WeakSet()
@@ -68,7 +71,12 @@ class Returns:
         """One round: idle limiters give their stock back; True while some limiter still holds one."""
         holding = False
         for limiter in list(self._limiters):
-            if limiter._return_idle():
+            try:
+                kept = limiter._return_idle()
+            except Exception:  # a round never dies (a store closed meanwhile...): the next one retries
+                logger.debug("permits: returning a reserved stock failed", exc_info=True)
+                kept = True
+            if kept:
                 holding = True
                 continue
             with self._lock:
