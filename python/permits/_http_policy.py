@@ -105,6 +105,28 @@ def check_exempt(exempt: object) -> tuple[str, ...]:
     return tuple(prefixes)
 
 
+def check_timeout(timeout: object, wait: bool) -> float | None:
+    """A sync integration's bound on a wait: None (no bound) or seconds, only with ``wait=True``
+    (without it nothing waits, and a timeout that does nothing is a mistake to report)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be seconds (int or float) or None, got {type(timeout).__name__}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+    if not wait:
+        raise ValueError("timeout bounds a wait: it needs wait=True")
+    return float(timeout)
+
+
+def check_sync(name: str, function: object) -> None:
+    """A sync server's callbacks are plain functions: an ``async def`` one would only return a
+    coroutine that nothing can await (a WSGI request has no event loop)."""
+    call = inspect.getattr_static(type(function), "__call__", None)  # (an object whose __call__ is async)
+    if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
+        raise TypeError(f"{name} must be a plain function under WSGI (nothing awaits there), got a coroutine function")
+
+
 def is_exempt(path: str, prefixes: tuple[str, ...]) -> bool:
     """A path is exempt when it equals a prefix or continues it after a '/'."""
     return any(prefix == "/" or path == prefix or path.startswith(prefix + "/") for prefix in prefixes)
@@ -202,13 +224,52 @@ class Policy:
         except Exception:
             logger.exception("on_rejected %r raised; the default rejection is sent", self.on_rejected)
             return None
-        if found is not None and not isinstance(found, response_type):
+        expected = f"{response_type.__module__}.{response_type.__qualname__}"
+        return self._checked(found, lambda found: isinstance(found, response_type), expected)
+
+    def rejection_sync(self, request: Any, lease: Lease, accepts: Callable[[object], bool], expected: str) -> Any:
+        """As :meth:`rejection`, for a sync server: on_rejected is called (never awaited) and its
+        answer kept when ``accepts(answer)``; ``expected`` names what it should have returned."""
+        if self.on_rejected is None:
+            return None
+        try:
+            found = self.on_rejected(request, lease)
+        except Exception:
+            logger.exception("on_rejected %r raised; the default rejection is sent", self.on_rejected)
+            return None
+        if inspect.iscoroutine(found):
+            found.close()  # (never awaited: closed, so that it does not warn when collected)
+        return self._checked(found, accepts, expected)
+
+    def _checked(self, found: object, accepts: Callable[[object], bool], expected: str) -> Any:
+        if found is not None and not accepts(found):
             logger.error(
-                "on_rejected %r returned %s, not a %s.%s or None; the default rejection is sent",
-                self.on_rejected, type(found).__name__, response_type.__module__, response_type.__qualname__,
+                "on_rejected %r returned %s, not a %s or None; the default rejection is sent",
+                self.on_rejected, type(found).__name__, expected,
             )  # fmt: skip
             return None
         return found
+
+    def key_of_sync(self, request: Any) -> object:
+        """The key of a request to a sync server; a key function's awaitable is an error there."""
+        if self.key is None:
+            return None
+        found = self.key(request)
+        if inspect.isawaitable(found):
+            if inspect.iscoroutine(found):
+                found.close()
+            raise TypeError(f"key {self.key!r} returned an awaitable: a WSGI server cannot await it")
+        return found
+
+    def acquire_sync(self, key: object, timeout: float | None) -> Lease:
+        """The one acquisition of a request to a sync server: an attempt, or with ``wait`` a
+        blocking wait of at most ``timeout`` seconds on the limiter's clock (the engine's waits
+        release the GIL: the server's other threads go on)."""
+        limiter = self.limiter
+        n = self.permit_count
+        if isinstance(limiter, KeyedRateLimiter):
+            return limiter.wait(key, n, timeout) if self.wait else limiter.acquire(key, n)
+        return limiter.wait(n, timeout) if self.wait else limiter.acquire(n)
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
@@ -332,6 +393,8 @@ __all__ = [
     "Policy",
     "Quota",
     "check_exempt",
+    "check_sync",
+    "check_timeout",
     "encoded_headers",
     "fewest_remaining",
     "is_exempt",
