@@ -99,7 +99,11 @@ def test_the_global_limit_alone_and_its_rejection(server: str, clock: permits.Ma
     assert rate_headers(first) == {"ratelimit-policy": '"api";q=2;w=5', "ratelimit": '"api";r=1;t=3'}
     assert second.status_code == 200
     assert (third.status_code, third.text) == (429, "Too Many Requests (limiter: api)")
-    assert rate_headers(third) == {"ratelimit-policy": '"api";q=2;w=5', "ratelimit": '"api";r=0;t=3', "retry-after": "3"}
+    assert rate_headers(third) == {
+        "ratelimit-policy": '"api";q=2;w=5',
+        "ratelimit": '"api";r=0;t=3',
+        "retry-after": "3",
+    }
 
 
 def test_stacked_view_limits_give_back_what_the_others_granted(clock: permits.ManualClock) -> None:
@@ -170,7 +174,10 @@ def test_on_rejected_responses_of_the_global_limit_and_of_a_view(clock: permits.
         assert client.get("/hello").status_code == 200
         by_global = client.get("/hello")
         by_view = client.get("/health")  # (exempt from the global limit: the view's rejects)
-    assert (by_global.status_code, by_global.json()) == (503, {"error": "slow down", "limiter": "global", "path": "/hello"})
+    assert (by_global.status_code, by_global.json()) == (
+        503,
+        {"error": "slow down", "limiter": "global", "path": "/hello"},
+    )
     assert by_global.headers["retry-after"] == "60"
     assert by_global.headers["ratelimit"] == '"global";r=0;t=60'
     assert (by_view.status_code, by_view.json()) == (503, {"error": "slow down", "limiter": "view", "path": "/health"})
