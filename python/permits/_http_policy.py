@@ -34,10 +34,10 @@ class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a 
     reset: int | None  # seconds until more permits; None when time frees nothing
 
     def headers(self) -> list[tuple[str, str]]:
+        # (made on every response of a sync server: the part that never changes is cached)
         name = _sf_string(self.name)
-        policy = f"{name};q={self.quota}" + ("" if self.window is None else f";w={self.window}")
-        state = f"{name};r={self.remaining}" + ("" if self.reset is None else f";t={self.reset}")
-        return [("RateLimit-Policy", policy), ("RateLimit", state)]
+        state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
+        return [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
 
 
 def rejection_text(lease: Lease) -> str:
@@ -67,6 +67,12 @@ def _sf_bytes(name: str) -> bytes:
 def _policy_header(name: str, quota: int, window: int | None) -> tuple[bytes, bytes]:
     policy = b"%s;q=%d" % (_sf_bytes(name), quota) + (b"" if window is None else b";w=%d" % window)
     return b"ratelimit-policy", policy
+
+
+@functools.lru_cache(maxsize=256)
+def _policy_text(name: str, quota: int, window: int | None) -> tuple[str, str]:
+    policy = f"{_sf_string(name)};q={quota}" + ("" if window is None else f";w={window}")
+    return "RateLimit-Policy", policy
 
 
 @functools.lru_cache(maxsize=256)  # a few limiter names, formatted on every response
@@ -264,12 +270,19 @@ class Policy:
     def acquire_sync(self, key: object, timeout: float | None) -> Lease:
         """The one acquisition of a request to a sync server: an attempt, or with ``wait`` a
         blocking wait of at most ``timeout`` seconds on the limiter's clock (the engine's waits
-        release the GIL: the server's other threads go on)."""
+        release the GIL: the server's other threads go on). A wait whose outcome is known at
+        once (a free permit) takes the attempt's fast path, as the asyncio integrations do."""
         limiter = self.limiter
         n = self.permit_count
         if isinstance(limiter, KeyedRateLimiter):
-            return limiter.wait(key, n, timeout) if self.wait else limiter.acquire(key, n)
-        return limiter.wait(n, timeout) if self.wait else limiter.acquire(n)
+            if not self.wait:
+                return limiter.acquire(key, n)
+            now = limiter._try_now(key, n)
+            return limiter.wait(key, n, timeout) if now is None else now
+        if not self.wait:
+            return limiter.acquire(n)
+        now = limiter._try_now(n)
+        return limiter.wait(n, timeout) if now is None else now
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""

@@ -65,11 +65,20 @@ def status_line(code: int) -> str:
         return f"{code} Error"  # a status without a registered phrase (430, 499, ...)
 
 
-def with_headers(headers: Headers, ours: Iterable[tuple[str, str]]) -> Headers:
-    """The response's headers and those of ours it does not set itself (an application's own win)."""
+#: The names of the headers this module adds (lowercase).
+OURS = frozenset({"ratelimit", "ratelimit-policy", "retry-after"})
+
+
+def with_headers(headers: Headers, ours: list[tuple[str, str]]) -> Headers:
+    """The response's headers and those of ours (named in :data:`OURS`) it does not set itself:
+    an application's own win."""
+    for name, _ in headers:
+        if name.lower() in OURS:
+            break
+    else:
+        return headers + ours  # (the common case: one pass, no set)
     names = {name.lower() for name, _ in headers}
-    added = [(name, value) for name, value in ours if name.lower() not in names]
-    return [*headers, *added] if added else headers
+    return headers + [(name, value) for name, value in ours if name.lower() not in names]
 
 
 def default_rejection(status_code: int, lease: Lease) -> WSGIApp:
