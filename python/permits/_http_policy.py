@@ -34,10 +34,10 @@ class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a 
     reset: int | None  # seconds until more permits; None when time frees nothing
 
     def headers(self) -> list[tuple[str, str]]:
+        # (made on every response of a sync server: the part that never changes is cached)
         name = _sf_string(self.name)
-        policy = f"{name};q={self.quota}" + ("" if self.window is None else f";w={self.window}")
-        state = f"{name};r={self.remaining}" + ("" if self.reset is None else f";t={self.reset}")
-        return [("RateLimit-Policy", policy), ("RateLimit", state)]
+        state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
+        return [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
 
 
 def rejection_text(lease: Lease) -> str:
@@ -67,6 +67,12 @@ def _sf_bytes(name: str) -> bytes:
 def _policy_header(name: str, quota: int, window: int | None) -> tuple[bytes, bytes]:
     policy = b"%s;q=%d" % (_sf_bytes(name), quota) + (b"" if window is None else b";w=%d" % window)
     return b"ratelimit-policy", policy
+
+
+@functools.lru_cache(maxsize=256)
+def _policy_text(name: str, quota: int, window: int | None) -> tuple[str, str]:
+    policy = f"{_sf_string(name)};q={quota}" + ("" if window is None else f";w={window}")
+    return "RateLimit-Policy", policy
 
 
 @functools.lru_cache(maxsize=256)  # a few limiter names, formatted on every response
@@ -103,6 +109,28 @@ def check_exempt(exempt: object) -> tuple[str, ...]:
             raise ValueError(f"exempt paths must be str starting with '/', got {prefix!r}")
         prefixes.append(prefix.rstrip("/") or "/")
     return tuple(prefixes)
+
+
+def check_timeout(timeout: object, wait: bool) -> float | None:
+    """A sync integration's bound on a wait: None (no bound) or seconds, only with ``wait=True``
+    (without it nothing waits, and a timeout that does nothing is a mistake to report)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be seconds (int or float) or None, got {type(timeout).__name__}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+    if not wait:
+        raise ValueError("timeout bounds a wait: it needs wait=True")
+    return float(timeout)
+
+
+def check_sync(name: str, function: object) -> None:
+    """A sync server's callbacks are plain functions: an ``async def`` one would only return a
+    coroutine that nothing can await (a WSGI request has no event loop)."""
+    call = inspect.getattr_static(type(function), "__call__", None)  # (an object whose __call__ is async)
+    if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
+        raise TypeError(f"{name} must be a plain function under WSGI (nothing awaits there), got a coroutine function")
 
 
 def is_exempt(path: str, prefixes: tuple[str, ...]) -> bool:
@@ -202,13 +230,59 @@ class Policy:
         except Exception:
             logger.exception("on_rejected %r raised; the default rejection is sent", self.on_rejected)
             return None
-        if found is not None and not isinstance(found, response_type):
+        expected = f"{response_type.__module__}.{response_type.__qualname__}"
+        return self._checked(found, lambda found: isinstance(found, response_type), expected)
+
+    def rejection_sync(self, request: Any, lease: Lease, accepts: Callable[[object], bool], expected: str) -> Any:
+        """As :meth:`rejection`, for a sync server: on_rejected is called (never awaited) and its
+        answer kept when ``accepts(answer)``; ``expected`` names what it should have returned."""
+        if self.on_rejected is None:
+            return None
+        try:
+            found = self.on_rejected(request, lease)
+        except Exception:
+            logger.exception("on_rejected %r raised; the default rejection is sent", self.on_rejected)
+            return None
+        if inspect.iscoroutine(found):
+            found.close()  # (never awaited: closed, so that it does not warn when collected)
+        return self._checked(found, accepts, expected)
+
+    def _checked(self, found: object, accepts: Callable[[object], bool], expected: str) -> Any:
+        if found is not None and not accepts(found):
             logger.error(
-                "on_rejected %r returned %s, not a %s.%s or None; the default rejection is sent",
-                self.on_rejected, type(found).__name__, response_type.__module__, response_type.__qualname__,
+                "on_rejected %r returned %s, not a %s or None; the default rejection is sent",
+                self.on_rejected, type(found).__name__, expected,
             )  # fmt: skip
             return None
         return found
+
+    def key_of_sync(self, request: Any) -> object:
+        """The key of a request to a sync server; a key function's awaitable is an error there."""
+        if self.key is None:
+            return None
+        found = self.key(request)
+        if inspect.isawaitable(found):
+            if inspect.iscoroutine(found):
+                found.close()
+            raise TypeError(f"key {self.key!r} returned an awaitable: a WSGI server cannot await it")
+        return found
+
+    def acquire_sync(self, key: object, timeout: float | None) -> Lease:
+        """The one acquisition of a request to a sync server: an attempt, or with ``wait`` a
+        blocking wait of at most ``timeout`` seconds on the limiter's clock (the engine's waits
+        release the GIL: the server's other threads go on). A wait whose outcome is known at
+        once (a free permit) takes the attempt's fast path, as the asyncio integrations do."""
+        limiter = self.limiter
+        n = self.permit_count
+        if isinstance(limiter, KeyedRateLimiter):
+            if not self.wait:
+                return limiter.acquire(key, n)
+            now = limiter._try_now(key, n)
+            return limiter.wait(key, n, timeout) if now is None else now
+        if not self.wait:
+            return limiter.acquire(n)
+        now = limiter._try_now(n)
+        return limiter.wait(n, timeout) if now is None else now
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
@@ -332,6 +406,8 @@ __all__ = [
     "Policy",
     "Quota",
     "check_exempt",
+    "check_sync",
+    "check_timeout",
     "encoded_headers",
     "fewest_remaining",
     "is_exempt",

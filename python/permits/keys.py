@@ -1,9 +1,10 @@
 """Key functions for the server integrations: which partition a request counts against.
 
 A key function receives the framework's own request object (a Starlette ``Request`` or
-``HTTPConnection``, an aiohttp ``web.Request``, an ``httpx.Request``) and returns a hashable key.
-These helpers read a request through a small duck-typed reader (the peer's address, a header's
-values, the path), so one helper serves every framework and none is imported here.
+``HTTPConnection``, an aiohttp ``web.Request``, an ``httpx.Request``, a Flask ``Request``) or,
+under :mod:`permits.wsgi`, the WSGI environ itself, and returns a hashable key. These helpers read
+a request through a small duck-typed reader (the peer's address, a header's values, the path), so
+one helper serves every framework and none is imported here.
 """
 
 from __future__ import annotations
@@ -28,17 +29,24 @@ _UNKNOWN = "unknown"
 
 # ---- readers: the few things a key needs from any framework's request ----
 def peer_of(request: Any) -> str | None:
-    """The direct peer's address: Starlette's ``request.client.host``, aiohttp's ``request.remote``."""
+    """The direct peer's address: Starlette's ``request.client.host``, aiohttp's ``request.remote``,
+    a WSGI environ's ``REMOTE_ADDR`` (Flask's ``request.remote_addr``)."""
+    if isinstance(request, dict):
+        return environ_peer(request)
     client = getattr(request, "client", None)
     if client is not None:
         host = getattr(client, "host", None)
         return host if isinstance(host, str) else None
     remote = getattr(request, "remote", None)
+    if remote is None:
+        remote = getattr(request, "remote_addr", None)  # werkzeug (Flask)
     return remote if isinstance(remote, str) else None
 
 
 def header_values(request: Any, name: str) -> list[str]:
     """Every value of header ``name`` (each line once), in the order received."""
+    if isinstance(request, dict):
+        return environ_header_values(request, environ_name(name))
     headers = getattr(request, "headers", None)
     if headers is None:
         return []
@@ -52,7 +60,9 @@ def header_values(request: Any, name: str) -> list[str]:
 
 
 def path_of(request: Any) -> str:
-    path = getattr(request, "path", None)  # aiohttp
+    if isinstance(request, dict):  # a WSGI environ: the URL's path, as Starlette's url.path
+        return str(request.get("SCRIPT_NAME", "")) + str(request.get("PATH_INFO", ""))
+    path = getattr(request, "path", None)  # aiohttp, werkzeug
     if isinstance(path, str):
         return path
     url = getattr(request, "url", None)  # Starlette, httpx
@@ -74,6 +84,26 @@ def scope_peer(scope: Any) -> str | None:
     client = scope.get("client")
     host = client[0] if client else None
     return host if isinstance(host, str) else None
+
+
+def environ_name(name: str) -> str:
+    """The key of header ``name`` in a WSGI environ (PEP 3333: CGI's names)."""
+    upper = name.upper().replace("-", "_")
+    return upper if upper in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + upper
+
+
+def environ_header_values(environ: Any, key: str) -> list[str]:
+    """The value of a header in a WSGI environ (``key`` from :func:`environ_name`), as a list: the
+    server has joined the header's lines with commas already."""
+    value = environ.get(key)
+    return [value] if isinstance(value, str) else []
+
+
+def environ_peer(environ: Any) -> str | None:
+    """The direct peer's address in a WSGI environ (``REMOTE_ADDR``; empty when the server knows
+    none, as over a UNIX socket)."""
+    peer = environ.get("REMOTE_ADDR")
+    return peer if isinstance(peer, str) and peer else None
 
 
 # ---- address parsing ----
@@ -195,7 +225,7 @@ def _forwarding_header(header: object) -> str:
 class _ClientIP:
     """The callable :func:`client_ip` returns (a class so that its options show in its repr)."""
 
-    __slots__ = ("_forwarded", "_header", "_ipv6_prefix", "_raw_header", "_trusted")
+    __slots__ = ("_environ_header", "_forwarded", "_header", "_ipv6_prefix", "_raw_header", "_trusted")
 
     def __init__(self, trusted_proxies: object, ipv6_prefix: object, header: object) -> None:
         self._trusted = _networks(trusted_proxies)
@@ -207,6 +237,7 @@ class _ClientIP:
         self._ipv6_prefix = ipv6_prefix
         self._header = _forwarding_header(header)
         self._raw_header = self._header.encode("ascii")
+        self._environ_header = environ_name(self._header)
         self._forwarded = self._header == "forwarded"
 
     def _is_trusted(self, address: IPAddress) -> bool:
@@ -251,7 +282,16 @@ class _ClientIP:
             return _UNKNOWN if not peer else _peer_key(peer, self._ipv6_prefix)
         return self.from_lines(peer, scope_header_values(scope, self._raw_header))
 
+    def from_environ(self, environ: Any) -> str:
+        """The same key read straight from a WSGI environ (what :mod:`permits.wsgi` passes)."""
+        peer = environ_peer(environ)
+        if not self._trusted:
+            return _UNKNOWN if not peer else _peer_key(peer, self._ipv6_prefix)
+        return self.from_lines(peer, environ_header_values(environ, self._environ_header))
+
     def __call__(self, request: Any) -> str:
+        if isinstance(request, dict):
+            return self.from_environ(request)
         try:
             lines = header_values(request, self._header) if self._trusted else []
         except (UnicodeError, ValueError):  # undecodable header bytes: ignore them, as malformed

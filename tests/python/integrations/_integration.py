@@ -1,6 +1,7 @@
-"""Helpers of the integration tests: waiting in the event loop, and servers with several worker
-processes (uvicorn, gunicorn) run as a process group of their own, serving an app module of this
-directory on a free loopback port, then killed as a whole."""
+"""Helpers of the integration tests: waiting in the event loop, WSGI servers (werkzeug's, waitress)
+in a thread of the test's process, and servers with several worker processes (uvicorn, gunicorn)
+run as a process group of their own, serving an app module of this directory on a free loopback
+port, then killed as a whole."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
+import pytest
 
 APP_DIR = Path(__file__).parent
 #: How long a server may take to have every worker answering (4 workers importing the app on a
@@ -31,6 +35,63 @@ async def eventually(condition: Callable[[], bool]) -> None:
     """Yields to the event loop until ``condition()`` holds (the test's timeout bounds it)."""
     while not condition():
         await asyncio.sleep(0.005)
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Waits (in this thread) until ``condition()`` holds; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {condition}")
+        time.sleep(0.002)
+
+
+def require(module: str, install: str | None = None) -> ModuleType:
+    """``module``, imported; a test dependency (scripts/test installs it): missing, the test is
+    skipped, or fails under CI (CI=true)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install {install or module})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@contextlib.contextmanager
+def serve_wsgi(app: Any, server: str = "werkzeug") -> Iterator[str]:
+    """A WSGI app served on a free loopback port from threads of this process, by werkzeug's
+    threaded server or by waitress (8 threads); yields the base URL, then stops the server."""
+    if server == "werkzeug":
+        serving = require("werkzeug.serving", "werkzeug")
+        httpd = serving.make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_port}"
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join(10)
+        return
+    waitress = require("waitress")
+    tcp = waitress.create_server(app, host="127.0.0.1", port=0, threads=8, clear_untrusted_proxy_headers=False)
+    stopping = threading.Event()
+
+    def loop() -> None:  # waitress's own run() loops until every connection has gone
+        while not stopping.is_set():
+            tcp.asyncore.loop(timeout=0.05, map=tcp._map, count=1)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{tcp.effective_port}"
+    finally:
+        stopping.set()
+        thread.join(10)
+        for channel in list(tcp._map.values()):
+            channel.close()
+        tcp.task_dispatcher.shutdown(timeout=10)
 
 
 def free_port() -> int:

@@ -1,0 +1,215 @@
+"""Flask integration (``pip install permits[flask]``): a global limiter and views' own limits.
+
+    rate_limit = RateLimit(per_ip)           # the global limiter (or RateLimit() for none)
+    rate_limit.init_app(app)
+
+    @app.get("/search")
+    @rate_limit.limit(searches)              # this view's own limit, on top of the global one
+    def search(): ...
+
+``init_app`` wraps ``app.wsgi_app`` with :mod:`permits.wsgi`'s middleware: a request's leases (the
+global one and its view's) are held until the server closes the response, so a streamed response
+keeps its permits to its end; headers are written on every response. The global limit runs before
+Flask's request context exists: its ``key(request)`` receives a ``flask.Request`` made from the
+environ (a shallow one: it cannot read the body), and its ``on_rejected(request, lease)`` runs in a
+request context of its own (``jsonify``, ``url_for`` work) and returns a Flask response or None.
+A view's ``limit`` runs inside the view's context.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import flask
+from werkzeug.wrappers import Response as _Response
+
+from ._core import Lease
+from ._http_policy import Handoff, Policy, Quota, check_sync, check_timeout, refund_before_rejection, rejection_text
+from .keyed_limiter import KeyedRateLimiter
+from .keys import _ClientIP
+from .rate_limiter import RateLimiter
+from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
+
+View = TypeVar("View", bound=Callable[..., Any])
+#: The key of the extension in ``app.extensions``.
+EXTENSION = "permits"
+_RESPONSE = "flask.Response (a werkzeug Response)"
+
+
+def _is_response(found: object) -> bool:
+    return isinstance(found, _Response)
+
+
+class _FlaskGate(Gate):
+    """The global limit of one Flask application: Flask's request for the key, on_rejected in a
+    request context."""
+
+    app: flask.Flask | None = None
+
+    def request(self, environ: Environ) -> Any:
+        request_class = flask.Request if self.app is None else self.app.request_class
+        return request_class(environ, populate_request=False, shallow=True)
+
+    def rejection(self, environ: Environ, lease: Lease) -> WSGIApp | None:
+        if self.policy.on_rejected is None or self.app is None:
+            return None
+        with self.app.request_context(environ) as context:
+            found = self.policy.rejection_sync(context.request, lease, _is_response, _RESPONSE)
+        return found  # type: ignore[no-any-return]
+
+
+class _Middleware:
+    """What ``init_app`` puts in place of ``app.wsgi_app``."""
+
+    def __init__(self, wsgi_app: WSGIApp, gate: Gate | None) -> None:
+        self.wsgi_app = wsgi_app
+        self.gate = gate
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Any:
+        if self.gate is None:  # no global limit: the views' leases and headers only
+            return run(self.wsgi_app, environ, start_response, None, None)
+        return self.gate(self.wsgi_app, environ, start_response)
+
+
+class RateLimit:
+    """The Flask extension: ``RateLimit(limiter, ...)`` then ``init_app(app)``; the options are
+    those of :class:`permits.wsgi.RateLimitMiddleware` (``key`` and ``on_rejected`` receive the
+    ``flask.Request``; ``on_rejected`` returns a Flask response or None). ``RateLimit()`` without a
+    limiter sets no global limit: ``init_app`` then only makes the views' limits hold their
+    leases until their responses are sent."""
+
+    def __init__(
+        self,
+        limiter: RateLimiter | KeyedRateLimiter | None = None,
+        *,
+        key: Callable[[flask.Request], Any] | None = None,
+        permit_count: int = 1,
+        wait: bool = False,
+        timeout: float | None = None,
+        status_code: int = 429,
+        on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
+        headers: bool = True,
+        exempt: Iterable[str] = (),
+    ) -> None:
+        options: dict[str, Any] = {
+            "key": key, "permit_count": permit_count, "wait": wait, "timeout": timeout,
+            "status_code": status_code, "on_rejected": on_rejected, "headers": headers, "exempt": exempt,
+        }  # fmt: skip
+        if limiter is None:
+            defaults = inspect.signature(RateLimit.__init__).parameters
+            given = [name for name, value in options.items() if not _default(value, defaults[name].default)]
+            if given:
+                raise TypeError(f"RateLimit() without a limiter has no global limit to configure: {', '.join(given)}")
+            self._options = None
+        else:
+            _FlaskGate(limiter, **options)  # checked now, not at the first request
+            self._options = {"limiter": limiter, **options}
+
+    def init_app(self, app: flask.Flask) -> None:
+        """Installs the global limit (when there is one) on ``app``, once."""
+        if not isinstance(app, flask.Flask):
+            raise TypeError(f"init_app() takes a Flask application, got {type(app).__name__}")
+        if EXTENSION in app.extensions:
+            raise RuntimeError("this Flask application has a RateLimit already (one per application)")
+        gate = None
+        if self._options is not None:
+            gate = _FlaskGate(**self._options)
+            gate.app = app
+        app.extensions[EXTENSION] = self
+        app.wsgi_app = _Middleware(app.wsgi_app, gate)  # type: ignore[method-assign,assignment]
+
+    def limit(
+        self,
+        limiter: RateLimiter | KeyedRateLimiter,
+        *,
+        key: Callable[[flask.Request], Any] | None = None,
+        permit_count: int = 1,
+        wait: bool = False,
+        timeout: float | None = None,
+        status_code: int = 429,
+        on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
+        headers: bool = True,
+    ) -> Callable[[View], View]:
+        """One view's limit: ``@rate_limit.limit(limiter)`` under ``@app.route``. It runs after the
+        global limit; a request it rejects still counts against the global limit, and the permits
+        of the other limits stacked on the view are given back."""
+        policy = Policy(
+            limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
+            on_rejected=on_rejected, headers=headers,
+        )  # fmt: skip
+        check_sync("key", key)
+        check_sync("on_rejected", on_rejected)
+        bound = check_timeout(timeout, wait)
+        return functools.partial(_decorate, policy, bound)
+
+
+def _default(value: object, default: object) -> bool:
+    if isinstance(value, list | tuple) and isinstance(default, tuple):
+        return not value  # exempt=[]
+    return type(value) is type(default) and value == default
+
+
+def _decorate(policy: Policy, timeout: float | None, view: View) -> View:
+    if not callable(view):
+        raise TypeError(f"limit() decorates a view function, got {type(view).__name__}")
+    call: Callable[..., Any] = view
+    if inspect.iscoroutinefunction(view):  # an async view (flask[async]): Flask's way of running it
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return flask.current_app.ensure_sync(view)(*args, **kwargs)
+
+    client_ip = policy.key if isinstance(policy.key, _ClientIP) else None
+
+    @functools.wraps(view)
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        request = flask.request
+        environ = request.environ
+        key = client_ip.from_environ(environ) if client_ip is not None else policy.key_of_sync(request)
+        lease = policy.acquire_sync(key, timeout)
+        granted: list[Lease] = environ.setdefault(GRANTED, [])
+        try:
+            quota = policy.quota(key, lease)
+            if not lease:
+                refund_before_rejection(granted)
+                return _rejection(policy, lease, quota)
+        except BaseException:
+            lease.release()
+            raise
+        granted.append(lease)
+        handoff = environ.get(HANDOFF)
+        if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
+            handoff.route_leases.append(lease)
+            handoff.quotas.append(quota)
+            return call(*args, **kwargs)
+        # Without init_app: the lease goes with the view's response, released when it is closed.
+        try:
+            response = flask.current_app.make_response(call(*args, **kwargs))
+            if quota is not None:
+                _add_headers(response, quota.headers())
+            response.call_on_close(lease.release)
+        except BaseException:
+            lease.release()
+            raise
+        return response
+
+    return limited  # type: ignore[return-value]
+
+
+def _add_headers(response: _Response, headers: list[tuple[str, str]]) -> None:
+    for name, value in headers:
+        response.headers.setdefault(name, value)
+
+
+def _rejection(policy: Policy, lease: Lease, quota: Quota | None) -> _Response:
+    headers = policy.rejection_headers(lease, quota)
+    response: _Response | None = policy.rejection_sync(flask.request, lease, _is_response, _RESPONSE)
+    if response is None:
+        response = flask.current_app.response_class(rejection_text(lease), policy.status_code, mimetype="text/plain")
+    _add_headers(response, headers)
+    return response
+
+
+__all__ = ["EXTENSION", "RateLimit"]

@@ -1,0 +1,290 @@
+"""RateLimitMiddleware: a global limiter for any WSGI application (Flask, Django, Falcon, Bottle, ...).
+
+Pure WSGI (PEP 3333), no framework imported. One acquisition per request, before the application
+runs, on the request's own thread: ``wait=True`` blocks that thread in the limiter's ``wait`` for
+at most ``timeout`` seconds (the engine's waits release the GIL, the server's other threads go
+on); a wait that times out is a rejection. A waiting request reads nothing of its body.
+
+The lease is held until the server calls ``close()`` on the response iterable, which PEP 3333 has
+it do once the response has been sent or the client has gone: a streamed response keeps its
+permit to its last chunk. An application that raises releases it at once. The leases of a route's
+own limit (:mod:`permits.flask`'s ``limit``) are handed to this middleware through the environ
+and released with its own.
+"""
+
+from __future__ import annotations
+
+import http
+import logging
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any, Protocol
+
+from ._core import Lease
+from ._http_policy import (
+    Handoff,
+    Policy,
+    Quota,
+    check_exempt,
+    check_sync,
+    check_timeout,
+    fewest_remaining,
+    is_exempt,
+    rejection_text,
+)
+from .keyed_limiter import KeyedRateLimiter
+from .keys import _ClientIP
+from .rate_limiter import RateLimiter
+
+Environ = dict[str, Any]
+Headers = list[tuple[str, str]]
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+
+
+class StartResponse(Protocol):
+    def __call__(
+        self, status: str, headers: Headers, exc_info: ExcInfo | None = ..., /
+    ) -> Callable[[bytes], object]: ...
+
+
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+#: Where the middleware leaves its handoff in the environ, for a route's limit to find.
+HANDOFF = "permits.handoff"
+#: Where a request's route leases are listed (a rejection by a stacked limit refunds them all).
+GRANTED = "permits.granted"
+
+logger = logging.getLogger("permits")
+
+
+def status_line(code: int) -> str:
+    try:
+        return f"{code} {http.HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"{code} Error"  # a status without a registered phrase (430, 499, ...)
+
+
+#: The names of the headers this module adds (lowercase).
+OURS = frozenset({"ratelimit", "ratelimit-policy", "retry-after"})
+
+
+def with_headers(headers: Headers, ours: list[tuple[str, str]]) -> Headers:
+    """The response's headers and those of ours (named in :data:`OURS`) it does not set itself:
+    an application's own win."""
+    for name, _ in headers:
+        if name.lower() in OURS:
+            break
+    else:
+        return headers + ours  # (the common case: one pass, no set)
+    names = {name.lower() for name, _ in headers}
+    return headers + [(name, value) for name, value in ours if name.lower() not in names]
+
+
+def default_rejection(status_code: int, lease: Lease) -> WSGIApp:
+    """The default rejection: ``status_code`` and a plain-text body naming the limiter."""
+    body = rejection_text(lease).encode()
+    status = status_line(status_code)
+    headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+
+    def reject(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        start_response(status, headers)
+        return [body]
+
+    return reject
+
+
+class _Released:
+    """The application's response iterable, whose ``close()`` also releases the request's leases.
+    Iterating it iterates the application's own iterator: no cost per chunk."""
+
+    __slots__ = ("_leases", "_result")
+
+    def __init__(self, result: Iterable[bytes], leases: list[Lease]) -> None:
+        self._result = result
+        self._leases = leases
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._result)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._result, "close", None)
+            if close is not None:
+                close()
+        finally:
+            release(self._leases)
+
+
+class _SizedReleased(_Released):
+    """For a list or tuple: a server may use its length (one item: the Content-Length)."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return len(self._result)  # type: ignore[arg-type]
+
+
+def release(leases: list[Lease]) -> None:
+    while leases:  # each once, even when close() is called again
+        leases.pop().release()
+
+
+def run(app: WSGIApp, environ: Environ, start_response: StartResponse, quota: Quota | None, lease: Lease | None) -> Any:
+    """Runs the application with the handoff a route's limit finds in the environ: the headers of
+    the limit with the fewest permits left are added to its response, and the leases (``lease``
+    and the route's) are released when the server closes the response, or at once if the
+    application raises."""
+    found = environ.get(HANDOFF)
+    owner = not isinstance(found, Handoff)  # (else an outer middleware made it, and releases its leases)
+    handoff = found if isinstance(found, Handoff) else Handoff()
+    if owner:
+        environ[HANDOFF] = handoff
+        leases = handoff.route_leases  # (a route's limit adds its own while the application runs)
+        if lease is not None:
+            leases.append(lease)
+    else:
+        leases = [] if lease is None else [lease]
+
+    def start_with_headers(status: str, headers: Headers, exc_info: ExcInfo | None = None) -> Callable[[bytes], object]:
+        best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
+        if best is not None:
+            headers = with_headers(headers, best.headers())
+        return start_response(status, headers, exc_info)
+
+    try:
+        result = app(environ, start_with_headers)
+    except BaseException:
+        release(leases)
+        raise
+    if not leases and not owner:
+        return result  # nothing of ours to release: the application's own iterable
+    return (_SizedReleased if isinstance(result, list | tuple) else _Released)(result, leases)
+
+
+class Gate:
+    """What the WSGI middleware and the Flask extension share: the key, the acquisition, the
+    rejection, the run. ``request(environ)`` is what a key function and ``on_rejected`` receive."""
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: object,
+        permit_count: object,
+        wait: object,
+        timeout: object,
+        status_code: object,
+        on_rejected: object,
+        headers: object,
+        exempt: object,
+    ) -> None:
+        self.policy = Policy(
+            limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
+            on_rejected=on_rejected, headers=headers,
+        )  # fmt: skip
+        check_sync("key", key)
+        check_sync("on_rejected", on_rejected)
+        self.timeout = check_timeout(timeout, bool(self.policy.wait))
+        self.exempt = check_exempt(exempt)
+        # The built-in client_ip reads the environ itself: no request object is made for it.
+        self._client_ip = self.policy.key if isinstance(self.policy.key, _ClientIP) else None
+
+    def request(self, environ: Environ) -> Any:
+        return environ
+
+    def rejection(self, environ: Environ, lease: Lease) -> WSGIApp | None:
+        """on_rejected's answer as a WSGI application, or None for the default rejection."""
+        found = self.policy.rejection_sync(self.request(environ), lease, callable, "WSGI application")
+        return found  # type: ignore[no-any-return]
+
+    def __call__(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
+        if self.exempt and is_exempt(environ.get("PATH_INFO") or "/", self.exempt):
+            return run(app, environ, start_response, None, None)  # a route's own limit still applies
+        policy = self.policy
+        key: object
+        if policy.key is None:
+            key = None
+        elif self._client_ip is not None:
+            key = self._client_ip.from_environ(environ)
+        else:
+            key = policy.key_of_sync(self.request(environ))
+        lease = policy.acquire_sync(key, self.timeout)
+        try:
+            quota = policy.quota(key, lease)
+            if not lease:
+                return self._reject(environ, start_response, lease, quota)
+        except BaseException:
+            lease.release()
+            raise
+        return run(app, environ, start_response, quota, lease)
+
+    def _reject(self, environ: Environ, start_response: StartResponse, lease: Lease, quota: Quota | None) -> Any:
+        policy = self.policy
+        headers = policy.rejection_headers(lease, quota)
+        started: list[bool] = []
+
+        def start_with_headers(status: str, response_headers: Headers, exc_info: ExcInfo | None = None) -> Any:
+            started.append(True)
+            return start_response(status, with_headers(response_headers, headers), exc_info)
+
+        default = default_rejection(policy.status_code, lease)
+        custom = self.rejection(environ, lease)
+        if custom is None:
+            return default(environ, start_with_headers)
+        try:
+            return custom(environ, start_with_headers)
+        except Exception:  # an answer that fails: the default rejection instead, never a 500
+            logger.exception("on_rejected's response %r raised; the default rejection is sent", custom)
+            if not started:
+                return default(environ, start_with_headers)
+            error = sys.exc_info()
+
+            def start_again(status: str, response_headers: Headers, exc_info: ExcInfo | None = None) -> Any:
+                # PEP 3333: a second start_response, with exc_info, replaces the first (nothing is sent yet)
+                return start_with_headers(status, response_headers, error)
+
+            return default(environ, start_again)
+
+
+class RateLimitMiddleware:
+    """The global limiter of a WSGI application: one acquisition per request, before the
+    application runs.
+
+    ``limiter``: a ``RateLimiter`` (one limit for everyone) or a ``KeyedRateLimiter`` (a limit per
+    ``key(environ)``, a plain function receiving the WSGI environ; by default the client's IP
+    address, see :mod:`permits.keys`). A rejected request gets ``status_code`` with
+    ``Retry-After`` and the ``RateLimit`` headers, or the WSGI application that
+    ``on_rejected(environ, lease)`` returns (None: the default). ``wait=True`` blocks the
+    request's thread until a permit comes, at most ``timeout`` seconds (then it is rejected).
+    ``exempt`` path prefixes (of ``PATH_INFO``, the path below ``SCRIPT_NAME``) skip this limiter.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        limiter: RateLimiter | KeyedRateLimiter,
+        *,
+        key: Callable[[Environ], Any] | None = None,
+        permit_count: int = 1,
+        wait: bool = False,
+        timeout: float | None = None,
+        status_code: int = 429,
+        on_rejected: Callable[[Environ, Lease], WSGIApp | None] | None = None,
+        headers: bool = True,
+        exempt: Iterable[str] = (),
+    ) -> None:
+        if not callable(app):
+            raise TypeError(f"app must be a WSGI application, got {type(app).__name__}")
+        self.app = app
+        self.gate = Gate(
+            limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
+            on_rejected=on_rejected, headers=headers, exempt=exempt,
+        )  # fmt: skip
+        self.policy = self.gate.policy
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        return self.gate(self.app, environ, start_response)  # type: ignore[no-any-return]
+
+
+__all__ = ["GRANTED", "HANDOFF", "RateLimitMiddleware"]
