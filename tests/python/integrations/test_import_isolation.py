@@ -1,6 +1,6 @@
 """`import permits` (and permits.keys) imports no web framework nor server client: the integrations
-and stores are imported only by name (permits.asgi, permits.fastapi, permits.aiohttp, permits.redis,
-permits.postgres)."""
+and stores are imported only by name (permits.asgi, permits.fastapi, permits.aiohttp, permits.wsgi,
+permits.flask, permits.redis, permits.postgres)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,20 @@ import json
 import subprocess
 import sys
 
-FRAMEWORKS = ("fastapi", "starlette", "aiohttp", "httpx", "uvicorn", "anyio", "redis", "psycopg", "psycopg_pool")
+FRAMEWORKS = (
+    "fastapi",
+    "starlette",
+    "aiohttp",
+    "httpx",
+    "uvicorn",
+    "anyio",
+    "redis",
+    "psycopg",
+    "psycopg_pool",
+    "flask",
+    "werkzeug",
+    "waitress",
+)
 
 
 def modules_after(statement: str) -> set[str]:
@@ -27,6 +40,8 @@ def test_each_integration_imports_its_own_framework() -> None:
     assert "fastapi" in modules_after("import permits.fastapi")
     assert "aiohttp" in modules_after("import permits.aiohttp")
     assert "fastapi" not in modules_after("import permits.asgi")
+    assert "flask" in modules_after("import permits.flask")
+    assert modules_after("import permits.wsgi").isdisjoint({"flask", "werkzeug", "starlette"})
 
 
 def test_each_store_imports_its_own_client() -> None:
