@@ -113,12 +113,11 @@ elseif KIND == 'sliding_window_counter' then
     local elapsed = (wcmp(w, idx) == 0) and rem or ZERO
     return w, prev, cur, elapsed, idx
   end
-  -- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0
+  -- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0,
+  -- which is limit - cur - prev + floor(prev*elapsed / W) (the rest is a whole multiple of W)
   function swc_available(prev, cur, elapsed)
-    local room = wmul(wnum(LIMIT - cur), PERIOD)
-    local weight = wmul(wnum(prev), wsub(PERIOD, elapsed))
-    if wcmp(room, weight) <= 0 then return 0 end
-    return wval(wdiv(wsub(room, weight), PERIOD))
+    local left = LIMIT - cur - prev + wval(wdiv(wmul(wnum(prev), elapsed), PERIOD))
+    return left > 0 and left or 0
   end
 elseif KIND == 'sliding_window' then
   -- sliding window: a = head (the segment of the last grant), b = permits held in the list X,

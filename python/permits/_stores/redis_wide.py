@@ -161,11 +161,15 @@ local function limbs()
     end
     return norm(q), r
   end
-  -- any form as limbs
+  -- any form as limbs; a pair's hi * 10**9 + lo is hi1 * 10**14 + (hi0 * 100 + lo1) * B + lo0
   local function of(a)
     if type(a) == 'number' then return num(a) end
-    if a.h then return str(a.s or string.format('%d%09d', a.h, a.l)) end
-    return a
+    if not a.h then return a end
+    local hi0, lo0 = a.h % 100000, a.l % B
+    local r = num((a.h - hi0) / 100000)
+    table.insert(r, 1, hi0 * 100 + (a.l - lo0) / B)
+    table.insert(r, 1, lo0)
+    return norm(r)
   end
   LIMBS = {num = num, str = str, fmt = fmt, of = of, cmp = cmp, add = add, sub = sub, mul = mul, divmod = divmod}
   return LIMBS
@@ -177,14 +181,6 @@ local function pair(hi, lo)
   if hi < 1000000000000000 then return {h = hi, l = lo} end
   return limbs().str(string.format('%d%09d', hi, lo))
 end
--- a value and its form ('number', 'pair' or 'limbs'); a small limb table becomes a number
-local function form(a)
-  if type(a) == 'number' then return a, 'number' end
-  if a.h then return a, 'pair' end
-  a = canon(a)
-  return a, type(a) == 'number' and 'number' or 'limbs'
-end
-
 -- from a decimal string (what ARGV and the state hold)
 local function wstr(s)
   local v = tonumber(s)
@@ -214,21 +210,17 @@ local function wval(a)
   for i = #a, 1, -1 do v = v * 10000000 + a[i] end
   return v
 end
+-- In each operation below, a small limb table is first made a number (canon): then a table
+-- with h is a pair, one without is limbs, and both are >= P.
 local function wcmp(a, b)
   local ta, tb = type(a), type(b)
-  if ta == 'number' and tb == 'number' then return a < b and -1 or a > b and 1 or 0 end
-  if ta == 'table' and tb == 'table' and a.h and b.h then -- two pairs (the time since the anchor)
-    if a.h ~= b.h then return a.h < b.h and -1 or 1 end
-    return a.l < b.l and -1 or a.l > b.l and 1 or 0
-  end
-  local fa, fb
-  a, fa = form(a)
-  b, fb = form(b)
-  if fa == 'number' or fb == 'number' then
-    if fa ~= fb then return fa == 'number' and -1 or 1 end -- the other one is >= P
+  if ta == 'table' and not a.h then a = canon(a); ta = type(a) end
+  if tb == 'table' and not b.h then b = canon(b); tb = type(b) end
+  if ta == 'number' or tb == 'number' then
+    if ta ~= tb then return ta == 'number' and -1 or 1 end -- the other one is >= P
     return a < b and -1 or a > b and 1 or 0
   end
-  if fa == 'pair' and fb == 'pair' then
+  if a.h and b.h then
     if a.h ~= b.h then return a.h < b.h and -1 or 1 end
     return a.l < b.l and -1 or a.l > b.l and 1 or 0
   end
@@ -237,26 +229,21 @@ local function wcmp(a, b)
 end
 local function wmax(a, b) return wcmp(a, b) >= 0 and a or b end
 local function wadd(a, b)
-  if type(a) == 'number' and type(b) == 'number' then
+  local ta, tb = type(a), type(b)
+  if ta == 'table' and not a.h then a = canon(a); ta = type(a) end
+  if tb == 'table' and not b.h then b = canon(b); tb = type(b) end
+  if ta == 'number' and tb == 'number' then
     local s = a + b
     if s < 9000000000000000 then return s end -- exact below P; a rounded sum past it, truly so
-  else
-    local fa, fb
-    a, fa = form(a)
-    b, fb = form(b)
-    if fa == 'number' and fb == 'number' then
-      local s = a + b
-      if s < 9000000000000000 then return s end
-    elseif fa ~= 'limbs' and fb ~= 'limbs' then
-      if fa == 'number' then a, b, fb = b, a, fa end -- a is a pair
-      local hi, lo = a.h, a.l
-      if fb == 'number' then lo = lo + b else hi, lo = hi + b.h, lo + b.l end
-      if lo >= 1000000000 then
-        local c = idiv(lo, 1000000000)
-        hi, lo = hi + c, lo - c * 1000000000
-      end
-      return pair(hi, lo)
+  elseif (ta == 'number' or a.h) and (tb == 'number' or b.h) then -- a pair and a number or pair
+    if ta == 'number' then a, b, tb = b, a, ta end -- a is the pair
+    local hi, lo = a.h, a.l
+    if tb == 'number' then lo = lo + b else hi, lo = hi + b.h, lo + b.l end
+    if lo >= 1000000000 then
+      local c = idiv(lo, 1000000000)
+      hi, lo = hi + c, lo - c * 1000000000
     end
+    return pair(hi, lo)
   end
   local L = limbs()
   return L.add(L.of(a), L.of(b)) -- >= P
@@ -264,14 +251,12 @@ end
 -- a - b, for a >= b
 local function wsub(a, b)
   local ta, tb = type(a), type(b)
+  if ta == 'table' and not a.h then a = canon(a); ta = type(a) end
+  if tb == 'table' and not b.h then b = canon(b); tb = type(b) end
   if ta == 'number' and tb == 'number' then return a - b end
-  local fa, fb
-  a, fa = form(a)
-  b, fb = form(b)
-  if fa == 'number' and fb == 'number' then return a - b end
-  if fa == 'pair' and fb ~= 'limbs' then
+  if ta == 'table' and a.h and (tb == 'number' or b.h) then -- a pair less a number or a pair
     local hi, lo = a.h, a.l
-    if fb == 'number' then lo = lo - b else hi, lo = hi - b.h, lo - b.l end
+    if tb == 'number' then lo = lo - b else hi, lo = hi - b.h, lo - b.l end
     if lo < 0 then
       local c = idiv(999999999 - lo, 1000000000) -- borrowed: lo + c * G lands in [0, G)
       hi, lo = hi - c, lo + c * 1000000000
@@ -285,15 +270,35 @@ local function wmul(a, b)
   if type(a) == 'number' and type(b) == 'number' then
     local p = a * b
     if p < 9000000000000000 then return p end -- as for a sum
+    -- past P, whole seconds (a multiple of G: most periods) times a number is a pair
+    if b % 1000000000 == 0 then a, b = b, a end
+    if a % 1000000000 == 0 then
+      local hi = a / 1000000000 * b
+      if hi < 1000000000000000 then return pair(hi, 0) end
+    end
   end
   local L = limbs()
   return canon(L.mul(L.of(a), L.of(b)))
 end
 -- floor(a / b) and a % b, for b > 0
 local function wdivmod(a, b)
-  if type(a) == 'number' and type(b) == 'number' then
+  local ta, tb = type(a), type(b)
+  if ta == 'number' and tb == 'number' then
     local q = idiv(a, b)
     return q, a - q * b
+  end
+  if ta == 'number' then -- b is a table
+    if not b.h then b = canon(b) end
+    if type(b) ~= 'number' then return 0, a end -- b >= P > a
+    local q = idiv(a, b)
+    return q, a - q * b
+  end
+  if tb == 'number' and a.h and b % 1000000000 == 0 then
+    -- a pair (a state's age past P ns, ~104 days) by whole seconds: as lo < G,
+    -- floor((hi * G + lo) / (s * G)) = floor(hi / s), and the rest stays below b
+    local s = b / 1000000000
+    local q = idiv(a.h, s)
+    return q, (a.h - q * s) * 1000000000 + a.l
   end
   local L = limbs()
   local q, r = L.divmod(L.of(a), L.of(b))

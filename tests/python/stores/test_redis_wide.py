@@ -103,8 +103,9 @@ def test_edges_in_every_form(redis_server: Any) -> None:
 
 
 def near(rng: random.Random) -> int:
-    """A value near an edge: P, 2**53, 10**24, a ns time, or a product's factors near sqrt(P)."""
-    pick = rng.randrange(6)
+    """A value near an edge: P, 2**53, 10**24, a ns time, a product's factors near sqrt(P), or
+    whole seconds (a multiple of 10**9, which a pair divides and multiplies in doubles)."""
+    pick = rng.randrange(7)
     if pick == 0:
         return max(0, P + rng.randint(-(10**10), 10**10))
     if pick == 1:
@@ -115,6 +116,8 @@ def near(rng: random.Random) -> int:
         return 1_700_000_000 * G + rng.randrange(10**15)
     if pick == 4:
         return 94_868_329 + rng.randint(-(10**5), 10**5)  # sqrt(P) ~ 94868329.8
+    if pick == 5:
+        return G * rng.randrange(1, 10 ** rng.randint(1, 7))  # whole seconds: the pairs' own paths
     return rng.randrange(1, 10 ** rng.randint(1, 30))
 
 
