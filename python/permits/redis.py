@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._stores.redis_backend import RedisBackend
+from ._stores.returns import Returns
 from ._stores.server_store import ServerStore, check_timeout
 
 
@@ -30,6 +31,15 @@ class RedisStore(ServerStore):
     (:class:`permits.BackendError`), ``"deny"`` (a failed lease, reason ``"backend_unavailable"``) or
     ``"allow"`` (an acquired lease with ``metadata["degraded"] = True``). ``clock``: a
     :class:`permits.ManualClock` for tests (its time is sent to the server), else the server's time.
+
+    ``reserve=N``: the time-based limiters (token bucket, windows) take their permits from the
+    server N at a time and serve them in this process without a round trip, each batch only
+    within the window, segment or refill period it was counted in, so a limit is never exceeded:
+    it may only be under-used, by the permits a process holds unused (until they go back to the
+    server: on close(), after a second idle, or when their window ends). Concurrency limiters ask
+    the server every time. ``available_permits()`` is what a request in this process would find:
+    the server's available permits and those this process holds (others do not find the latter).
+    With a ManualClock, idle permits go back only when the test calls ``store._returns.return_now()``.
     """
 
     def __init__(
@@ -49,11 +59,21 @@ class RedisStore(ServerStore):
         self._backend = RedisBackend(client, prefix=prefix, timeout=self.timeout)
         self._setup(on_error, clock)
         if reserve is not None:
-            raise NotImplementedError("reserve")
+            if isinstance(reserve, bool) or not isinstance(reserve, int):
+                raise TypeError(f"reserve must be an int or None, got {type(reserve).__name__}")
+            if reserve < 1:
+                raise ValueError(f"reserve must be at least 1, got {reserve!r}")
+            self._returns = Returns(self._backend.is_async, manual=clock is not None)
         self.reserve = reserve
 
+    def close(self) -> None:
+        super().close()  # (the limiters' stocks go back to the server)
+        if self.reserve is not None:
+            self._returns.stop()
+
     def __repr__(self) -> str:
-        return f"<RedisStore prefix={self.prefix!r} on_error={self.on_error!r}>"
+        reserve = "" if self.reserve is None else f" reserve={self.reserve}"
+        return f"<RedisStore prefix={self.prefix!r} on_error={self.on_error!r}{reserve}>"
 
 
 __all__ = ["RedisStore"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
 import warnings
 from collections.abc import Callable, Mapping
 
@@ -11,6 +13,14 @@ import pytest
 import permits
 
 from _support import BRIDGE_LOOPS, KINDS, TIMED_KINDS, LimiterKit
+
+# The real servers (tests/python/_servers) as fixtures for every test: redis_server, own_redis,
+# redis_cluster, redis_sentinel, postgres_server, own_postgres. Without a client library (outside
+# CI) its fixtures are absent and the tests that use them are not collected (stores/conftest.py).
+if importlib.util.find_spec("redis") is not None or os.environ.get("CI") == "true":
+    from _servers.redis import *  # noqa: F403
+if importlib.util.find_spec("psycopg") is not None or os.environ.get("CI") == "true":
+    from _servers.postgres import *  # noqa: F403
 
 # The modules that exercise the asyncio bridge run each async test on each of BRIDGE_LOOPS.
 _ON_BRIDGE_LOOPS = frozenset(

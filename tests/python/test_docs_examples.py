@@ -5,6 +5,7 @@ never awaited. The files the docs name exist."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -27,7 +28,7 @@ LEAKS = ("ResourceWarning", "Task was destroyed", "was never awaited", "Exceptio
 CHILD = "import sys; exec(compile(sys.stdin.read(), '<docs>', 'exec'), {'__name__': '__docs__'})"
 
 
-def run_example(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_example(code: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", CHILD],
         input=code,
@@ -35,6 +36,7 @@ def run_example(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=110,
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -45,8 +47,15 @@ def check(done: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.mark.parametrize("code", BLOCKS)
-def test_example_runs(code: str, tmp_path: Path) -> None:
-    check(run_example(code, tmp_path))
+def test_example_runs(code: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # The stores' examples find their servers as a deployment would, in the environment: the
+    # test's own servers (REDIS_URL, DATABASE_URL).
+    env = {}
+    if "REDIS_URL" in code:
+        env["REDIS_URL"] = request.getfixturevalue("redis_server").url
+    if "DATABASE_URL" in code:
+        env["DATABASE_URL"] = request.getfixturevalue("postgres_server").conninfo
+    check(run_example(code, tmp_path, env))
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import select
 import threading
 import time
@@ -41,6 +42,19 @@ AConn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 #: Idle connections kept per list (more callers at once make more, closed after use).
 MAX_IDLE = 8
+
+#: A forked child's copies of its parent's connections: kept, never used nor closed (closing one
+#: would end the parent's session on the shared socket), for as long as the child lives.
+_INHERITED: list[object] = []
+_OWN_SOURCES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for source in list(_OWN_SOURCES):
+        source._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _remaining(deadline: float, timeout: float) -> float:
@@ -137,6 +151,14 @@ class OwnSyncPool(SyncSource):
         self._closed = False
         # libpq's connect timeout is whole seconds (2 at least): connects run on these threads so
         # that the caller waits no longer than its deadline; an abandoned one ends on its own.
+        self._connector = ThreadPoolExecutor(max_workers=2, thread_name_prefix="permits-postgres-connect")
+        _OWN_SOURCES.add(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the parent's connections and threads are not this process's."""
+        _INHERITED.extend(self._idle)
+        self._idle = []
+        self._lock = threading.Lock()
         self._connector = ThreadPoolExecutor(max_workers=2, thread_name_prefix="permits-postgres-connect")
 
     def _connect(self) -> Conn:
@@ -297,6 +319,15 @@ class OwnAsyncPools(AsyncSource):
         self._lock = threading.Lock()
         self._idle: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AConn]] = weakref.WeakKeyDictionary()
         self._closed = False
+        _OWN_SOURCES.add(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the parent's connections (and loops) are not this process's."""
+        for idle in self._idle.values():
+            _INHERITED.extend(idle)
+            idle.clear()
+        self._idle = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def _idle_of(self, loop: asyncio.AbstractEventLoop) -> list[AConn]:
         with self._lock:

@@ -19,14 +19,17 @@ import asyncio
 import hashlib
 import math
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import redis.asyncio.cluster
 import redis.exceptions
 
 from ..errors import BackendError
 from . import redis_scripts
 from .backend import Backend, Outcome
+from .batch import Batch, Batching
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client
 from .rules import KINDS, Rule
 
@@ -41,6 +44,7 @@ def _script(source: str) -> _Script:
 
 
 _TAKE = _script(redis_scripts.TAKE)
+_TAKE_BATCH = _script(redis_scripts.TAKE_BATCH)
 _REFUND = _script(redis_scripts.REFUND)
 _RENEW = _script(redis_scripts.RENEW)
 _AVAILABLE = _script(redis_scripts.AVAILABLE)
@@ -99,6 +103,10 @@ class RedisBackend:
         self._timeout = float(timeout)
         self._bounded: Bounded | None = None  # built at the first sync step (a Cluster's connects)
         self._lock = threading.Lock()
+        #: asyncio Cluster clients: the lock under which one task per loop makes it learn the slots.
+        self._discovery: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         # What each step would otherwise make again: a name's keys, a rule's constant arguments
         # (with the key_margin_ms they were made with).
         self._keys_made: dict[Name, Keys] = {}
@@ -110,6 +118,12 @@ class RedisBackend:
         self._sync_only("take")
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         return self._outcome(name, rule, self._run(_TAKE, keys, args))
+
+    def take_batch(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
+        """A batch of ``n`` to ``most`` permits (:mod:`permits._stores.batch`): time-based kinds."""
+        self._sync_only("take_batch")
+        keys, args = self._batch_args(name, rule, n, most, now_ns)
+        return self._batch(name, rule, self._run(_TAKE_BATCH, keys, args))
 
     def refund(self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
         self._sync_only("refund")
@@ -130,6 +144,11 @@ class RedisBackend:
         self._async_only("take_async")
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         return self._outcome(name, rule, await self._run_async(_TAKE, keys, args))
+
+    async def take_batch_async(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
+        self._async_only("take_batch_async")
+        keys, args = self._batch_args(name, rule, n, most, now_ns)
+        return self._batch(name, rule, await self._run_async(_TAKE_BATCH, keys, args))
 
     async def refund_async(
         self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
@@ -211,6 +230,16 @@ class RedisBackend:
                 raise ValueError("a concurrency take needs a lease_id (its lease is recorded under it)")
         return self.keys_of(name), args
 
+    def _batch_args(
+        self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None
+    ) -> tuple[Keys, list[bytes | str]]:
+        if not rule.timed:
+            raise ValueError("take_batch takes time-based permits only: a concurrency lease is its holder's")
+        self._check_count(rule, n)
+        if isinstance(most, bool) or not isinstance(most, int) or not max(n, 1) <= most <= rule.limit:
+            raise ValueError(f"most must be an int from max(n, 1) to the rule's limit {rule.limit}, got {most!r}")
+        return self.keys_of(name), [*self._rule_args(rule, now_ns), b"%d" % n, b"%d" % most]
+
     def _refund_args(
         self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> tuple[Keys, list[bytes | str]]:
@@ -248,6 +277,11 @@ class RedisBackend:
         self._check(name, rule, reply)
         return Outcome(bool(int(reply[1])), int(reply[2]), int(reply[3]), int(reply[4]))
 
+    def _batch(self, name: Name, rule: Rule, reply: Any) -> Batch:
+        self._check(name, rule, reply)
+        available, retry, stamp, taken, valid = (int(value) for value in reply[2:7])
+        return Batch(bool(int(reply[1])), available, retry, stamp, taken, valid)
+
     # ---- running a script ----
 
     def _sync_only(self, member: str) -> None:
@@ -278,10 +312,23 @@ class RedisBackend:
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
+    async def _discover_slots(self, client: Any) -> None:
+        """An asyncio Cluster client that has not learnt the slots yet learns them in one task
+        first: when many tasks' first commands start it at once, redis-py (8.1) sends them to one
+        node and, at the MOVED replies, closes connections other tasks are writing on
+        (AttributeError: 'NoneType' object has no attribute 'writelines')."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lock = self._discovery.setdefault(loop, asyncio.Lock())
+        async with lock:
+            await client.initialize()  # a no-op once it knows the slots
+
     async def _run_async(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         client = self._client
         try:
             async with asyncio.timeout(self._timeout):
+                if getattr(client, "_initialize", False) and isinstance(client, redis.asyncio.cluster.RedisCluster):
+                    await self._discover_slots(client)
                 try:
                     return await client.evalsha(script.sha, len(keys), *keys, *args)
                 except redis.exceptions.NoScriptError:
@@ -293,4 +340,7 @@ class RedisBackend:
 if TYPE_CHECKING:  # mypy checks that the class is a Backend
 
     def _is_backend(backend: RedisBackend) -> Backend:
+        return backend
+
+    def _batches(backend: RedisBackend) -> Batching:
         return backend

@@ -1,6 +1,6 @@
-"""The Lua scripts of the Redis backend: one per operation (TAKE, REFUND, RENEW, AVAILABLE), each
-run atomically by the server. Every script is the shared prelude (exact integers, the arguments,
-the state's header) followed by its own body.
+"""The Lua scripts of the Redis backend: one per operation (TAKE, TAKE_BATCH, REFUND, RENEW,
+AVAILABLE), each run atomically by the server. Every script is the shared prelude (exact integers,
+the arguments, the state's header) followed by its own body.
 
 Why exact integers by hand: Redis runs Lua 5.1, whose numbers are doubles, exact only below 2**53.
 Times in nanoseconds since the epoch are ~1.8e18, and the sliding window counter compares
@@ -177,12 +177,8 @@ end
 """
 )
 
-#: One step: ARGV[9] = n, ARGV[10] = the lease id (concurrency). Answers {1, granted (0/1),
-#: available after, retry_after ns ("-1": none), stamp}.
-TAKE = (
-    _PRELUDE
-    + r"""
-local n = tonumber(ARGV[9])
+# The body of a take of `n` (TAKE itself, and TAKE_BATCH's take of its batch as a function of n).
+_TAKE_BODY = r"""
 local needed = math.max(n, 1)
 -- a new state must not find an aux key left by an older one
 if not EXISTS then redis.call('DEL', X) end
@@ -306,6 +302,48 @@ else -- concurrency
   cc_save(held)
   return {1, granted and 1 or 0, LIMIT - held, '-1', '0'}
 end
+"""
+
+#: One step: ARGV[9] = n, ARGV[10] = the lease id (concurrency). Answers {1, granted (0/1),
+#: available after, retry_after ns ("-1": none), stamp}.
+TAKE = _PRELUDE + "\nlocal n = tonumber(ARGV[9])" + _TAKE_BODY
+
+#: A batch (time-based kinds): ARGV[9] = n, ARGV[10] = most (n <= most, 1 <= most). Granted iff a
+#: take of n is; then it takes min(most, what fits now), at least n. Answers TAKE's five, then the
+#: permits taken (0 when refused) and the ns until the batch stops being valid (its stamp's end:
+#: the window's for the fixed window and the counter, the segment's for the sliding window, the
+#: next refill's for the token bucket; "0" when refused).
+TAKE_BATCH = (
+    _PRELUDE
+    + "\nlocal function take(n)"
+    + _TAKE_BODY
+    + r"""end
+
+local n, most = tonumber(ARGV[9]), tonumber(ARGV[10])
+-- what fits now (a take's grant decides on the same), the stamp's index and its length
+local fits, index, length
+if KIND == 'token_bucket' then
+  local p, tokens = tb_view()
+  fits, index, length = tokens, p, PERIOD
+elseif KIND == 'fixed_window' then
+  local w, used = fw_view()
+  fits, index, length = LIMIT - used, w, PERIOD
+elseif KIND == 'sliding_window_counter' then
+  local w, prev, cur, elapsed = swc_view()
+  fits, index, length = swc_available(prev, cur, elapsed), w, PERIOD
+elseif KIND == 'sliding_window' then
+  local p, used = sw_view()
+  fits, index, length = LIMIT - used, p, SEG
+else
+  return redis.error_reply('TAKE_BATCH: a time-based kind only, not ' .. KIND)
+end
+local k = n
+if fits >= math.max(n, 1) then k = math.min(most, fits) end
+local r = take(k) -- refused: TAKE's refusal of n, to the letter
+local granted = r[2] == 1
+r[6] = granted and k or 0
+r[7] = granted and wait_until(start_of(wadd(index, {1}), length)) or '0'
+return r
 """
 )
 

@@ -9,9 +9,11 @@ event loop for an asyncio one (started when a lease is granted, ended once none 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +28,18 @@ class Renewal:
         self._backend = backend
         self._now = now
         self._limiters: weakref.WeakSet[StoreLimiter] = weakref.WeakSet()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (drop() runs in finalizers: maybe inside watch())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._tasks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
             weakref.WeakKeyDictionary()
         )
+        #: Leases dropped without release(): the thread gives their permits back at once.
+        self._dropped: collections.deque[tuple[StoreLimiter, str, int]] = collections.deque()
+        self._pending = 0  # dropped leases not yet given back
+        self._settled = threading.Condition()
+        self._kick = threading.Event()
 
     def watch(self, limiter: StoreLimiter) -> None:
         """``limiter`` holds a lease now: make sure something renews it."""
@@ -42,10 +49,49 @@ class Renewal:
                 return
             if self._backend.is_async is True:
                 self._start_task()
-            elif self._thread is None or self._pid != os.getpid():  # (a fork's child has no thread)
+                return
+        self._start_thread()
+
+    def _start_thread(self) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._thread is None or self._pid != os.getpid():  # (a fork's child has no thread)
                 self._pid = os.getpid()
                 self._thread = threading.Thread(target=self._run, name="permits-lease-renewal", daemon=True)
                 self._thread.start()
+
+    def drop(self, limiter: StoreLimiter, lid: str, n: int) -> None:
+        """A lease was dropped without release() (called from its finalizer: no I/O here)."""
+        if self._backend.is_async is True or self._stop.is_set():
+            return  # no thread to ask with: the lease, no longer renewed, expires lease_ttl later
+        with self._settled:
+            self._pending += 1
+        self._dropped.append((limiter, lid, n))
+        self._kick.set()
+        self._start_thread()
+
+    def flush(self) -> None:
+        """Waits (at most the backend's timeout, twice) until the dropped leases are given back."""
+        if not self._pending:
+            return
+        with self._settled:
+            self._settled.wait_for(lambda: not self._pending, timeout=2 * self._backend_timeout())
+
+    def _backend_timeout(self) -> float:
+        return float(getattr(self._backend, "_timeout", 1.0))
+
+    def _give_back_dropped(self) -> None:
+        while self._dropped:
+            limiter, lid, n = self._dropped.popleft()
+            try:
+                with contextlib.suppress(BackendError):  # it expires lease_ttl later
+                    self._backend.refund(limiter._state, limiter._rule, n, 0, lid, self._now())
+                limiter._queue.changed()
+            finally:
+                with self._settled:
+                    self._pending -= 1
+                    self._settled.notify_all()
 
     def _interval(self) -> float:
         ttls = [limiter._rule.lease_ttl_ns for limiter in list(self._limiters)]
@@ -55,7 +101,16 @@ class Renewal:
         return [(limiter, list(limiter.held)) for limiter in list(self._limiters) if limiter.held]
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval()):
+        next_round = time.monotonic() + self._interval()
+        while not self._stop.is_set():
+            self._kick.wait(max(0.0, next_round - time.monotonic()))
+            self._kick.clear()
+            if self._stop.is_set():
+                return
+            self._give_back_dropped()
+            if time.monotonic() < next_round:
+                continue
+            next_round = time.monotonic() + self._interval()
             for limiter, ids in self._due():
                 with contextlib.suppress(BackendError):  # the next round tries again
                     self._backend.renew(limiter._state, limiter._rule, ids, self._now())
@@ -86,6 +141,7 @@ class Renewal:
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
         for task in list(self._tasks.values()):
             with contextlib.suppress(RuntimeError):  # its loop is closed
                 task.get_loop().call_soon_threadsafe(task.cancel)

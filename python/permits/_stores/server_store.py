@@ -19,6 +19,7 @@ from ..partitioned import PartitionedLimiter
 from ..rate_limiter import QueueOrder, RateLimiter
 from .factories import StoreFactories
 from .renewal import Renewal
+from .reserving import ReservingLimiter
 from .rules import rule_of
 from .store_limiter import ON_ERROR, StoreLimiter
 
@@ -40,6 +41,7 @@ class ServerStore(StoreFactories):
     :meth:`_setup`."""
 
     _backend: Any
+    timeout: float
 
     def _setup(self, on_error: object, clock: object) -> None:
         if not isinstance(on_error, str) or on_error not in ON_ERROR:
@@ -86,7 +88,10 @@ class ServerStore(StoreFactories):
         self, name: str, state: str | bytes, spec: specs.Spec[Any], ql: int | None, newest: bool, ttl: int
     ) -> StoreLimiter:
         rule = rule_of(spec, ttl if isinstance(spec, specs.Concurrency) else 0)
-        limiter = StoreLimiter(self, name, state, rule, spec, UNBOUNDED if ql is None else ql, newest)
+        # A store with reserve (RedisStore) serves time-based permits from batches; a concurrency
+        # lease is its holder's: asked for every time.
+        kind = ReservingLimiter if getattr(self, "reserve", None) and rule.timed else StoreLimiter
+        limiter = kind(self, name, state, rule, spec, UNBOUNDED if ql is None else ql, newest)
         self._limiters.add(limiter)
         return limiter
 
@@ -167,8 +172,19 @@ class ServerStore(StoreFactories):
     async def __aenter__(self) -> Any:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def aclose(self) -> None:
+        """As :meth:`close`, after the releases and refunds still on their way in tasks of this
+        loop have landed: the loop may end right after (``asyncio.run`` cancels the tasks left),
+        and a lost release would keep its permits taken until the lease's ttl. Each is bounded by
+        the store's timeout already."""
+        loop = asyncio.get_running_loop()
+        pending = [task for task in self._background if task.get_loop() is loop]
+        if pending:
+            await asyncio.wait(pending, timeout=self.timeout)
         self.close()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _spec_of(spec: object) -> specs.Spec[Any]:

@@ -15,6 +15,7 @@ import itertools
 import math
 import os
 import secrets
+import warnings
 from typing import Any
 
 from .. import _pausing
@@ -46,6 +47,35 @@ os.register_at_fork(after_in_child=_new_token)  # a child's lease ids must diffe
 def lease_id() -> str:
     """An id unique across processes and hosts: a concurrency lease's name on the server."""
     return f"{_token}:{next(_ids)}"
+
+
+class _Held:
+    """A concurrency lease's hold on the server, owned by the lease's callbacks: a lease dropped
+    without release() drops it too, and its permits are given back (by the renewal thread: no
+    round trip in a finalizer, which may run anywhere, even inside the client's own locks)."""
+
+    __slots__ = ("done", "lid", "limiter", "n")
+
+    def __init__(self, limiter: StoreLimiter, lid: str, n: int) -> None:
+        self.limiter, self.lid, self.n = limiter, lid, n
+        self.done = False
+
+    def release(self) -> None:
+        if not self.done:
+            self.done = True
+            self.limiter._give_back(self.n, 0, self.lid)
+
+    def __del__(self) -> None:
+        if not self.done:
+            self.done = True
+            warnings.warn(
+                f"a lease of {self.n} permit(s) of {self.limiter.name!r} was dropped without release(): "
+                "its permits are given back now",
+                ResourceWarning,
+                stacklevel=1,
+            )
+            self.limiter.held.pop(self.lid, None)
+            self.limiter.store._renewal.drop(self.limiter, self.lid, self.n)
 
 
 class StoreLimiter(RateLimiter):
@@ -103,8 +133,8 @@ class StoreLimiter(RateLimiter):
         self.held[lid] = n
         self._idle_since = None
         self.store._renewal.watch(self)
-        done = lambda: self._give_back(n, 0, lid)  # noqa: E731
-        return Lease.granted(n, on_release=done, on_refund=done)
+        held = _Held(self, lid, n)
+        return Lease.granted(n, on_release=held.release, on_refund=held.release)
 
     def _failed(self, error: BackendError, n: int) -> Lease:
         if self._on_error == "deny":
@@ -114,6 +144,11 @@ class StoreLimiter(RateLimiter):
         raise error
 
     def _take(self, n: int) -> Lease:
+        if self._backend.is_async is True:
+            raise TypeError(
+                f"the limiter {self.name!r} is of a store with an asyncio client: use acquire_async() or "
+                "wait_async() (or give the store a sync client)"
+            )
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
         try:
             out = self._backend.take(self._state, self._rule, n, lid, self._now())
@@ -296,6 +331,7 @@ class StoreLimiter(RateLimiter):
         asyncio client from sync code, or a server down)."""
         if self._backend.is_async is True:
             return self._seen
+        self.store._renewal.flush()  # the permits of leases dropped unreleased are back first
         try:
             self._seen = self._backend.available(self._state, self._rule, self._now())
         except BackendError:

@@ -151,8 +151,9 @@ def _redis() -> Any:
 def _postgres_pool() -> Any:
     """One PostgreSQL cluster and one sync pool for the session (a store never closes a pool it
     is given); each store's limiters have names of their own."""
-    from _servers.postgres import PostgresServer, _need_bin_dir
     from psycopg_pool import ConnectionPool
+
+    from _servers.postgres import PostgresServer, _need_bin_dir
 
     server = PostgresServer(_need_bin_dir())
     _servers.callback(server.cleanup)
@@ -173,6 +174,13 @@ def _redis_store(clock: permits.ManualClock) -> Any:
     from permits.redis import RedisStore
 
     return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock)
+
+
+def _redis_reserving_store(clock: permits.ManualClock) -> Any:
+    """A Redis store serving its time-based permits from batches of 3 taken ahead (reserve)."""
+    from permits.redis import RedisStore
+
+    return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock, reserve=3)
 
 
 def _postgres_store(clock: permits.ManualClock) -> Any:
@@ -242,7 +250,6 @@ COLLECTED = "releases_dropped_leases"
 # The stores in a server: their queues are per process, asked on a waiter's wake (no clock_serves_queue).
 STORE = ("plain", "queues", "close_fails_waiters", "refunds")
 STORE_KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
-ALL_KINDS = ("concurrency", *TIMED_KINDS)
 
 IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
@@ -267,10 +274,15 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED),
     *_kinds("shm_per_key", shm_per_key, TIMED_KINDS, *KEYED),
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
-    *_kinds("redis", in_server(_redis_store), ALL_KINDS, *STORE),
-    *_kinds("redis_per_key", in_server_per_key(_redis_store), ALL_KINDS, *STORE_KEYED),
-    *_kinds("postgres", in_server(_postgres_store), ALL_KINDS, *STORE),
-    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ALL_KINDS, *STORE_KEYED),
+    *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED),
+    *_kinds("redis", in_server(_redis_store), TIMED_KINDS, *STORE),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), TIMED_KINDS, *STORE_KEYED),
+    *_kinds("redis_reserve", in_server(_redis_reserving_store), TIMED_KINDS, *STORE),
+    *_kinds("postgres", in_server(_postgres_store), ["concurrency"], *STORE, COLLECTED),
+    *_kinds("postgres", in_server(_postgres_store), TIMED_KINDS, *STORE),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ["concurrency"], *STORE_KEYED, COLLECTED),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), TIMED_KINDS, *STORE_KEYED),
 ]
 
 

@@ -20,7 +20,6 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,6 +28,8 @@ from starlette.routing import Route
 
 from permits.asgi import RateLimitMiddleware
 from permits.shm import SharedMemoryStore
+
+from _integration import with_pid
 
 KIND = os.environ["PERMITS_TEST_LIMITER"]
 SLEEP = float(os.environ.get("PERMITS_TEST_SLEEP", "0"))
@@ -64,22 +65,12 @@ async def hold(request: Request) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/plain")
 
 
-limited = RateLimitMiddleware(
-    Starlette(routes=[Route("/pid", pid), Route("/work", work), Route("/hold", hold)]),
-    LIMITER,
-    wait=KIND == "queue",
-    exempt=("/pid",),
+#: The limited app, with ``x-pid`` on every response (a rejection too).
+app = with_pid(
+    RateLimitMiddleware(
+        Starlette(routes=[Route("/pid", pid), Route("/work", work), Route("/hold", hold)]),
+        LIMITER,
+        wait=KIND == "queue",
+        exempt=("/pid",),
+    )
 )
-
-
-async def app(scope: Any, receive: Any, send: Any) -> None:
-    """The limited app, with ``x-pid`` on every response (a rejection too). The pid is read per
-    request: with ``--preload`` this module is imported in the master, before the fork."""
-    pid_header = (b"x-pid", str(os.getpid()).encode())
-
-    async def send_with_pid(message: Any) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), pid_header]}
-        await send(message)
-
-    await limited(scope, receive, send_with_pid)

@@ -8,12 +8,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from _integration import eventually
 from aiohttp import web
 
 import permits
 from permits import keys
 from permits.aiohttp import limit, rate_limit_middleware
+
+from _integration import eventually
 
 FEED = web.AppKey("feed", asyncio.Queue)
 CALLS = web.AppKey("calls", list)

@@ -9,7 +9,6 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from _integration import eventually
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -20,6 +19,8 @@ from starlette.websockets import WebSocket
 import permits
 from permits import keys
 from permits.asgi import RateLimitMiddleware
+
+from _integration import eventually
 
 CLIENT = keys.header("x-client")
 

@@ -12,7 +12,6 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
-from _integration import eventually
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
@@ -21,6 +20,8 @@ from starlette.routing import Route
 import permits
 from permits.aiohttp import RateLimitedSession
 from permits.httpx import AsyncRateLimitedTransport, RateLimitedTransport
+
+from _integration import eventually
 
 REFUSAL = 60 * 1024 * 1024
 CHUNK = 64 * 1024

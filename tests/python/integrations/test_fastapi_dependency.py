@@ -9,7 +9,6 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from _integration import eventually
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -17,6 +16,8 @@ import permits
 from permits import keys
 from permits.asgi import RateLimitMiddleware
 from permits.fastapi import RateLimit, RateLimitExceeded, rejection_handler
+
+from _integration import eventually
 
 
 def make_app(route_limit: RateLimit, global_limiter: Any = None, **middleware: Any) -> FastAPI:

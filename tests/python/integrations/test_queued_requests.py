@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from _integration import eventually
 from fastapi import Depends, FastAPI, WebSocket
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,6 +22,8 @@ from starlette.routing import Route
 import permits
 from permits.asgi import RateLimitMiddleware
 from permits.fastapi import RateLimit
+
+from _integration import eventually
 
 
 class CountingReceive:

@@ -11,11 +11,12 @@ from typing import Any
 import psycopg
 import psycopg_pool
 import pytest
-from _pg_support import SPECS, differential, new_table, run_async, run_sync
-from _servers.postgres import PostgresServer
 
 from permits._stores.postgres_backend import PostgresBackend
 from permits._stores.rules import Rule, rule_of
+
+from _pg_support import SPECS, differential, new_table, run_async, run_sync
+from _servers.postgres import PostgresServer
 
 KINDS = list(SPECS)
 

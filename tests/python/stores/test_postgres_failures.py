@@ -9,11 +9,12 @@ from typing import Any
 
 import psycopg_pool
 import pytest
-from _servers.postgres import PostgresServer
 
 import permits
 from permits._stores.postgres_backend import PostgresBackend
 from permits._stores.rules import Rule
+
+from _servers.postgres import PostgresServer
 
 TIMEOUT = 1.0
 #: The bound a failing call must answer within: the timeout, and a second for the rest.

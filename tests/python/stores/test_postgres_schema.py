@@ -8,11 +8,12 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from _pg_support import key_of, new_table
-from _servers.postgres import PostgresServer
 
 from permits._stores.postgres_backend import PostgresBackend
 from permits._stores.rules import Rule
+
+from _pg_support import key_of, new_table
+from _servers.postgres import PostgresServer
 
 SECOND = 10**9
 BUCKET = Rule("token_bucket", 10, SECOND, 1)

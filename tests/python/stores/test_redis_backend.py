@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import redis
-from _redis_support import KINDS, Steps, backend, fresh_prefix
 
 from permits import specs
 from permits._stores import redis_backend, redis_scripts
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.rules import Rule, rule_of
+
+from _redis_support import KINDS, Steps, backend, fresh_prefix
 
 S = 10**9
 

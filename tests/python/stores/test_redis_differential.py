@@ -8,10 +8,11 @@ import random
 from typing import Any
 
 import pytest
-from _redis_support import KINDS, NO_EXPIRY_NS, Steps, backend, random_spec
 
 import permits
 from permits._stores.rules import rule_of
+
+from _redis_support import KINDS, NO_EXPIRY_NS, Steps, backend, random_spec
 
 STEPS = 300
 _LAST_CLOCK_NS = 2**63 - 2**60

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 import redis
-from _redis_support import Steps, backend
 
 from permits import specs
 from permits._stores.rules import rule_of
 from permits.errors import BackendError
+
+from _redis_support import Steps, backend
 
 TIMEOUT = 0.5
 S = 10**9

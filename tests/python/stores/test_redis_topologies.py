@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio.sentinel
-from _redis_support import KINDS, Steps, backend
 
 from permits import specs
 from permits._stores import redis_scripts
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.rules import Rule, rule_of
 from permits.errors import BackendError
+
+from _redis_support import KINDS, Steps, backend
 
 S = 10**9
 

@@ -1,0 +1,250 @@
+"""ReservingLimiter: a store limiter of a time-based kind that takes its permits from the server in
+batches and serves them in this process without a round trip (``RedisStore(client, reserve=N)``).
+
+The stock is what is left of the last batch: ``count`` permits counted at ``stamp``, valid until
+``until`` on the limiter's pause clock (the end of the batch's window, segment or period:
+:mod:`permits._stores.batch`). A take of ``n`` is served from the stock when it holds ``n`` and is
+still valid; else the server is asked for a batch of up to N, at least ``n`` (a stock too small
+goes back first, so the server decides on ``n`` as on a single take); a refusal is the server's.
+A refund goes back into the stock while it is valid. The stock goes back to the server on close()
+and once the limiter has been idle for a while (:mod:`permits._stores.returns`). The available
+permits (statistics) are the server's and the stock's: what a request here would find.
+
+Served only while valid, the permits are granted within the window, segment or period the server
+counted them in, so no kind admits more than single takes would: a limit is only under-used, by the
+permits a process holds and does not use (others find them once they come back, or the window ends).
+An expired stock is dropped: it was counted in a window or segment that is over, nothing comes back
+(a token bucket's is given back while the refills since have not made up for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import weakref
+from typing import Any
+
+from .._core import Lease
+from ..errors import BackendError
+from .batch import Batch, Batching
+from .returns import IDLE_NS
+from .store_limiter import StoreLimiter
+
+_limiters: weakref.WeakSet[ReservingLimiter] = weakref.WeakSet()
+
+
+def _forget_stocks() -> None:
+    # A fork's child must not serve its parent's permits (the parent serves them too).
+    for limiter in list(_limiters):
+        limiter._lock = threading.Lock()
+        limiter._stock = None
+
+
+os.register_at_fork(after_in_child=_forget_stocks)
+
+
+class Stock:
+    __slots__ = ("count", "stamp", "until")
+
+    def __init__(self, count: int, stamp: int, until: int) -> None:
+        self.count = count
+        self.stamp = stamp
+        self.until = until
+
+
+class ReservingLimiter(StoreLimiter):
+    """A store limiter serving its permits from batches taken ``store.reserve`` at a time."""
+
+    def __init__(self, store: Any, *args: Any) -> None:
+        super().__init__(store, *args)
+        self.reserve: int = store.reserve
+        self._batches: Batching = store._backend
+        self._returns = store._returns
+        self._lock = threading.Lock()
+        self._stock: Stock | None = None
+        self._used = self._rl_clock.now_ns()  # when the stock was last served or filled
+        _limiters.add(self)
+
+    # ---- the stock ----
+    def _serve(self, n: int, *, keep: bool = False) -> tuple[Lease | None, Stock | None]:
+        """A grant from the stock, or none and the stock taken out (too small or expired; with
+        ``keep``, left as it is)."""
+        with self._lock:
+            stock = self._stock
+            if stock is None:
+                return None, None
+            now = self._rl_clock.now_ns()
+            if now >= stock.until or stock.count < max(n, 1):
+                if keep:
+                    return None, None
+                self._stock = None
+                return None, stock
+            stock.count -= n
+            if not stock.count:
+                self._stock = None
+            self._used = now
+            stamp, until = stock.stamp, stock.until
+        return self._granted(n, stamp, until, now), None
+
+    def _granted(self, n: int, stamp: int, until: int, now: int) -> Lease:
+        self._idle_since = now
+        if not n:
+            return Lease.granted(0)
+        return Lease.granted(n, on_refund=lambda: self._refunded(n, stamp, until))
+
+    def _keep(self, count: int, stamp: int, until: int) -> None:
+        """Permits of ``stamp`` valid until ``until`` join the stock (a batch's rest, a refund);
+        those that cannot (expired, or the limiter closed) go back to the server if worth it."""
+        now = self._rl_clock.now_ns()
+        stale: Stock | None = Stock(count, stamp, until)
+        with self._lock:
+            stock = self._stock
+            if self._rl_closed or count <= 0 or now >= until:
+                pass
+            elif stock is not None and stock.stamp == stamp and now < stock.until:
+                stock.count += count
+                stock.until = min(stock.until, until)
+                stale = None
+            elif stock is None or now >= stock.until or stamp > stock.stamp:
+                self._stock, stale = stale, stock  # a newer stamp: the server has moved on
+            self._used = now
+            holding = self._stock is not None
+        if stale is not None:
+            self._settle(stale, now)
+        if holding:
+            self._returns.watch(self)
+
+    def _worth(self, stock: Stock, now: int) -> bool:
+        """Whether giving ``stock`` back would give the server anything."""
+        if not stock.count:
+            return False
+        if now < stock.until:
+            return True
+        if self._rule.kind != "token_bucket":
+            return False  # counted in a window or segment that is over
+        # The refills since the stamp's period make up for that many (the refund's rule).
+        periods = 1 + (now - stock.until) // self._rule.period_ns
+        return stock.count > periods * self._rule.amount
+
+    def _settle(self, stock: Stock, now: int) -> None:
+        if self._worth(stock, now):
+            self.store._give_back(self, stock.count, stock.stamp, None)
+
+    def _until(self, asked: int, valid_ns: int) -> int:
+        """When a batch asked for at ``asked`` (pause clock) expires here. On the server's clock a
+        little earlier: its TIME is in whole microseconds, and clocks of two hosts drift apart by
+        up to 500 ppm (NTP's largest slew)."""
+        if self._time is not None:
+            return asked + valid_ns  # the test's clock is the server's
+        return asked + valid_ns - 1_000 - valid_ns // 2_000
+
+    def _received(self, batch: Batch, n: int, asked: int) -> Lease:
+        if not batch.granted:
+            return self._lease_of(batch.outcome, n, None)
+        self._seen = batch.available
+        until = self._until(asked, batch.valid_ns)
+        lease = self._granted(n, batch.stamp, until, asked)
+        self._keep(batch.taken - n, batch.stamp, until)
+        return lease
+
+    def _refunded(self, n: int, stamp: int, until: int) -> None:
+        self._keep(n, stamp, until)
+        self._queue.changed()
+
+    def _most(self, n: int) -> int:
+        return min(self._rule.limit, max(self.reserve, n))
+
+    # ---- a take ----
+    def _take(self, n: int) -> Lease:
+        lease, back = self._serve(n)
+        if lease is not None:
+            return lease
+        clock = self._rl_clock
+        if back is not None:
+            self._settle(back, clock.now_ns())  # (a sync client: done when it returns)
+        asked = clock.now_ns()
+        try:
+            batch = self._batches.take_batch(self._state, self._rule, n, self._most(n), self._now())
+        except BackendError as error:
+            return self._failed(error, n)
+        return self._received(batch, n, asked)
+
+    async def _take_async(self, n: int) -> Lease:
+        if asyncio._get_running_loop() is None or self._backend.is_async is False:
+            return self._take(n)
+        lease, back = self._serve(n)
+        if lease is not None:
+            return lease
+        clock = self._rl_clock
+        if back is not None and self._worth(back, clock.now_ns()):
+            back_step = self._backend.refund_async(self._state, self._rule, back.count, back.stamp, None, self._now())
+            with contextlib.suppress(BackendError):
+                await asyncio.shield(asyncio.ensure_future(back_step))  # before the batch: decided as one take
+        asked = clock.now_ns()
+        step = asyncio.ensure_future(
+            self._batches.take_batch_async(self._state, self._rule, n, self._most(n), self._now())
+        )
+        try:
+            batch = await asyncio.shield(step)
+        except BackendError as error:
+            return self._failed(error, n)
+        except asyncio.CancelledError:
+            # Cancelled while the server decides: a batch granted meanwhile is kept, all of it.
+            step.add_done_callback(lambda done: self._keep_all(done, asked))
+            raise
+        return self._received(batch, n, asked)
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        """A wait granted from the stock at once (no I/O); else the wait asks the server."""
+        self._check_count(permit_count)
+        if permit_count and len(self._queue) and not self._queue.newest:
+            return None
+        lease = self._serve(permit_count, keep=True)[0]
+        return None if lease is None else self._rl_count(lease)
+
+    def _keep_all(self, step: asyncio.Future[Batch], asked: int) -> None:
+        if step.cancelled() or step.exception() is not None:
+            return
+        batch = step.result()
+        if batch.granted and batch.taken:
+            self._keep(batch.taken, batch.stamp, self._until(asked, batch.valid_ns))
+            self._queue.changed()
+
+    # ---- statistics ----
+    def _available(self) -> int:
+        """What a request here would find: the server's available permits and this stock's (a
+        request larger than the stock gives it back first, so the server decides on both)."""
+        server = super()._available()
+        with self._lock:
+            stock = self._stock
+            held = stock.count if stock is not None and self._rl_clock.now_ns() < stock.until else 0
+        return server + held
+
+    # ---- giving back ----
+    def _return_idle(self) -> bool:
+        """The returns' round: a stock idle for IDLE_NS, or expired, goes. True while one stays."""
+        now = self._rl_clock.now_ns()
+        with self._lock:
+            stock = self._stock
+            if stock is None:
+                return False
+            if now < stock.until and now - self._used < IDLE_NS:
+                return True
+            self._stock = None
+        self._settle(stock, now)
+        return False
+
+    def close(self) -> None:
+        """Closes the limiter; its unused permits go back to the server."""
+        if self._rl_closed:
+            return
+        super().close()
+        with self._lock:
+            stock, self._stock = self._stock, None
+        if stock is not None:
+            self._settle(stock, self._rl_clock.now_ns())
+
+
+__all__ = ["ReservingLimiter"]

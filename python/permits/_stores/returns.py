@@ -1,0 +1,112 @@
+"""Gives the permits a reserving limiter holds back to the server once it has been idle, so that
+other processes may use them.
+
+A limiter's stock goes back after IDLE_NS without use (on its pause clock), and is dropped once
+expired; a round every ROUND_S seconds looks at every limiter holding a stock: in a daemon thread
+for a sync client, in a task of the event loop for an asyncio one, running only while some limiter
+holds one. With a ManualClock (tests) nothing runs by itself, as its time is the test's to move:
+``return_now()`` does a round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .reserving import ReservingLimiter
+
+#: How long a stock stays in an idle limiter (ns on its pause clock).
+IDLE_NS = 1_000_000_000
+#: Seconds between two rounds.
+ROUND_S = 0.25
+
+
+_all: weakref.WeakSet[Returns] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for returns in list(_all):
+        returns._lock = threading.Lock()  # (a round of the parent's thread may have held it)
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class Returns:
+    def __init__(self, is_async: bool | None, *, manual: bool) -> None:
+        self._is_async = is_async
+        self._manual = manual
+        self._limiters: weakref.WeakSet[ReservingLimiter] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._tasks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
+            weakref.WeakKeyDictionary()
+        )
+        _all.add(self)
+
+    def watch(self, limiter: ReservingLimiter) -> None:
+        """``limiter`` holds a stock now: make sure a round looks at it."""
+        with self._lock:
+            self._limiters.add(limiter)
+            if self._stop.is_set() or self._manual:
+                return
+            if self._is_async is True:
+                self._start_task()
+            elif self._thread is None or self._pid != os.getpid():  # (a fork's child has no thread)
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, name="permits-reserve-returns", daemon=True)
+                self._thread.start()
+
+    def return_now(self) -> bool:
+        """One round: idle limiters give their stock back; True while some limiter still holds one."""
+        holding = False
+        for limiter in list(self._limiters):
+            if limiter._return_idle():
+                holding = True
+                continue
+            with self._lock:
+                if limiter._stock is None:  # (checked again: it may have taken a batch meanwhile)
+                    self._limiters.discard(limiter)
+        return holding
+
+    def _done(self) -> bool:
+        """Under the lock: no stock left to look at (a stock made since the round calls watch())."""
+        return not any(limiter._stock is not None for limiter in self._limiters)
+
+    def _run(self) -> None:
+        while not self._stop.wait(ROUND_S):
+            if not self.return_now():
+                with self._lock:
+                    if self._done():
+                        self._thread = None
+                        return
+
+    def _start_task(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # (an asyncio client's batches are taken in a loop: watch() is called there)
+        task = self._tasks.get(loop)
+        if task is None or task.done():
+            self._tasks[loop] = loop.create_task(self._run_async())
+
+    async def _run_async(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(ROUND_S)
+            if not self.return_now():
+                with self._lock:
+                    if self._done():
+                        return
+
+    def stop(self) -> None:
+        self._stop.set()
+        for task in list(self._tasks.values()):
+            with contextlib.suppress(RuntimeError):  # its loop is closed
+                task.get_loop().call_soon_threadsafe(task.cancel)

@@ -1,0 +1,45 @@
+"""A process of the reserve tests (spawned): hammers one limiter of a RedisStore(reserve=N) on the
+server's clock and returns when each grant happened, as (time before, time after) the acquire in
+the server's time base (CLOCK_REALTIME, as Redis's TIME on the same host)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from permits import specs
+from permits.redis import RedisStore
+
+KINDS: dict[str, Any] = {
+    "token_bucket": specs.TokenBucket,
+    "fixed_window": specs.FixedWindow,
+    "sliding_window": specs.SlidingWindow,
+    "sliding_window_counter": specs.SlidingWindowCounter,
+}
+
+
+def hammer(
+    port: int, prefix: str, kind: str, params: tuple[Any, ...], reserve: int, start_ns: int, stop_ns: int, pace: float
+) -> tuple[list[tuple[int, int]], int]:
+    """Acquires one permit every ``pace`` seconds from ``start_ns`` to ``stop_ns``: the grants'
+    times and the number refused."""
+    client = redis.Redis(host="127.0.0.1", port=port)
+    store = RedisStore(client, prefix=prefix, reserve=reserve, timeout=5.0)
+    limiter = store.limiter("hammer", KINDS[kind](*params))
+    grants: list[tuple[int, int]] = []
+    refused = 0
+    while time.time_ns() < start_ns:
+        time.sleep(0.001)
+    while (before := time.time_ns()) < stop_ns:
+        lease = limiter.acquire()
+        after = time.time_ns()
+        if lease:
+            grants.append((before, after))
+        else:
+            refused += 1
+        time.sleep(pace)
+    store.close()
+    client.close()
+    return grants, refused

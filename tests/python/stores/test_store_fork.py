@@ -1,0 +1,65 @@
+"""A store in use when the process forks (gunicorn --preload, multiprocessing's fork): the child
+counts against the same limit through connections of its own, and the parent's connections go on
+working after the child is gone (a child must never use, nor close, its parent's sessions).
+
+Each scenario runs in a child interpreter under a time limit (tests/python/_child.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from _child import IN_FORK, run_ok
+
+STORES = {
+    "redis-sync": "import redis\nfrom permits.redis import RedisStore\n"
+    "store = RedisStore(redis.Redis.from_url(TARGET), prefix=PREFIX)\n",
+    "postgres-conninfo": "from permits.postgres import PostgresStore\nstore = PostgresStore(TARGET, table=PREFIX)\n",
+}
+
+SCENARIO = """
+import asyncio, os
+TARGET, PREFIX = os.environ["STORE_TARGET"], os.environ["STORE_PREFIX"]
+{store}
+window = store.fixed_window("api", 40, 3600.0)
+jobs = store.concurrency("jobs", 2, lease_ttl=30.0)
+assert sum(1 for _ in range(10) if window.acquire())  == 10  # the parent's connections are open
+held = jobs.acquire()
+assert held
+
+def child():
+    # its own connections: the parent's are not touched (nor closed at its exit)
+    assert sum(1 for _ in range(10) if window.acquire()) == 10
+    lease = jobs.acquire()
+    assert lease and not jobs.acquire()  # the parent holds one, this child the other
+    lease.release()
+    async def in_a_loop():
+        return sum([bool(await window.acquire_async()) for _ in range(5)])
+    assert asyncio.run(in_a_loop()) == 5
+    store.close()
+
+in_fork(child)
+in_fork(child)
+# 10 + 2 * 15 = 40 of 40 taken: the limit is spent, and the parent still asks through its connections.
+assert window.available_permits() == 0, window.available_permits()
+assert not window.acquire()
+assert jobs.available_permits() == 1
+held.release()
+assert jobs.available_permits() == 2
+store.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_forked_child_shares_the_limit_and_leaves_the_parents_connections(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    env: dict[str, Any]
+    if kind.startswith("redis"):
+        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"fork-{kind}:"}
+    else:
+        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "fork_test"}
+    child = run_ok(IN_FORK + SCENARIO.format(store=STORES[kind]), env=env)
+    assert child.lines()[-1] == "ok"
