@@ -304,5 +304,9 @@ local function wdivmod(a, b)
   local q, r = L.divmod(L.of(a), L.of(b))
   return canon(q), canon(r)
 end
-local function wdiv(a, b) local q = wdivmod(a, b); return q end
+local function wdiv(a, b)
+  if type(a) == 'number' and type(b) == 'number' then return idiv(a, b) end
+  local q = wdivmod(a, b)
+  return q
+end
 """
