@@ -40,7 +40,8 @@ def rules(kind: str) -> dict[str, Rule]:
     return {
         "grants": Rule(kind, 10**6, S, amount),
         "refuses": Rule(kind, 3, 3600 * S, amount),
-        "wide": Rule(kind, 2**31 - 1, 2**61, amount),
+        # (the token bucket refills at once: 2**31 - 1 periods of 2**61 ns are past any key ttl)
+        "wide": Rule(kind, 2**31 - 1, 2**61, 2**31 - 1 if kind == "token_bucket" else amount),
     }
 
 
