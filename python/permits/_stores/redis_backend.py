@@ -54,8 +54,9 @@ Keys = tuple[bytes, bytes]  # a state's hash and its second key
 
 #: How many names' keys, and rules' arguments, a backend keeps made (a limiter steps on one name
 #: and rule again and again; a per-key store's names come and go: past this many, the kept ones
-#: are dropped all at once).
+#: are dropped all at once). Only names up to _KEPT_NAME long are kept (a few MB at most).
 _KEPT = 10_000
+_KEPT_NAME = 256
 #: A key lives at most this long (~31,700 years): a rule's lifetime may pass what PEXPIRE takes
 #: (2**31 - 1 tokens, one every 2**61 ns), and a Lua number stays exact below 2**53.
 _MAX_TTL_MS = 10**15
@@ -178,7 +179,8 @@ class RedisBackend:
 
     def keys_of(self, name: Name) -> Keys:
         """The state's hash and its second key (the sliding window's list, the leases' zset)."""
-        kept = type(name) is str or type(name) is bytes  # hashable, and equal only to itself
+        # a str or bytes is hashable, and equal only to itself
+        kept = (type(name) is str or type(name) is bytes) and len(name) <= _KEPT_NAME
         keys = self._keys_made.get(name) if kept else None
         if keys is None:
             raw = _name_bytes(name)

@@ -229,6 +229,9 @@ def test_names_past_the_kept_keys_are_states_of_their_own(store: RedisBackend, m
         raw = name.encode() if isinstance(name, str) else bytes(name)
         assert store.keys_of(name)[0].endswith(b":" + raw)
     assert len(store._keys_made) <= 3
+    long_name = "y" * (redis_backend._KEPT_NAME + 1)
+    assert store.keys_of(long_name)[0].endswith(long_name.encode())
+    assert long_name not in store._keys_made
 
 
 def test_a_state_whose_keys_expired_is_as_good_as_new(client: Any) -> None:
