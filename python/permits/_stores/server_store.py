@@ -74,11 +74,8 @@ class ServerStore(StoreFactories):
     ) -> RateLimiter:
         """The limiter whose state is ``name`` on the server, of ``spec`` (or a rate such as "10/second")."""
         self._check_open()
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}")
-        if not name:
-            raise ValueError("name must not be empty")
-        spec = _spec_of(spec)
+        _check_name(name)
+        spec = _spec_of(spec, "spec")
         ql = _queue_limit(queue_limit)
         newest = _queue_order(queue_order)
         ttl = duration_ns(lease_ttl, "lease_ttl")
@@ -109,11 +106,8 @@ class ServerStore(StoreFactories):
         ``max_partitions``) and forgets one idle for ``idle_timeout`` seconds."""
         self._check_open()
         _check_options(max_partitions, name)
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}")
-        if not name:
-            raise ValueError("name must not be empty")
-        partition = _template_of(template)
+        _check_name(name)
+        partition = _template_of(_spec_of(template, "template") if isinstance(template, str) else template)
         if partition.spec is None:
             raise TypeError(f"a store keeps state for specs only, not for {partition!r}")
         spec = partition.spec
@@ -187,9 +181,22 @@ class ServerStore(StoreFactories):
         await self.aclose()
 
 
-def _spec_of(spec: object) -> specs.Spec[Any]:
+def _check_name(name: object) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("name must not be empty")
+    if "\x00" in name:
+        # NUL separates a per-key limiter's name from its keys: "a\x00..." could be a key of "a".
+        raise ValueError(f"name must not contain NUL ('\\x00'), got {name[:80]!r}")
+
+
+def _spec_of(spec: object, argument: str) -> specs.Spec[Any]:
     if isinstance(spec, str):
-        return specs.parse(spec)
+        try:
+            return specs.parse(spec)
+        except ValueError as error:
+            raise ValueError(f"{argument}: {error}") from None
     if not isinstance(spec, specs.Spec):
         raise TypeError(f"spec must be a permits.specs spec or a rate such as '10/second', got {type(spec).__name__}")
     return spec

@@ -251,6 +251,8 @@ class StoreLimiter(RateLimiter):
                 if self._queue.is_head(entry):
                     if first is None:
                         asked = clock.now_ns()
+                        if self._past(deadline, asked):
+                            return Lease.denied("timeout")._with_permit_count(n)
                     lease, first = first or self._take(n), None
                     if lease or not self._waitable(lease):
                         return lease
@@ -296,6 +298,13 @@ class StoreLimiter(RateLimiter):
     def _try_now(self, permit_count: int) -> Lease | None:
         self._check_count(permit_count)
         return None  # asking a server takes I/O: the wait does it, in the running loop
+
+    def _past(self, deadline: int | None, now: int) -> bool:
+        """The wait's deadline has passed and its head's retry time (if any) has not come: it
+        ends without asking the server again (a hung server would hold it past its timeout)."""
+        if deadline is None or now < deadline:
+            return False
+        return self._next_ask is None or now < self._next_ask
 
     @staticmethod
     def _waitable(lease: Lease) -> bool:
