@@ -50,6 +50,16 @@ _RENEW = _script(redis_scripts.RENEW)
 _AVAILABLE = _script(redis_scripts.AVAILABLE)
 
 Name = str | bytes
+Keys = tuple[bytes, bytes]  # a state's hash and its second key
+
+#: How many names' keys, and rules' arguments, a backend keeps made (a limiter steps on one name
+#: and rule again and again; a per-key store's names come and go: past this many, the kept ones
+#: are dropped all at once). Only names up to _KEPT_NAME long are kept (a few MB at most).
+_KEPT = 10_000
+_KEPT_NAME = 256
+#: A key lives at most this long (~31,700 years): a rule's lifetime may pass what PEXPIRE takes
+#: (2**31 - 1 tokens, one every 2**61 ns), and a Lua number stays exact below 2**53.
+_MAX_TTL_MS = 10**15
 
 
 def _name_bytes(name: object) -> bytes:
@@ -98,6 +108,10 @@ class RedisBackend:
         self._discovery: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        # What each step would otherwise make again: a name's keys, a rule's constant arguments
+        # (with the key_margin_ms they were made with).
+        self._keys_made: dict[Name, Keys] = {}
+        self._rules_made: dict[Rule, tuple[int, list[bytes], bytes]] = {}
 
     # ---- the steps ----
 
@@ -124,7 +138,7 @@ class RedisBackend:
 
     def available(self, name: Name, rule: Rule, now_ns: int | None) -> int:
         self._sync_only("available")
-        keys, args = self._keys(name), self._rule_args(rule, now_ns)
+        keys, args = self.keys_of(name), self._rule_args(rule, now_ns)
         return int(self._check(name, rule, self._run(_AVAILABLE, keys, args))[1])
 
     async def take_async(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
@@ -151,7 +165,7 @@ class RedisBackend:
 
     async def available_async(self, name: Name, rule: Rule, now_ns: int | None) -> int:
         self._async_only("available_async")
-        keys, args = self._keys(name), self._rule_args(rule, now_ns)
+        keys, args = self.keys_of(name), self._rule_args(rule, now_ns)
         return int(self._check(name, rule, await self._run_async(_AVAILABLE, keys, args))[1])
 
     def close(self) -> None:
@@ -163,77 +177,86 @@ class RedisBackend:
 
     # ---- keys and arguments ----
 
-    def keys_of(self, name: Name) -> tuple[bytes, bytes]:
+    def keys_of(self, name: Name) -> Keys:
         """The state's hash and its second key (the sliding window's list, the leases' zset)."""
-        raw = _name_bytes(name)
-        base = self._prefix + b"{" + hashlib.blake2b(raw, digest_size=8).hexdigest().encode() + b"}"
-        return base + b":" + raw, base + b"~" + raw
+        # a str or bytes is hashable, and equal only to itself
+        kept = (type(name) is str or type(name) is bytes) and len(name) <= _KEPT_NAME
+        keys = self._keys_made.get(name) if kept else None
+        if keys is None:
+            raw = _name_bytes(name)
+            base = self._prefix + b"{" + hashlib.blake2b(raw, digest_size=8).hexdigest().encode() + b"}"
+            keys = base + b":" + raw, base + b"~" + raw
+            if kept:
+                if len(self._keys_made) >= _KEPT:
+                    self._keys_made.clear()
+                self._keys_made[name] = keys
+        return keys
 
-    def _keys(self, name: Name) -> list[bytes]:
-        return list(self.keys_of(name))
+    def _rule_args(self, rule: Rule, now_ns: int | None) -> list[bytes]:
+        """ARGV[1..8]: the rule's constants (made once per rule and key_margin_ms), the time among them."""
+        made = self._rules_made.get(rule)
+        if made is None or made[0] != self.key_margin_ms:
+            made = self._rule_made(rule)
+        if now_ns is None:
+            now = b""  # the server's TIME
+        elif isinstance(now_ns, int) and not isinstance(now_ns, bool) and now_ns >= 0:
+            now = b"%d" % now_ns
+        else:
+            raise ValueError(f"now_ns must be None or a non-negative int, got {now_ns!r}")
+        _, head, lease_ttl = made
+        return [*head, now, lease_ttl]
 
-    def _rule_args(self, rule: Rule, now_ns: int | None) -> list[str]:
+    def _rule_made(self, rule: Rule) -> tuple[int, list[bytes], bytes]:
         if rule.kind not in KINDS:
             raise ValueError(f"rule.kind must be one of {', '.join(KINDS)}, got {rule.kind!r}")
         if rule.kind == "concurrency" and rule.lease_ttl_ns <= 0:
             raise ValueError("a concurrency rule needs lease_ttl_ns > 0 (its leases' lifetime)")
-        if now_ns is None:
-            now = ""  # the server's TIME
-        elif isinstance(now_ns, int) and not isinstance(now_ns, bool) and now_ns >= 0:
-            now = str(now_ns)
-        else:
-            raise ValueError(f"now_ns must be None or a non-negative int, got {now_ns!r}")
-        ttl_ms = -(-rule.lifetime_ns // 1_000_000) + self.key_margin_ms
-        return [
-            rule.signature,
-            rule.kind,
-            str(rule.limit),
-            str(rule.period_ns),
-            str(rule.amount),
-            str(ttl_ms),
-            now,
-            str(rule.lease_ttl_ns),
-        ]
+        margin = self.key_margin_ms
+        ttl_ms = min(-(-rule.lifetime_ns // 1_000_000) + margin, _MAX_TTL_MS)
+        head = [rule.signature, rule.kind, str(rule.limit), str(rule.period_ns), str(rule.amount), str(ttl_ms)]
+        made = margin, [arg.encode() for arg in head], str(rule.lease_ttl_ns).encode()
+        if len(self._rules_made) >= _KEPT:
+            self._rules_made.clear()
+        self._rules_made[rule] = made
+        return made
 
     def _take_args(
         self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
-    ) -> tuple[list[bytes], list[str]]:
+    ) -> tuple[Keys, list[bytes | str]]:
         self._check_count(rule, n)
-        args = self._rule_args(rule, now_ns)
-        args.append(str(n))
+        args: list[bytes | str] = [*self._rule_args(rule, now_ns), b"%d" % n]
         if rule.kind == "concurrency":
             if lease_id is not None:
                 args.append(lease_id)
             elif n > 0:
                 raise ValueError("a concurrency take needs a lease_id (its lease is recorded under it)")
-        return self._keys(name), args
+        return self.keys_of(name), args
 
     def _batch_args(
         self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None
-    ) -> tuple[list[bytes], list[str]]:
+    ) -> tuple[Keys, list[bytes | str]]:
         if not rule.timed:
             raise ValueError("take_batch takes time-based permits only: a concurrency lease is its holder's")
         self._check_count(rule, n)
         if isinstance(most, bool) or not isinstance(most, int) or not max(n, 1) <= most <= rule.limit:
             raise ValueError(f"most must be an int from max(n, 1) to the rule's limit {rule.limit}, got {most!r}")
-        return self._keys(name), [*self._rule_args(rule, now_ns), str(n), str(most)]
+        return self.keys_of(name), [*self._rule_args(rule, now_ns), b"%d" % n, b"%d" % most]
 
     def _refund_args(
         self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
-    ) -> tuple[list[bytes], list[str]]:
+    ) -> tuple[Keys, list[bytes | str]]:
         self._check_count(rule, n)
         if not isinstance(stamp, int) or stamp < 0:
             raise ValueError(f"stamp must be a non-negative int (a take's Outcome.stamp), got {stamp!r}")
-        args = self._rule_args(rule, now_ns)
-        args += [str(n), str(stamp)]
+        args: list[bytes | str] = [*self._rule_args(rule, now_ns), b"%d" % n, b"%d" % stamp]
         if lease_id is not None:
             args.append(lease_id)
-        return self._keys(name), args
+        return self.keys_of(name), args
 
     def _renew_args(
         self, name: Name, rule: Rule, lease_ids: Sequence[str], now_ns: int | None
-    ) -> tuple[list[bytes], list[str]]:
-        return self._keys(name), self._rule_args(rule, now_ns) + list(lease_ids)
+    ) -> tuple[Keys, list[bytes | str]]:
+        return self.keys_of(name), [*self._rule_args(rule, now_ns), *lease_ids]
 
     @staticmethod
     def _check_count(rule: Rule, n: int) -> None:
@@ -281,7 +304,7 @@ class RedisBackend:
                 self._bounded = bounded_sync_client(self._client, self._timeout)
             return self._bounded.client
 
-    def _run(self, script: _Script, keys: list[bytes], args: list[str]) -> Any:
+    def _run(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         try:
             client = self._sync_client()
             try:
@@ -302,7 +325,7 @@ class RedisBackend:
         async with lock:
             await client.initialize()  # a no-op once it knows the slots
 
-    async def _run_async(self, script: _Script, keys: list[bytes], args: list[str]) -> Any:
+    async def _run_async(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         client = self._client
         try:
             async with asyncio.timeout(self._timeout):

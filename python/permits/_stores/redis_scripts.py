@@ -5,8 +5,8 @@ the arguments, the state's header) followed by its own body.
 Why exact integers by hand: Redis runs Lua 5.1, whose numbers are doubles, exact only below 2**53.
 Times in nanoseconds since the epoch are ~1.8e18, and the sliding window counter compares
 ``count * window`` products up to ~2**93, so every time, index and product is a "wide" integer
-(limbs of base 10**7 in a Lua array) and only counts (< 2**31) are plain numbers. Wide values are
-stored and passed as decimal strings, never as doubles.
+(redis_wide.py: a plain number while it is small, exact forms beyond) and only counts (< 2**31)
+are always plain. Wide values are stored and passed as decimal strings, never as doubles.
 
 Calling convention (KEYS and ARGV only: names and lease ids never become Lua source):
 
@@ -20,136 +20,7 @@ Calling convention (KEYS and ARGV only: names and lease ids never become Lua sou
 
 from __future__ import annotations
 
-# Exact non-negative integers ("wide"): little-endian arrays of base-10**7 limbs, no leading zero
-# limbs (zero is the empty array). A limb product is < 10**14 and sums of a few stay < 2**53.
-_WIDE = r"""
-local B = 10000000
-local function wnorm(a)
-  local i = #a
-  while i > 0 and a[i] == 0 do a[i] = nil; i = i - 1 end
-  return a
-end
--- from a plain non-negative integer (< 2**53)
-local function wnum(x)
-  local a = {}
-  while x > 0 do local r = x % B; a[#a + 1] = r; x = (x - r) / B end
-  return a
-end
--- from a decimal string (what ARGV and the state hold)
-local function wstr(s)
-  local a, i = {}, #s
-  while i > 0 do
-    local j = math.max(1, i - 6)
-    a[#a + 1] = tonumber(string.sub(s, j, i))
-    i = j - 1
-  end
-  return wnorm(a)
-end
-local function wfmt(a)
-  if #a == 0 then return '0' end
-  local parts = {string.format('%d', a[#a])}
-  for i = #a - 1, 1, -1 do parts[#parts + 1] = string.format('%07d', a[i]) end
-  return table.concat(parts)
-end
--- a plain number again: only for values known to be small (< 2**53)
-local function wval(a)
-  local v = 0
-  for i = #a, 1, -1 do v = v * B + a[i] end
-  return v
-end
-local function wcmp(a, b)
-  if #a ~= #b then return #a < #b and -1 or 1 end
-  for i = #a, 1, -1 do
-    if a[i] ~= b[i] then return a[i] < b[i] and -1 or 1 end
-  end
-  return 0
-end
-local function wmax(a, b) return wcmp(a, b) >= 0 and a or b end
-local function wadd(a, b)
-  local r, c = {}, 0
-  for i = 1, math.max(#a, #b) do
-    local s = (a[i] or 0) + (b[i] or 0) + c
-    if s >= B then r[i] = s - B; c = 1 else r[i] = s; c = 0 end
-  end
-  if c > 0 then r[#r + 1] = c end
-  return r
-end
--- a - b, for a >= b
-local function wsub(a, b)
-  local r, c = {}, 0
-  for i = 1, #a do
-    local s = a[i] - (b[i] or 0) - c
-    if s < 0 then r[i] = s + B; c = 1 else r[i] = s; c = 0 end
-  end
-  return wnorm(r)
-end
--- a * d for a plain 0 <= d < B
-local function wmuls(a, d)
-  local r, c = {}, 0
-  for i = 1, #a do
-    local t = a[i] * d + c
-    c = math.floor(t / B)
-    r[i] = t - c * B
-  end
-  if c > 0 then r[#r + 1] = c end
-  return wnorm(r)
-end
-local function wmul(a, b)
-  if #a == 0 or #b == 0 then return {} end
-  local r = {}
-  for i = 1, #a + #b do r[i] = 0 end
-  for i = 1, #a do
-    local c = 0
-    for j = 1, #b do
-      local t = r[i + j - 1] + a[i] * b[j] + c
-      c = math.floor(t / B)
-      r[i + j - 1] = t - c * B
-    end
-    local k = i + #b
-    while c > 0 do
-      local t = r[k] + c
-      c = math.floor(t / B)
-      r[k] = t - c * B
-      k = k + 1
-    end
-  end
-  return wnorm(r)
-end
--- a / B**k, approximately (its top limbs as a double): for estimating quotient limbs only
-local function wapprox(a, k)
-  local v = 0
-  for i = #a, math.max(1, #a - 3), -1 do v = v + a[i] * B ^ (i - 1 - k) end
-  return v
-end
--- floor(a / b) and a % b, for b > 0: long division, each quotient limb estimated with doubles
--- and then corrected exactly (so the estimate's rounding never matters, only its speed)
-local function wdivmod(a, b)
-  local q, r = {}, {}
-  for i = #a, 1, -1 do
-    table.insert(r, 1, a[i])
-    wnorm(r)
-    local d = 0
-    if wcmp(r, b) >= 0 then
-      d = math.floor(wapprox(r, #b - 1) / wapprox(b, #b - 1))
-      if d >= B then d = B - 1 end
-      local t = wmuls(b, d)
-      while wcmp(t, r) > 0 do d = d - 1; t = wsub(t, b) end
-      r = wsub(r, t)
-      while wcmp(r, b) >= 0 do d = d + 1; r = wsub(r, b) end
-    end
-    q[i] = d
-  end
-  return wnorm(q), r
-end
-local function wdiv(a, b) local q = wdivmod(a, b); return q end
--- floor(a / b) for plain non-negative integers with a + b < 2**53: the double quotient, corrected
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-local function iceil(a, b) return idiv(a + b - 1, b) end
-"""
+from .redis_wide import WIDE as _WIDE
 
 # The arguments, the time of the step and the state's header; answers {0, sig} on a mismatch.
 _PRELUDE = (
@@ -160,15 +31,17 @@ local SIG, KIND = ARGV[1], ARGV[2]
 local LIMIT, AMOUNT = tonumber(ARGV[3]), tonumber(ARGV[5])
 local PERIOD = wstr(ARGV[4])
 local TTL_MS = tonumber(ARGV[6])
-local NOW_S = ARGV[7]
+local NOW_S, NOW = ARGV[7], nil
 if NOW_S == '' then
-  -- the server's clock: seconds and microseconds, joined as a decimal string (no double)
+  -- the server's clock: seconds and microseconds, both exact as doubles (no decimal to parse)
   local t = redis.call('TIME')
-  NOW_S = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
+  NOW = pair(tonumber(t[1]), tonumber(t[2]) * 1000)
+  NOW_S = wfmt(NOW)
+else
+  NOW = wstr(NOW_S)
 end
-local NOW = wstr(NOW_S)
 local LEASE_TTL = wstr(ARGV[8])
-local ZERO = {}
+local ZERO = 0
 
 local F = redis.call('HMGET', H, 'sig', 'anchor', 'a', 'b', 'c')
 if F[1] and F[1] ~= SIG then return {0, F[1]} end
@@ -184,114 +57,121 @@ local function wait_until(at)
   if wcmp(at, NOW) > 0 then return wfmt(wsub(at, NOW)) end
   return '0'
 end
--- the state's fields a, b, c (those not given are removed); the keys live TTL_MS past the change
+-- the state's fields a, b and (the counter's) c; the keys live TTL_MS past the change
 local function save(a, b, c)
-  redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'a', a, 'b', b)
-  if c ~= nil then redis.call('HSET', H, 'c', c) end
+  if c == nil then
+    redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'a', a, 'b', b)
+  else
+    redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'a', a, 'b', b, 'c', c)
+  end
   redis.call('PEXPIRE', H, TTL_MS)
-  redis.call('PEXPIRE', X, TTL_MS) -- the sliding window's list lives as long as its header
+  -- the sliding window's list lives as long as its header (the other kinds that save have none)
+  if KIND == 'sliding_window' then redis.call('PEXPIRE', X, TTL_MS) end
 end
 
--- token bucket: a = period index of the last change, b = tokens then.
--- Returns the period index now (never before a) and the tokens in it.
-local function tb_view()
-  local sp = EXISTS and wstr(F[3]) or ZERO
-  local tokens = EXISTS and tonumber(F[4]) or LIMIT
-  local p = wmax(index_of(PERIOD), sp)
-  if tokens < LIMIT and wcmp(p, sp) > 0 then
-    local periods = wsub(p, sp)
-    local to_full = iceil(LIMIT - tokens, AMOUNT)
-    if wcmp(periods, wnum(to_full)) >= 0 then tokens = LIMIT else tokens = tokens + wval(periods) * AMOUNT end
-  end
-  return p, tokens
-end
-
--- fixed window: a = window index of the last change, b = permits counted in it.
--- Returns the window now (never before a), the permits used in it, and the window of the clock.
-local function fw_view()
-  local sw = EXISTS and wstr(F[3]) or ZERO
-  local count = EXISTS and tonumber(F[4]) or 0
-  local idx = index_of(PERIOD)
-  local w = wmax(idx, sw)
-  return w, (wcmp(w, sw) == 0) and count or 0, idx
-end
-
--- sliding window counter: a = window index, b = previous window's count, c = current's.
--- Returns the window now (never before a), its counts, the ns elapsed in it, and the clock's window.
-local function swc_view()
-  local sw = EXISTS and wstr(F[3]) or ZERO
-  local prev = EXISTS and tonumber(F[4]) or 0
-  local cur = EXISTS and tonumber(F[5]) or 0
-  local idx, rem = wdivmod(SINCE, PERIOD)
-  local w = wmax(idx, sw)
-  local c = wcmp(w, sw)
-  if c > 0 then
-    if wcmp(w, wadd(sw, {1})) == 0 then prev, cur = cur, 0 else prev, cur = 0, 0 end
-  end
-  -- a stored window ahead of the clock's: none of it has elapsed
-  local elapsed = (wcmp(w, idx) == 0) and rem or ZERO
-  return w, prev, cur, elapsed, idx
-end
--- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0
-local function swc_available(prev, cur, elapsed)
-  local room = wmul(wnum(LIMIT - cur), PERIOD)
-  local weight = wmul(wnum(prev), wsub(PERIOD, elapsed))
-  if wcmp(room, weight) <= 0 then return 0 end
-  return wval(wdiv(wsub(room, weight), PERIOD))
-end
-
--- sliding window: a = head (the segment of the last grant), b = permits held in the list X,
--- whose items are "segment:count", oldest first, pruned to the head's window.
+-- Each kind's functions, made only for the rule's kind (a step makes all its closures anew).
+local tb_view, fw_view, swc_view, swc_available, sw_entry, sw_view, cc_drop_expired, cc_save
 local SEG = (KIND == 'sliding_window') and wdiv(PERIOD, wnum(AMOUNT)) or ZERO
-local function sw_entry(item)
-  local j, count = string.match(item, '^(%d+):(%d+)$')
-  return wstr(j), tonumber(count)
-end
--- The segment now (never before the head), and the permits held in its window (the list's total
--- less the items that left the window since the head's segment).
-local function sw_view()
-  local head = EXISTS and wstr(F[3]) or ZERO
-  local total = EXISTS and tonumber(F[4]) or 0
-  local p = wmax(index_of(SEG), head)
-  local used = total
-  if wcmp(p, head) > 0 then
-    local i = 0
-    while true do
-      local item = redis.call('LINDEX', X, i)
-      if not item then break end
-      local j, count = sw_entry(item)
-      if wcmp(wadd(j, wnum(AMOUNT)), p) > 0 then break end -- still inside p's window
-      used = used - count
-      i = i + 1
+if KIND == 'token_bucket' then
+  -- token bucket: a = period index of the last change, b = tokens then.
+  -- Returns the period index now (never before a) and the tokens in it.
+  function tb_view()
+    local sp = EXISTS and wstr(F[3]) or ZERO
+    local tokens = EXISTS and tonumber(F[4]) or LIMIT
+    local p = wmax(index_of(PERIOD), sp)
+    if tokens < LIMIT and wcmp(p, sp) > 0 then
+      local periods = wsub(p, sp)
+      local to_full = iceil(LIMIT - tokens, AMOUNT)
+      if wcmp(periods, wnum(to_full)) >= 0 then tokens = LIMIT else tokens = tokens + wval(periods) * AMOUNT end
     end
+    return p, tokens
   end
-  return p, used, head, total
-end
-
--- concurrency: b = permits held; a field 'l<id>' = "count:expiry" per lease, and X scores each
--- lease id by its expiry (as a double: only to find the candidates, each checked exactly).
--- Returns `held` less the expired leases' permits; with `write`, those leases are removed.
-local function cc_drop_expired(held, write)
-  local ids = redis.call('ZRANGEBYSCORE', X, '-inf', NOW_S)
-  for _, id in ipairs(ids) do
-    local v = redis.call('HGET', H, 'l' .. id)
-    if not v then
-      if write then redis.call('ZREM', X, id) end
-    else
-      local count, expiry = string.match(v, '^(%d+):(%d+)$')
-      if wcmp(wstr(expiry), NOW) <= 0 then
-        held = held - tonumber(count)
-        if write then redis.call('HDEL', H, 'l' .. id); redis.call('ZREM', X, id) end
+elseif KIND == 'fixed_window' then
+  -- fixed window: a = window index of the last change, b = permits counted in it.
+  -- Returns the window now (never before a), the permits used in it, and the window of the clock.
+  function fw_view()
+    local sw = EXISTS and wstr(F[3]) or ZERO
+    local count = EXISTS and tonumber(F[4]) or 0
+    local idx = index_of(PERIOD)
+    local w = wmax(idx, sw)
+    return w, (wcmp(w, sw) == 0) and count or 0, idx
+  end
+elseif KIND == 'sliding_window_counter' then
+  -- sliding window counter: a = window index, b = previous window's count, c = current's.
+  -- Returns the window now (never before a), its counts, the ns elapsed in it, and the clock's window.
+  function swc_view()
+    local sw = EXISTS and wstr(F[3]) or ZERO
+    local prev = EXISTS and tonumber(F[4]) or 0
+    local cur = EXISTS and tonumber(F[5]) or 0
+    local idx, rem = wdivmod(SINCE, PERIOD)
+    local w = wmax(idx, sw)
+    local c = wcmp(w, sw)
+    if c > 0 then
+      if wcmp(w, wadd(sw, 1)) == 0 then prev, cur = cur, 0 else prev, cur = 0, 0 end
+    end
+    -- a stored window ahead of the clock's: none of it has elapsed
+    local elapsed = (wcmp(w, idx) == 0) and rem or ZERO
+    return w, prev, cur, elapsed, idx
+  end
+  -- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0,
+  -- which is limit - cur - prev + floor(prev*elapsed / W) (the rest is a whole multiple of W)
+  function swc_available(prev, cur, elapsed)
+    local left = LIMIT - cur - prev + wval(wdiv(wmul(wnum(prev), elapsed), PERIOD))
+    return left > 0 and left or 0
+  end
+elseif KIND == 'sliding_window' then
+  -- sliding window: a = head (the segment of the last grant), b = permits held in the list X,
+  -- whose items are "segment:count", oldest first, pruned to the head's window.
+  function sw_entry(item)
+    local j, count = string.match(item, '^(%d+):(%d+)$')
+    return wstr(j), tonumber(count)
+  end
+  -- The segment now (never before the head), and the permits held in its window (the list's total
+  -- less the items that left the window since the head's segment).
+  function sw_view()
+    local head = EXISTS and wstr(F[3]) or ZERO
+    local total = EXISTS and tonumber(F[4]) or 0
+    local p = wmax(index_of(SEG), head)
+    local used = total
+    if wcmp(p, head) > 0 then
+      local i = 0
+      while true do
+        local item = redis.call('LINDEX', X, i)
+        if not item then break end
+        local j, count = sw_entry(item)
+        if wcmp(wadd(j, wnum(AMOUNT)), p) > 0 then break end -- still inside p's window
+        used = used - count
+        i = i + 1
       end
     end
+    return p, used, head, total
   end
-  return held
-end
-local function cc_save(held)
-  redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'b', held)
-  -- both keys outlive the latest lease: extended, never shortened (holders choose their ttl)
-  for _, key in ipairs({H, X}) do
-    if redis.call('PTTL', key) < TTL_MS then redis.call('PEXPIRE', key, TTL_MS) end
+elseif KIND == 'concurrency' then
+  -- concurrency: b = permits held; a field 'l<id>' = "count:expiry" per lease, and X scores each
+  -- lease id by its expiry (as a double: only to find the candidates, each checked exactly).
+  -- Returns `held` less the expired leases' permits; with `write`, those leases are removed.
+  function cc_drop_expired(held, write)
+    local ids = redis.call('ZRANGEBYSCORE', X, '-inf', NOW_S)
+    for _, id in ipairs(ids) do
+      local v = redis.call('HGET', H, 'l' .. id)
+      if not v then
+        if write then redis.call('ZREM', X, id) end
+      else
+        local count, expiry = string.match(v, '^(%d+):(%d+)$')
+        if wcmp(wstr(expiry), NOW) <= 0 then
+          held = held - tonumber(count)
+          if write then redis.call('HDEL', H, 'l' .. id); redis.call('ZREM', X, id) end
+        end
+      end
+    end
+    return held
+  end
+  function cc_save(held)
+    redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'b', held)
+    -- both keys outlive the latest lease: extended, never shortened (holders choose their ttl)
+    for _, key in ipairs({H, X}) do
+      if redis.call('PTTL', key) < TTL_MS then redis.call('PEXPIRE', key, TTL_MS) end
+    end
   end
 end
 """

@@ -62,10 +62,14 @@ class Steps:
 
 def random_spec(kind: str, rng: random.Random, scale: str) -> specs.Spec[Any]:
     """``small``: limits up to 12, periods of 10 to 40 s. ``wide``: limits up to 2**31 - 1 and
-    periods from 7 ns to 2**61 ns, where times and products leave the doubles' exact range."""
+    periods from 7 ns to 2**61 ns, where times and products leave the doubles' exact range.
+    ``seconds``: as small, in whole seconds (the scripts divide a long time by those apart)."""
     if scale == "small":
         limit = rng.randint(1, 12)
         period = rng.randint(10 * 10**9, 40 * 10**9) / 1e9
+    elif scale == "seconds":
+        limit = rng.randint(1, 12)
+        period = rng.randint(10, 40)
     else:
         limit = rng.choice([1, 3, 1000, 2**31 - 1])
         period = rng.choice([7, 13, 10**9 + 7, 3 * 10**13 + 1, 2**61]) / 1e9

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from permits import specs
-from permits._stores import redis_scripts
+from permits._stores import redis_backend, redis_scripts
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.rules import Rule, rule_of
 
@@ -196,6 +196,42 @@ def test_keys_expire_after_the_rules_lifetime(client: Any, kind: str) -> None:
     most = the_rule.lifetime_ns // 10**6 + store.key_margin_ms
     for key in keys:
         assert the_rule.lifetime_ns // 10**6 - 5_000 < client.pttl(key) <= most
+
+
+def test_a_lifetime_past_what_pexpire_takes_is_capped(store: RedisBackend, client: Any) -> None:
+    """2**31 - 1 tokens, one every 2**61 ns: a lifetime of ~2**92 ns, past any key expiry Redis
+    takes; the keys live ~31,700 years instead (the step used to fail)."""
+    the_rule = Rule("token_bucket", 2**31 - 1, 2**61, 1)
+    assert store.take("long-lived", the_rule, 1, None, 0).granted
+    assert 10**15 - 10**6 < client.pttl(store.keys_of("long-lived")[0]) <= 10**15
+
+
+def test_a_changed_key_margin_applies_to_the_next_step(client: Any) -> None:
+    store = RedisBackend(client, prefix=fresh_prefix())
+    the_rule = rule("fixed_window", limit=3, period_ns=20 * S)
+    assert store.take("margin", the_rule, 1, None, 0).granted
+    key = store.keys_of("margin")[0]
+    assert client.pttl(key) <= the_rule.lifetime_ns // 10**6 + store.key_margin_ms
+    store.key_margin_ms = 500_000
+    assert store.take("margin", the_rule, 1, None, 0).granted
+    assert client.pttl(key) > the_rule.lifetime_ns // 10**6 + 400_000
+
+
+def test_names_past_the_kept_keys_are_states_of_their_own(store: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend keeps a bounded number of names' keys; past it, they are made again."""
+    monkeypatch.setattr(redis_backend, "_KEPT", 3)
+    the_rule = rule("fixed_window", limit=20)
+    names: list[Any] = [f"kept-{i}" for i in range(8)] + [b"kept-bytes", bytearray(b"kept-bytearray")]
+    for i, name in enumerate(names):
+        assert store.take(name, the_rule, i + 1, None, 0).granted
+    for i, name in enumerate(names):
+        assert store.available(name, the_rule, 0) == 20 - (i + 1)
+        raw = name.encode() if isinstance(name, str) else bytes(name)
+        assert store.keys_of(name)[0].endswith(b":" + raw)
+    assert len(store._keys_made) <= 3
+    long_name = "y" * (redis_backend._KEPT_NAME + 1)
+    assert store.keys_of(long_name)[0].endswith(long_name.encode())
+    assert long_name not in store._keys_made
 
 
 def test_a_state_whose_keys_expired_is_as_good_as_new(client: Any) -> None:

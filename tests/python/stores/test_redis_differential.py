@@ -16,6 +16,13 @@ from _redis_support import KINDS, NO_EXPIRY_NS, Steps, backend, random_spec
 
 STEPS = 300
 _LAST_CLOCK_NS = 2**63 - 2**60
+#: Where each scale's clock starts: at 0; far past 2**53 ns, as the server's TIME gives; a little
+#: below 9 * 10**15 (where the scripts' numbers stop being plain), so that a run crosses it; or at
+#: a server's time, with a state that is ~3 years old after its first step (aged).
+_STARTS = {"small": 0, "wide": 2**62, "edge": 9 * 10**15 - 5 * 10**11, "aged": 1_700_000_000 * 10**9}
+_AGED_NS = 10**17
+#: The specs each scale draws (random_spec).
+_SPECS = {"small": "small", "wide": "wide", "edge": "small", "aged": "seconds"}
 
 
 def assert_same_wait(ns: int, seconds: float | None, context: str) -> None:
@@ -29,9 +36,8 @@ def assert_same_wait(ns: int, seconds: float | None, context: str) -> None:
 async def differential(steps: Steps, kind: str, seed: int, scale: str) -> None:
     rng = random.Random(f"{kind}/{seed}/{scale}")
     clock = permits.ManualClock()
-    if scale == "wide":
-        clock.advance_ns(2**62)  # times far past 2**53 ns, as the server's TIME gives
-    spec = random_spec(kind, rng, scale)
+    clock.advance_ns(_STARTS[scale])
+    spec = random_spec(kind, rng, _SPECS[scale])
     engine: Any = spec.limiter(clock=clock)
     rule = rule_of(spec, NO_EXPIRY_NS)
     period = rule.period_ns or 10**10
@@ -69,11 +75,13 @@ async def differential(steps: Steps, kind: str, seed: int, scale: str) -> None:
             delta = rng.choice([1, rng.randint(1, period), period, rng.randint(0, 3 * period), period // 3])
             if now + delta < _LAST_CLOCK_NS:
                 clock.advance_ns(delta)
+        if scale == "aged" and step == 0:
+            clock.advance_ns(_AGED_NS)
         assert await steps.available(name, rule, clock.now_ns()) == engine.available_permits(), context
     assert all(seen.values()), f"{spec}: the run should grant, refuse and refund: {seen}"
 
 
-@pytest.mark.parametrize("scale", ["small", "wide"])
+@pytest.mark.parametrize("scale", list(_STARTS))
 @pytest.mark.parametrize("kind", KINDS)
 async def test_sync_client_steps_as_the_engine(redis_server: Any, kind: str, scale: str) -> None:
     with redis_server.client(socket_timeout=None) as client:
