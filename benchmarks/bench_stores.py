@@ -99,7 +99,7 @@ def run_table(table: str, cases: list[tuple[str, str, Any]], args: argparse.Name
         row = Row(table, name, group)
         rows.append(row)
         try:
-            check = maker()
+            check = maker if is_async else maker()  # (an async case makes its check in each round's loop)
             if is_async:
                 asyncio.run(_once(check))
             else:
@@ -111,10 +111,15 @@ def run_table(table: str, cases: list[tuple[str, str, Any]], args: argparse.Name
             row.status = f"error: {type(exc).__name__}: {exc}"[:120]
     for _ in range(args.rounds):
         for row, check in checks:
-            if is_async:
-                row.rounds.append(asyncio.run(_timed_async(check, args.duration)))
-            else:
-                row.rounds.append(time_sync(check, args.duration))
+            if row.status != "ok":
+                continue
+            try:
+                if is_async:
+                    row.rounds.append(asyncio.run(_timed_async(check, args.duration)))
+                else:
+                    row.rounds.append(time_sync(check, args.duration))
+            except Exception as exc:  # a peer that breaks mid-run is reported, not fatal
+                row.status = f"error: {type(exc).__name__}: {exc}"[:120]
     return rows
 
 
@@ -199,7 +204,7 @@ def redis_async_cases(url: str) -> list[tuple[str, str, Any]]:
         async def make() -> Async:
             import redis.asyncio
 
-            client = redis.asyncio.Redis.from_url(url, max_connections=TASKS)
+            client = redis.asyncio.Redis.from_url(url, max_connections=2 * TASKS)
             sha = await client.script_load("return 1")
             return lambda: client.evalsha(sha, 0)
 
@@ -211,7 +216,7 @@ def redis_async_cases(url: str) -> list[tuple[str, str, Any]]:
 
             from permits.redis import RedisStore
 
-            client = redis.asyncio.Redis.from_url(url, max_connections=TASKS)
+            client = redis.asyncio.Redis.from_url(url, max_connections=2 * TASKS)
             store = RedisStore(client, prefix=f"bench:{uuid.uuid4().hex[:6]}:")
             if kind == "token_bucket":
                 limiter = store.token_bucket("tb", HUGE // 10**3, HUGE // 10**3, 1.0)
@@ -239,7 +244,7 @@ def redis_async_cases(url: str) -> list[tuple[str, str, Any]]:
             import redis.asyncio
             from pyrate_limiter import Duration, Limiter, Rate, RedisBucket
 
-            client = redis.asyncio.Redis.from_url(url, max_connections=TASKS)
+            client = redis.asyncio.Redis.from_url(url, max_connections=2 * TASKS)
             bucket = await RedisBucket.init([Rate(HUGE // 10**3, Duration.SECOND)], client, f"p-{uuid.uuid4().hex}")
             limiter = Limiter(bucket)
 
