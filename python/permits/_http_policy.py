@@ -302,7 +302,8 @@ class Policy:
 
 class SyncLimit:
     """A limit of a sync (WSGI) server, checked when it is built: the policy, the bound on a wait,
-    the exempt paths. What the WSGI middleware and the Flask and Django integrations share."""
+    the exempt paths. What the WSGI middleware and the Flask and Django integrations share; its
+    defaults are theirs."""
 
     __slots__ = ("_client_ip", "exempt", "policy", "timeout")
 
@@ -310,13 +311,13 @@ class SyncLimit:
         self,
         limiter: object,
         *,
-        key: object,
-        permit_count: object,
-        wait: object,
-        timeout: object,
-        status_code: object,
-        on_rejected: object,
-        headers: object,
+        key: object = None,
+        permit_count: object = 1,
+        wait: object = False,
+        timeout: object = None,
+        status_code: object = 429,
+        on_rejected: object = None,
+        headers: object = True,
         exempt: object = (),
     ) -> None:
         self.policy = Policy(
