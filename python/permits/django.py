@@ -63,7 +63,7 @@ def _add_headers(response: HttpResponseBase, headers: list[tuple[str, str]]) -> 
 def _release_on_close(response: HttpResponseBase, leases: list[Lease]) -> None:
     # Django's close() (called by the WSGI server once the response is sent, or the client has
     # gone) runs its resource closers: the leases go back then, each once.
-    response._resource_closers.append(functools.partial(release, leases))  # type: ignore[attr-defined]
+    response._resource_closers.append(functools.partial(release, leases))  # type: ignore[attr-defined,unused-ignore]
 
 
 def _rejection(limit: SyncLimit, request: HttpRequest, lease: Lease, quota: Quota | None) -> HttpResponseBase:
@@ -169,7 +169,7 @@ def _decorate(checked: SyncLimit, view: View) -> View:
         dispatch = getattr(view, "dispatch", None)
         if dispatch is None:
             raise TypeError(f"limit() decorates a view function or a class-based view, got class {view.__name__}")
-        view.dispatch = _decorate(checked, dispatch)  # type: ignore[attr-defined]
+        view.dispatch = _decorate(checked, dispatch)  # type: ignore[attr-defined,unused-ignore]
         return view
     if not callable(view):
         raise TypeError(f"limit() decorates a view function or a class-based view, got {type(view).__name__}")
