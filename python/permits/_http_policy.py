@@ -16,7 +16,7 @@ from . import specs
 from ._core import Lease
 from .chain import ChainedLimiter, ChainedPartitionedLimiter
 from .keyed_limiter import KeyedRateLimiter
-from .keys import client_ip
+from .keys import _ClientIP, client_ip
 from .partitioned import PartitionedLimiter
 from .rate_limiter import RateLimiter
 
@@ -300,6 +300,56 @@ class Policy:
         return found
 
 
+class SyncLimit:
+    """A limit of a sync (WSGI) server, checked when it is built: the policy, the bound on a wait,
+    the exempt paths. What the WSGI middleware and the Flask and Django integrations share; its
+    defaults are theirs."""
+
+    __slots__ = ("_client_ip", "exempt", "policy", "timeout")
+
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        key: object = None,
+        permit_count: object = 1,
+        wait: object = False,
+        timeout: object = None,
+        status_code: object = 429,
+        on_rejected: object = None,
+        headers: object = True,
+        exempt: object = (),
+    ) -> None:
+        self.policy = Policy(
+            limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
+            on_rejected=on_rejected, headers=headers,
+        )  # fmt: skip
+        check_sync("key", key)
+        check_sync("on_rejected", on_rejected)
+        self.timeout = check_timeout(timeout, bool(self.policy.wait))
+        self.exempt = check_exempt(exempt)
+        # The built-in client_ip reads the environ itself: no request object is made for it.
+        self._client_ip = self.policy.key if isinstance(self.policy.key, _ClientIP) else None
+
+    def admit(self, environ: dict[str, Any], request: Callable[[], Any]) -> tuple[Lease, Quota | None]:
+        """The request's lease (granted or not) and its headers' figures; ``request()`` makes what
+        a key function receives (only called when one runs)."""
+        policy = self.policy
+        key: object
+        if policy.key is None:
+            key = None
+        elif self._client_ip is not None:
+            key = self._client_ip.from_environ(environ)
+        else:
+            key = policy.key_of_sync(request())
+        lease = policy.acquire_sync(key, self.timeout)
+        try:
+            return lease, policy.quota(key, lease)
+        except BaseException:
+            lease.release()
+            raise
+
+
 def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: Lease) -> Quota | None:
     """A limiter's figures: those of its limit (a ``permits.specs`` value: engine limiters,
     per-key limiters, a partitioned limiter's partition); for a chain, its member with the fewest
@@ -405,6 +455,7 @@ __all__ = [
     "Handoff",
     "Policy",
     "Quota",
+    "SyncLimit",
     "check_exempt",
     "check_sync",
     "check_timeout",

@@ -27,9 +27,8 @@ import flask
 from werkzeug.wrappers import Response as _Response
 
 from ._core import Lease
-from ._http_policy import Handoff, Policy, Quota, check_sync, check_timeout, refund_before_rejection, rejection_text
+from ._http_policy import Handoff, Policy, Quota, SyncLimit, refund_before_rejection, rejection_text
 from .keyed_limiter import KeyedRateLimiter
-from .keys import _ClientIP
 from .rate_limiter import RateLimiter
 from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
 
@@ -136,14 +135,11 @@ class RateLimit:
         """One view's limit: ``@rate_limit.limit(limiter)`` under ``@app.route``. It runs after the
         global limit; a request it rejects still counts against the global limit, and the permits
         of the other limits stacked on the view are given back."""
-        policy = Policy(
-            limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
+        limit = SyncLimit(
+            limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
             on_rejected=on_rejected, headers=headers,
         )  # fmt: skip
-        check_sync("key", key)
-        check_sync("on_rejected", on_rejected)
-        bound = check_timeout(timeout, wait)
-        return functools.partial(_decorate, policy, bound)
+        return functools.partial(_decorate, limit)
 
 
 def _default(value: object, default: object) -> bool:
@@ -152,7 +148,7 @@ def _default(value: object, default: object) -> bool:
     return type(value) is type(default) and value == default
 
 
-def _decorate(policy: Policy, timeout: float | None, view: View) -> View:
+def _decorate(limit: SyncLimit, view: View) -> View:
     if not callable(view):
         raise TypeError(f"limit() decorates a view function, got {type(view).__name__}")
     call: Callable[..., Any] = view
@@ -161,23 +157,21 @@ def _decorate(policy: Policy, timeout: float | None, view: View) -> View:
         def call(*args: Any, **kwargs: Any) -> Any:
             return flask.current_app.ensure_sync(view)(*args, **kwargs)
 
-    client_ip = policy.key if isinstance(policy.key, _ClientIP) else None
+    policy = limit.policy
 
     @functools.wraps(view)
     def limited(*args: Any, **kwargs: Any) -> Any:
         request = flask.request
         environ = request.environ
-        key = client_ip.from_environ(environ) if client_ip is not None else policy.key_of_sync(request)
-        lease = policy.acquire_sync(key, timeout)
+        lease, quota = limit.admit(environ, lambda: request)
         granted: list[Lease] = environ.setdefault(GRANTED, [])
-        try:
-            quota = policy.quota(key, lease)
-            if not lease:
+        if not lease:
+            try:
                 refund_before_rejection(granted)
                 return _rejection(policy, lease, quota)
-        except BaseException:
-            lease.release()
-            raise
+            except BaseException:
+                lease.release()
+                raise
         granted.append(lease)
         handoff = environ.get(HANDOFF)
         if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers

@@ -1,7 +1,8 @@
 """Key functions for the server integrations: which partition a request counts against.
 
 A key function receives the framework's own request object (a Starlette ``Request`` or
-``HTTPConnection``, an aiohttp ``web.Request``, an ``httpx.Request``, a Flask ``Request``) or,
+``HTTPConnection``, an aiohttp ``web.Request``, an ``httpx.Request``, a Flask ``Request``, a Django
+``HttpRequest``, read through its ``META``, the WSGI environ) or,
 under :mod:`permits.wsgi`, the WSGI environ itself, and returns a hashable key. These helpers read
 a request through a small duck-typed reader (the peer's address, a header's values, the path), so
 one helper serves every framework and none is imported here.
@@ -28,11 +29,21 @@ _UNKNOWN = "unknown"
 
 
 # ---- readers: the few things a key needs from any framework's request ----
+def environ_of(request: Any) -> dict[str, Any] | None:
+    """The WSGI environ a request is: the environ itself, or a Django ``HttpRequest``'s ``META``
+    (its environ, with ``REMOTE_ADDR`` and the ``HTTP_*`` headers); None for other requests."""
+    if isinstance(request, dict):
+        return request
+    meta = getattr(request, "META", None)
+    return meta if isinstance(meta, dict) else None
+
+
 def peer_of(request: Any) -> str | None:
     """The direct peer's address: Starlette's ``request.client.host``, aiohttp's ``request.remote``,
-    a WSGI environ's ``REMOTE_ADDR`` (Flask's ``request.remote_addr``)."""
-    if isinstance(request, dict):
-        return environ_peer(request)
+    a WSGI environ's ``REMOTE_ADDR`` (Flask's ``request.remote_addr``, Django's ``META``)."""
+    environ = environ_of(request)
+    if environ is not None:
+        return environ_peer(environ)
     client = getattr(request, "client", None)
     if client is not None:
         host = getattr(client, "host", None)
@@ -45,8 +56,9 @@ def peer_of(request: Any) -> str | None:
 
 def header_values(request: Any, name: str) -> list[str]:
     """Every value of header ``name`` (each line once), in the order received."""
-    if isinstance(request, dict):
-        return environ_header_values(request, environ_name(name))
+    environ = environ_of(request)
+    if environ is not None:
+        return environ_header_values(environ, environ_name(name))
     headers = getattr(request, "headers", None)
     if headers is None:
         return []
@@ -290,8 +302,9 @@ class _ClientIP:
         return self.from_lines(peer, environ_header_values(environ, self._environ_header))
 
     def __call__(self, request: Any) -> str:
-        if isinstance(request, dict):
-            return self.from_environ(request)
+        environ = environ_of(request)
+        if environ is not None:
+            return self.from_environ(environ)
         try:
             lines = header_values(request, self._header) if self._trusted else []
         except (UnicodeError, ValueError):  # undecodable header bytes: ignore them, as malformed

@@ -24,17 +24,13 @@ from typing import Any, Protocol
 from ._core import Lease
 from ._http_policy import (
     Handoff,
-    Policy,
     Quota,
-    check_exempt,
-    check_sync,
-    check_timeout,
+    SyncLimit,
     fewest_remaining,
     is_exempt,
     rejection_text,
 )
 from .keyed_limiter import KeyedRateLimiter
-from .keys import _ClientIP
 from .rate_limiter import RateLimiter
 
 Environ = dict[str, Any]
@@ -162,33 +158,11 @@ def run(app: WSGIApp, environ: Environ, start_response: StartResponse, quota: Qu
     return (_SizedReleased if isinstance(result, list | tuple) else _Released)(result, leases)
 
 
-class Gate:
+class Gate(SyncLimit):
     """What the WSGI middleware and the Flask extension share: the key, the acquisition, the
     rejection, the run. ``request(environ)`` is what a key function and ``on_rejected`` receive."""
 
-    def __init__(
-        self,
-        limiter: object,
-        *,
-        key: object,
-        permit_count: object,
-        wait: object,
-        timeout: object,
-        status_code: object,
-        on_rejected: object,
-        headers: object,
-        exempt: object,
-    ) -> None:
-        self.policy = Policy(
-            limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
-            on_rejected=on_rejected, headers=headers,
-        )  # fmt: skip
-        check_sync("key", key)
-        check_sync("on_rejected", on_rejected)
-        self.timeout = check_timeout(timeout, bool(self.policy.wait))
-        self.exempt = check_exempt(exempt)
-        # The built-in client_ip reads the environ itself: no request object is made for it.
-        self._client_ip = self.policy.key if isinstance(self.policy.key, _ClientIP) else None
+    __slots__ = ()
 
     def request(self, environ: Environ) -> Any:
         return environ
@@ -201,22 +175,13 @@ class Gate:
     def __call__(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
         if self.exempt and is_exempt(environ.get("PATH_INFO") or "/", self.exempt):
             return run(app, environ, start_response, None, None)  # a route's own limit still applies
-        policy = self.policy
-        key: object
-        if policy.key is None:
-            key = None
-        elif self._client_ip is not None:
-            key = self._client_ip.from_environ(environ)
-        else:
-            key = policy.key_of_sync(self.request(environ))
-        lease = policy.acquire_sync(key, self.timeout)
-        try:
-            quota = policy.quota(key, lease)
-            if not lease:
+        lease, quota = self.admit(environ, lambda: self.request(environ))
+        if not lease:
+            try:
                 return self._reject(environ, start_response, lease, quota)
-        except BaseException:
-            lease.release()
-            raise
+            except BaseException:
+                lease.release()
+                raise
         return run(app, environ, start_response, quota, lease)
 
     def _reject(self, environ: Environ, start_response: StartResponse, lease: Lease, quota: Quota | None) -> Any:

@@ -1,0 +1,222 @@
+"""Django integration (``pip install permits[django]``): a global limiter and views' own limits.
+
+    # settings.py
+    MIDDLEWARE = ["permits.django.RateLimitMiddleware", ...]     # first: before sessions, auth, ...
+    PERMITS = {"limiter": per_ip, "exempt": ["/health"]}         # permits.wsgi's options but app
+
+    # views.py
+    @permits.django.limit(searches)          # this view's own limit, on top of the global one
+    def search(request): ...
+
+The middleware is built once, when Django loads its middleware (at startup): a bad ``PERMITS``
+raises TypeError (or ValueError) then. A key function and ``on_rejected(request, lease)`` receive
+Django's ``HttpRequest``; ``on_rejected`` returns an ``HttpResponse`` or None (the default
+rejection). A request's leases (the global one and its views') are held until the WSGI server
+closes the response (Django's ``response.close()``): a ``StreamingHttpResponse`` keeps its
+permits to its last chunk. A view that raises gives its leases back at once.
+
+The leases travel in ``request.META`` (the WSGI environ), as under :mod:`permits.wsgi`: a view's
+``limit`` also works under that middleware, or with no middleware at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+
+from ._core import Lease
+from ._http_policy import (
+    Handoff,
+    Quota,
+    SyncLimit,
+    fewest_remaining,
+    is_exempt,
+    refund_before_rejection,
+    rejection_text,
+)
+from .keyed_limiter import KeyedRateLimiter
+from .rate_limiter import RateLimiter
+from .wsgi import GRANTED, HANDOFF, release
+
+View = TypeVar("View", bound=Callable[..., Any])
+GetResponse = Callable[[HttpRequest], HttpResponseBase]
+#: Where the middleware keeps the leases it releases (``request.META``), for ``process_exception``.
+LEASES = "permits.django.leases"
+_RESPONSE = "django.http.HttpResponseBase"
+_OPTIONS = ("limiter", "key", "permit_count", "wait", "timeout", "status_code", "on_rejected", "headers", "exempt")
+
+
+def _is_response(found: object) -> bool:
+    return isinstance(found, HttpResponseBase)
+
+
+def _add_headers(response: HttpResponseBase, headers: list[tuple[str, str]]) -> None:
+    for name, value in headers:
+        response.setdefault(name, value)  # the view's own headers win
+
+
+def _release_on_close(response: HttpResponseBase, leases: list[Lease]) -> None:
+    # Django's close() (called by the WSGI server once the response is sent, or the client has
+    # gone) runs its resource closers: the leases go back then, each once.
+    response._resource_closers.append(functools.partial(release, leases))  # type: ignore[attr-defined,unused-ignore]
+
+
+def _rejection(limit: SyncLimit, request: HttpRequest, lease: Lease, quota: Quota | None) -> HttpResponseBase:
+    policy = limit.policy
+    headers = policy.rejection_headers(lease, quota)
+    response: HttpResponseBase | None = policy.rejection_sync(request, lease, _is_response, _RESPONSE)
+    if response is None:
+        response = HttpResponse(
+            rejection_text(lease), status=policy.status_code, content_type="text/plain; charset=utf-8"
+        )
+    _add_headers(response, headers)
+    return response
+
+
+def _settings_options() -> dict[str, Any]:
+    options = getattr(settings, "PERMITS", None)
+    if not isinstance(options, Mapping):
+        raise TypeError(f"settings.PERMITS must be a dict of the middleware's options, got {type(options).__name__}")
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"settings.PERMITS has unknown options: {', '.join(map(str, unknown))}")
+    if options.get("limiter") is None:
+        raise TypeError("settings.PERMITS needs a 'limiter' (a permits.RateLimiter or KeyedRateLimiter)")
+    return dict(options)
+
+
+class RateLimitMiddleware:
+    """The global limiter of a Django project: one acquisition per request, before the rest of
+    the middleware and the view. Its options are ``settings.PERMITS`` (those of
+    :class:`permits.wsgi.RateLimitMiddleware` but ``app``); ``exempt`` prefixes are of
+    ``request.path_info`` (the path below ``SCRIPT_NAME``). Put it first in ``MIDDLEWARE``."""
+
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+        self.limit = SyncLimit(**_settings_options())
+        self.policy = self.limit.policy
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        limit = self.limit
+        meta = request.META
+        lease: Lease | None = None
+        quota: Quota | None = None
+        if not (limit.exempt and is_exempt(request.path_info or "/", limit.exempt)):
+            lease, quota = limit.admit(meta, lambda: request)
+            if not lease:
+                try:
+                    response = _rejection(limit, request, lease, quota)
+                except BaseException:
+                    lease.release()
+                    raise
+                return response
+        found = meta.get(HANDOFF)
+        if isinstance(found, Handoff):  # permits.wsgi's middleware is outside: it releases the views' leases
+            handoff, leases = found, ([] if lease is None else [lease])
+        else:
+            handoff = meta[HANDOFF] = Handoff()
+            leases = handoff.route_leases  # (a view's limit adds its own while the view runs)
+            if lease is not None:
+                leases.append(lease)
+        meta[LEASES] = leases
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            release(leases)
+            raise
+        best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
+        if best is not None:
+            _add_headers(response, best.headers())
+        _release_on_close(response, leases)
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        """The view raised: its leases go back now, not when Django's error page has been sent."""
+        leases = request.META.get(LEASES)
+        if isinstance(leases, list):
+            release(leases)
+
+
+def limit(
+    limiter: RateLimiter | KeyedRateLimiter,
+    *,
+    key: Callable[[HttpRequest], Any] | None = None,
+    permit_count: int = 1,
+    wait: bool = False,
+    timeout: float | None = None,
+    status_code: int = 429,
+    on_rejected: Callable[[HttpRequest, Lease], HttpResponseBase | None] | None = None,
+    headers: bool = True,
+) -> Callable[[View], View]:
+    """One view's limit: ``@limit(limiter)`` on a view function, or on a class-based view (its
+    ``dispatch``, every method). It runs after the middleware's global limit; a request it rejects
+    still counts against the global limit, and the permits of the other limits stacked on the view
+    are given back."""
+    checked = SyncLimit(
+        limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
+        on_rejected=on_rejected, headers=headers,
+    )  # fmt: skip
+    return functools.partial(_decorate, checked)
+
+
+def _decorate(checked: SyncLimit, view: View) -> View:
+    if inspect.isclass(view):
+        dispatch = getattr(view, "dispatch", None)
+        if dispatch is None:
+            raise TypeError(f"limit() decorates a view function or a class-based view, got class {view.__name__}")
+        view.dispatch = _decorate(checked, dispatch)  # type: ignore[attr-defined,unused-ignore]
+        return view
+    if not callable(view):
+        raise TypeError(f"limit() decorates a view function or a class-based view, got {type(view).__name__}")
+    if inspect.iscoroutinefunction(view):
+        raise TypeError("limit() decorates sync views (the WSGI handler's); an async view would block its event loop")
+
+    @functools.wraps(view)
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        # A view function's request comes first; a method's (dispatch, get) after self.
+        request = args[0] if args and isinstance(args[0], HttpRequest) else args[1]
+        return _through(checked, request, lambda: view(*args, **kwargs))
+
+    return limited  # type: ignore[return-value]
+
+
+def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpResponseBase]) -> HttpResponseBase:
+    meta = request.META
+    lease, quota = checked.admit(meta, lambda: request)
+    granted: list[Lease] = meta.setdefault(GRANTED, [])
+    if not lease:
+        try:
+            refund_before_rejection(granted)
+            return _rejection(checked, request, lease, quota)
+        except BaseException:
+            lease.release()
+            raise
+    granted.append(lease)
+    handoff = meta.get(HANDOFF)
+    if isinstance(handoff, Handoff):  # a middleware holds the lease and writes the headers
+        handoff.route_leases.append(lease)
+        handoff.quotas.append(quota)
+        try:
+            return call()
+        except BaseException:
+            handoff.route_leases.remove(lease)
+            lease.release()
+            raise
+    # No middleware: the lease goes with the view's response, released when it is closed.
+    try:
+        response = call()
+        if quota is not None:
+            _add_headers(response, quota.headers())
+        _release_on_close(response, [lease])
+    except BaseException:
+        lease.release()
+        raise
+    return response
+
+
+__all__ = ["RateLimitMiddleware", "limit"]
