@@ -1,6 +1,6 @@
 """`import permits` (and permits.keys) imports no web framework nor server client: the integrations
 and stores are imported only by name (permits.asgi, permits.fastapi, permits.aiohttp, permits.wsgi,
-permits.flask, permits.redis, permits.postgres)."""
+permits.flask, permits.django, permits.redis, permits.postgres)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ def test_each_integration_imports_its_own_framework() -> None:
     assert "aiohttp" in modules_after("import permits.aiohttp")
     assert "fastapi" not in modules_after("import permits.asgi")
     assert "flask" in modules_after("import permits.flask")
-    assert modules_after("import permits.wsgi").isdisjoint({"flask", "werkzeug", "starlette"})
+    assert modules_after("import permits.wsgi").isdisjoint({"flask", "werkzeug", "starlette", "django"})
+    assert "django" in modules_after("import permits.django")
+    assert "django" not in modules_after("import permits.flask")
 
 
 def test_each_store_imports_its_own_client() -> None:
