@@ -276,6 +276,9 @@ class RedisBackend:
         return reply
 
     def _outcome(self, name: Name, rule: Rule, reply: Any) -> Outcome:
+        if isinstance(reply, bytes | str):  # TAKE's one string (a mismatch is the prelude's list)
+            _, granted, available, retry, stamp = reply.split()
+            return Outcome(granted == b"1" or granted == "1", int(available), int(retry), int(stamp))
         self._check(name, rule, reply)
         return Outcome(bool(int(reply[1])), int(reply[2]), int(reply[3]), int(reply[4]))
 

@@ -304,9 +304,10 @@ else -- concurrency
 end
 """
 
-#: One step: ARGV[9] = n, ARGV[10] = the lease id (concurrency). Answers {1, granted (0/1),
-#: available after, retry_after ns ("-1": none), stamp}.
-TAKE = _PRELUDE + "\nlocal n = tonumber(ARGV[9])" + _TAKE_BODY
+#: One step: ARGV[9] = n, ARGV[10] = the lease id (concurrency). Answers "1 granted(0/1) available
+#: retry_after-ns("-1": none) stamp" as one string (a client parses one bulk reply much faster than
+#: an array of five), or the prelude's {0, recorded signature} on a mismatch.
+TAKE = _PRELUDE + "\nlocal function take(n)" + _TAKE_BODY + "end\nreturn table.concat(take(tonumber(ARGV[9])), ' ')\n"
 
 #: A batch (time-based kinds): ARGV[9] = n, ARGV[10] = most (n <= most, 1 <= most). Granted iff a
 #: take of n is; then it takes min(most, what fits now), at least n. Answers TAKE's five, then the
