@@ -35,7 +35,8 @@ def _next(lease: Lease, clock: Clock, deadline: int | None) -> tuple[int | None,
     return (until if deadline is None else min(until, deadline)), None
 
 
-def _timed_out(permit_count: int) -> Lease:
+def timed_out(permit_count: int) -> Lease:
+    """What a wait whose timeout ran out returns."""
     return Lease.denied("timeout")._with_permit_count(permit_count)
 
 
@@ -52,7 +53,7 @@ def wait(
         if _ends(lease):
             return lease
         if deadline is not None and clock.now_ns() >= deadline:
-            return _timed_out(permit_count)
+            return timed_out(permit_count)
         until, poll = _next(lease, clock, deadline)
         _pausing.pause(clock, until, poll, closed)
 

@@ -16,7 +16,7 @@ from typing import Any
 from . import _core, specs
 from ._core import Lease, LimiterClosedError
 from ._durations import Duration, duration_ns, timeout_ns
-from ._stores.factories import StoreFactories
+from ._stores.factories import StoreFactories, spec_of
 from .awaitables import LeaseWait
 from .clock import ManualClock, MonotonicClock
 from .engine_limiters import _EngineLimiter, _queue_limit, _queue_order
@@ -219,12 +219,7 @@ class SharedMemoryStore(StoreFactories):
         """The limiter named ``name`` in the segment, of ``spec`` (or a rate such as "10/second")."""
         self._check_open()
         name = _limiter_name(name)
-        if isinstance(spec, str):
-            spec = specs.parse(spec)
-        if not isinstance(spec, specs.Spec):
-            raise TypeError(
-                f"spec must be a permits.specs spec or a rate such as '10/second', got {type(spec).__name__}"
-            )
+        spec = spec_of(spec)
         ql, newest = _queue_limit(queue_limit), _queue_order(queue_order)
         ttl = duration_ns(lease_ttl, "lease_ttl")
         limiter: Any

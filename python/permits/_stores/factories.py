@@ -10,6 +10,20 @@ from .._durations import Duration
 from ..rate_limiter import QueueOrder, RateLimiter
 
 
+def spec_of(spec: object, argument: str = "spec") -> specs.Spec[Any]:
+    """A store limiter's spec: a ``permits.specs`` value, or a rate such as "10/second" parsed."""
+    if isinstance(spec, str):
+        try:
+            return specs.parse(spec)
+        except ValueError as error:
+            raise ValueError(f"{argument}: {error}") from None
+    if not isinstance(spec, specs.Spec):
+        raise TypeError(
+            f"{argument} must be a permits.specs spec or a rate such as '10/second', got {type(spec).__name__}"
+        )
+    return spec
+
+
 class StoreFactories:
     def limiter(
         self,

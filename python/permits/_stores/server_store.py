@@ -17,7 +17,7 @@ from ..errors import BackendError
 from ..partition import Partition, _check_options, _template_of
 from ..partitioned import PartitionedLimiter
 from ..rate_limiter import QueueOrder, RateLimiter
-from .factories import StoreFactories
+from .factories import StoreFactories, spec_of
 from .renewal import Renewal
 from .reserving import ReservingLimiter
 from .rules import rule_of
@@ -75,7 +75,7 @@ class ServerStore(StoreFactories):
         """The limiter whose state is ``name`` on the server, of ``spec`` (or a rate such as "10/second")."""
         self._check_open()
         _check_name(name)
-        spec = _spec_of(spec, "spec")
+        spec = spec_of(spec, "spec")
         ql = _queue_limit(queue_limit)
         newest = _queue_order(queue_order)
         ttl = duration_ns(lease_ttl, "lease_ttl")
@@ -107,7 +107,7 @@ class ServerStore(StoreFactories):
         self._check_open()
         _check_options(max_partitions, name)
         _check_name(name)
-        partition = _template_of(_spec_of(template, "template") if isinstance(template, str) else template)
+        partition = _template_of(spec_of(template, "template") if isinstance(template, str) else template)
         if partition.spec is None:
             raise TypeError(f"a store keeps state for specs only, not for {partition!r}")
         spec = partition.spec
@@ -189,17 +189,6 @@ def _check_name(name: object) -> None:
     if "\x00" in name:
         # NUL separates a per-key limiter's name from its keys: "a\x00..." could be a key of "a".
         raise ValueError(f"name must not contain NUL ('\\x00'), got {name[:80]!r}")
-
-
-def _spec_of(spec: object, argument: str) -> specs.Spec[Any]:
-    if isinstance(spec, str):
-        try:
-            return specs.parse(spec)
-        except ValueError as error:
-            raise ValueError(f"{argument}: {error}") from None
-    if not isinstance(spec, specs.Spec):
-        raise TypeError(f"spec must be a permits.specs spec or a rate such as '10/second', got {type(spec).__name__}")
-    return spec
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

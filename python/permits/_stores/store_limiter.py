@@ -18,7 +18,7 @@ import secrets
 import warnings
 from typing import Any
 
-from .. import _pausing
+from .. import _pausing, _polling
 from .._core import Clock, Lease
 from .._durations import timeout_ns
 from ..awaitables import LeaseWait, PolledLeaseWait
@@ -232,7 +232,7 @@ class StoreLimiter(RateLimiter):
         deadline = None if limit_ns < 0 else clock.now_ns() + limit_ns
         first: Lease | None = None
         asked = clock.now_ns()  # a refusal's retry_after counts from when the server was asked
-        if not n or not len(self._queue) or self._queue.newest:
+        if self._asks_at_once(n):
             first = self._take(n)
             if first or not self._waitable(first):
                 return first
@@ -252,13 +252,13 @@ class StoreLimiter(RateLimiter):
                     if first is None:
                         asked = clock.now_ns()
                         if self._past(deadline, asked):
-                            return Lease.denied("timeout")._with_permit_count(n)
+                            return _polling.timed_out(n)
                     lease, first = first or self._take(n), None
                     if lease or not self._waitable(lease):
                         return lease
                     until, pause, poll = self._after(lease, asked, deadline, poll)
                 if deadline is not None and clock.now_ns() >= deadline:
-                    return Lease.denied("timeout")._with_permit_count(n)
+                    return _polling.timed_out(n)
                 _pausing.pause(clock, until, pause, self._changed(entry, version))
         finally:
             self._queue.leave(entry)
@@ -268,7 +268,7 @@ class StoreLimiter(RateLimiter):
         clock = self._rl_clock
         first: Lease | None = None
         asked = clock.now_ns()
-        if not n or not len(self._queue) or self._queue.newest:
+        if self._asks_at_once(n):
             first = await self._take_async(n)
             if first or not self._waitable(first):
                 return first
@@ -294,6 +294,11 @@ class StoreLimiter(RateLimiter):
                 await _pausing.pause_async(clock, until, pause, self._changed(entry, version))
         finally:
             self._queue.leave(entry)
+
+    def _asks_at_once(self, n: int) -> bool:
+        """Whether a wait asks the server before queuing: no queue ahead of it, or NEWEST_FIRST (the
+        newest is served first), or zero permits (granted while any permit is free, queue or not)."""
+        return not n or not len(self._queue) or self._queue.newest
 
     def _try_now(self, permit_count: int) -> Lease | None:
         self._check_count(permit_count)
