@@ -372,7 +372,7 @@ bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag
     std::uint32_t holder = 0;
     std::uint32_t gen = 0;
     if (releases_permits()) {
-        holder = store_->segment().holder(); // (before the lock: it may reclaim dead holders)
+        holder = store_->segment().holder(tmpl_.lease_ttl); // (before the lock: it may reclaim dead holders)
         gen = store_->segment().holder_generation(holder);
     }
     for (int attempt = 0; attempt < 2; ++attempt) {

@@ -60,7 +60,7 @@ protected:
     bool take(std::int64_t n, Nanos /*now*/, std::int64_t& tag) override {
         Segment& seg = store_->segment();
         for (;;) {
-            const std::uint32_t h = seg.holder();
+            const std::uint32_t h = seg.holder(lease_ttl_);
             const std::uint32_t gen = seg.holder_generation(h);
             if (!view_.take(h, n)) {
                 if (reclaim()) {

@@ -178,7 +178,15 @@ bool holder_dead(const HolderSlot& slot, Nanos ttl, Nanos now_monotonic) {
             return true; // exited, not yet reaped
         }
         const std::uint64_t start = slot.start_time.load();
-        return start != 0 && seen != start; // another start time: the pid was reused
+        if (start == 0 || seen == start) {
+            return false;
+        }
+        // Another start time: the pid was reused, unless the holder still beats. Where /proc lies to
+        // a process about itself (qemu-user makes up /proc/self/stat: a forked child reads its
+        // parent's start time), the start time it recorded is not the one others read, and a live
+        // holder must not lose its permits on that alone.
+        const Nanos beat = slot.heartbeat.load();
+        return beat == 0 || now_monotonic - beat > ttl;
     }
     // Another pid namespace (another container sharing /dev/shm): the heartbeat decides.
     const Nanos beat = slot.heartbeat.load();
@@ -459,7 +467,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
     return *free;
 }
 
-std::uint32_t Segment::holder() {
+std::uint32_t Segment::holder(Nanos reclaim_ttl) {
     const std::uint64_t pid = current_pid();
     const std::uint64_t claimed = claimed_.load();
     if ((claimed >> 32) == pid) {
@@ -505,7 +513,7 @@ std::uint32_t Segment::holder() {
         }
         // None free: the dead holders' permits come back, and their slots with them.
         for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
-            reclaim_holder(i, kNever);
+            reclaim_holder(i, reclaim_ttl);
         }
     }
     throw std::runtime_error("segment '" + name_ + "': more than " + std::to_string(kMaxHolders) +

@@ -391,6 +391,57 @@ void shm_limiters() {
 #endif
 
 #if defined(__linux__)
+
+// A process holding every permit of a concurrency limiter is alive to the others: never reclaimed
+// while it holds. Forked 30 ms after this process started: under qemu-user a child reads its
+// parent's start time in its own /proc/self/stat, not the one the others read (it was taken for
+// a reused pid, and its permits handed out again).
+void shm_live_holder_kept() {
+    using namespace permits::shm;
+    ::usleep(30'000);
+    auto* step = static_cast<std::atomic<int>*>(
+        ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    check(step != MAP_FAILED, "shm: mmap for the step");
+    new (step) std::atomic<int>(0);
+    const std::string name = "stress-live-" + std::to_string(::getpid());
+    const Nanos hour = 3'600'000'000'000;
+    const auto open = [&] {
+        auto clock = std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
+        auto store = std::make_shared<Store>(Segment::open(name, {64, 0600, ClockKind::Monotonic}), clock);
+        return std::make_pair(store, store->concurrency("c", 2, hour, QueueOptions{}));
+    };
+    const auto run = [](const auto& body) {
+        const pid_t pid = ::fork();
+        check(pid >= 0, "shm: fork");
+        if (pid == 0) {
+            ::_exit(body() ? 0 : 1);
+        }
+        return pid;
+    };
+    const pid_t holder = run([&] {
+        auto [store, conc] = open();
+        step->store(conc->acquire(2).acquired ? 1 : -1);
+        while (step->load() == 1) {
+            ::usleep(1000);
+        }
+        return true;
+    });
+    while (step->load() == 0) {
+        ::usleep(1000);
+    }
+    check(step->load() == 1, "shm: the holder took every permit");
+    const pid_t other = run([&] {
+        auto [store, conc] = open();
+        return !conc->acquire(1).acquired;
+    });
+    int status = 0;
+    const bool refused = ::waitpid(other, &status, 0) == other && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    step->store(2);
+    check(::waitpid(holder, &status, 0) == holder && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "shm: the holder failed");
+    Segment::unlink(name);
+    check(refused, "shm: a live holder's permits were handed to another process");
+}
 // Processes, not threads: 4 forked processes (before this one starts any thread) on one segment by
 // name. Exact totals for a token bucket and a key; a concurrency limiter's holders, counted in
 // memory the processes share, never exceed its limit.
@@ -474,7 +525,8 @@ int main() {
     // (AddressSanitizer's included); the threads' part on two mappings runs here.
     std::puts("shm: the processes' part is not run under ThreadSanitizer");
 #else
-    shm_processes(); // first: forks while this process has no thread
+    shm_live_holder_kept(); // first: forks while this process has no thread
+    shm_processes();
 #endif
     shm_limiters();
 #endif

@@ -274,6 +274,15 @@ TEST(ShmHolders, AHolderInOurNamespaceIsJudgedByItsPidAndStartTime) {
     EXPECT_FALSE(holder_dead(slot, kSec, monotonic_now()));
     slot.start_time.store(12345); // another start time: the pid was reused
     EXPECT_TRUE(holder_dead(slot, kSec, monotonic_now()));
+    // ... unless it still beats: where /proc lies to a process about itself (qemu-user), the start
+    // time it recorded is not the one others read.
+    slot.heartbeat.store(monotonic_now());
+    EXPECT_FALSE(holder_dead(slot, kSec, monotonic_now()));
+    EXPECT_FALSE(holder_dead(slot, kNever, monotonic_now()));
+    slot.heartbeat.store(monotonic_now() - 2 * kSec);
+    EXPECT_TRUE(holder_dead(slot, kSec, monotonic_now()));
+    EXPECT_FALSE(holder_dead(slot, kNever, monotonic_now())); // (kNever: only a certain death)
+    slot.heartbeat.store(1);
     slot.start_time.store(0);
     ::kill(child, SIGKILL);
     int status = 0;

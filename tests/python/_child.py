@@ -9,6 +9,7 @@ the one test that found it, with what the child printed, instead of the whole ru
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -29,21 +30,29 @@ class Child:
 
 
 def run_child(code: str, *, timeout: float = LIMIT, env: dict[str, str] | None = None) -> Child:
-    """Runs ``code`` (dedented) in a fresh interpreter; fails the test on a hang, with the output."""
+    """Runs ``code`` (dedented) in a fresh interpreter; fails the test on a hang, with the output
+    and, from faulthandler, where each of the child's threads was when it was stopped."""
     full_env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=full_env,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        raise AssertionError(f"the child hung (killed after {timeout} s)\nstdout:\n{out}\nstderr:\n{err}") from None
-    return Child(done.returncode, done.stdout, done.stderr)
+    with subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+    ) as child:
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack, then it dies
+            try:
+                out, err = child.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                out, err = child.communicate()
+            raise AssertionError(
+                f"the child hung (stopped after {timeout} s)\nstdout:\n{out}\nstderr:\n{err}"
+            ) from None
+    return Child(child.returncode, out, err)
 
 
 def run_ok(code: str, *, timeout: float = LIMIT, env: dict[str, str] | None = None) -> Child:

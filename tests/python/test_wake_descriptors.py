@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,17 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(_FDS), reason="counts open des
 
 def open_fds() -> int:
     return len(os.listdir(_FDS))
+
+
+def fds_settle_at_most(before: int, timeout: float = 10.0) -> int:
+    """The count of open descriptors once it is back to ``before`` or less (a leak never is), or after
+    ``timeout``: another thread (an engine's, a previous test's loop collected late) may close one of
+    its own a moment later, in either direction of the count."""
+    deadline = time.monotonic() + timeout
+    while (now := open_fds()) > before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    return now
 
 
 def _uvloop() -> asyncio.AbstractEventLoop:
@@ -67,7 +79,7 @@ def test_a_loop_closed_with_a_grant_undelivered_leaves_no_descriptor_open(loop_k
     for _ in range(10):
         limiter = close_with_a_grant_undelivered(new_loop)
         assert limiter.available_permits() == 1  # the undelivered grant went back
-    assert open_fds() == before
+    assert fds_settle_at_most(before) <= before
 
 
 async def _cancelled_after_the_grant(trio: Any, limiter: permits.ConcurrencyLimiter) -> None:
@@ -100,10 +112,10 @@ def test_trio_waits_cancelled_after_their_grant_leave_no_descriptor_open() -> No
         before = open_fds()
         for _ in range(40):
             await _cancelled_after_the_grant(trio, limiter)
-        return before, open_fds()
+        return before
 
-    before, after = trio.run(main)
-    assert after == before
+    before = trio.run(main)
+    assert fds_settle_at_most(before) <= before
 
 
 def test_many_rounds_fit_in_256_descriptors() -> None:

@@ -112,8 +112,8 @@ struct ProcessId {
 };
 
 /// Decides whether a holder is gone: its process no longer exists (or is a zombie, or its pid was
-/// reused: another start time) when it shares our pid namespace; else when its heartbeat is older
-/// than `ttl`.
+/// reused: another start time and a heartbeat older than `ttl`) when it shares our pid namespace;
+/// else when its heartbeat is older than `ttl`.
 bool holder_dead(const HolderSlot& slot, Nanos ttl, Nanos now_monotonic);
 
 /// CLOCK_MONOTONIC: the one clock every process reads alike.
@@ -157,8 +157,9 @@ public:
     NamedSlot& named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                      const std::function<void(char* data, Nanos anchor)>& init);
 
-    /// This process's holder index (claimed on first use; claimed anew in a forked child).
-    std::uint32_t holder();
+    /// This process's holder index (claimed on first use; claimed anew in a forked child). With
+    /// every slot taken, the dead holders' slots are reclaimed first (holder_dead with `reclaim_ttl`).
+    std::uint32_t holder(Nanos reclaim_ttl = kNever);
     /// The generation of holder slot `index` (in its tag): a lease names it, so that a lease of a
     /// holder reclaimed meanwhile gives nothing back.
     std::uint32_t holder_generation(std::uint32_t index) const noexcept;
