@@ -134,7 +134,10 @@ def check_sync(name: str, function: object) -> None:
 
 
 def is_exempt(path: str, prefixes: tuple[str, ...]) -> bool:
-    """A path is exempt when it equals a prefix or continues it after a '/'."""
+    """A path is exempt when it equals a prefix or continues it after a '/', and has no dot segment
+    (``/health/../admin`` would leave the prefix in an app, or a proxy, that resolves it)."""
+    if "/." in path and any(segment in (".", "..") for segment in path.split("/")):
+        return False
     return any(prefix == "/" or path == prefix or path.startswith(prefix + "/") for prefix in prefixes)
 
 

@@ -146,6 +146,9 @@ async def test_exempt_paths_skip_the_limiter(serve_asgi, clock: permits.ManualCl
             (await client.get(p)).status_code for p in ("/health", "/health/live", "/health", "/hello", "/healthz")
         ]
         assert codes == [200, 200, 200, 200, 429]
+        # A dot segment could climb out of the prefix where the app or a proxy resolves it: limited.
+        climbing = [(await client.get(p)).status_code for p in ("/health/%2e%2e/hello", "/health/%2e")]
+        assert climbing == [429, 429]
 
 
 async def test_queued_requests_are_granted_in_order(serve_asgi, clock: permits.ManualClock) -> None:

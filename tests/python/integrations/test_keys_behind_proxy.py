@@ -4,6 +4,8 @@ choose its key. The client connects from 127.0.0.2, the proxy from 127.0.0.1 (th
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -19,6 +21,11 @@ import permits
 from permits import keys
 from permits.aiohttp import rate_limit_middleware
 from permits.asgi import RateLimitMiddleware
+from permits.wsgi import RateLimitMiddleware as WSGIRateLimitMiddleware
+
+from _integration import serve_wsgi
+
+FRAMEWORKS = ["uvicorn", "aiohttp", "waitress", "flask"]
 
 CLIENT = "127.0.0.2"
 PROXY = "127.0.0.1"
@@ -42,9 +49,38 @@ def _aiohttp(limiter: Any, key: Any) -> web.Application:
     return app
 
 
+def _wsgi(limiter: Any, key: Any) -> Any:
+    def hello(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"hello"]
+
+    return WSGIRateLimitMiddleware(hello, limiter, key=key)
+
+
+def _flask(limiter: Any, key: Any) -> Any:
+    from flask import Flask
+
+    from permits.flask import RateLimit
+
+    app = Flask("behind_a_proxy")
+    app.add_url_rule("/", "hello", lambda: "hello")
+    RateLimit(limiter, key=key).init_app(app)
+    return app
+
+
+@asynccontextmanager
+async def _served_wsgi(app: Any, server: str) -> AsyncIterator[str]:
+    with serve_wsgi(app, server) as url:  # (its own threads: this loop goes on)
+        yield url
+
+
 def _serve(framework: str, serve_asgi: Any, serve_aiohttp: Any, limiter: Any, key: Any) -> Any:
     if framework == "uvicorn":  # (uvicorn's own proxy_headers off: the key reads the headers itself)
         return serve_asgi(_starlette(limiter, key), proxy_headers=False)
+    if framework == "waitress":  # (waitress's clear_untrusted_proxy_headers off: the key decides)
+        return _served_wsgi(_wsgi(limiter, key), "waitress")
+    if framework == "flask":
+        return _served_wsgi(_flask(limiter, key), "werkzeug")
     return serve_aiohttp(_aiohttp(limiter, key))
 
 
@@ -52,7 +88,7 @@ def _client(url: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=url, transport=httpx.AsyncHTTPTransport(local_address=CLIENT))
 
 
-@pytest.mark.parametrize("framework", ["uvicorn", "aiohttp"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_a_client_behind_an_xff_proxy_cannot_pick_its_key_with_forwarded(
     framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
 ) -> None:
@@ -73,7 +109,7 @@ async def test_a_client_behind_an_xff_proxy_cannot_pick_its_key_with_forwarded(
         assert limiter.statistics(PROXY).total_successful_leases == 0
 
 
-@pytest.mark.parametrize("framework", ["uvicorn", "aiohttp"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_forwarded_proto_alone_never_keys_the_client_as_the_proxy(
     framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
 ) -> None:
@@ -89,7 +125,7 @@ async def test_forwarded_proto_alone_never_keys_the_client_as_the_proxy(
     assert limiter.statistics(PROXY).total_successful_leases == 0
 
 
-@pytest.mark.parametrize("framework", ["uvicorn", "aiohttp"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_a_key_reading_forwarded_ignores_x_forwarded_for(
     framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
 ) -> None:

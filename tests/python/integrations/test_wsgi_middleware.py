@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -133,7 +134,10 @@ def test_exempt_paths_skip_the_limiter(clock: permits.ManualClock) -> None:
     app = RateLimitMiddleware(App(), limiter, exempt=["/health/"])
     with serve_wsgi(app) as url, httpx.Client(base_url=url) as client:
         codes = [client.get(p).status_code for p in ("/health", "/health/live", "/health", "/hello", "/healthz")]
+        # A dot segment could climb out of the prefix where the app or a proxy resolves it: limited.
+        climbing = [client.get(p).status_code for p in ("/health/%2e%2e/hello", "/health/%2e", "/health/live")]
     assert codes == [200, 200, 200, 200, 429]
+    assert climbing == [429, 429, 200]
 
 
 def test_exempt_paths_are_relative_to_the_script_name(clock: permits.ManualClock) -> None:
@@ -404,3 +408,24 @@ def test_a_waiting_request_reads_none_of_its_body(server: str, clock: permits.Ma
         held.release()
         assert queued.result(timeout=20).content == body
     assert events[0] == "granted" and events[1:] and set(events[1:]) == {"read"}
+
+
+@pytest.mark.timeout(30)
+def test_a_rejection_answers_a_slow_upload_before_its_body(clock: permits.ManualClock) -> None:
+    # werkzeug calls the app once the headers are in (waitress buffers whole bodies first): the
+    # 429 must not wait for a body the client sends slowly, or never.
+    app = App()
+    limiter = permits.FixedWindowLimiter(1, 60, clock=clock)
+    assert limiter.acquire()
+    with serve_wsgi(RateLimitMiddleware(app, limiter), "werkzeug") as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 100)
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = sock.recv(4096)
+                assert chunk, f"closed before a response: {answer!r}"
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 429 ")
+    assert app.calls == []
+    assert limiter.statistics().total_failed_leases == 1
