@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from . import specs
 from ._core import Lease
+from ._sync_leaving import client_socket, enqueue_of, wait_unless_left
 from .chain import ChainedLimiter, ChainedPartitionedLimiter
 from .keyed_limiter import KeyedRateLimiter
 from .keys import _ClientIP, client_ip
@@ -345,12 +346,31 @@ class SyncLimit:
             key = self._client_ip.from_environ(environ)
         else:
             key = policy.key_of_sync(request())
-        lease = policy.acquire_sync(key, self.timeout)
+        sock = client_socket(environ) if policy.wait else None
+        lease = policy.acquire_sync(key, self.timeout) if sock is None else self._wait_unless_left(key, sock)
         try:
             return lease, policy.quota(key, lease)
         except BaseException:
             lease.release()
             raise
+
+    def _wait_unless_left(self, key: object, sock: Any) -> Lease:
+        """``acquire_sync`` with ``wait``, whose queued wait ends when the client leaves: then a
+        failed lease, reason ``"client_left"`` (the response goes nowhere)."""
+        policy = self.policy
+        limiter: Any = policy.limiter
+        n = policy.permit_count
+        keyed = isinstance(limiter, KeyedRateLimiter)
+        now = limiter._try_now(key, n) if keyed else limiter._try_now(n)
+        if now is not None:
+            return now  # type: ignore[no-any-return]
+        enqueue = enqueue_of(limiter)
+        if enqueue is None:  # (a limiter that does not queue in the engine: its own blocking wait)
+            return limiter.wait(key, n, self.timeout) if keyed else limiter.wait(n, self.timeout)  # type: ignore[no-any-return]
+        lease = wait_unless_left(enqueue, key, keyed, n, self.timeout, sock)
+        if lease is None:
+            return Lease.denied(reason="client_left", metadata={"limiter": limiter.name})
+        return lease
 
 
 def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: Lease) -> Quota | None:

@@ -429,3 +429,52 @@ def test_a_rejection_answers_a_slow_upload_before_its_body(clock: permits.Manual
     assert answer.startswith(b"HTTP/1.1 429 ")
     assert app.calls == []
     assert limiter.statistics().total_failed_leases == 1
+
+
+def _queued_get(url: str, body: bytes = b"") -> socket.socket:
+    """A raw connection that sent a request (a POST when ``body``: sent in full, not yet read)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    if body:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    else:
+        sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+    return sock
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("body", [b"", b"x" * 1000], ids=["get", "post with its body unread"])
+def test_a_queued_request_whose_client_leaves_leaves_the_queue(body: bytes, clock: permits.ManualClock) -> None:
+    # werkzeug's server (as gunicorn's) exposes the connection's socket: the wait watches it.
+    app = App()
+    limiter = permits.ConcurrencyLimiter(1, queue_limit=2, clock=clock)
+    with serve_wsgi(RateLimitMiddleware(app, limiter, wait=True), "werkzeug") as url:
+        held = limiter.acquire()
+        staying = _queued_get(url)
+        until(lambda: limiter.statistics().current_queued_count == 1)
+        leaving = _queued_get(url, body)
+        until(lambda: limiter.statistics().current_queued_count == 2)
+        leaving.close()  # (the request is queued behind `staying`: its own close is what ends it)
+        until(lambda: limiter.statistics().current_queued_count == 1)
+        held.release()  # to the client that stayed
+        answer = staying.recv(4096)
+        staying.close()
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert app.calls == ["/hello"]
+    until(lambda: limiter.available_permits() == 1)
+    assert limiter.statistics().total_successful_leases == 2  # the test's and the one that stayed
+
+
+@pytest.mark.timeout(30)
+def test_a_client_that_leaves_as_its_permit_comes_gives_it_back(clock: permits.ManualClock) -> None:
+    limiter = permits.TokenBucketLimiter(1, 1, 60, queue_limit=1, clock=clock)
+    app = App()
+    with serve_wsgi(RateLimitMiddleware(app, limiter, wait=True), "werkzeug") as url:
+        assert limiter.acquire()
+        leaving = _queued_get(url)
+        until(lambda: limiter.statistics().current_queued_count == 1)
+        leaving.close()
+        until(lambda: limiter.statistics().current_queued_count == 0)
+        clock.advance(60)  # the token the departed request would have had stays in the bucket
+        assert limiter.available_permits() == 1
+    assert app.calls == []
