@@ -56,7 +56,7 @@ def create_app(per_user_rate: str, global_rate: str) -> web.Application:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
     parser.add_argument("--per-user", default=os.environ.get("PER_USER_LIMIT", "10/minute"), help="e.g. 10/minute")

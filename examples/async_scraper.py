@@ -48,7 +48,7 @@ async def scrape(base_url: str, pages: int, rate: str, max_retries: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", default=os.environ.get("BASE_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--pages", type=int, default=int(os.environ.get("PAGES", "20")))
     parser.add_argument("--rate", default=os.environ.get("RATE", "5/second"), help="requests per host, e.g. 5/second")

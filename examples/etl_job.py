@@ -69,7 +69,7 @@ def run(source: Iterable[str], database: str, batch_size: int, rate: str) -> Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", default=os.environ.get("ETL_INPUT"), help="a CSV file (default: sample rows)")
     parser.add_argument("--database", default=os.environ.get("ETL_DATABASE", "orders.sqlite3"))
     parser.add_argument("--batch-size", type=int, default=10)

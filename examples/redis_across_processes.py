@@ -41,7 +41,7 @@ def worker(url: str, prefix: str, limit: str, jobs: int) -> tuple[int, int, int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     parser.add_argument("--prefix", default=os.environ.get("REDIS_PREFIX", "permits-example:"))
     parser.add_argument("--limit", default=os.environ.get("JOB_LIMIT", "12/minute"), help="e.g. 12/minute")

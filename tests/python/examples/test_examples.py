@@ -29,8 +29,8 @@ from _support import need
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("example", ["fastapi_service.py", "aiohttp_service.py"])
 def test_service_applies_the_per_user_and_the_global_limit(example: str, tmp_path: Path) -> None:
-    need("fastapi" if example.startswith("fastapi") else "aiohttp")
-    need("uvicorn")
+    for module in ("fastapi", "uvicorn") if example.startswith("fastapi") else ("aiohttp",):
+        need(module)
     with (
         serving(example, "--per-user", "3/minute", "--global", "5/minute", tmp_path=tmp_path) as service,
         httpx.Client(base_url=service.url, timeout=20) as client,
