@@ -1,0 +1,74 @@
+"""A FastAPI service with two limits: one per user and one for the whole service.
+
+- Every user may make ``--per-user`` requests (default ``10/minute``) to ``/items``. The user is
+  the ``X-User`` header, else the ``user`` query parameter, else the client's IP address. This
+  limit is the route's own (a FastAPI dependency).
+- The whole service answers at most ``--global`` requests (default ``100/minute``), whoever asks:
+  a middleware in front of every route but ``/health``.
+
+A request over either limit gets ``429 Too Many Requests`` with ``Retry-After``. A request the
+global limit admits and the per-user limit refuses still counts against the global limit.
+
+Run it (``pip install "permits[fastapi]" uvicorn``)::
+
+    python examples/fastapi_service.py --port 8000 --per-user 3/minute --global 100/minute
+    curl -i -H "X-User: alice" http://127.0.0.1:8000/items
+    curl -i "http://127.0.0.1:8000/items?user=bob"
+
+The settings can also come from the environment: ``HOST``, ``PORT``, ``PER_USER_LIMIT``,
+``GLOBAL_LIMIT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+from fastapi import Depends, FastAPI, Request
+
+import permits
+from permits.asgi import RateLimitMiddleware
+from permits.fastapi import RateLimit
+
+
+def user_of(request: Request) -> str:
+    """Who a request counts against: the X-User header, the ``user`` query parameter, or the
+    client's address. (Trust a header like this only behind your own authentication.)"""
+    user = request.headers.get("x-user") or request.query_params.get("user")
+    if user:
+        return f"user:{user}"
+    return f"ip:{request.client.host if request.client else 'unknown'}"
+
+
+def create_app(per_user_rate: str, global_rate: str) -> FastAPI:
+    per_user = permits.PartitionedLimiter.per_key(per_user_rate, name="per-user")
+    everyone = permits.specs.parse(global_rate).limiter(name="global")
+
+    app = FastAPI(title="permits example")
+    # The middleware runs first, for every request: one limit shared by all clients.
+    app.add_middleware(RateLimitMiddleware, limiter=everyone, exempt=["/health"])
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/items", dependencies=[Depends(RateLimit(per_user, key=user_of))])
+    async def items(request: Request) -> dict[str, object]:
+        return {"user": user_of(request), "items": ["apple", "pear"]}
+
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--per-user", default=os.environ.get("PER_USER_LIMIT", "10/minute"), help="e.g. 10/minute")
+    parser.add_argument("--global", dest="global_rate", default=os.environ.get("GLOBAL_LIMIT", "100/minute"))
+    args = parser.parse_args()
+    uvicorn.run(create_app(args.per_user, args.global_rate), host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()
