@@ -45,14 +45,14 @@ def _sinks(limiter: Any, registry: object, meter: object, prometheus: bool) -> l
     """(the registry or meter, its sink) for each exporter asked for."""
     found: list[tuple[object, Sink]] = []
     if prometheus:
+        chosen = _registry(registry)  # (first: it names the extra when the library is missing)
         from . import _prometheus as prom
 
-        chosen = _registry(registry)
         found.append((chosen, prom.PrometheusSink(prom.metrics_of(chosen), limiter)))
     if meter is not None:
+        chosen = _checked_meter(meter)
         from . import _opentelemetry as otel
 
-        chosen = _checked_meter(meter)
         found.append((chosen, otel.OpenTelemetrySink(otel.metrics_of(chosen), limiter)))
     return found
 
