@@ -377,6 +377,7 @@ def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: L
     """A limiter's figures: those of its limit (a ``permits.specs`` value: engine limiters,
     per-key limiters, a partitioned limiter's partition); for a chain, its member with the fewest
     permits left; None for a limiter that cannot tell (a custom one)."""
+    limiter = getattr(limiter, "__wrapped__", limiter)  # (an instrumented limiter: permits.metrics)
     members = getattr(limiter, "limiters", None)
     if isinstance(limiter, _CHAINS) and members:
         return fewest_remaining(limiter_quota(member, key, lease) for member in members)
@@ -426,10 +427,11 @@ class Handoff:
     (released by the middleware once the response is sent), the route's quotas (for the
     headers) and its on_rejected response."""
 
-    __slots__ = ("quotas", "rejection", "route_leases")
+    __slots__ = ("quotas", "rejection", "route_leases", "route_rejected")
 
     def __init__(self) -> None:
         self.route_leases: list[Lease] = []
+        self.route_rejected = False  # (a route's limit refused the request: counted by metrics=)
         self.quotas: list[Quota | None] = []
         # A route's on_rejected response and its headers, for the middleware to send in place of
         # the framework's answer to the route's exception.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, Response
@@ -33,6 +33,9 @@ from ._queued import acquire_or_leave, replaying
 from .keyed_limiter import KeyedRateLimiter
 from .keys import _ClientIP, _Header
 from .rate_limiter import RateLimiter
+
+if TYPE_CHECKING:
+    from .metrics._requests import RequestCounter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -109,10 +112,16 @@ class RateLimitMiddleware:
         on_rejected: Callable[[Any, Lease], Any] | None = None,
         headers: bool = True,
         exempt: Iterable[str] = (),
+        metrics: object = False,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, got {type(app).__name__}")
         self.app = app
+        self._requests: RequestCounter | None = None
+        if metrics is not False and metrics is not None:
+            from .metrics._requests import for_middleware
+
+            limiter, self._requests = for_middleware(metrics, limiter)
         self.policy = Policy(
             limiter,
             key=key,
@@ -158,6 +167,8 @@ class RateLimitMiddleware:
             held: deque[Message] = deque()
             found = await acquire_or_leave(policy, key, receive, held)
             if found is None:
+                if self._requests is not None:
+                    self._requests.count("client_left")
                 return  # the client left while queued: nothing to send
             lease = found
             receive = replaying(held, receive)
@@ -166,9 +177,13 @@ class RateLimitMiddleware:
         try:
             quota = policy.quota(key, lease)
             if not lease:
+                if self._requests is not None:
+                    self._requests.count("global_limiter")
                 await self._reject(scope, receive, send, connection(), lease, quota)
                 return
-            await _run(self.app, scope, receive, send, quota)
+            handoff = await _run(self.app, scope, receive, send, quota)
+            if self._requests is not None:
+                self._requests.count("route_limiter" if handoff.route_rejected else "acquired")
         finally:
             lease.release()
 
@@ -194,7 +209,7 @@ class RateLimitMiddleware:
             await WebSocket(scope, receive, send).close(WEBSOCKET_CLOSE_CODE, "rate limited")
 
 
-async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: Quota | None) -> None:
+async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: Quota | None) -> Handoff:
     """Runs the application with the handoff a route's limit finds in the scope: the route's
     leases are released once the application has returned (the response sent), its headers are
     written (those of the limit with fewer permits left), and its on_rejected response is sent in
@@ -226,6 +241,7 @@ async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: 
         if owner:
             for route_lease in handoff.route_leases:
                 route_lease.release()
+    return handoff
 
 
 __all__ = ["HANDOFF", "WEBSOCKET_CLOSE_CODE", "Handoff", "RateLimitMiddleware"]

@@ -110,6 +110,8 @@ class RateLimit:
             raise
         if not lease:
             refund_before_rejection(granted)
+            if isinstance(handoff, Handoff):
+                handoff.route_rejected = True
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
             headers = policy.rejection_headers(lease, quota)

@@ -92,10 +92,12 @@ class RateLimit:
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
         headers: bool = True,
         exempt: Iterable[str] = (),
+        metrics: object = False,
     ) -> None:
         options: dict[str, Any] = {
             "key": key, "permit_count": permit_count, "wait": wait, "timeout": timeout,
             "status_code": status_code, "on_rejected": on_rejected, "headers": headers, "exempt": exempt,
+            "metrics": metrics,
         }  # fmt: skip
         if limiter is None:
             defaults = inspect.signature(RateLimit.__init__).parameters
@@ -168,6 +170,9 @@ def _decorate(limit: SyncLimit, view: View) -> View:
         if not lease:
             try:
                 refund_before_rejection(granted)
+                rejected = environ.get(HANDOFF)
+                if isinstance(rejected, Handoff):
+                    rejected.route_rejected = True
                 return _rejection(policy, lease, quota)
             except BaseException:
                 lease.release()

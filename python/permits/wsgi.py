@@ -19,7 +19,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._core import Lease
 from ._http_policy import (
@@ -32,6 +32,9 @@ from ._http_policy import (
 )
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
+
+if TYPE_CHECKING:
+    from .metrics._requests import RequestCounter
 
 Environ = dict[str, Any]
 Headers = list[tuple[str, str]]
@@ -162,7 +165,16 @@ class Gate(SyncLimit):
     """What the WSGI middleware and the Flask extension share: the key, the acquisition, the
     rejection, the run. ``request(environ)`` is what a key function and ``on_rejected`` receive."""
 
-    __slots__ = ()
+    __slots__ = ("requests",)
+
+    def __init__(self, limiter: object, *, metrics: object = False, **options: Any) -> None:
+        requests = None
+        if metrics is not False and metrics is not None:
+            from .metrics._requests import for_middleware
+
+            limiter, requests = for_middleware(metrics, limiter)
+        super().__init__(limiter, **options)
+        self.requests: RequestCounter | None = requests
 
     def request(self, environ: Environ) -> Any:
         return environ
@@ -177,12 +189,20 @@ class Gate(SyncLimit):
             return run(app, environ, start_response, None, None)  # a route's own limit still applies
         lease, quota = self.admit(environ, lambda: self.request(environ))
         if not lease:
+            if self.requests is not None:
+                self.requests.count("global_limiter")
             try:
                 return self._reject(environ, start_response, lease, quota)
             except BaseException:
                 lease.release()
                 raise
-        return run(app, environ, start_response, quota, lease)
+        result = run(app, environ, start_response, quota, lease)
+        if self.requests is not None:
+            handoff = environ.get(HANDOFF)
+            self.requests.count(
+                "route_limiter" if isinstance(handoff, Handoff) and handoff.route_rejected else "acquired"
+            )
+        return result
 
     def _reject(self, environ: Environ, start_response: StartResponse, lease: Lease, quota: Quota | None) -> Any:
         policy = self.policy
@@ -223,6 +243,8 @@ class RateLimitMiddleware:
     ``on_rejected(environ, lease)`` returns (None: the default). ``wait=True`` blocks the
     request's thread until a permit comes, at most ``timeout`` seconds (then it is rejected).
     ``exempt`` path prefixes (of ``PATH_INFO``, the path below ``SCRIPT_NAME``) skip this limiter.
+    ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
+    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (:mod:`permits.metrics`).
     """
 
     def __init__(
@@ -238,13 +260,14 @@ class RateLimitMiddleware:
         on_rejected: Callable[[Environ, Lease], WSGIApp | None] | None = None,
         headers: bool = True,
         exempt: Iterable[str] = (),
+        metrics: object = False,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, got {type(app).__name__}")
         self.app = app
         self.gate = Gate(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
-            on_rejected=on_rejected, headers=headers, exempt=exempt,
+            on_rejected=on_rejected, headers=headers, exempt=exempt, metrics=metrics,
         )  # fmt: skip
         self.policy = self.gate.policy
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import os
 import secrets
@@ -27,6 +28,8 @@ from ..rate_limiter import RateLimiter, Statistics, _check_permit_count
 from .backend import Backend, Outcome
 from .local_queue import Entry, LocalQueue
 from .rules import Rule
+
+logger = logging.getLogger("permits")
 
 ON_ERROR = ("raise", "deny", "allow")
 #: Pauses of a queue's head between attempts when the server gives no retry_after (concurrency).
@@ -98,6 +101,7 @@ class StoreLimiter(RateLimiter):
         self._state = state
         self._backend: Backend = store._backend
         self._on_error: str = store.on_error
+        self._degraded = False  # (logged once when the server fails, again after it has answered)
         self._time: Clock | None = store._time  # a ManualClock in tests; None: the server's time
         self._queue = LocalQueue(queue_limit, newest)
         self._seen = rule.limit  # the available permits the server reported last
@@ -119,6 +123,7 @@ class StoreLimiter(RateLimiter):
             raise ValueError(f"permit_count {n} exceeds the limiter's limit of {self._rule.limit}")
 
     def _lease_of(self, out: Outcome, n: int, lid: str | None) -> Lease:
+        self._degraded = False
         self._seen = out.available
         if not self.held:
             self._idle_since = self._rl_clock.now_ns()
@@ -137,6 +142,14 @@ class StoreLimiter(RateLimiter):
         return Lease.granted(n, on_release=held.release, on_refund=held.release)
 
     def _failed(self, error: BackendError, n: int) -> Lease:
+        if self._on_error != "raise" and not self._degraded:
+            self._degraded = True
+            logger.warning(
+                "the store of limiter %r failed (%s): on_error=%r until it answers again",
+                self.name,
+                error,
+                self._on_error,
+            )
         if self._on_error == "deny":
             return Lease.denied("backend_unavailable", metadata={"error": str(error)})._with_permit_count(n)
         if self._on_error == "allow":

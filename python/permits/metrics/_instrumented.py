@@ -1,0 +1,199 @@
+"""The limiters instrument() returns: the limiter itself seen through an Observer. Each member
+passes to the limiter it wraps; a granted lease comes back wrapped (same permit_count and
+metadata) so that its release is seen. The limiter itself is untouched: one not instrumented
+pays nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core import Lease, LimiterClosedError
+from ..awaitables import Attempt, LeaseWait
+from ..keyed_limiter import KeyedRateLimiter
+from ..rate_limiter import RateLimiter, Statistics, _check_permit_count
+from ._observer import Observer
+
+
+def _closed(limiter: Any) -> bool:
+    # The engine's limiters say so in `closed`; the others in the flag their base keeps.
+    return bool(getattr(limiter, "closed", False) or getattr(limiter, "_rl_closed", False))
+
+
+class _Instrumented:
+    """What both wrappers share: the wrapped limiter's other members, read through."""
+
+    __wrapped__: Any
+    _observer: Observer
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__wrapped__, name)
+
+    def __repr__(self) -> str:
+        return f"<instrumented {self.__wrapped__!r}>"
+
+
+class InstrumentedLimiter(_Instrumented, RateLimiter):
+    """A RateLimiter whose every acquisition and release is observed."""
+
+    __wrapped__: RateLimiter
+
+    def __init__(self, limiter: RateLimiter, observer: Observer) -> None:
+        # Not RateLimiter.__init__: name, clock and the closed flag are the wrapped limiter's.
+        self.__wrapped__ = limiter
+        self._observer = observer
+        self.name = limiter.name
+        self._rl_clock = limiter._rl_clock
+        self._rl_successful = self._rl_failed = 0
+
+    @property  # type: ignore[override,unused-ignore]
+    def _rl_closed(self) -> bool:  # type: ignore[override]
+        return _closed(self.__wrapped__)
+
+    def acquire(self, permit_count: int = 1) -> Lease:
+        return self._observer.outcome(self.__wrapped__.acquire(permit_count))
+
+    def _try_now(self, permit_count: int) -> Lease | None:
+        lease = self.__wrapped__._try_now(permit_count)
+        return None if lease is None else self._observer.outcome(lease)
+
+    def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        inner, observer = self.__wrapped__, self._observer
+        n = _check_permit_count(permit_count)
+        if not _closed(inner):
+            now = inner._try_now(n)
+            if now is not None:  # granted (or refused) at once: never queued
+                return observer.outcome(now)
+        start = observer.clock.now_ns()
+        lease = inner.wait(n, timeout)
+        observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
+        return observer.outcome(lease)
+
+    def acquire_async(self, permit_count: int = 1) -> LeaseWait:
+        attempt = self.__wrapped__.acquire_async(permit_count)  # (checks its arguments now)
+        observer = self._observer
+
+        async def observed() -> Lease:
+            return observer.outcome(await attempt)
+
+        return Attempt(observed)
+
+    def wait_async(self, permit_count: int = 1) -> LeaseWait:
+        inner = self.__wrapped__
+        n = _check_permit_count(permit_count)
+        if _closed(inner):
+            raise LimiterClosedError("the limiter is closed")
+        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (n,)))
+
+    def statistics(self) -> Statistics:
+        return self.__wrapped__.statistics()
+
+    def available_permits(self) -> int:
+        return self.__wrapped__.available_permits()
+
+    @property
+    def idle_duration(self) -> float | None:
+        return self.__wrapped__.idle_duration
+
+    def try_replenish(self) -> bool:
+        return self.__wrapped__.try_replenish()
+
+    def close(self) -> None:
+        self.__wrapped__.close()
+
+    async def aclose(self) -> None:
+        await self.__wrapped__.aclose()
+
+
+class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
+    """A KeyedRateLimiter whose every acquisition and release is observed (labelled with the keyed
+    limiter's name, never the key)."""
+
+    __wrapped__: KeyedRateLimiter
+
+    def __init__(self, limiter: KeyedRateLimiter, observer: Observer) -> None:
+        self.__wrapped__ = limiter
+        self._observer = observer
+        self.name = limiter.name
+        self._rl_clock = limiter._rl_clock
+        self._rl_successful = self._rl_failed = 0
+
+    @property  # type: ignore[override,unused-ignore]
+    def _rl_closed(self) -> bool:  # type: ignore[override]
+        return _closed(self.__wrapped__)
+
+    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
+        return self._observer.outcome(self.__wrapped__.acquire(resource, permit_count))
+
+    def _try_now(self, resource: object, permit_count: int) -> Lease | None:
+        lease = self.__wrapped__._try_now(resource, permit_count)
+        return None if lease is None else self._observer.outcome(lease)
+
+    def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        inner, observer = self.__wrapped__, self._observer
+        n = _check_permit_count(permit_count)
+        if not _closed(inner):
+            now = inner._try_now(resource, n)
+            if now is not None:
+                return observer.outcome(now)
+        start = observer.clock.now_ns()
+        lease = inner.wait(resource, n, timeout)
+        observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
+        return observer.outcome(lease)
+
+    def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        attempt = self.__wrapped__.acquire_async(resource, permit_count)
+        observer = self._observer
+
+        async def observed() -> Lease:
+            return observer.outcome(await attempt)
+
+        return Attempt(observed)
+
+    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        inner = self.__wrapped__
+        n = _check_permit_count(permit_count)
+        if _closed(inner):
+            raise LimiterClosedError("the limiter is closed")
+        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (resource, n)))
+
+    def statistics(self, resource: object = None) -> Statistics:
+        return self.__wrapped__.statistics(resource)
+
+    def available_permits(self, resource: object) -> int:
+        return self.__wrapped__.available_permits(resource)
+
+    @property
+    def partition_count(self) -> int:
+        return self.__wrapped__.partition_count
+
+    def evict_idle(self) -> int:
+        return self.__wrapped__.evict_idle()
+
+    def close(self) -> None:
+        self.__wrapped__.close()
+
+    async def aclose(self) -> None:
+        await self.__wrapped__.aclose()
+
+
+async def _waited(observer: Observer, try_now: Any, wait_async: Any, args: tuple[object, ...]) -> Lease:
+    """A wait_async: granted (or refused) at once, or queued, its time in the queue observed with
+    its outcome ("cancelled" when the waiting task was cancelled)."""
+    now = try_now(*args)
+    if now is not None:
+        return observer.outcome(now)
+    start = observer.clock.now_ns()
+    try:
+        lease = await wait_async(*args)
+    except BaseException:
+        observer.queued("cancelled", start)
+        raise
+    observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
+    return observer.outcome(lease)
+
+
+def wrapped_limiter(limiter: RateLimiter | KeyedRateLimiter) -> RateLimiter | KeyedRateLimiter:
+    """The limiter an instrumented one wraps (the limiter itself if not instrumented)."""
+    return limiter.__wrapped__ if isinstance(limiter, _Instrumented) else limiter

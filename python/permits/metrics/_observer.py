@@ -1,0 +1,95 @@
+"""What an instrumented limiter tells its exporters: each outcome, each release, each queued wait's
+end. Durations are measured on the limiter's own clock (a ManualClock in tests: exact)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Protocol
+
+from .._core import Clock, Lease
+
+
+class Sink(Protocol):
+    """One exporter's instruments, bound to one limiter's name."""
+
+    def leased(self, result: str) -> None: ...
+    def active(self, delta: int) -> None: ...
+    def lease_duration(self, seconds: float) -> None: ...
+    def queue_duration(self, result: str, seconds: float) -> None: ...
+
+
+class Observer:
+    """Fans each event out to the sinks of one instrumented limiter."""
+
+    __slots__ = ("clock", "sinks")
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.sinks: list[Sink] = []
+
+    def outcome(self, lease: Lease) -> Lease:
+        """Counts an outcome; a granted lease comes back wrapped, so that its release is seen."""
+        if not lease:
+            result = lease.reason or "limit_reached"
+            for sink in self.sinks:
+                sink.leased(result)
+            return lease
+        for sink in self.sinks:
+            sink.leased("acquired")
+            sink.active(1)
+        held = _Held(lease, self, self.clock.now_ns())
+        metadata = lease.metadata
+        return Lease.granted(
+            lease.permit_count, on_release=held.release, on_refund=held.refund, metadata=metadata or None
+        )
+
+    def queued(self, result: str, start_ns: int) -> None:
+        seconds = (self.clock.now_ns() - start_ns) / 1e9
+        for sink in self.sinks:
+            sink.queue_duration(result, seconds)
+
+    def ended(self, start_ns: int, used: bool) -> None:
+        seconds = (self.clock.now_ns() - start_ns) / 1e9
+        for sink in self.sinks:
+            sink.active(-1)
+            if used:
+                sink.lease_duration(seconds)
+
+
+class _Held:
+    """The inner lease of a wrapped one. Released (release(), ``with``), refunded (a chain gave it
+    back unused: no duration) or dropped (collected unreleased: released then, as the engine's
+    concurrency leases are), each is seen once."""
+
+    __slots__ = ("done", "lease", "observer", "start_ns")
+
+    def __init__(self, lease: Lease, observer: Observer, start_ns: int) -> None:
+        self.lease = lease
+        self.observer = observer
+        self.start_ns = start_ns
+        self.done = False
+
+    def release(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.lease.release()
+        finally:
+            self.observer.ended(self.start_ns, True)
+
+    def refund(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.lease._refund()
+        finally:
+            self.observer.ended(self.start_ns, False)
+
+    def __del__(self) -> None:
+        if not self.done:
+            self.done = True
+            # (a finalizer: at interpreter exit the exporters may be gone)
+            with contextlib.suppress(Exception):
+                self.observer.ended(self.start_ns, True)

@@ -1,0 +1,92 @@
+"""The OpenTelemetry instruments: one set per Meter, shared by every limiter instrumented to it.
+The queue's length is an observable instrument, read at collection time."""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from .._core import LimiterClosedError
+
+# Seconds: OpenTelemetry's default boundaries are meant for milliseconds.
+_BOUNDARIES = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
+
+_sets: dict[int, tuple[Meter, OpenTelemetryMetrics]] = {}  # (the meter kept: its id stays its own)
+
+
+def metrics_of(meter: Meter) -> OpenTelemetryMetrics:
+    found = _sets.get(id(meter))
+    if found is None:
+        found = _sets[id(meter)] = (meter, OpenTelemetryMetrics(meter))
+    return found[1]
+
+
+def _histogram(meter: Meter, name: str, description: str) -> Any:
+    advice = "explicit_bucket_boundaries_advisory"
+    extra = {advice: _BOUNDARIES} if advice in inspect.signature(meter.create_histogram).parameters else {}
+    return meter.create_histogram(name, unit="s", description=description, **extra)
+
+
+class OpenTelemetryMetrics:
+    def __init__(self, meter: Meter) -> None:
+        self.limiters: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.leases = meter.create_counter("permits.leases", unit="{lease}", description="Leases handed out, by result")
+        self.active = meter.create_up_down_counter(
+            "permits.active_leases", unit="{lease}", description="Granted leases not yet released"
+        )
+        self.lease_duration = _histogram(meter, "permits.lease.duration", "Time from a lease's grant to its release")
+        self.queue_duration = _histogram(meter, "permits.queue.duration", "Time requests spent queued, by outcome")
+        self.requests = meter.create_counter(
+            "permits.requests", unit="{request}", description="Requests seen by a rate-limiting middleware, by result"
+        )
+        meter.create_observable_up_down_counter(
+            "permits.queued", callbacks=[self._queued], unit="{request}", description="Requests waiting in a queue"
+        )
+
+    def _queued(self, options: CallbackOptions) -> Iterable[Observation]:
+        totals: dict[str, int] = {}
+        for limiter in list(self.limiters):
+            try:
+                queued = limiter.statistics().current_queued_count
+            except LimiterClosedError:
+                queued = 0
+            totals[limiter.name] = totals.get(limiter.name, 0) + queued
+        return [Observation(queued, {"limiter": name}) for name, queued in sorted(totals.items())]
+
+
+class OpenTelemetrySink:
+    """The attribute sets of one limiter name, made once per result."""
+
+    __slots__ = ("_attributes", "_by_result", "_metrics", "_name")
+
+    def __init__(self, metrics: OpenTelemetryMetrics, limiter: Any) -> None:
+        self._metrics = metrics
+        self._name = limiter.name
+        self._attributes = {"limiter": limiter.name}
+        self._by_result: dict[str, dict[str, str]] = {}
+        metrics.limiters.add(limiter)
+
+    def _with(self, result: str) -> dict[str, str]:
+        found = self._by_result.get(result)
+        if found is None:
+            found = self._by_result[result] = {"limiter": self._name, "result": result}
+        return found
+
+    def leased(self, result: str) -> None:
+        self._metrics.leases.add(1, self._with(result))
+
+    def active(self, delta: int) -> None:
+        self._metrics.active.add(delta, self._attributes)
+
+    def lease_duration(self, seconds: float) -> None:
+        self._metrics.lease_duration.record(seconds, self._attributes)
+
+    def queue_duration(self, result: str, seconds: float) -> None:
+        self._metrics.queue_duration.record(seconds, self._with(result))
+
+    def request(self, result: str) -> None:
+        self._metrics.requests.add(1, self._with(result))

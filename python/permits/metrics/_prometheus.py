@@ -1,0 +1,109 @@
+"""The Prometheus instruments: one set per CollectorRegistry (a name registers once per registry),
+shared by every limiter instrumented to it. The queue's length is read at collection time."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .._core import LimiterClosedError
+
+_sets: weakref.WeakKeyDictionary[CollectorRegistry, PrometheusMetrics] = weakref.WeakKeyDictionary()
+
+
+def metrics_of(registry: CollectorRegistry) -> PrometheusMetrics:
+    found = _sets.get(registry)
+    if found is None:
+        found = _sets[registry] = PrometheusMetrics(registry)
+    return found
+
+
+class _Queued(Collector):
+    """permits_queued: each instrumented limiter's statistics().current_queued_count, summed by name."""
+
+    def __init__(self) -> None:
+        self.limiters: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def describe(self) -> list[Metric]:
+        return [GaugeMetricFamily("permits_queued", "Requests waiting in a limiter's queue", labels=["limiter"])]
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("permits_queued", "Requests waiting in a limiter's queue", labels=["limiter"])
+        totals: dict[str, int] = {}
+        for limiter in list(self.limiters):
+            try:
+                queued = limiter.statistics().current_queued_count
+            except LimiterClosedError:
+                queued = 0
+            totals[limiter.name] = totals.get(limiter.name, 0) + queued
+        for name, queued in sorted(totals.items()):
+            family.add_metric([name], queued)
+        yield family
+
+
+class PrometheusMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.leases = Counter(
+            "permits_leases", "Leases handed out, by result", ["limiter", "result"], registry=registry
+        )
+        self.active = Gauge("permits_active_leases", "Granted leases not yet released", ["limiter"], registry=registry)
+        self.lease_duration = Histogram(
+            "permits_lease_duration_seconds", "Time from a lease's grant to its release", ["limiter"], registry=registry
+        )
+        self.queue_duration = Histogram(
+            "permits_queue_duration_seconds",
+            "Time requests spent queued, by outcome",
+            ["limiter", "result"],
+            registry=registry,
+        )
+        self.requests = Counter(
+            "permits_requests", "Requests seen by a rate-limiting middleware, by result", ["limiter", "result"],
+            registry=registry,
+        )  # fmt: skip
+        self.queued = _Queued()
+        registry.register(self.queued)
+
+
+class PrometheusSink:
+    """The instruments' children of one limiter name, made once per result."""
+
+    __slots__ = ("_active", "_duration", "_leases", "_metrics", "_name", "_queue", "_requests")
+
+    def __init__(self, metrics: PrometheusMetrics, limiter: Any) -> None:
+        self._metrics = metrics
+        self._name = name = limiter.name
+        self._active = metrics.active.labels(name)
+        self._duration = metrics.lease_duration.labels(name)
+        self._leases: dict[str, Any] = {}
+        self._queue: dict[str, Any] = {}
+        self._requests: dict[str, Any] = {}
+        metrics.queued.limiters.add(limiter)
+
+    def leased(self, result: str) -> None:
+        child = self._leases.get(result)
+        if child is None:
+            child = self._leases[result] = self._metrics.leases.labels(self._name, result)
+        child.inc()
+
+    def active(self, delta: int) -> None:
+        self._active.inc(delta)
+
+    def lease_duration(self, seconds: float) -> None:
+        self._duration.observe(seconds)
+
+    def queue_duration(self, result: str, seconds: float) -> None:
+        child = self._queue.get(result)
+        if child is None:
+            child = self._queue[result] = self._metrics.queue_duration.labels(self._name, result)
+        child.observe(seconds)
+
+    def request(self, result: str) -> None:
+        child = self._requests.get(result)
+        if child is None:
+            child = self._requests[result] = self._metrics.requests.labels(self._name, result)
+        child.inc()

@@ -1,0 +1,135 @@
+"""metrics= of the middlewares: requests counted by result on real servers (uvicorn, werkzeug,
+waitress), scraped from a real exposition."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from _scrape import exposition, scrape, value
+
+import permits
+
+from _integration import require, serve_wsgi
+from _support import need
+
+
+@contextlib.asynccontextmanager
+async def uvicorn_serving(app: Any) -> AsyncIterator[str]:
+    uvicorn = require("uvicorn")
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical", lifespan="off")
+    config.load()
+    server = uvicorn.Server(config)
+    server.lifespan = config.lifespan_class(config)  # (startup() without serve(): as serve() sets it)
+    await server.startup()
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        for listening in server.servers:
+            listening.close()
+        for connection in list(server.server_state.connections):
+            connection.shutdown()
+        for listening in server.servers:
+            await listening.wait_closed()
+
+
+async def test_asgi_requests_by_result_on_uvicorn() -> None:
+    require("starlette")
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from permits.asgi import RateLimitMiddleware
+
+    registry = need("prometheus_client").CollectorRegistry()
+    clock = permits.ManualClock()
+
+    async def hello(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("hi")
+
+    app = Starlette(routes=[Route("/", hello)])
+    limiter = permits.TokenBucketLimiter(2, 1, 1.0, clock=clock, name="global")
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, metrics=registry)
+    async with uvicorn_serving(app) as base, httpx.AsyncClient(base_url=base) as client:
+        codes = [(await client.get("/")).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+    with exposition(registry) as url:
+        samples = scrape(url)
+    assert value(samples, "permits_requests_total", limiter="global", result="acquired") == 2
+    assert value(samples, "permits_requests_total", limiter="global", result="global_limiter") == 1
+    assert value(samples, "permits_leases_total", limiter="global", result="acquired") == 2
+
+
+async def test_fastapi_route_limiter_and_client_left() -> None:
+    require("fastapi")
+    from fastapi import Depends, FastAPI
+
+    from permits.asgi import RateLimitMiddleware
+    from permits.fastapi import RateLimit
+
+    registry = need("prometheus_client").CollectorRegistry()
+    clock = permits.ManualClock()
+    route = permits.TokenBucketLimiter(1, 1, 1.0, clock=clock, name="route")
+    app = FastAPI()
+
+    @app.get("/limited", dependencies=[Depends(RateLimit(route))])
+    async def limited() -> str:
+        return "ok"
+
+    @app.get("/open")
+    async def open_route() -> str:
+        return "ok"
+
+    queue = permits.ConcurrencyLimiter(1, queue_limit=5, clock=clock, name="global")
+    app.add_middleware(RateLimitMiddleware, limiter=queue, wait=True, metrics=registry)
+    async with uvicorn_serving(app) as base, httpx.AsyncClient(base_url=base) as client:
+        assert (await client.get("/limited")).status_code == 200
+        assert (await client.get("/limited")).status_code == 429
+        held = queue.acquire()  # the next request queues; its client gives up
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get("/open", timeout=0.5)
+        for _ in range(100):
+            if queue.statistics().current_queued_count == 0:
+                break
+            await asyncio.sleep(0.02)
+        held.release()
+    with exposition(registry) as url:
+        samples = scrape(url)
+    assert value(samples, "permits_requests_total", limiter="global", result="acquired") == 1
+    assert value(samples, "permits_requests_total", limiter="global", result="route_limiter") == 1
+    assert value(samples, "permits_requests_total", limiter="global", result="client_left") == 1
+
+
+@pytest.mark.parametrize("server", ["werkzeug", "waitress"])
+def test_wsgi_requests_by_result(server: str) -> None:
+    from permits.wsgi import RateLimitMiddleware
+
+    registry = need("prometheus_client").CollectorRegistry()
+    clock = permits.ManualClock()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"hi"]
+
+    limiter = permits.FixedWindowLimiter(3, 1.0, clock=clock, name="wsgi")
+    wrapped = RateLimitMiddleware(app, limiter, metrics=registry)
+    with serve_wsgi(wrapped, server) as base, httpx.Client(base_url=base) as client:
+        codes = [client.get("/").status_code for _ in range(5)]
+    assert codes == [200, 200, 200, 429, 429]
+    with exposition(registry) as url:
+        samples = scrape(url)
+    assert value(samples, "permits_requests_total", limiter="wsgi", result="acquired") == 3
+    assert value(samples, "permits_requests_total", limiter="wsgi", result="global_limiter") == 2
+
+
+def test_metrics_argument_is_checked() -> None:
+    from permits.wsgi import RateLimitMiddleware
+
+    with pytest.raises(TypeError, match="metrics must be"):
+        RateLimitMiddleware(lambda e, s: [], permits.TokenBucketLimiter(1, 1, 1.0), metrics="yes")

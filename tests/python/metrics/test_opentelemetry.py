@@ -1,0 +1,55 @@
+"""instrument() to OpenTelemetry, read through the SDK's InMemoryMetricReader."""
+
+from __future__ import annotations
+
+import asyncio
+
+from _scrape import OTel
+
+import permits
+from permits.metrics import instrument
+
+
+def test_counts_durations_and_queue_through_the_sdk() -> None:
+    otel = OTel()
+    clock = permits.ManualClock()
+    limiter = instrument(permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock, name="db"), meter=otel.meter)
+
+    async def main() -> None:
+        held = await limiter.wait_async()
+        queued = asyncio.ensure_future(limiter.wait_async())
+        await asyncio.sleep(0)
+        assert otel.value("permits.queued", limiter="db").value == 1
+        assert limiter.wait(timeout=0).reason == "queue_full"
+        clock.advance(0.5)
+        held.release()
+        second = await queued
+        clock.advance(0.25)
+        second.release()
+
+    asyncio.run(main())
+    assert otel.value("permits.leases", limiter="db", result="acquired").value == 2
+    assert otel.value("permits.leases", limiter="db", result="queue_full").value == 1
+    assert otel.value("permits.active_leases", limiter="db").value == 0
+    durations = otel.value("permits.lease.duration", limiter="db")
+    assert (durations.count, durations.sum) == (2, 0.75)
+    queue = otel.value("permits.queue.duration", limiter="db", result="acquired")
+    assert (queue.count, queue.sum) == (1, 0.5)
+    assert otel.value("permits.queued", limiter="db").value == 0
+
+
+def test_keyed_limiter_and_both_exporters() -> None:
+    from _support import need
+
+    registry = need("prometheus_client").CollectorRegistry()
+    otel = OTel()
+    keyed = permits.PartitionedLimiter.per_key(permits.specs.TokenBucket(1, 1, 1.0), name="per_user")
+    limiter = instrument(keyed, registry=registry, meter=otel.meter)
+    assert limiter.acquire("a") and not limiter.acquire("a")
+    assert otel.value("permits.leases", limiter="per_user", result="acquired").value == 1
+    assert (
+        registry.get_sample_value(  # type: ignore[attr-defined]
+            "permits_leases_total", {"limiter": "per_user", "result": "limit_reached"}
+        )
+        == 1
+    )
