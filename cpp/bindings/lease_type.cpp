@@ -236,8 +236,49 @@ int lease_clear(LeaseObject* self) {
     return 0;
 }
 
-// An unreleased concurrency lease gives its permits back when it dies, with a ResourceWarning.
-// Done in dealloc (no resurrection): the warning machinery never sees the lease itself.
+PyObject* permits_logger = nullptr; // logging.getLogger("permits"), looked up on the first forgotten lease
+
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// The forgotten lease logged as a warning on the logger "permits": Python ignores a
+// ResourceWarning by default, a service's logs are read. Not at interpreter exit, when logging
+// may be torn down already. An error of logging's own is reported as unraisable (a dealloc
+// cannot raise).
+void log_forgotten(std::int64_t permit_count) {
+    if (interpreter_finalizing()) {
+        return;
+    }
+    if (permits_logger == nullptr) {
+        PyObject* logging = PyImport_ImportModule("logging");
+        if (logging != nullptr) {
+            permits_logger = PyObject_CallMethod(logging, "getLogger", "s", "permits");
+            Py_DECREF(logging);
+        }
+        if (permits_logger == nullptr) {
+            PyErr_WriteUnraisable(nullptr);
+            return;
+        }
+    }
+    PyObject* logged = PyObject_CallMethod(permits_logger, "warning", "sL",
+                                           "a concurrency lease of %d permit(s) was garbage-collected without "
+                                           "release(); its permits were released",
+                                           static_cast<long long>(permit_count));
+    if (logged == nullptr) {
+        PyErr_WriteUnraisable(nullptr);
+        return;
+    }
+    Py_DECREF(logged);
+}
+
+// An unreleased concurrency lease gives its permits back when it dies, with a ResourceWarning
+// and a log record. Done in dealloc (no resurrection): the warning machinery never sees the
+// lease itself. A lease of a closed limiter gives nothing back: neither is said then.
 void release_forgotten(LeaseObject* self) {
     if (!self->must_release || !self->acquired || self->released) {
         return;
@@ -246,11 +287,14 @@ void release_forgotten(LeaseObject* self) {
     const bool closed = owner_closed(self);
     self->released = true;
     give_back_permits(self);
-    if (!closed && PyErr_WarnEx(PyExc_ResourceWarning,
-                                "a concurrency lease was garbage-collected without release(); "
-                                "its permits were released",
-                                1) != 0) {
-        PyErr_WriteUnraisable(nullptr);
+    if (!closed) {
+        if (PyErr_WarnEx(PyExc_ResourceWarning,
+                         "a concurrency lease was garbage-collected without release(); "
+                         "its permits were released",
+                         1) != 0) {
+            PyErr_WriteUnraisable(nullptr);
+        }
+        log_forgotten(self->permit_count);
     }
     kept.restore();
 }

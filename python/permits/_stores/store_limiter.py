@@ -71,12 +71,10 @@ class _Held:
     def __del__(self) -> None:
         if not self.done:
             self.done = True
-            warnings.warn(
-                f"a lease of {self.n} permit(s) of {self.limiter.name!r} was dropped without release(): "
-                "its permits are given back now",
-                ResourceWarning,
-                stacklevel=1,
-            )
+            message = "a lease of %d permit(s) of %r was dropped without release(): its permits are given back now"
+            warnings.warn(message % (self.n, self.limiter.name), ResourceWarning, stacklevel=1)
+            # (also logged: Python ignores a ResourceWarning by default, a service's logs are read)
+            logger.warning(message, self.n, self.limiter.name)
             self.limiter.held.pop(self.lid, None)
             self.limiter.store._renewal.drop(self.limiter, self.lid, self.n)
 
