@@ -16,6 +16,7 @@ from ._http_policy import (
     Policy,
     Quota,
     check_exempt,
+    counted,
     fewest_remaining,
     is_exempt,
     refund_before_rejection,
@@ -108,6 +109,11 @@ async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: 
     return response
 
 
+def _admitted(handoff: Handoff) -> str:
+    """The result counted for a request the global limiter let through."""
+    return "route_limiter" if handoff.route_rejected else "acquired"
+
+
 def rate_limit_middleware(
     limiter: RateLimiter | KeyedRateLimiter,
     *,
@@ -118,9 +124,13 @@ def rate_limit_middleware(
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool = True,
     exempt: Iterable[str] = (),
+    metrics: object = False,
 ) -> Any:
     """The global limiter of an aiohttp application: ``web.Application(middlewares=[...])``.
-    Put it first (outermost): it sends the response itself, to hold the lease until then."""
+    Put it first (outermost): it sends the response itself, to hold the lease until then.
+    ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
+    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (:mod:`permits.metrics`)."""
+    limiter, requests = counted(metrics, limiter)
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
         on_rejected=on_rejected, headers=headers,
@@ -134,20 +144,28 @@ def rate_limit_middleware(
         key = await policy.key_of(request)
         lease = await _acquire(policy, key, request)
         if lease is None:  # the client left while queued: nobody reads this
+            if requests is not None:
+                requests.count("client_left")
             return web.Response(status=CLIENT_CLOSED_REQUEST)
         handoff = Handoff()
         request[HANDOFF] = handoff
         try:
             quota = policy.quota(key, lease)
             if not lease:
+                if requests is not None:
+                    requests.count("global_limiter")
                 return await _sent(await _rejection(policy, request, lease, quota), request)
             try:
                 response = await handler(request)
             except web.HTTPException as exc:  # aiohttp's HTTP errors are responses: they get the headers too
+                if requests is not None:
+                    requests.count(_admitted(handoff))
                 best = fewest_remaining([quota, *handoff.quotas])
                 for name, value in [] if best is None else best.headers():
                     exc.headers.setdefault(name, value)
                 raise
+            if requests is not None:
+                requests.count(_admitted(handoff))
             best = fewest_remaining([quota, *handoff.quotas])
             if best is not None:
                 _add_headers(response, best.headers())
@@ -196,6 +214,8 @@ def limit(
                 raise
             if not lease:
                 refund_before_rejection(granted)
+                if isinstance(handoff, Handoff):
+                    handoff.route_rejected = True
                 return await _rejection(policy, request, lease, quota)
             granted.append(lease)
             if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers

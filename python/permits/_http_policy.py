@@ -10,7 +10,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import specs
 from ._core import Lease
@@ -21,7 +21,12 @@ from .keys import _ClientIP, client_ip
 from .partitioned import PartitionedLimiter
 from .rate_limiter import RateLimiter
 
+if TYPE_CHECKING:
+    from .metrics._requests import RequestCounter
+
 _CHAINS = (ChainedLimiter, ChainedPartitionedLimiter)
+#: The reason of the failed lease of a sync server's queued request whose client left.
+CLIENT_LEFT = "client_left"
 logger = logging.getLogger("permits")
 
 
@@ -110,6 +115,32 @@ def check_exempt(exempt: object) -> tuple[str, ...]:
             raise ValueError(f"exempt paths must be str starting with '/', got {prefix!r}")
         prefixes.append(prefix.rstrip("/") or "/")
     return tuple(prefixes)
+
+
+def counted(metrics: object, limiter: Any) -> tuple[Any, RequestCounter | None]:
+    """A middleware's ``metrics=``: the limiter to use (instrumented) and the counter of its requests
+    by result; with False or None, the limiter itself and no counter. permits.metrics (and its
+    exporter library) is imported only when asked for."""
+    if metrics is False or metrics is None:
+        return limiter, None
+    from .metrics._requests import for_middleware
+
+    return for_middleware(metrics, limiter)
+
+
+def refusal(lease: Lease) -> str:
+    """The result a middleware counts for a request its limiter refused: ``client_left`` when the
+    client left while queued (a sync server's wait: the lease failed with that reason), else
+    ``global_limiter``."""
+    return "client_left" if lease.reason == CLIENT_LEFT else "global_limiter"
+
+
+def check_metrics(metrics: object) -> None:
+    """The checks of :func:`counted`, with nothing instrumented or registered."""
+    if metrics is not False and metrics is not None:
+        from .metrics._requests import check
+
+        check(metrics)
 
 
 def check_timeout(timeout: object, wait: bool) -> float | None:
@@ -367,9 +398,16 @@ class SyncLimit:
         enqueue = enqueue_of(limiter)
         if enqueue is None:  # (a limiter that does not queue in the engine: its own blocking wait)
             return limiter.wait(key, n, self.timeout) if keyed else limiter.wait(n, self.timeout)  # type: ignore[no-any-return]
-        lease = wait_unless_left(enqueue, key, keyed, n, self.timeout, sock)
+
+        def waiting() -> Lease | None:
+            return wait_unless_left(enqueue, key, keyed, n, self.timeout, sock)
+
+        # An instrumented limiter (permits.metrics) queues in the engine of the limiter it wraps:
+        # its observer is handed the wait, to see it as it sees the waits of its own members.
+        observe = getattr(type(limiter), "_observe_wait", None)
+        lease = waiting() if observe is None else observe(limiter, waiting)
         if lease is None:
-            return Lease.denied(reason="client_left", metadata={"limiter": limiter.name})
+            return Lease.denied(reason=CLIENT_LEFT, metadata={"limiter": limiter.name})
         return lease
 
 
@@ -482,13 +520,16 @@ __all__ = [
     "Quota",
     "SyncLimit",
     "check_exempt",
+    "check_metrics",
     "check_sync",
     "check_timeout",
+    "counted",
     "encoded_headers",
     "fewest_remaining",
     "is_exempt",
     "limiter_quota",
     "quota_of",
     "refund_before_rejection",
+    "refusal",
     "wait_or_leave",
 ]

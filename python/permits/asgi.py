@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, Response
@@ -24,6 +24,7 @@ from ._http_policy import (
     Policy,
     Quota,
     check_exempt,
+    counted,
     encoded_headers,
     fewest_remaining,
     is_exempt,
@@ -33,9 +34,6 @@ from ._queued import acquire_or_leave, replaying
 from .keyed_limiter import KeyedRateLimiter
 from .keys import _ClientIP, _Header
 from .rate_limiter import RateLimiter
-
-if TYPE_CHECKING:
-    from .metrics._requests import RequestCounter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -117,11 +115,7 @@ class RateLimitMiddleware:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, got {type(app).__name__}")
         self.app = app
-        self._requests: RequestCounter | None = None
-        if metrics is not False and metrics is not None:
-            from .metrics._requests import for_middleware
-
-            limiter, self._requests = for_middleware(metrics, limiter)
+        limiter, self._requests = counted(metrics, limiter)
         self.policy = Policy(
             limiter,
             key=key,

@@ -34,9 +34,11 @@ from ._http_policy import (
     Handoff,
     Quota,
     SyncLimit,
+    counted,
     fewest_remaining,
     is_exempt,
     refund_before_rejection,
+    refusal,
     rejection_text,
 )
 from .keyed_limiter import KeyedRateLimiter
@@ -48,7 +50,9 @@ GetResponse = Callable[[HttpRequest], HttpResponseBase]
 #: Where the middleware keeps the leases it releases (``request.META``), for ``process_exception``.
 LEASES = "permits.django.leases"
 _RESPONSE = "django.http.HttpResponseBase"
-_OPTIONS = ("limiter", "key", "permit_count", "wait", "timeout", "status_code", "on_rejected", "headers", "exempt")
+_OPTIONS = (
+    "limiter", "key", "permit_count", "wait", "timeout", "status_code", "on_rejected", "headers", "exempt", "metrics",
+)  # fmt: skip
 
 
 def _is_response(found: object) -> bool:
@@ -94,11 +98,15 @@ class RateLimitMiddleware:
     """The global limiter of a Django project: one acquisition per request, before the rest of
     the middleware and the view. Its options are ``settings.PERMITS`` (those of
     :class:`permits.wsgi.RateLimitMiddleware` but ``app``); ``exempt`` prefixes are of
-    ``request.path_info`` (the path below ``SCRIPT_NAME``). Put it first in ``MIDDLEWARE``."""
+    ``request.path_info`` (the path below ``SCRIPT_NAME``). Put it first in ``MIDDLEWARE``.
+    ``metrics`` (True, a prometheus_client ``CollectorRegistry`` or an OpenTelemetry ``Meter``)
+    instruments the limiter and counts requests by result (:mod:`permits.metrics`)."""
 
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
-        self.limit = SyncLimit(**_settings_options())
+        options = _settings_options()
+        options["limiter"], self.requests = counted(options.pop("metrics", False), options["limiter"])
+        self.limit = SyncLimit(**options)
         self.policy = self.limit.policy
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
@@ -109,6 +117,8 @@ class RateLimitMiddleware:
         if not (limit.exempt and is_exempt(request.path_info or "/", limit.exempt)):
             lease, quota = limit.admit(meta, lambda: request)
             if not lease:
+                if self.requests is not None:
+                    self.requests.count(refusal(lease))
                 try:
                     response = _rejection(limit, request, lease, quota)
                 except BaseException:
@@ -129,6 +139,8 @@ class RateLimitMiddleware:
         except BaseException:
             release(leases)
             raise
+        if self.requests is not None and lease is not None:
+            self.requests.count("route_limiter" if handoff.route_rejected else "acquired")
         best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
         if best is not None:
             _add_headers(response, best.headers())
@@ -192,6 +204,9 @@ def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpRe
     if not lease:
         try:
             refund_before_rejection(granted)
+            rejected = meta.get(HANDOFF)
+            if isinstance(rejected, Handoff):  # (counted by the middleware's metrics=)
+                rejected.route_rejected = True
             return _rejection(checked, request, lease, quota)
         except BaseException:
             lease.release()

@@ -27,7 +27,7 @@ import flask
 from werkzeug.wrappers import Response as _Response
 
 from ._core import Lease
-from ._http_policy import Handoff, Policy, Quota, SyncLimit, refund_before_rejection, rejection_text
+from ._http_policy import Handoff, Policy, Quota, SyncLimit, check_metrics, refund_before_rejection, rejection_text
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
@@ -106,7 +106,10 @@ class RateLimit:
                 raise TypeError(f"RateLimit() without a limiter has no global limit to configure: {', '.join(given)}")
             self._options = None
         else:
-            _FlaskGate(limiter, **options)  # checked now, not at the first request
+            # Checked now, not at the first request; metrics= on its own: a gate built with it
+            # would instrument the limiter and register its series for nothing.
+            _FlaskGate(limiter, **{**options, "metrics": False})
+            check_metrics(metrics)
             self._options = {"limiter": limiter, **options}
 
     def init_app(self, app: flask.Flask) -> None:

@@ -26,8 +26,10 @@ from ._http_policy import (
     Handoff,
     Quota,
     SyncLimit,
+    counted,
     fewest_remaining,
     is_exempt,
+    refusal,
     rejection_text,
 )
 from .keyed_limiter import KeyedRateLimiter
@@ -168,11 +170,7 @@ class Gate(SyncLimit):
     __slots__ = ("requests",)
 
     def __init__(self, limiter: object, *, metrics: object = False, **options: Any) -> None:
-        requests = None
-        if metrics is not False and metrics is not None:
-            from .metrics._requests import for_middleware
-
-            limiter, requests = for_middleware(metrics, limiter)
+        limiter, requests = counted(metrics, limiter)
         super().__init__(limiter, **options)
         self.requests: RequestCounter | None = requests
 
@@ -190,7 +188,7 @@ class Gate(SyncLimit):
         lease, quota = self.admit(environ, lambda: self.request(environ))
         if not lease:
             if self.requests is not None:
-                self.requests.count("global_limiter")
+                self.requests.count(refusal(lease))
             try:
                 return self._reject(environ, start_response, lease, quota)
             except BaseException:

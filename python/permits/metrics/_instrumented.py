@@ -5,6 +5,7 @@ pays nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._core import Lease, LimiterClosedError
@@ -32,6 +33,23 @@ class _Instrumented:
 
     def __repr__(self) -> str:
         return f"<instrumented {self.__wrapped__!r}>"
+
+    def _observe_wait(self, waiting: Callable[[], Lease | None]) -> Lease | None:
+        """A queued wait made on the wrapped limiter by someone else (a sync server's wait that
+        watches its client): its time queued and its outcome observed. None (the client left
+        while queued) is seen as a cancelled wait."""
+        observer = self._observer
+        start = observer.clock.now_ns()
+        try:
+            lease = waiting()
+        except BaseException:
+            observer.queued("cancelled", start)
+            raise
+        if lease is None:
+            observer.queued("cancelled", start)
+            return None
+        observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
+        return observer.outcome(lease)
 
 
 class InstrumentedLimiter(_Instrumented, RateLimiter):

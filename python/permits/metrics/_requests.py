@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _sinks, instrument
+from . import _checked_meter, _registry, _sinks, instrument
 from ._observer import Sink
 
 
@@ -37,6 +37,16 @@ def _target(metrics: object) -> tuple[object, object]:
     )
 
 
+def check(metrics: object) -> None:
+    """The checks :func:`for_middleware` makes of ``metrics=`` (its type; the exporter library
+    installed), without instrumenting anything nor registering a series."""
+    registry, meter = _target(metrics)
+    if meter is None:
+        _registry(registry)
+    else:
+        _checked_meter(meter)
+
+
 def for_middleware(metrics: object, limiter: Any) -> tuple[Any, RequestCounter]:
     """The middleware's limiter, instrumented, and the counter of its requests (labelled with the
     limiter's name)."""
@@ -44,8 +54,3 @@ def for_middleware(metrics: object, limiter: Any) -> tuple[Any, RequestCounter]:
     limiter = instrument(limiter, registry=registry, meter=meter)
     sinks = [sink for _, sink in _sinks(limiter.__wrapped__, registry, meter, prometheus=meter is None)]
     return limiter, RequestCounter(sinks)
-
-
-def checked_flag(metrics: object) -> object:
-    """``metrics=`` as given, with False and None meaning off (None returned)."""
-    return None if metrics is False or metrics is None else metrics

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,7 @@ from _scrape import exposition, scrape, value
 
 import permits
 
-from _integration import require, serve_wsgi
+from _integration import require, serve_wsgi, until
 from _support import need
 
 
@@ -133,3 +134,75 @@ def test_metrics_argument_is_checked() -> None:
 
     with pytest.raises(TypeError, match="metrics must be"):
         RateLimitMiddleware(lambda e, s: [], permits.TokenBucketLimiter(1, 1, 1.0), metrics="yes")
+
+
+def _queued_get(url: str) -> socket.socket:
+    """A raw connection that sent a request and reads nothing yet."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    return sock
+
+
+@pytest.mark.timeout(60)
+def test_wsgi_client_left_while_queued_under_werkzeug() -> None:
+    # werkzeug's server exposes the connection's socket: a queued wait ends when its client leaves.
+    from permits.wsgi import RateLimitMiddleware
+
+    registry = need("prometheus_client").CollectorRegistry()
+    clock = permits.ManualClock()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"hi"]
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"limiter": "pool", **labels})
+
+    limiter = permits.ConcurrencyLimiter(1, queue_limit=2, clock=clock, name="pool")
+    with serve_wsgi(RateLimitMiddleware(app, limiter, wait=True, metrics=registry), "werkzeug") as url:
+        held = limiter.acquire()
+        staying = _queued_get(url)
+        until(lambda: limiter.statistics().current_queued_count == 1)
+        leaving = _queued_get(url)
+        until(lambda: limiter.statistics().current_queued_count == 2)
+        clock.advance(0.5)
+        leaving.close()
+        until(lambda: sample("permits_requests_total", result="client_left") == 1)
+        held.release()  # to the request that stayed
+        answer = staying.recv(4096)
+        staying.close()
+        until(lambda: sample("permits_requests_total", result="acquired") == 1)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert sample("permits_requests_total", result="global_limiter") is None
+    # The queued waits, seen through the instrumented limiter: one cancelled, one granted (0.5 s).
+    assert sample("permits_queue_duration_seconds_count", result="cancelled") == 1
+    assert sample("permits_queue_duration_seconds_count", result="acquired") == 1
+    assert sample("permits_queue_duration_seconds_sum", result="acquired") == 0.5
+    assert sample("permits_leases_total", result="acquired") == 1
+
+
+def test_flask_checks_metrics_without_instrumenting() -> None:
+    require("flask")
+    from flask import Flask
+
+    from permits.flask import RateLimit
+
+    registry = need("prometheus_client").CollectorRegistry()
+    limiter = permits.FixedWindowLimiter(1, 60, clock=permits.ManualClock(), name="flask")
+    with pytest.raises(TypeError, match="metrics must be"):
+        RateLimit(limiter, metrics="yes")
+    rate_limit = RateLimit(limiter, metrics=registry)
+    assert registry.get_sample_value("permits_active_leases", {"limiter": "flask"}) is None  # nothing built yet
+    app = Flask(__name__)
+
+    @app.get("/")
+    def hello() -> str:
+        return "hi"
+
+    rate_limit.init_app(app)
+    with serve_wsgi(app) as url, httpx.Client(base_url=url) as client:
+        assert [client.get("/").status_code for _ in range(3)] == [200, 429, 429]
+    assert registry.get_sample_value("permits_requests_total", {"limiter": "flask", "result": "acquired"}) == 1
+    assert registry.get_sample_value("permits_requests_total", {"limiter": "flask", "result": "global_limiter"}) == 2
+    assert registry.get_sample_value("permits_leases_total", {"limiter": "flask", "result": "acquired"}) == 1
