@@ -44,11 +44,13 @@ def _gevent_patched() -> bool:
 
 
 def enqueue_of(limiter: object) -> Any:
-    """The engine's ``_enqueue`` behind ``limiter`` (an engine limiter or per-key table), or None."""
-    core_self = getattr(limiter, "_core_self", None)
+    """The engine's ``_enqueue`` behind ``limiter`` (an engine limiter or per-key table), or None.
+    Looked up on its class: a wrapper that forwards attributes (an instrumented limiter) must wait
+    through its own ``wait``, which it observes."""
+    core_self = getattr(type(limiter), "_core_self", None)
     if core_self is None:
         return None
-    return getattr(core_self(), "_enqueue", None)
+    return getattr(core_self(limiter), "_enqueue", None)
 
 
 def wait_unless_left(
