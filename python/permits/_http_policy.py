@@ -395,16 +395,16 @@ class SyncLimit:
         now = limiter._try_now(key, n) if keyed else limiter._try_now(n)
         if now is not None:
             return now  # type: ignore[no-any-return]
-        enqueue = enqueue_of(limiter)
+        # An instrumented limiter (permits.metrics) queues in the engine of the limiter it wraps:
+        # its observer is handed that wait, to see it as it sees the waits of its own members.
+        observe = getattr(type(limiter), "_observe_wait", None)
+        enqueue = enqueue_of(limiter if observe is None else limiter.__wrapped__)
         if enqueue is None:  # (a limiter that does not queue in the engine: its own blocking wait)
             return limiter.wait(key, n, self.timeout) if keyed else limiter.wait(n, self.timeout)  # type: ignore[no-any-return]
 
         def waiting() -> Lease | None:
             return wait_unless_left(enqueue, key, keyed, n, self.timeout, sock)
 
-        # An instrumented limiter (permits.metrics) queues in the engine of the limiter it wraps:
-        # its observer is handed the wait, to see it as it sees the waits of its own members.
-        observe = getattr(type(limiter), "_observe_wait", None)
         lease = waiting() if observe is None else observe(limiter, waiting)
         if lease is None:
             return Lease.denied(reason=CLIENT_LEFT, metadata={"limiter": limiter.name})
