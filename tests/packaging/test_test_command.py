@@ -11,8 +11,8 @@ import pytest
 
 from _dist import ROOT, run
 
-EVERY_STEP = "cpp sanitize fuzz lint py package portability"
-LOCAL_STEPS = "cpp sanitize fuzz lint py package"
+EVERY_STEP = "cpp sanitize fuzz lint py docs package portability"
+LOCAL_STEPS = "cpp sanitize fuzz lint py docs package"
 
 
 def plan(command: str, *args: str, ci: str | None) -> str:
