@@ -11,26 +11,62 @@ from permits.awaitables import LeaseWait
 
 @final
 class Lease:
-    """The outcome of an acquisition: acquired or failed, with retry_after and reason."""
+    """The outcome of an acquisition: granted, or failed with a ``reason`` (and a ``retry_after``
+    when time will help). ``bool(lease)`` says which; ``with lease:`` releases it on exit.
+    """
 
     @property
-    def acquired(self) -> bool: ...
+    def acquired(self) -> bool:
+        """True when the permits were granted; ``bool(lease)`` is the same."""
     @property
-    def permit_count(self) -> int: ...
+    def permit_count(self) -> int:
+        """The permits requested: held, when acquired; a failed lease carries the count asked for."""
     @property
-    def retry_after(self) -> float | None: ...
+    def retry_after(self) -> float | None:
+        """Seconds until the same request would be granted if nothing else arrived, or None.
+
+        A failed ``acquire()`` or ``"queue_full"`` rejection of a time-based limiter (token bucket,
+        windows) always has one, exact: it counts the time already gone in the current period and, under
+        ``OLDEST_FIRST``, the requests queued ahead. None on granted leases, on a concurrency limiter's
+        failures (a release, not time, frees permits) and on failures by eviction, close, timeout or
+        ``"partition_limit"``. A custom limiter sets its own (``Lease.denied(retry_after=...)``).
+        """
     @property
-    def reason(self) -> str | None: ...
+    def reason(self) -> str | None:
+        """Why the lease failed; None when it was granted.
+
+        The engine's reasons: ``"limit_reached"`` (not enough permits now, or requests queued ahead under
+        ``OLDEST_FIRST``), ``"queue_full"`` (a wait found no room in the queue), ``"evicted"`` (pushed out
+        of a ``NEWEST_FIRST`` queue by a newer request), ``"closed"`` (the limiter was closed while the
+        request waited), ``"timeout"`` (``wait(timeout=...)`` ran out, or ``timeout=0`` would have had to
+        wait) and ``"partition_limit"`` (a new key found ``max_partitions`` reached and no idle key to
+        replace). A custom limiter may use reasons of its own.
+        """
     @property
-    def metadata(self) -> Mapping[str, object]: ...
-    def __bool__(self) -> bool: ...
-    def release(self) -> None: ...
+    def metadata(self) -> Mapping[str, object]:
+        """A read-only mapping of what the lease carries: ``"retry_after"`` and ``"reason"`` when set,
+        ``"limiter"`` (the name of the limiter that refused) on a failed lease, plus what a custom limiter
+        passed as ``metadata``. Empty on a granted engine lease.
+        """
+    def __bool__(self) -> bool:
+        """``lease.acquired``."""
+    def release(self) -> None:
+        """Gives a granted concurrency lease's permits back (serving the limiter's queue); idempotent.
+
+        Does nothing on a failed or zero-permit lease, on a time-based limiter's lease (time, not the
+        lease, brings those permits back) or once the limiter is closed. On a lease made by
+        ``Lease.granted(on_release=...)`` the first call runs ``on_release`` (its exception propagates).
+        A granted concurrency lease garbage-collected without ``release()`` gives its permits back, with a
+        ``ResourceWarning`` and a warning on the ``"permits"`` logger.
+        """
     def _refund(self) -> None: ...
     def _with_permit_count(self, permit_count: int, /) -> Lease: ...
-    def __enter__(self) -> Lease: ...
+    def __enter__(self) -> Lease:
+        """The lease itself: ``with lease:`` releases it on exit."""
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
-    ) -> bool: ...
+    ) -> bool:
+        """Releases the lease, as ``release()``; returns False (an exception propagates)."""
     @classmethod
     def granted(
         cls,
@@ -39,7 +75,15 @@ class Lease:
         on_release: Callable[[], object] | None = None,
         on_refund: Callable[[], object] | None = None,
         metadata: Mapping[str, object] | None = None,
-    ) -> Lease: ...
+    ) -> Lease:
+        """A granted lease of ``permit_count`` permits, for a custom limiter to return.
+
+        ``on_release()`` runs on the lease's first ``release()`` (or the end of ``with lease:``);
+        ``on_refund()`` runs instead when the grant is given back unused (a chain whose later member
+        refused, a cancelled ``acquire_async``), and defaults to ``on_release``. ``metadata`` (copied)
+        shows in ``lease.metadata``. Raises ``TypeError`` for a count that is not an int, a callback that
+        is not callable or metadata that is not a mapping; ``ValueError`` for a negative count.
+        """
     @classmethod
     def denied(
         cls,
@@ -47,15 +91,31 @@ class Lease:
         *,
         retry_after: float | None = None,
         metadata: Mapping[str, object] | None = None,
-    ) -> Lease: ...
+    ) -> Lease:
+        """A failed lease, for a custom limiter to return.
 
-class LimiterClosedError(RuntimeError): ...
+        ``reason`` defaults to ``"limit_reached"``; ``retry_after`` is in seconds (a finite number
+        >= 0) or None; ``metadata`` (copied) shows in ``lease.metadata``. Returned from a custom
+        limiter, it reports the requested ``permit_count`` and the limiter's name as
+        ``metadata["limiter"]``. Raises ``TypeError`` for a reason that is not a str, a ``retry_after``
+        that is not a number or metadata that is not a mapping; ``ValueError`` for a negative or infinite
+        ``retry_after``.
+        """
+
+class LimiterClosedError(RuntimeError):
+    """Raised by a limiter's calls after its ``close()``: ``acquire``,
+    ``acquire_async``, ``wait``, ``wait_async``, ``available_permits``, ``statistics`` and
+    ``try_replenish``. An invalid ``permit_count`` raises its ``ValueError`` first. Waits queued at the
+    close are not raised into: they end with a failed lease, reason ``"closed"``.
+    """
 
 def _lease_allocations() -> int: ...
 def _engine_pending_timers() -> int: ...
 
 class Clock:
-    def now_ns(self) -> int: ...
+    """What every clock is: the time in integer nanoseconds (a limiter's ``clock=`` takes one)."""
+    def now_ns(self) -> int:
+        """The clock's time in integer nanoseconds since its origin."""
 
 class MonotonicClock(Clock):
     @overload
@@ -63,12 +123,24 @@ class MonotonicClock(Clock):
     @overload  # "monotonic": CLOCK_MONOTONIC itself
     def __init__(self, source: str) -> None: ...
     @property
-    def source(self) -> str: ...
+    def source(self) -> str:
+        """What the clock reads: ``"tsc"`` (the CPU's time-stamp counter, scaled to nanoseconds) or
+        ``"monotonic"`` (``CLOCK_MONOTONIC``).
+        """
 
 class ManualClock(Clock):
     def __init__(self, start_ns: int = 0) -> None: ...
-    def advance_ns(self, delta_ns: int) -> None: ...
-    def pending_timers(self) -> int: ...
+    def advance_ns(self, delta_ns: int) -> None:
+        """Moves time forward by ``delta_ns`` nanoseconds and does, in this thread, the engine work
+        that came due (replenishment, waking waiters, timeouts). ``advance(seconds)`` does the same and
+        also evicts the idle partitions of the ``PartitionedLimiter`` instances on this clock and wakes
+        custom limiters' pauses: prefer it. Raises ``ValueError`` for a negative delta or one that would take
+        the clock past 2**63 - 2**60 ns.
+        """
+    def pending_timers(self) -> int:
+        """How many engine timers wait on this clock (wake-ups of queued requests, wait timeouts,
+        per-key evictions); ``advance()`` runs those that come due.
+        """
 
 class Notifier:
     def __init__(self) -> None: ...
@@ -84,28 +156,56 @@ class WaitHandle:
 
 @final
 class EngineLeaseWait(LeaseWait):
-    """What wait_async returns: await it for a lease, or `async with` it to release on exit."""
+    """What an engine limiter's ``wait_async`` and ``acquire_async`` return: ``await`` it for the
+    lease, or ``async with`` it to have the lease released on exit. ``asyncio.create_task`` and the
+    like take it as a coroutine.
+    """
 
-    def __await__(self) -> Generator[Any, None, Lease]: ...
-    def __iter__(self) -> EngineLeaseWait: ...
-    def __next__(self) -> Any: ...
-    def send(self, value: object, /) -> Any: ...
-    def throw(self, typ: object, val: object = ..., tb: object = ..., /) -> Any: ...
-    def close(self) -> None: ...
-    def __aenter__(self) -> EngineLeaseWait: ...
+    def __await__(self) -> Generator[Any, None, Lease]:
+        """Waits for the lease. A ``wait_async()`` waits once (awaiting it again raises ``RuntimeError``);
+        an ``acquire_async()`` gives its lease again.
+        """
+    def __iter__(self) -> EngineLeaseWait:
+        """The wait itself (it is its own iterator, as a coroutine's awaitable is)."""
+    def __next__(self) -> Any:
+        """One step of the wait, as ``send(None)``."""
+    def send(self, value: object, /) -> Any:
+        """Resumes the wait; the task awaiting it calls this, as on a coroutine."""
+    def throw(self, typ: object, val: object = ..., tb: object = ..., /) -> Any:
+        """Ends the wait with the exception (a task's cancellation): a queued request leaves the queue,
+        and a grant not yet handed over goes back.
+        """
+    def close(self) -> None:
+        """Ends the wait without a lease; a queued request leaves the queue."""
+    def __aenter__(self) -> EngineLeaseWait:
+        """``async with``: the wait itself, which the statement awaits for the lease (bound by ``as``)."""
     def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
-    ) -> Awaitable[None]: ...
+    ) -> Awaitable[None]:
+        """``async with``: releases the lease on exit."""
     # Queued, it is the future its task waits on (asyncio's duck-typed future protocol).
-    def get_loop(self) -> asyncio.AbstractEventLoop: ...
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop a queued wait waits in; ``RuntimeError`` while it is not waiting in one."""
     def add_done_callback(
         self, fn: Callable[[EngineLeaseWait], object], /, *, context: contextvars.Context | None = None
-    ) -> None: ...
-    def remove_done_callback(self, fn: Callable[[EngineLeaseWait], object], /) -> int: ...
-    def cancel(self, msg: object = None) -> bool: ...
-    def result(self) -> None: ...
-    def done(self) -> bool: ...
-    def cancelled(self) -> bool: ...
+    ) -> None:
+        """As ``asyncio.Future``'s: ``fn(wait)`` is called in its loop once the wait is resolved.
+        ``RuntimeError`` while it is not waiting in an event loop.
+        """
+    def remove_done_callback(self, fn: Callable[[EngineLeaseWait], object], /) -> int:
+        """As ``asyncio.Future``'s: removes ``fn``; returns how many were removed."""
+    def cancel(self, msg: object = None) -> bool:
+        """As ``asyncio.Future``'s: a queued request leaves the queue and the awaiting task gets
+        ``CancelledError``. Returns False when the wait is not queued (granted, ended or cancelled).
+        """
+    def result(self) -> None:
+        """As ``asyncio.Future``'s, for the awaiting task: None once resolved (the lease is the value of
+        the ``await``), the wait's exception after ``cancel()``, ``InvalidStateError`` before.
+        """
+    def done(self) -> bool:
+        """True once the wait is resolved, cancelled or awaited."""
+    def cancelled(self) -> bool:
+        """True once ``cancel()`` cancelled the wait."""
 
 class LoopBridge:
     def __init__(self, socket: bool = False) -> None: ...
@@ -125,17 +225,34 @@ def _set_bridge_factory(factory: Callable[[asyncio.AbstractEventLoop], LoopBridg
 
 # acquire, _try_now and wait_async are each concrete class's own (a fast call per class).
 class Limiter:
+    """The engine's limiter: the members every engine limiter (``TokenBucketLimiter`` and the others) shares."""
     @property
     def _clock(self) -> Clock: ...
     def _enqueue(self, permit_count: int, timeout_ns: int, notifier: Notifier | None) -> Lease | WaitHandle: ...
     def _wait(self, permit_count: int, timeout_ns: int) -> Lease: ...
-    def available_permits(self) -> int: ...
+    def available_permits(self) -> int:
+        """The permits a request could take now (a snapshot: other threads may take them at once).
+
+        For the sliding window counter, the largest request granted now; with
+        ``auto_replenishment=False``, as of the last ``try_replenish()``. Raises ``LimiterClosedError``
+        after ``close()``.
+        """
     def _statistics(self) -> tuple[int, int, int, int]: ...
     def _idle_duration_ns(self) -> int | None: ...
-    def try_replenish(self) -> bool: ...
-    def close(self) -> None: ...
+    def try_replenish(self) -> bool:
+        """With ``auto_replenishment=False``: applies all the replenishment the time since the last
+        call allows (by the automatic mode's rules), serves the queue and returns True. In automatic mode,
+        and for a concurrency limiter (no replenishment), it does nothing and returns False. Raises
+        ``LimiterClosedError`` after ``close()``, in either mode.
+        """
+    def close(self) -> None:
+        """Closes the limiter; idempotent. Queued waits end at once with a failed lease, reason
+        ``"closed"``, in the order they would have been served (not counted as failures); later calls
+        raise ``LimiterClosedError``. Leases granted before stay valid and may still be released.
+        """
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
     @property
     def _max_permits(self) -> int: ...
 
@@ -149,10 +266,32 @@ class TokenBucket(Limiter):
     def __init__(
         self, store: ShmStore, name: str, spec: specs.TokenBucket, queue_limit: int | None, newest_first: bool
     ) -> None: ...
-    def acquire(self, permit_count: int = 1) -> Lease: ...
+    def acquire(self, permit_count: int = 1) -> Lease:
+        """Takes ``permit_count`` permits now, or returns a failed lease; never blocks or queues.
+
+        A failure has reason ``"limit_reached"`` and ``retry_after`` (seconds until the same request would
+        succeed). ``acquire(0)`` takes nothing and succeeds when at least one permit is available. Raises
+        ``TypeError`` for a count that is not an int, ``ValueError`` for a negative one or one above the
+        limit, ``LimiterClosedError`` after ``close()``.
+        """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
-    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
-    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
+    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
+        any event loop (or none) may await it. Also an async context manager that releases the lease on
+        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """
+    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
+        ``async with limiter.wait_async() as lease:`` to have the lease released on exit.
+
+        Granted at once when it can be (no event loop round trip). Otherwise it queues and ends with the
+        lease, or with a failed one: ``"queue_full"`` (no room in the queue), ``"evicted"`` (pushed out
+        under ``NEWEST_FIRST``) or ``"closed"`` (the limiter was closed). A zero-permit wait completes
+        when at least one permit is available, taking none. Cancelling the awaiting task takes the request
+        out of the queue (a grant not yet handed over goes back); for a time limit use
+        ``asyncio.timeout()``. Works under asyncio and trio. Raises ``TypeError`` or ``ValueError`` for a
+        bad ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
+        """
 
 class FixedWindow(Limiter):
     @overload
@@ -163,10 +302,32 @@ class FixedWindow(Limiter):
     def __init__(
         self, store: ShmStore, name: str, spec: specs.FixedWindow, queue_limit: int | None, newest_first: bool
     ) -> None: ...
-    def acquire(self, permit_count: int = 1) -> Lease: ...
+    def acquire(self, permit_count: int = 1) -> Lease:
+        """Takes ``permit_count`` permits now, or returns a failed lease; never blocks or queues.
+
+        A failure has reason ``"limit_reached"`` and ``retry_after`` (seconds until the same request would
+        succeed). ``acquire(0)`` takes nothing and succeeds when at least one permit is available. Raises
+        ``TypeError`` for a count that is not an int, ``ValueError`` for a negative one or one above the
+        limit, ``LimiterClosedError`` after ``close()``.
+        """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
-    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
-    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
+    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
+        any event loop (or none) may await it. Also an async context manager that releases the lease on
+        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """
+    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
+        ``async with limiter.wait_async() as lease:`` to have the lease released on exit.
+
+        Granted at once when it can be (no event loop round trip). Otherwise it queues and ends with the
+        lease, or with a failed one: ``"queue_full"`` (no room in the queue), ``"evicted"`` (pushed out
+        under ``NEWEST_FIRST``) or ``"closed"`` (the limiter was closed). A zero-permit wait completes
+        when at least one permit is available, taking none. Cancelling the awaiting task takes the request
+        out of the queue (a grant not yet handed over goes back); for a time limit use
+        ``asyncio.timeout()``. Works under asyncio and trio. Raises ``TypeError`` or ``ValueError`` for a
+        bad ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
+        """
 
 class SlidingWindow(Limiter):
     @overload
@@ -177,10 +338,32 @@ class SlidingWindow(Limiter):
     def __init__(
         self, store: ShmStore, name: str, spec: specs.SlidingWindow, queue_limit: int | None, newest_first: bool
     ) -> None: ...
-    def acquire(self, permit_count: int = 1) -> Lease: ...
+    def acquire(self, permit_count: int = 1) -> Lease:
+        """Takes ``permit_count`` permits now, or returns a failed lease; never blocks or queues.
+
+        A failure has reason ``"limit_reached"`` and ``retry_after`` (seconds until the same request would
+        succeed). ``acquire(0)`` takes nothing and succeeds when at least one permit is available. Raises
+        ``TypeError`` for a count that is not an int, ``ValueError`` for a negative one or one above the
+        limit, ``LimiterClosedError`` after ``close()``.
+        """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
-    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
-    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
+    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
+        any event loop (or none) may await it. Also an async context manager that releases the lease on
+        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """
+    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
+        ``async with limiter.wait_async() as lease:`` to have the lease released on exit.
+
+        Granted at once when it can be (no event loop round trip). Otherwise it queues and ends with the
+        lease, or with a failed one: ``"queue_full"`` (no room in the queue), ``"evicted"`` (pushed out
+        under ``NEWEST_FIRST``) or ``"closed"`` (the limiter was closed). A zero-permit wait completes
+        when at least one permit is available, taking none. Cancelling the awaiting task takes the request
+        out of the queue (a grant not yet handed over goes back); for a time limit use
+        ``asyncio.timeout()``. Works under asyncio and trio. Raises ``TypeError`` or ``ValueError`` for a
+        bad ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
+        """
 
 class SlidingWindowCounter(Limiter):
     @overload
@@ -191,21 +374,67 @@ class SlidingWindowCounter(Limiter):
     def __init__(
         self, store: ShmStore, name: str, spec: specs.SlidingWindowCounter, queue_limit: int | None, newest_first: bool
     ) -> None: ...
-    def acquire(self, permit_count: int = 1) -> Lease: ...
+    def acquire(self, permit_count: int = 1) -> Lease:
+        """Takes ``permit_count`` permits now, or returns a failed lease; never blocks or queues.
+
+        A failure has reason ``"limit_reached"`` and ``retry_after`` (seconds until the same request would
+        succeed). ``acquire(0)`` takes nothing and succeeds when at least one permit is available. Raises
+        ``TypeError`` for a count that is not an int, ``ValueError`` for a negative one or one above the
+        limit, ``LimiterClosedError`` after ``close()``.
+        """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
-    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
-    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
+    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
+        any event loop (or none) may await it. Also an async context manager that releases the lease on
+        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """
+    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
+        ``async with limiter.wait_async() as lease:`` to have the lease released on exit.
+
+        Granted at once when it can be (no event loop round trip). Otherwise it queues and ends with the
+        lease, or with a failed one: ``"queue_full"`` (no room in the queue), ``"evicted"`` (pushed out
+        under ``NEWEST_FIRST``) or ``"closed"`` (the limiter was closed). A zero-permit wait completes
+        when at least one permit is available, taking none. Cancelling the awaiting task takes the request
+        out of the queue (a grant not yet handed over goes back); for a time limit use
+        ``asyncio.timeout()``. Works under asyncio and trio. Raises ``TypeError`` or ``ValueError`` for a
+        bad ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
+        """
 
 class Concurrency(Limiter):
     def __init__(
         self, clock: Clock, spec: specs.Concurrency, queue_limit: int | None, newest_first: bool, manual: bool
     ) -> None: ...
-    def acquire(self, permit_count: int = 1) -> Lease: ...
+    def acquire(self, permit_count: int = 1) -> Lease:
+        """Takes ``permit_count`` permits now, or returns a failed lease; never blocks or queues.
+
+        A failure has reason ``"limit_reached"`` and no ``retry_after`` (a release, not time, frees
+        permits). The lease holds its permits until ``release()`` (or the end of ``with lease:``).
+        ``acquire(0)`` takes nothing and succeeds when at least one permit is available. Raises
+        ``TypeError`` for a count that is not an int, ``ValueError`` for a negative one or one above
+        ``permit_limit``, ``LimiterClosedError`` after ``close()``.
+        """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
-    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
-    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
+    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
+        any event loop (or none) may await it. Also an async context manager that releases the lease on
+        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """
+    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
+        """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
+        ``async with limiter.wait_async() as lease:`` to have the lease released on exit.
+
+        Granted at once when it can be (no event loop round trip). Otherwise it queues and ends with the
+        lease, or with a failed one: ``"queue_full"`` (no room in the queue), ``"evicted"`` (pushed out
+        under ``NEWEST_FIRST``) or ``"closed"`` (the limiter was closed). A zero-permit wait completes
+        when at least one permit is available, taking none. Cancelling the awaiting task takes the request
+        out of the queue (a grant not yet handed over goes back); for a time limit use
+        ``asyncio.timeout()``. Works under asyncio and trio. Raises ``TypeError`` or ``ValueError`` for a
+        bad ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
+        """
 
 class PerKey:
+    """The engine's per-key table: what ``PerKeyLimiter`` runs on."""
     def __init__(
         self,
         clock: Clock,
@@ -215,21 +444,45 @@ class PerKey:
         idle_timeout_ns: int,
         max_partitions: int,
     ) -> None: ...
-    def acquire(self, resource: object, /, permit_count: int = 1) -> Lease: ...
+    def acquire(self, resource: object, /, permit_count: int = 1) -> Lease:
+        """Takes ``permit_count`` permits from ``resource``'s limit now, or returns a failed lease;
+        never blocks or queues.
+
+        ``resource`` is the key: a ``str``, ``bytes``, ``int`` or a tuple of them (``TypeError``
+        otherwise). A new key starts with a full limit; at ``max_partitions`` it fails with reason
+        ``"partition_limit"`` unless an idle key can make room. Other failures are as for a single
+        limiter's ``acquire()`` (``"limit_reached"``, with ``retry_after`` for time-based limits).
+        Raises ``ValueError`` for a negative ``permit_count`` or one above the limit,
+        ``LimiterClosedError`` after ``close()``.
+        """
     def _try_now(self, resource: object, /, permit_count: int = 1) -> Lease | None: ...
-    def wait_async(self, resource: object, /, permit_count: int = 1) -> EngineLeaseWait: ...
+    def wait_async(self, resource: object, /, permit_count: int = 1) -> EngineLeaseWait:
+        """Waits in ``resource``'s queue for ``permit_count`` permits: ``await`` it for the lease, or
+        ``async with`` it to have the lease released on exit. Keys, failures and cancellation are as for
+        ``acquire()`` and a single limiter's ``wait_async()``. Raises ``LimiterClosedError`` if the
+        limiter is closed already.
+        """
     def _enqueue(
         self, resource: object, permit_count: int, timeout_ns: int, notifier: Notifier | None
     ) -> Lease | WaitHandle: ...
     def _statistics(self, resource: object, /) -> tuple[int, int, int, int] | None: ...
     @property
-    def partition_count(self) -> int: ...
+    def partition_count(self) -> int:
+        """Keys that have state in the table now (evicted keys are not counted)."""
     def _totals(self) -> tuple[int, int, int, int]: ...
     def _memory(self) -> tuple[int, int]: ...
-    def evict_idle(self) -> int: ...
-    def close(self) -> None: ...
+    def evict_idle(self) -> int:
+        """Evicts every key idle (all permits back, nothing queued) for longer than ``idle_timeout``;
+        returns how many. The engine evicts on its own when each key comes due: this only makes it
+        happen now.
+        """
+    def close(self) -> None:
+        """Closes the limiter; idempotent. Every key's queued waits end at once with a failed lease,
+        reason ``"closed"``; later calls raise ``LimiterClosedError``.
+        """
     @property
-    def closed(self) -> bool: ...
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
 
 # permits.shm (Linux only: absent elsewhere).
 def _key_bytes(resource: object) -> bytes: ...
