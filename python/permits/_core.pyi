@@ -135,7 +135,7 @@ class ManualClock(Clock):
         that came due (replenishment, waking waiters, timeouts). ``advance(seconds)`` does the same and
         also evicts the idle partitions of the ``PartitionedLimiter`` instances on this clock and wakes
         custom limiters' pauses: prefer it. Raises ``ValueError`` for a negative delta or one that would take
-        the clock past 2**63 - 2**60 ns.
+        the clock past ``2**63 - 2**60`` ns.
         """
     def pending_timers(self) -> int:
         """How many engine timers wait on this clock (wake-ups of queued requests, wait timeouts,

@@ -17,6 +17,8 @@ class LimiterBase:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
         self.name = "default" if name is None else name
+        """The limiter's name (``"default"`` unless given): a failed lease names its limiter in
+        ``metadata["limiter"]``, and the metrics label its series with it."""
         #: The clock a chain measures this limiter's share of a wait's timeout on.
         self._rl_clock = resolve(clock)
         self._rl_closed = False
@@ -49,9 +51,13 @@ class LimiterBase:
         _pausing.wake_all()
 
     def close(self) -> None:
+        """Closes the limiter; idempotent. Waits in progress end with a failed lease (reason
+        ``"closed"``); later calls raise ``LimiterClosedError``. ``with limiter:`` closes on exit."""
         self._rl_mark_closed()
 
     async def aclose(self) -> None:
+        """``close()`` for async code (a partitioned limiter awaits each partition's ``aclose()``);
+        ``async with limiter:`` calls it on exit."""
         self.close()
 
     def __enter__(self) -> Self:

@@ -32,8 +32,9 @@ class MonotonicClock(_core.MonotonicClock):
 class ManualClock(_core.ManualClock):
     """A clock that moves only when :meth:`advance` is called.
 
-    Time is kept as integer nanoseconds. ``advance`` does at once, in the calling thread, all the
-    engine work that has come due (replenishment, waking waiters, timeouts), so tests need no sleeps.
+    It starts at ``start`` seconds (default 0); time is kept as integer nanoseconds. ``advance``
+    does at once, in the calling thread, all the engine work that has come due (replenishment,
+    waking waiters, timeouts), so tests need no sleeps.
     """
 
     def __init__(self, start: Duration = 0.0) -> None:
@@ -42,11 +43,12 @@ class ManualClock(_core.ManualClock):
         self._partitioned: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def now(self) -> float:
+        """The clock's time in seconds: its ``start`` plus every ``advance`` since."""
         return self.now_ns() / 1e9
 
     def advance(self, seconds: Duration) -> None:
         """Moves time forward by ``seconds`` (rounded to the nearest nanosecond); the clock stops
-        at 2**63 - 2**60 ns (about 255 years)."""
+        at ``2**63 - 2**60`` ns (about 255 years)."""
         delta = duration_ns(seconds, "seconds", allow_zero=True, maximum=MAX_CLOCK_NS)
         if delta > MAX_CLOCK_NS - self.now_ns():
             raise ValueError(f"seconds: advancing by {seconds!r} would take the clock past 2**63 - 2**60 ns")
@@ -69,6 +71,8 @@ _default_clock: MonotonicClock | None = None
 
 
 def resolve(clock: object) -> _core.Clock:
+    """The clock a limiter given ``clock=`` runs on: that clock, or for None the process's shared
+    ``MonotonicClock``. Raises ``TypeError`` for anything else."""
     global _default_clock
     if clock is None:
         if _default_clock is None:

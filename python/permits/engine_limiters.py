@@ -95,13 +95,28 @@ class _EngineLimiter(RateLimiter):
         return self  # type: ignore[return-value]
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """Blocks the calling thread (without holding the GIL) until ``permit_count`` permits are
+        granted, and returns the lease; granted at once when it can be.
+
+        ``timeout`` is in seconds (a float, an int or a ``timedelta``): None waits as long as it takes,
+        0 never waits. It runs on the limiter's clock, so with a ``ManualClock`` it passes when the
+        clock is advanced. The wait ends with a failed lease on ``"timeout"``, ``"queue_full"`` (no
+        room in the queue), ``"evicted"`` (pushed out under ``NEWEST_FIRST``) or ``"closed"``. Raises
+        ``ValueError`` for a negative timeout or a bad ``permit_count``, ``LimiterClosedError`` if the
+        limiter is closed already.
+        """
         return self._core_self()._wait(_check_permit_count(permit_count), timeout_ns(timeout))
 
     def statistics(self) -> Statistics:
+        """A snapshot of the counters: permits available now, permits queued, leases granted and
+        failed since construction (timeouts, cancellations and close are not failures). Raises
+        ``LimiterClosedError`` after ``close()``."""
         return Statistics(*self._core_self()._statistics())
 
     @property
     def idle_duration(self) -> float | None:
+        """Seconds since the limiter became fully idle (every permit available, nothing queued), or
+        None while it is in use. As a partition, the limiter is evicted once this passes the idle timeout."""
         ns = self._core_self()._idle_duration_ns()
         return None if ns is None else ns / 1e9
 
@@ -115,7 +130,9 @@ class ConcurrencyLimiter(_core.Concurrency, _EngineLimiter):  # type: ignore[mis
     """At most ``permit_limit`` permits held at once; a lease's ``release()`` gives them back."""
 
     spec: specs.Concurrency
+    """The limit, as a value: ``permits.specs.Concurrency(permit_limit)``."""
     permit_limit: int
+    """Permits held at once, at most."""
 
     def __init__(
         self,
@@ -134,10 +151,15 @@ class TokenBucketLimiter(_core.TokenBucket, _EngineLimiter):  # type: ignore[mis
     """``token_limit`` tokens; ``tokens_per_period`` come back every ``replenishment_period``."""
 
     spec: specs.TokenBucket
+    """The limit, as a value: ``permits.specs.TokenBucket(...)``."""
     token_limit: int
+    """Tokens the bucket holds at most: the largest burst."""
     tokens_per_period: int
+    """Tokens added every ``replenishment_period``."""
     replenishment_period: float
+    """Seconds between refills."""
     auto_replenishment: bool
+    """False: tokens are added only by ``try_replenish()``."""
 
     def __init__(
         self,
@@ -160,10 +182,15 @@ class FixedWindowLimiter(_core.FixedWindow, _EngineLimiter):  # type: ignore[mis
     """At most ``permit_limit`` grants per window; windows follow each other from construction."""
 
     spec: specs.FixedWindow
+    """The limit, as a value: ``permits.specs.FixedWindow(permit_limit, window)``."""
     permit_limit: int
+    """Grants per window, at most."""
     window: float
+    """The window's length in seconds."""
     replenishment_period: float
+    """Seconds between replenishments: the window."""
     auto_replenishment: bool
+    """False: a new window starts only in ``try_replenish()``."""
 
     def __init__(
         self,
@@ -185,11 +212,17 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
     """At most ``permit_limit`` grants in any window, which slides by ``window / segments_per_window``."""
 
     spec: specs.SlidingWindow
+    """The limit, as a value: ``permits.specs.SlidingWindow(permit_limit, window, segments_per_window)``."""
     permit_limit: int
+    """Grants in any window, at most."""
     window: float
+    """The window's length in seconds."""
     segments_per_window: int
+    """Segments the window is cut into: it slides by one segment at a time."""
     replenishment_period: float
+    """Seconds between replenishments: one segment (whole nanoseconds)."""
     auto_replenishment: bool
+    """False: the window slides only in ``try_replenish()``."""
 
     def __init__(
         self,
@@ -212,10 +245,15 @@ class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  
     """Two fixed windows weighted by the elapsed fraction: O(1) state, no boundary burst."""
 
     spec: specs.SlidingWindowCounter
+    """The limit, as a value: ``permits.specs.SlidingWindowCounter(permit_limit, window)``."""
     permit_limit: int
+    """Grants per window, at most, the previous window's grants counting by how much of it still overlaps."""
     window: float
+    """The window's length in seconds."""
     replenishment_period: float
+    """Seconds between replenishments: the window."""
     auto_replenishment: bool
+    """False: the windows move on only in ``try_replenish()``."""
 
     def __init__(
         self,
@@ -250,6 +288,7 @@ class NoLimiter(RateLimiter):
         return self.acquire(permit_count)
 
     def acquire_async(self, permit_count: int = 1) -> LeaseWait:
+        """``acquire()``, as an awaitable of its (granted) lease; also an async context manager."""
         return _Ready(self.acquire(permit_count))
 
     async def _wait_async(self, permit_count: int) -> Lease:
@@ -257,9 +296,11 @@ class NoLimiter(RateLimiter):
 
     @property
     def idle_duration(self) -> float | None:
+        """Seconds since the last grant (or construction); never None."""
         return max(0, self._rl_clock.now_ns() - self._last_used_ns) / 1e9
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """``acquire()``: granted at once, never waits (``timeout`` is checked, then unused)."""
         timeout_ns(timeout)
         return self.acquire(permit_count)
 

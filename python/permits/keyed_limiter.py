@@ -111,6 +111,7 @@ class KeyedRateLimiter(LimiterBase):
         return PolledLeaseWait(_OneResource(self, resource), n)
 
     def available_permits(self, resource: object) -> int:
+        """The permits a request for ``resource`` could take now: its ``current_available_permits``."""
         return self.statistics(resource).current_available_permits
 
     def statistics(self, resource: object = None) -> Statistics:

@@ -39,8 +39,12 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
             self, self._rl_clock, template.spec, queue_limit, newest_first, idle_ns, max_partitions or 0
         )
         self.spec = template.spec
+        """Every key's limit, as a value (``permits.specs.TokenBucket(...)`` and the like)."""
         self.idle_timeout = idle_ns / 1e9
+        """Seconds a key stays fully idle (all permits back, nothing queued) before it is evicted."""
         self.max_partitions = max_partitions
+        """The most keys held at once, or None for no bound; a new key beyond it fails with reason
+        ``"partition_limit"`` unless an idle key can make room."""
 
     def _core_self(self) -> _core.PerKey:
         return self
@@ -50,21 +54,38 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
             raise LimiterClosedError("the limiter is closed")
 
     async def aclose(self) -> None:
+        """``close()`` for async code; ``async with limiter:`` calls it on exit."""
         self.close()  # the engine's table: no partition limiters of their own to await
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """``acquire(resource, permit_count)``, made now, as an awaitable of its lease: it never queues.
+        Also an async context manager that releases the lease on exit. Raises as ``acquire()``."""
         return _Ready(self._core_self().acquire(resource, permit_count))
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """Blocks the calling thread until ``resource``'s permits are granted, and returns the lease.
+
+        ``timeout`` is in seconds (None: as long as it takes; 0: never waits), on the limiter's
+        clock. The wait ends with a failed lease on ``"timeout"``, ``"queue_full"``, ``"evicted"``,
+        ``"closed"`` or ``"partition_limit"``. Raises ``TypeError`` for a key that is not a ``str``,
+        ``bytes``, ``int`` or a tuple of them, ``ValueError`` for a negative timeout or a bad
+        ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
+        """
         n = _check_permit_count(permit_count)
         result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None)
         return result if isinstance(result, Lease) else result.block()
 
     def available_permits(self, resource: object) -> int:
+        """The permits a request for ``resource`` could take now (a new key is added with its full
+        limit; 0 when ``max_partitions`` leaves no room for it). Raises ``LimiterClosedError`` after
+        ``close()``."""
         stats = self._core_self()._statistics(resource)
         return 0 if stats is None else stats[0]
 
     def statistics(self, resource: object = None) -> Statistics:
+        """``resource``'s counters (a new key is added, as in ``available_permits``), or with no
+        resource the totals over every key, evicted keys' grants and failures included. Raises
+        ``LimiterClosedError`` after ``close()``."""
         if resource is None:
             return Statistics(*self._core_self()._totals())
         stats = self._core_self()._statistics(resource)

@@ -17,7 +17,11 @@ class QueueOrder(enum.Enum):
     """Which queued request is served first when permits come back."""
 
     OLDEST_FIRST = 0
+    """First in, first out: a request that cannot be granted at once waits behind those queued
+    before it, and no later request takes permits ahead of them."""
     NEWEST_FIRST = 1
+    """Last in, first out: the newest request is served first; when the queue is full, a new request
+    pushes the oldest queued ones out (their waits end with reason ``"evicted"``)."""
 
 
 @dataclass(frozen=True)
@@ -25,9 +29,13 @@ class Statistics:
     """A snapshot of a limiter's counters (a new object on every call)."""
 
     current_available_permits: int
+    """Permits a request could take now."""
     current_queued_count: int
+    """Permits (not requests) waiting in the queue."""
     total_successful_leases: int
+    """Leases granted since construction, at once or from the queue."""
     total_failed_leases: int
+    """Failed leases since construction; timeouts, cancellations and close are not counted."""
 
 
 def _check_permit_count(permit_count: object) -> int:
@@ -132,9 +140,12 @@ class RateLimiter(LimiterBase):
         return PolledLeaseWait(self, n)
 
     def available_permits(self) -> int:
+        """The permits a request could take now: ``statistics().current_available_permits``."""
         return self.statistics().current_available_permits
 
     def statistics(self) -> Statistics:
+        """A snapshot of the limiter's counters; raises ``LimiterClosedError`` after ``close()``. A custom
+        limiter without ``_statistics`` reports its own grant and failure counts, 0 available and 0 queued."""
         self._check_open()
         return self._statistics()
 
@@ -144,4 +155,6 @@ class RateLimiter(LimiterBase):
         return None
 
     def try_replenish(self) -> bool:
+        """In manual mode (``auto_replenishment=False``) applies the replenishment due and returns True;
+        False where there is nothing to do by hand. This default, a custom limiter's, returns False."""
         return False
