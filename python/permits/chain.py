@@ -19,6 +19,7 @@ from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 
 Member = RateLimiter | KeyedRateLimiter
+"""What a chain may hold: plain limiters and keyed ones."""
 
 
 def _each(leases: Sequence[Lease], give_back: Callable[[Lease], object]) -> list[BaseException]:
@@ -156,6 +157,7 @@ class ChainedLimiter(RateLimiter):
 
     @property
     def limiters(self) -> tuple[RateLimiter, ...]:
+        """The chained limiters, in the order they are asked."""
         return self._limiters
 
     def _acquire(self, permit_count: int) -> Lease:
@@ -171,6 +173,16 @@ class ChainedLimiter(RateLimiter):
         return _combined_statistics([limiter.statistics() for limiter in self._limiters])
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """Blocks the calling thread until every limiter has granted ``permit_count`` permits, and
+        returns one lease for all; each limiter is waited for in turn, holding what the earlier ones
+        granted.
+
+        ``timeout`` (seconds; None: as long as it takes) bounds the whole wait, each limiter's part
+        measured on that limiter's clock. A limiter's failure (``"timeout"``, ``"queue_full"``...)
+        gives back what the earlier ones granted and is returned; closing the chain meanwhile ends
+        the wait with reason ``"closed"``. Raises ``ValueError`` for a bad ``permit_count``,
+        ``LimiterClosedError`` if the chain is closed already.
+        """
         n = _check_permit_count(permit_count)
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()
@@ -190,6 +202,8 @@ class ChainedLimiter(RateLimiter):
         return min(d for d in durations if d is not None)
 
     def try_replenish(self) -> bool:
+        """Calls every limiter's ``try_replenish()``; True if any of them replenished (those made
+        with ``auto_replenishment=False``). Raises ``LimiterClosedError`` after ``close()``."""
         self._check_open()
         replenished = False
         for limiter in self._limiters:
@@ -216,14 +230,18 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
         super().__init__(name=name, clock=limiters[0]._rl_clock)
         self._limiters = tuple(limiters)
         self.idle_timeout = None
+        """None: the chain evicts nothing itself; its keyed members have their own idle timeouts."""
         self.max_partitions = None
+        """None: the chain bounds nothing itself; its keyed members have their own bounds."""
 
     @property
     def limiters(self) -> tuple[Member, ...]:
+        """The chained limiters, in the order they are asked."""
         return self._limiters
 
     @property
     def partition_count(self) -> int:
+        """The live partitions of the keyed members, added up (plain members have none)."""
         return sum(lim.partition_count for lim in self._limiters if isinstance(lim, KeyedRateLimiter))
 
     def evict_idle(self) -> int:
@@ -273,6 +291,8 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
         )
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """As ``ChainedLimiter.wait``, for ``resource``: the keyed members wait for its
+        permits, the plain ones for their own."""
         n = _check_permit_count(permit_count)
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()

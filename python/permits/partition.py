@@ -16,6 +16,7 @@ from .rate_limiter import QueueOrder, RateLimiter
 from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket, parse
 
 Factory = Callable[[Hashable, Any], RateLimiter]
+"""A partition's ``factory``: ``factory(key, clock)`` builds the limiter of ``key`` on ``clock``."""
 
 
 # A partitioner makes a partition on every request, mostly with the same options: the templates
@@ -78,11 +79,16 @@ class Partition:
         options: tuple[int | None, QueueOrder, str | None] = (None, QueueOrder.OLDEST_FIRST, None),
     ) -> None:
         self.key = key
+        """The partition's key: which limiter of a ``PartitionedLimiter`` the resource counts against."""
         self.spec = spec
+        """The limit, a ``permits.specs`` value; None for ``no_limiter`` and ``custom`` partitions."""
         self.factory = factory  # (key, clock) -> RateLimiter, called once per key
+        """``factory(key, clock)`` builds the limiter the partition describes, on ``clock``; a
+        ``PartitionedLimiter`` calls it once per key, on first use."""
         self._options = options  # queue_limit, queue_order, name: the spec's limiter's, checked
 
     def with_key(self, key: Hashable) -> Partition:
+        """The same partition (spec, factory, queue options and name) for ``key``."""
         return Partition(key, self.spec, self.factory, self._options)
 
     def __repr__(self) -> str:
@@ -143,6 +149,9 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        """The partition of ``key`` limited by a token bucket: ``Partition.of(key,
+        TokenBucket(token_limit, tokens_per_period, replenishment_period), ...)``. The period is in
+        seconds (or a ``timedelta``). Raises ``ValueError`` or ``TypeError`` for a bad option, now."""
         limits = (token_limit, tokens_per_period, replenishment_period)
         return _made(key, TokenBucket, limits, queue_limit, queue_order, name)
 
@@ -156,6 +165,9 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        """The partition of ``key`` limited by a fixed window: ``Partition.of(key,
+        FixedWindow(permit_limit, window), ...)``, ``window`` in seconds (or a ``timedelta``). Raises
+        ``ValueError`` or ``TypeError`` for a bad option, now."""
         return _made(key, FixedWindow, (permit_limit, window), queue_limit, queue_order, name)
 
     @staticmethod
@@ -169,6 +181,9 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        """The partition of ``key`` limited by a sliding window: ``Partition.of(key,
+        SlidingWindow(permit_limit, window, segments_per_window), ...)``, ``window`` in seconds (or a
+        ``timedelta``). Raises ``ValueError`` or ``TypeError`` for a bad option, now."""
         limits = (permit_limit, window, segments_per_window)
         return _made(key, SlidingWindow, limits, queue_limit, queue_order, name)
 
@@ -182,6 +197,9 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        """The partition of ``key`` limited by a sliding window counter: ``Partition.of(key,
+        SlidingWindowCounter(permit_limit, window), ...)``, ``window`` in seconds (or a
+        ``timedelta``). Raises ``ValueError`` or ``TypeError`` for a bad option, now."""
         return _made(key, SlidingWindowCounter, (permit_limit, window), queue_limit, queue_order, name)
 
     @staticmethod
@@ -193,14 +211,21 @@ class Partition:
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         name: str | None = None,
     ) -> Partition:
+        """The partition of ``key`` limited to ``permit_limit`` permits held at once:
+        ``Partition.of(key, Concurrency(permit_limit), ...)``. Raises ``ValueError`` or ``TypeError``
+        for a bad option, now."""
         return _made(key, Concurrency, (permit_limit,), queue_limit, queue_order, name)
 
     @staticmethod
     def no_limiter(key: Hashable) -> Partition:
+        """The partition of ``key`` with no limit: its limiter (a ``NoLimiter``) grants every request."""
         return Partition(key, None, _no_limiter)
 
     @staticmethod
     def custom(key: Hashable, factory: Callable[[Hashable], RateLimiter]) -> Partition:
+        """The partition of ``key`` whose limiter ``factory(key)`` builds, on the key's first use; the
+        limiter runs on its own clock. Raises ``TypeError`` now if ``factory`` is not callable, and
+        when the limiter is built if it is not a ``permits.RateLimiter``."""
         if not callable(factory):
             raise TypeError("factory must be callable: factory(key) -> RateLimiter")
 

@@ -115,7 +115,11 @@ class PartitionedLimiter(KeyedRateLimiter):
         self._partitioner = partitioner
         self._idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
         self.idle_timeout = self._idle_ns / 1e9
+        """Seconds a partition stays fully idle (all permits back, nothing queued) before it is
+        evicted and its limiter closed."""
         self.max_partitions = max_partitions
+        """The most partitions held at once, or None for no bound; a new key beyond it takes the
+        place of a fully idle partition, else gets a failed lease, reason ``"partition_limit"``."""
         self._clock = self._rl_clock
         # Guards the map's structure only; never held while a factory or a limiter runs.
         self._lock = threading.Lock()
@@ -390,6 +394,17 @@ class PartitionedLimiter(KeyedRateLimiter):
                 return lease
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """Blocks the calling thread until ``resource``'s partition grants ``permit_count`` permits,
+        and returns the lease; granted at once when it can be. Only this key waits.
+
+        ``timeout`` is in seconds (None: as long as it takes; 0: never waits), on the partition
+        limiter's clock. The wait ends with a failed lease as the partition's limiter ends it
+        (``"timeout"``, ``"queue_full"``, ``"closed"``...), or ``"partition_limit"`` when
+        ``max_partitions`` leaves no room for a new key. Raises ``ValueError`` for a bad
+        ``permit_count`` (or a negative timeout, once the request has to wait), ``TypeError`` for a
+        partition key that is not a ``str``, ``bytes``, ``int`` or a tuple of them,
+        ``LimiterClosedError`` after ``close()``.
+        """
         n = _check_permit_count(permit_count)
         while True:
             found = self._entry(resource)
@@ -419,6 +434,9 @@ class PartitionedLimiter(KeyedRateLimiter):
                 lease._refund()
 
     def available_permits(self, resource: object) -> int:
+        """The permits a request for ``resource`` could take now, from its partition's limiter (a new
+        key's partition is made, as by ``acquire``; 0 when ``max_partitions`` leaves no room for it).
+        Raises ``LimiterClosedError`` after ``close()``."""
         return int(self._on_limiter(resource, lambda limiter: limiter.available_permits(), 0))
 
     def _statistics(self, resource: object) -> Statistics:

@@ -35,7 +35,11 @@ class PostgresStore(ServerStore):
         clock: Any = None,
     ) -> None:
         self.timeout = check_timeout(timeout)
+        """Seconds each call to the server may take (more than 0, at most 3600); past it, the
+        acquisition ends as ``on_error`` says."""
         self.table = table
+        """The name of the table that holds the limiters' state, in the connection's current schema
+        (created, with its index and functions, on first use)."""
         self._backend = PostgresBackend(conninfo_or_pool, table=table, timeout=self.timeout)
         self._setup(on_error, clock)
 

@@ -55,7 +55,10 @@ class RedisStore(ServerStore):
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         self.timeout = check_timeout(timeout)
+        """Seconds each call to the server may take (more than 0, at most 3600); past it, the
+        acquisition ends as ``on_error`` says."""
         self.prefix = prefix
+        """What every key this store writes on the server starts with."""
         self._backend = RedisBackend(client, prefix=prefix, timeout=self.timeout)
         self._setup(on_error, clock)
         if reserve is not None:
@@ -65,8 +68,13 @@ class RedisStore(ServerStore):
                 raise ValueError(f"reserve must be at least 1, got {reserve!r}")
             self._returns = Returns(self._backend.is_async, manual=clock is not None)
         self.reserve = reserve
+        """How many permits the time-based limiters take from the server at a time, or None: each
+        acquisition asks the server."""
 
     def close(self) -> None:
+        """Closes the limiters this store made in this process (their waits end with reason
+        ``"closed"``; the permits they hold in reserve go back to the server) and stops renewing
+        their leases; the server's state stays, and so does the client."""
         super().close()  # (the limiters' stocks go back to the server)
         if self.reserve is not None:
             self._returns.stop()

@@ -63,8 +63,12 @@ class SharedConcurrencyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[
     holding permits has them back at once when its pid can be checked, else ``lease_ttl`` later."""
 
     spec: specs.Concurrency
+    """The limit, as a value: ``permits.specs.Concurrency(permit_limit)``."""
     permit_limit: int
+    """The most permits held at once, every process of the store together."""
     lease_ttl: float
+    """Seconds after its holder's last heartbeat that a lease of a process that died, and whose
+    pid cannot be checked, gives its permits back."""
 
 
 class _KeyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[misc]
@@ -82,8 +86,13 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         KeyedRateLimiter.__init__(self, name=name, clock=clock)
         self._table = table
         self.spec = template.spec
+        """Every key's limit, as a value (``permits.specs.TokenBucket(...)`` and the like)."""
         self.idle_timeout = idle_timeout
+        """Seconds a key stays fully idle (all permits back, nothing queued) before it may make room
+        for a new key."""
         self.max_partitions: int = table.max_partitions
+        """The most keys in the segment at once (by default the store's capacity); a new key beyond it
+        takes the place of an idle one, else gets a failed lease, reason ``"partition_limit"``."""
         self._keys: dict[tuple[type, object], Any] = {}
         self._dropped = [0, 0]
 
@@ -126,22 +135,44 @@ class SharedKeyedLimiter(KeyedRateLimiter):
 
     # ---- the public members, straight to the key's engine limiter ----
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
+        """Takes ``permit_count`` of ``resource``'s permits now, or returns a failed lease (reason
+        ``"limit_reached"``, or ``"partition_limit"`` when there is no room for a new key); never
+        waits. Raises ``TypeError`` for a key that is not a ``str``, ``bytes``, ``int`` or a tuple of
+        them, ``ValueError`` for a bad ``permit_count``, ``LimiterClosedError`` after ``close()``."""
         return self._limiter(resource).acquire(permit_count)
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """``acquire(resource, permit_count)`` as an awaitable of its lease: it never queues. Also an
+        async context manager that releases the lease on exit. Raises as ``acquire()``."""
         return self._limiter(resource).acquire_async(permit_count)
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """Blocks the calling thread until ``resource``'s permits are granted, and returns the lease;
+        the request queues in this process.
+
+        ``timeout`` is in seconds (None: as long as it takes; 0: never waits), on the store's clock.
+        The wait ends with a failed lease on ``"timeout"``, ``"queue_full"``, ``"evicted"``,
+        ``"closed"`` or ``"partition_limit"``. Raises as ``acquire()``, and ``ValueError`` for a
+        negative timeout.
+        """
         lease: Lease = self._limiter(resource)._wait(_check_permit_count(permit_count), timeout_ns(timeout))
         return lease
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """Waits for ``resource``'s permits without blocking the event loop (asyncio or trio), queued
+        in this process; awaited, it gives the lease. Also an async context manager that releases
+        the lease on exit. Raises as ``acquire()``."""
         return self._limiter(resource).wait_async(permit_count)
 
     def available_permits(self, resource: object) -> int:
+        """The permits a request for ``resource`` could take now, every process's grants counted (0
+        for a new key when there is no room for it). Raises as ``acquire()``."""
         return int(self._limiter(resource).available_permits())
 
     def statistics(self, resource: object = None) -> Statistics:
+        """``resource``'s counters, or with no resource the totals over the keys this process has
+        used (other processes' keys are not known here). Permits available count every process's
+        grants; queued requests and the lease totals are this process's. Raises as ``acquire()``."""
         if resource is not None:
             return self._limiter(resource).statistics()
         self._check_open()
@@ -158,12 +189,17 @@ class SharedKeyedLimiter(KeyedRateLimiter):
 
     @property
     def partition_count(self) -> int:
+        """The keys in the segment now, every process's."""
         return int(self._table.size)
 
     def evict_idle(self) -> int:
+        """Drops every key of the segment fully idle for longer than ``idle_timeout``; returns how many."""
         return int(self._table.evict_idle())
 
     def close(self) -> None:
+        """Closes this limiter in this process: its queued waits end with reason ``"closed"`` and
+        later calls raise ``LimiterClosedError``. The keys' state in the segment and other
+        processes are not affected."""
         if self._rl_closed:
             return
         self._rl_closed = True
@@ -171,6 +207,7 @@ class SharedKeyedLimiter(KeyedRateLimiter):
             limiter.close()
 
     async def aclose(self) -> None:
+        """``close()`` for async code; ``async with limiter:`` calls it on exit."""
         self.close()
 
     def __repr__(self) -> str:
@@ -199,9 +236,14 @@ class SharedMemoryStore(StoreFactories):
         elif not isinstance(clock, ManualClock):
             raise TypeError(f"clock must be a permits.ManualClock or None, got {type(clock).__name__}")
         self.name = name
+        """The segment's name: it is ``/dev/shm/permits.<name>``."""
         self.capacity = capacity
+        """The room for keys of the per-key limiters (``partitioned``), all of them together."""
         self.mode = mode
+        """The file mode the segment is created with (``0o600``: its user only)."""
         self.clock = clock
+        """The store limiters' clock: a ``permits.ManualClock`` given for tests, else the host's
+        ``CLOCK_MONOTONIC``, which every process reads alike."""
         self._core: Any = _core.ShmStore(name, capacity, mode, clock)
         self._limiters: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False

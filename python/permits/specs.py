@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # engine_limiters.py imports this module; its classes are nam
     )
 
 L = TypeVar("L", bound=RateLimiter, covariant=True)
+"""The limiter class a spec's ``limiter()`` builds (``TokenBucketLimiter`` for a ``TokenBucket``...)."""
 _set = object.__setattr__  # a spec's __init__ sets its slots past its own __setattr__, which refuses
 
 
@@ -123,8 +124,11 @@ class TokenBucket(Spec["TokenBucketLimiter"]):
     _attributes = __match_args__
     _engine = _core.TokenBucket
     token_limit: int
+    """The most tokens the bucket holds: the largest burst."""
     tokens_per_period: int
+    """Tokens added back every ``replenishment_period`` (up to ``token_limit``)."""
     replenishment_period: float  # seconds
+    """Seconds between refills (a ``timedelta`` given is kept as its seconds)."""
     _period_ns: int
 
     def __init__(self, token_limit: int, tokens_per_period: int, replenishment_period: Duration) -> None:
@@ -145,7 +149,9 @@ class _Window(Spec[L]):
     __match_args__ = ("permit_limit", "window")
     _attributes = (*__match_args__, "replenishment_period")
     permit_limit: int
+    """The most grants per window."""
     window: float  # seconds
+    """The window's length in seconds (a ``timedelta`` given is kept as its seconds)."""
     _window_ns: int
 
     def __init__(self, permit_limit: int, window: Duration) -> None:
@@ -179,8 +185,11 @@ class SlidingWindow(Spec["SlidingWindowLimiter"]):
     _attributes = (*__match_args__, "replenishment_period")
     _engine = _core.SlidingWindow
     permit_limit: int
+    """The most grants in any window."""
     window: float  # seconds
+    """The window's length in seconds (a ``timedelta`` given is kept as its seconds)."""
     segments_per_window: int
+    """How many segments a window has: it slides one segment at a time."""
     _window_ns: int
 
     def __init__(self, permit_limit: int, window: Duration, segments_per_window: int) -> None:
@@ -217,6 +226,7 @@ class Concurrency(Spec["ConcurrencyLimiter"]):
     _engine = _core.Concurrency
     _replenishing = False
     permit_limit: int
+    """The most permits held at once."""
 
     def __init__(self, permit_limit: int) -> None:
         limit = count(permit_limit, "permit_limit")

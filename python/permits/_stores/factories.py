@@ -25,6 +25,8 @@ def spec_of(spec: object, argument: str = "spec") -> specs.Spec[Any]:
 
 
 class StoreFactories:
+    """The limiter makers of a store; each is ``limiter(name, spec)`` with the spec of its arguments."""
+
     def limiter(
         self,
         name: str,
@@ -46,6 +48,9 @@ class StoreFactories:
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
     ) -> RateLimiter:
+        """The store's token bucket named ``name``: ``token_limit`` tokens, ``tokens_per_period``
+        back every ``replenishment_period`` (seconds, or a ``timedelta``). As ``limiter(name,
+        TokenBucket(...))``; raises ``ValueError`` or ``TypeError`` for a bad option."""
         spec = specs.TokenBucket(token_limit, tokens_per_period, replenishment_period)
         return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
 
@@ -58,6 +63,9 @@ class StoreFactories:
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
     ) -> RateLimiter:
+        """The store's fixed window named ``name``: at most ``permit_limit`` grants per ``window``
+        (seconds, or a ``timedelta``). As ``limiter(name, FixedWindow(...))``; raises ``ValueError``
+        or ``TypeError`` for a bad option."""
         spec = specs.FixedWindow(permit_limit, window)
         return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
 
@@ -71,6 +79,9 @@ class StoreFactories:
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
     ) -> RateLimiter:
+        """The store's sliding window named ``name``: at most ``permit_limit`` grants in any
+        ``window`` (seconds, or a ``timedelta``), sliding by ``window / segments_per_window``. As
+        ``limiter(name, SlidingWindow(...))``; raises ``ValueError`` or ``TypeError`` for a bad option."""
         spec = specs.SlidingWindow(permit_limit, window, segments_per_window)
         return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
 
@@ -83,6 +94,10 @@ class StoreFactories:
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
     ) -> RateLimiter:
+        """The store's sliding window counter named ``name``: ``permit_limit`` grants per ``window``
+        (seconds, or a ``timedelta``), the previous window weighted by how much of it is still in
+        view. As ``limiter(name, SlidingWindowCounter(...))``; raises ``ValueError`` or ``TypeError``
+        for a bad option."""
         spec = specs.SlidingWindowCounter(permit_limit, window)
         return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order)
 
@@ -95,5 +110,9 @@ class StoreFactories:
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
     ) -> RateLimiter:
+        """The store's concurrency limiter named ``name``: at most ``permit_limit`` permits held at
+        once, every process together; ``lease.release()`` gives them back. The permits of a process
+        that died holding them come back at the latest ``lease_ttl`` seconds after it last renewed
+        them. As ``limiter(name, Concurrency(permit_limit), lease_ttl=...)``."""
         spec = specs.Concurrency(permit_limit)
         return self.limiter(name, spec, queue_limit=queue_limit, queue_order=queue_order, lease_ttl=lease_ttl)
