@@ -359,10 +359,17 @@ class SyncLimit:
             limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
             on_rejected=on_rejected, headers=headers,
         )  # fmt: skip
+        """The checked options: ``policy.limiter`` (the instrumented one when the middleware has
+        ``metrics``), ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
+        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
         check_sync("key", key)
         check_sync("on_rejected", on_rejected)
         self.timeout = check_timeout(timeout, bool(self.policy.wait))
+        """Seconds a request may wait for its permits with ``wait=True`` (then it is rejected), or
+        None for no bound."""
         self.exempt = check_exempt(exempt)
+        """The exempt path prefixes, as a tuple (a trailing ``/`` dropped): a path equal to one, or
+        below it, skips this limit."""
         # The built-in client_ip reads the environ itself: no request object is made for it.
         self._client_ip = self.policy.key if isinstance(self.policy.key, _ClientIP) else None
 
@@ -469,11 +476,16 @@ class Handoff:
 
     def __init__(self) -> None:
         self.route_leases: list[Lease] = []
-        self.route_rejected = False  # (a route's limit refused the request: counted by metrics=)
+        """The leases the route's limits granted, released by the middleware once the response has
+        been sent."""
+        self.route_rejected = False
+        """True once a route's limit refused the request (``metrics=`` counts it apart)."""
         self.quotas: list[Quota | None] = []
-        # A route's on_rejected response and its headers, for the middleware to send in place of
-        # the framework's answer to the route's exception.
+        """The route's limits' figures for the ``RateLimit`` headers: the response carries those of
+        the limit with the fewest permits left."""
         self.rejection: tuple[Any, list[tuple[str, str]]] | None = None
+        """A route's ``on_rejected`` response and its headers, which the middleware sends in place of
+        the framework's answer to the route's rejection; None when there is none."""
 
 
 def refund_before_rejection(granted: list[Lease]) -> None:

@@ -36,16 +36,22 @@ from .keys import _ClientIP, _Header
 from .rate_limiter import RateLimiter
 
 Scope = MutableMapping[str, Any]
+"""An ASGI connection scope."""
 Message = MutableMapping[str, Any]
+"""An ASGI event, received or sent."""
 Receive = Callable[[], Awaitable[Message]]
+"""An ASGI ``receive`` callable."""
 Send = Callable[[Message], Awaitable[None]]
+"""An ASGI ``send`` callable."""
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+"""An ASGI application: ``await app(scope, receive, send)``."""
 
-#: Where the middleware leaves its handoff in the ASGI scope, for a route's dependency to find.
 HANDOFF = "permits.handoff"
-#: The close code of a rejected WebSocket when the server cannot send an HTTP denial response:
-#: 1013 "Try Again Later" (RFC 6455's registry), the code meant for a temporary refusal.
+"""The scope key of the request's ``Handoff``, where the middleware and a route's
+``permits.fastapi.RateLimit`` meet."""
 WEBSOCKET_CLOSE_CODE = 1013
+"""The close code of a rejected WebSocket when the server cannot send an HTTP denial response:
+1013 "Try Again Later" (RFC 6455's registry), the code meant for a temporary refusal."""
 
 
 def _with_headers(message: Message, headers: list[tuple[str, str]]) -> Message:
@@ -115,6 +121,7 @@ class RateLimitMiddleware:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, got {type(app).__name__}")
         self.app = app
+        """The wrapped ASGI application."""
         limiter, self._requests = counted(metrics, limiter)
         self.policy = Policy(
             limiter,
@@ -125,7 +132,12 @@ class RateLimitMiddleware:
             on_rejected=on_rejected,
             headers=headers,
         )
+        """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
+        ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
+        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
         self.exempt = check_exempt(exempt)
+        """The exempt path prefixes, as a tuple (a trailing ``/`` dropped): a path equal to one, or
+        below it, skips this limiter."""
         # The built-in keys read the scope itself: no request object is made for them.
         self._key = self.policy.key
 

@@ -46,9 +46,11 @@ from .rate_limiter import RateLimiter
 from .wsgi import GRANTED, HANDOFF, release
 
 View = TypeVar("View", bound=Callable[..., Any])
+"""A view function or class-based view; ``limit`` returns it wrapped, typed as the view it was given."""
 GetResponse = Callable[[HttpRequest], HttpResponseBase]
-#: Where the middleware keeps the leases it releases (``request.META``), for ``process_exception``.
+"""What Django hands a middleware: the rest of the middleware chain and the view."""
 LEASES = "permits.django.leases"
+"""The ``request.META`` key of the leases the middleware releases, for ``process_exception``."""
 _RESPONSE = "django.http.HttpResponseBase"
 _OPTIONS = (
     "limiter", "key", "permit_count", "wait", "timeout", "status_code", "on_rejected", "headers", "exempt", "metrics",
@@ -104,10 +106,15 @@ class RateLimitMiddleware:
 
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
+        """The rest of the middleware chain and the view, as Django handed it."""
         options = _settings_options()
         options["limiter"], self.requests = counted(options.pop("metrics", False), options["limiter"])
         self.limit = SyncLimit(**options)
+        """The global limit made from ``settings.PERMITS``: its ``policy``, ``timeout`` and ``exempt``."""
         self.policy = self.limit.policy
+        """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
+        ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
+        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         limit = self.limit

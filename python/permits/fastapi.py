@@ -25,12 +25,15 @@ from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
 logger = logging.getLogger("permits")
+"""The ``permits`` logger: here, a warning (once per ``RateLimit``) when an ``on_rejected`` response
+is dropped because nothing sends it (see ``rejection_handler``)."""
 
-#: The status of the response to a client that disconnected while its request was queued (it
-#: reads none: the connection is gone); nginx's "client closed request".
 CLIENT_CLOSED_REQUEST = 499
-#: Where a request's route leases are listed in the ASGI scope (a rejection refunds them all).
+"""The status of the response to a client that disconnected while its request was queued (it
+reads none: the connection is gone); nginx's "client closed request"."""
 GRANTED = "permits.granted"
+"""The scope key of the list of a request's route leases (a rejection by a stacked limit gives
+them all back)."""
 
 
 class RateLimitExceeded(HTTPException):
@@ -40,7 +43,10 @@ class RateLimitExceeded(HTTPException):
     def __init__(self, status_code: int, headers: dict[str, str], lease: Lease, response: Response | None) -> None:
         super().__init__(status_code, "Too Many Requests", headers)
         self.lease = lease
+        """The failed lease: its ``reason`` and ``retry_after``."""
         self.response = response
+        """The response ``on_rejected`` returned, or None: no ``on_rejected``, or it gave no response
+        (returned None; returned something else, or raised: then logged)."""
 
 
 async def rejection_handler(request: Request, exc: Exception) -> Response:
@@ -82,6 +88,9 @@ class RateLimit:
             on_rejected=on_rejected,
             headers=headers,
         )
+        """The checked options: ``policy.limiter``, ``policy.key`` (the key function;
+        ``client_ip()`` by default for a keyed limiter, None for a plain one), ``permit_count``,
+        ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
         self._warned = False  # about a dropped on_rejected response: once
 
     async def __call__(self, request: HTTPConnection, response: Response) -> AsyncIterator[Lease]:

@@ -33,8 +33,9 @@ from .rate_limiter import RateLimiter
 from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
 
 View = TypeVar("View", bound=Callable[..., Any])
-#: The key of the extension in ``app.extensions``.
+"""A view function; ``limit`` returns it wrapped, typed as the view it was given."""
 EXTENSION = "permits"
+"""The key of the ``RateLimit`` in ``app.extensions`` once ``init_app(app)`` has run."""
 _RESPONSE = "flask.Response (a werkzeug Response)"
 
 

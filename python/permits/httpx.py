@@ -112,6 +112,12 @@ class RateLimitedTransport(httpx.BaseTransport):
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Blocks until ``request``'s key has a permit (and is not paused), then sends the request
+        through the wrapped transport. A 429 or 503 with a ``Retry-After`` pauses the key that long
+        and sends the request again, up to ``max_retries`` times when its body is in memory. Returns
+        the last response; its permit is held until it is closed. Raises ``TypeError`` when ``key``
+        returns an awaitable, ``LimiterClosedError`` when the limiter is closed, and what the wrapped
+        transport raises (the permit is released then)."""
         key = self._key(request)
         if inspect.isawaitable(key):
             if inspect.iscoroutine(key):
@@ -137,6 +143,7 @@ class RateLimitedTransport(httpx.BaseTransport):
             attempt += 1
 
     def close(self) -> None:
+        """Closes the wrapped transport; the limiter stays open (it may be shared)."""
         self._transport.close()
 
     # httpx's clients enter and exit their transport: the wrapped one is entered and exited with it.
@@ -174,6 +181,9 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """As ``RateLimitedTransport.handle_request``, waiting with ``wait_async`` and async sleeps
+        so that the event loop is never blocked; ``key`` may return an awaitable. A cancellation
+        while waiting or sending releases what was taken."""
         key = self._key(request)
         if inspect.isawaitable(key):
             key = await key
@@ -197,6 +207,7 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
             attempt += 1
 
     async def aclose(self) -> None:
+        """Closes the wrapped transport; the limiter stays open (it may be shared)."""
         await self._transport.aclose()
 
     async def __aenter__(self) -> AsyncRateLimitedTransport:

@@ -22,12 +22,14 @@ from .keyed_limiter import KeyedRateLimiter
 __all__ = ["limit", "throttle"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+"""The decorated function's type: ``limit`` returns a function of the same type."""
 _NOT_ASYNC = (
     "@permits.limit: {name} is a plain function that returned a coroutine; decorate the async def "
     "itself (or, from Python 3.12, mark {name} with inspect.markcoroutinefunction) so that each call "
     "waits without blocking the event loop and holds its permits until the coroutine ends"
 )
 T = TypeVar("T")
+"""The items of the iterable ``throttle`` paces, which it yields unchanged."""
 
 
 def _limiter_of(limiter: object) -> object:

@@ -16,15 +16,19 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+"""An IPv4 or IPv6 address (``ipaddress``)."""
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+"""An IPv4 or IPv6 network (``ipaddress``), e.g. a range of trusted proxies."""
 KeyFunction = Callable[[Any], Any]
+"""A key function: ``key(request)`` returns the key the request counts against."""
 
-#: Forwarding headers longer than this (all their lines together) are not parsed: the peer is
-#: the key. A real chain of proxies is a few hundred bytes; parsing megabytes per request is a cost
-#: an attacker would choose.
 MAX_FORWARDED_LENGTH = 8192
-#: At most this many hops are walked from the right.
+"""Forwarding headers longer than this many characters (all their lines together) are not parsed:
+the peer is the key. A real chain of proxies is a few hundred bytes; parsing megabytes per request
+is a cost an attacker would choose."""
 MAX_HOPS = 64
+"""``client_ip`` walks at most this many hops of a forwarding header, from the right (the nearest
+proxy first)."""
 _UNKNOWN = "unknown"
 
 
@@ -72,6 +76,9 @@ def header_values(request: Any, name: str) -> list[str]:
 
 
 def path_of(request: Any) -> str:
+    """The request's path: ``request.path`` (aiohttp, Flask, Django), ``request.url.path``
+    (Starlette, httpx), a WSGI environ's ``SCRIPT_NAME`` and ``PATH_INFO``, or
+    ``request.scope["path"]``; ``""`` when none is found."""
     if isinstance(request, dict):  # a WSGI environ: the URL's path, as Starlette's url.path
         return str(request.get("SCRIPT_NAME", "")) + str(request.get("PATH_INFO", ""))
     path = getattr(request, "path", None)  # aiohttp, werkzeug
@@ -221,8 +228,8 @@ def _networks(trusted_proxies: object) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
-#: The forwarding headers ``client_ip`` can read, by their lowercase names.
 FORWARDING_HEADERS = ("x-forwarded-for", "forwarded")
+"""The forwarding headers ``client_ip`` can read (its ``header``), by their lowercase names."""
 
 
 def _forwarding_header(header: object) -> str:

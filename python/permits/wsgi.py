@@ -39,35 +39,49 @@ if TYPE_CHECKING:
     from .metrics._requests import RequestCounter
 
 Environ = dict[str, Any]
+"""A WSGI environ: the request's CGI variables and the ``wsgi.*`` entries (PEP 3333)."""
 Headers = list[tuple[str, str]]
+"""A response's headers: ``(name, value)`` pairs."""
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+"""What ``sys.exc_info()`` returns, as ``start_response`` takes it."""
 
 
 class StartResponse(Protocol):
+    """The server's ``start_response(status, headers, exc_info=None)`` (PEP 3333), which returns a
+    ``write(bytes)`` callable."""
+
     def __call__(
         self, status: str, headers: Headers, exc_info: ExcInfo | None = ..., /
     ) -> Callable[[bytes], object]: ...
 
 
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+"""A WSGI application: ``app(environ, start_response)`` returns the response body's chunks."""
 
-#: Where the middleware leaves its handoff in the environ, for a route's limit to find.
 HANDOFF = "permits.handoff"
-#: Where a request's route leases are listed (a rejection by a stacked limit refunds them all).
+"""The environ key of the request's handoff, where the middleware and a route's limit (Flask's,
+Django's) meet: the route's leases, released with the middleware's, and its headers."""
 GRANTED = "permits.granted"
+"""The environ key of the list of a request's route leases (a rejection by a stacked limit gives
+them all back)."""
 
 logger = logging.getLogger("permits")
+"""The ``permits`` logger: here, an error when an ``on_rejected`` response raises (the default
+rejection is sent in its place)."""
 
 
 def status_line(code: int) -> str:
+    """The status line of ``code`` for ``start_response``: ``"429 Too Many Requests"``, or
+    ``"<code> Error"`` for a code with no registered phrase."""
     try:
         return f"{code} {http.HTTPStatus(code).phrase}"
     except ValueError:
         return f"{code} Error"  # a status without a registered phrase (430, 499, ...)
 
 
-#: The names of the headers this module adds (lowercase).
 OURS = frozenset({"ratelimit", "ratelimit-policy", "retry-after"})
+"""The names of the headers the middleware adds, lowercase; a response that sets one itself keeps
+its own."""
 
 
 def with_headers(headers: Headers, ours: list[tuple[str, str]]) -> Headers:
@@ -127,6 +141,7 @@ class _SizedReleased(_Released):
 
 
 def release(leases: list[Lease]) -> None:
+    """Releases each lease of ``leases`` once, emptying the list (a second call releases nothing)."""
     while leases:  # each once, even when close() is called again
         leases.pop().release()
 
@@ -173,8 +188,10 @@ class Gate(SyncLimit):
         limiter, requests = counted(metrics, limiter)
         super().__init__(limiter, **options)
         self.requests: RequestCounter | None = requests
+        """The counter of requests by result when ``metrics`` is given, else None."""
 
     def request(self, environ: Environ) -> Any:
+        """What a key function and ``on_rejected`` receive for a request: here the environ itself."""
         return environ
 
     def rejection(self, environ: Environ, lease: Lease) -> WSGIApp | None:
@@ -263,11 +280,16 @@ class RateLimitMiddleware:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, got {type(app).__name__}")
         self.app = app
+        """The wrapped WSGI application."""
         self.gate = Gate(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
             on_rejected=on_rejected, headers=headers, exempt=exempt, metrics=metrics,
         )  # fmt: skip
+        """What runs each request: the key, the acquisition, the rejection, the headers."""
         self.policy = self.gate.policy
+        """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
+        ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
+        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         return self.gate(self.app, environ, start_response)  # type: ignore[no-any-return]
