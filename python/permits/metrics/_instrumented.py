@@ -62,6 +62,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
         self.__wrapped__ = limiter
         self._observer = observer
         self.name = limiter.name
+        """The wrapped limiter's name: the ``limiter`` label of its series."""
         self._rl_clock = limiter._rl_clock
         self._rl_successful = self._rl_failed = 0
 
@@ -70,6 +71,8 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
         return _closed(self.__wrapped__)
 
     def acquire(self, permit_count: int = 1) -> Lease:
+        """The wrapped limiter's ``acquire``, its outcome counted; a granted lease comes back wrapped
+        (same ``permit_count`` and ``metadata``) so that its release is seen."""
         return self._observer.outcome(self.__wrapped__.acquire(permit_count))
 
     def _try_now(self, permit_count: int) -> Lease | None:
@@ -77,6 +80,8 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
         return None if lease is None else self._observer.outcome(lease)
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """The wrapped limiter's ``wait``, its outcome counted; the time spent queued is observed when
+        it was not granted at once. Raises as the wrapped limiter's."""
         inner, observer = self.__wrapped__, self._observer
         n = _check_permit_count(permit_count)
         if not _closed(inner):
@@ -89,6 +94,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
         return observer.outcome(lease)
 
     def acquire_async(self, permit_count: int = 1) -> LeaseWait:
+        """The wrapped limiter's ``acquire_async``, its outcome counted when awaited."""
         attempt = self.__wrapped__.acquire_async(permit_count)  # (checks its arguments now)
         observer = self._observer
 
@@ -98,6 +104,8 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
         return Attempt(observed)
 
     def wait_async(self, permit_count: int = 1) -> LeaseWait:
+        """The wrapped limiter's ``wait_async``, its outcome counted and its time queued observed (a
+        cancelled wait as ``"cancelled"``). Raises ``LimiterClosedError`` if the limiter is closed."""
         inner = self.__wrapped__
         n = _check_permit_count(permit_count)
         if _closed(inner):
@@ -105,22 +113,28 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
         return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (n,)))
 
     def statistics(self) -> Statistics:
+        """The wrapped limiter's ``statistics()``."""
         return self.__wrapped__.statistics()
 
     def available_permits(self) -> int:
+        """The wrapped limiter's ``available_permits()``."""
         return self.__wrapped__.available_permits()
 
     @property
     def idle_duration(self) -> float | None:
+        """The wrapped limiter's ``idle_duration``."""
         return self.__wrapped__.idle_duration
 
     def try_replenish(self) -> bool:
+        """The wrapped limiter's ``try_replenish()``."""
         return self.__wrapped__.try_replenish()
 
     def close(self) -> None:
+        """Closes the wrapped limiter."""
         self.__wrapped__.close()
 
     async def aclose(self) -> None:
+        """Closes the wrapped limiter, awaiting its ``aclose()``."""
         await self.__wrapped__.aclose()
 
 
@@ -134,6 +148,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
         self.__wrapped__ = limiter
         self._observer = observer
         self.name = limiter.name
+        """The wrapped limiter's name: the ``limiter`` label of its series."""
         self._rl_clock = limiter._rl_clock
         self._rl_successful = self._rl_failed = 0
 
@@ -142,6 +157,8 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
         return _closed(self.__wrapped__)
 
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
+        """The wrapped limiter's ``acquire``, its outcome counted; a granted lease comes back wrapped
+        (same ``permit_count`` and ``metadata``) so that its release is seen."""
         return self._observer.outcome(self.__wrapped__.acquire(resource, permit_count))
 
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
@@ -149,6 +166,8 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
         return None if lease is None else self._observer.outcome(lease)
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        """The wrapped limiter's ``wait``, its outcome counted; the time spent queued is observed when
+        it was not granted at once. Raises as the wrapped limiter's."""
         inner, observer = self.__wrapped__, self._observer
         n = _check_permit_count(permit_count)
         if not _closed(inner):
@@ -161,6 +180,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
         return observer.outcome(lease)
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """The wrapped limiter's ``acquire_async``, its outcome counted when awaited."""
         attempt = self.__wrapped__.acquire_async(resource, permit_count)
         observer = self._observer
 
@@ -170,6 +190,8 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
         return Attempt(observed)
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """The wrapped limiter's ``wait_async``, its outcome counted and its time queued observed (a
+        cancelled wait as ``"cancelled"``). Raises ``LimiterClosedError`` if the limiter is closed."""
         inner = self.__wrapped__
         n = _check_permit_count(permit_count)
         if _closed(inner):
@@ -177,22 +199,28 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
         return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (resource, n)))
 
     def statistics(self, resource: object = None) -> Statistics:
+        """The wrapped limiter's ``statistics(resource)``."""
         return self.__wrapped__.statistics(resource)
 
     def available_permits(self, resource: object) -> int:
+        """The wrapped limiter's ``available_permits(resource)``."""
         return self.__wrapped__.available_permits(resource)
 
     @property
     def partition_count(self) -> int:
+        """The wrapped limiter's ``partition_count``."""
         return self.__wrapped__.partition_count
 
     def evict_idle(self) -> int:
+        """The wrapped limiter's ``evict_idle()``."""
         return self.__wrapped__.evict_idle()
 
     def close(self) -> None:
+        """Closes the wrapped limiter."""
         self.__wrapped__.close()
 
     async def aclose(self) -> None:
+        """Closes the wrapped limiter, awaiting its ``aclose()``."""
         await self.__wrapped__.aclose()
 
 
