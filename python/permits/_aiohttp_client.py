@@ -1,6 +1,6 @@
 """An aiohttp client session whose requests wait for a permit.
 
-:func:`RateLimitedSession` returns a plain ``aiohttp.ClientSession`` with a client middleware
+``RateLimitedSession`` returns a plain ``aiohttp.ClientSession`` with a client middleware
 in front of any given in ``middlewares``. A middleware is aiohttp's own hook for this (since
 3.12): it sees each request once per attempt (redirects included) and may send it again, which
 is what a retry after ``Retry-After`` needs; aiohttp discourages subclassing ClientSession (it

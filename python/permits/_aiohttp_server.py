@@ -1,5 +1,5 @@
 """aiohttp server integration: ``rate_limit_middleware`` (the global limiter) and ``@limit`` (one
-handler's limit), with the options of :mod:`permits.asgi`'s middleware."""
+handler's limit), with the options of ``permits.asgi``'s middleware."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def rate_limit_middleware(
     """The global limiter of an aiohttp application: ``web.Application(middlewares=[...])``.
     Put it first (outermost): it sends the response itself, to hold the lease until then.
     ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
-    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (:mod:`permits.metrics`)."""
+    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``)."""
     limiter, requests = counted(metrics, limiter)
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,

@@ -7,7 +7,7 @@ C++) resolves the batch's waits and schedules one ``resume`` that wakes their ta
 
 A loop that cannot watch a descriptor (``add_reader`` raises ``NotImplementedError``: Windows'
 default proactor loop) gets a bridge with a socket pair instead, and receives from it
-(:class:`_Receiver`). (On Windows every bridge has a socket pair: its loops watch only sockets.)
+(``_Receiver``). (On Windows every bridge has a socket pair: its loops watch only sockets.)
 
 A bridge lives on its loop (an attribute), not in a global table: its queued waits reference the
 loop, so a loop dropped with waits still queued is a cycle the GC can see and collect, giving

@@ -2,7 +2,7 @@
 
 The engine's awaitable is granted at once without asking any event loop. When it has to queue,
 it needs the running loop's help to wake up: in asyncio that is the loop's bridge; elsewhere the
-awaitable hands its wait to :func:`queued_wait`, whose coroutine queues the request with a
+awaitable hands its wait to ``queued_wait``, whose coroutine queues the request with a
 notifier of its own (a pipe, or on Windows a socket, that the engine writes a byte to when it
 completes the request) and lets the library wait for it to be readable. Without any running event
 loop it is an error, as awaiting an asyncio future is.

@@ -136,7 +136,7 @@ def refusal(lease: Lease) -> str:
 
 
 def check_metrics(metrics: object) -> None:
-    """The checks of :func:`counted`, with nothing instrumented or registered."""
+    """The checks of ``counted``, with nothing instrumented or registered."""
     if metrics is not False and metrics is not None:
         from .metrics._requests import check
 
@@ -269,7 +269,7 @@ class Policy:
         return self._checked(found, lambda found: isinstance(found, response_type), expected)
 
     def rejection_sync(self, request: Any, lease: Lease, accepts: Callable[[object], bool], expected: str) -> Any:
-        """As :meth:`rejection`, for a sync server: on_rejected is called (never awaited) and its
+        """As ``rejection``, for a sync server: on_rejected is called (never awaited) and its
         answer kept when ``accepts(answer)``; ``expected`` names what it should have returned."""
         if self.on_rejected is None:
             return None

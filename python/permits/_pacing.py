@@ -3,13 +3,13 @@ integrations (no framework imported here).
 
 With a queue, a wait queues in it (``wait`` / ``wait_async``). Without one, the engine's wait
 fails at once; waiting then means sleeping for the failed lease's ``retry_after`` and asking again.
-A closed limiter ends every wait with :class:`permits.LimiterClosedError`.
+A closed limiter ends every wait with ``permits.LimiterClosedError``.
 
 A server's ``Retry-After`` pauses one key: requests for it wait until the pause is over before
 they ask for a permit (so a paused key holds no permits while it waits).
 
-Sleeping goes through a function given to :class:`Pacer`. By default it is the real sleep, except
-for a limiter on a :class:`permits.ManualClock`: time there moves only when someone advances it,
+Sleeping goes through a function given to ``Pacer``. By default it is the real sleep, except
+for a limiter on a ``permits.ManualClock``: time there moves only when someone advances it,
 so a paced wait advances the clock by what it would have slept (tests then run at once, in exact
 steps). For the same reason a blocking paced wait on a ManualClock never queues (its thread is
 the one that would have to advance the clock to serve it): it asks with ``acquire`` and advances
@@ -52,7 +52,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     """Seconds to wait from a ``Retry-After`` header value: delta-seconds or an HTTP date.
 
     Returns None for a missing or unreadable value (never raises); a negative delay or a date in
-    the past gives 0; anything above :data:`MAX_RETRY_AFTER` gives that. ``now`` is the wall-clock
+    the past gives 0; anything above ``MAX_RETRY_AFTER`` gives that. ``now`` is the wall-clock
     time (``time.time()``) a date is measured from.
     """
     if not isinstance(value, str):
@@ -162,7 +162,7 @@ class Pacer:
             self._sleep(_pause(lease))
 
     async def wait_async(self, key: object, permit_count: int = 1) -> Lease:
-        """As :meth:`wait`, never blocking the event loop (``wait_async`` and async sleeps only)."""
+        """As ``wait``, never blocking the event loop (``wait_async`` and async sleeps only)."""
         limiter = self._limiter
         while True:
             left = self.paused_for(key)

@@ -3,10 +3,10 @@
 The waits of limiters without a queue of their own (custom limiters) pause between attempts: for
 the failed lease's ``retry_after`` on the limiter's clock, or for a short poll. A pause is a run
 of bounded real sleeps (so a ``retry_after`` of 1e10 s never overflows a sleep) that ends early
-when anything calls :func:`wake_all`: a limiter closing, a ManualClock advancing. Each pause then
+when anything calls ``wake_all``: a limiter closing, a ManualClock advancing. Each pause then
 looks again at what it waits for (its clock, its limiter's close).
 
-:func:`closable` (a wait that suspended under asyncio) and :func:`closable_from_start` (under
+``closable`` (a wait that suspended under asyncio) and ``closable_from_start`` (under
 trio) run a wait (a chain's, a partition's, a custom limiter's own ``_wait_async``) so that the
 owner's close ends it at once: the wait is cancelled where it waits (its request
 leaves any queue, what it was granted goes back) and the caller gets a failed lease, reason
@@ -77,7 +77,7 @@ def pause(clock: Clock, until_ns: int | None, poll: float | None, stop: Callable
 
 
 async def pause_async(clock: Clock, until_ns: int | None, poll: float | None, stop: Callable[[], bool]) -> None:
-    """As :func:`pause`, sleeping in the running event loop (asyncio or trio)."""
+    """As ``pause``, sleeping in the running event loop (asyncio or trio)."""
     poll_end = None if poll is None else time.monotonic() + poll
     while not stop():
         seconds = _slice(clock, until_ns, poll_end)
@@ -87,7 +87,7 @@ async def pause_async(clock: Clock, until_ns: int | None, poll: float | None, st
 
 
 async def _nap(seconds: float) -> None:
-    """Sleeps up to ``seconds``, or until :func:`wake_all`."""
+    """Sleeps up to ``seconds``, or until ``wake_all``."""
     loop = asyncio._get_running_loop()
     if loop is None:
         trio = _foreign.in_trio()

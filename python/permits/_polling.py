@@ -61,7 +61,7 @@ def wait(
 async def wait_async(
     attempt: Callable[[], Awaitable[Lease]], closed: Callable[[], bool], permit_count: int, clock: Clock
 ) -> Lease:
-    """As :func:`wait` with no timeout, awaiting each attempt and pausing in the running loop."""
+    """As ``wait`` with no timeout, awaiting each attempt and pausing in the running loop."""
     while True:
         if closed():
             return _pausing.closed_lease(permit_count)

@@ -1,6 +1,6 @@
 """A request that waits for its permit (``wait=True``): a free permit is taken at once, with no
 task and no watcher; a request that must queue is watched (ASGI middleware, FastAPI dependency)
-to notice its client leaving, without holding more than :data:`BODY_LIMIT` of its body and without
+to notice its client leaving, without holding more than ``BODY_LIMIT`` of its body and without
 spinning on a ``receive()`` that never suspends."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def at_once(policy: Policy, key: object) -> Lease | None:
 
 async def acquire_or_leave(policy: Policy, key: object, receive: Receive, held: deque[Message]) -> Lease | None:
     """The lease of a ``wait=True`` request, or None when the client left while queued. What the
-    watcher read is in ``held``, for the application (:func:`replaying`)."""
+    watcher read is in ``held``, for the application (``replaying``)."""
     lease = at_once(policy, key)
     if lease is not None:
         return lease

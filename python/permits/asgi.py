@@ -97,7 +97,7 @@ class RateLimitMiddleware:
     connection, before the application runs.
 
     ``limiter``: a ``RateLimiter`` (one limit for everyone) or a ``KeyedRateLimiter`` (a limit per
-    ``key(request)``, by default the client's IP address, see :mod:`permits.keys`). A rejected
+    ``key(request)``, by default the client's IP address, see ``permits.keys``). A rejected
     request gets ``status_code`` with ``Retry-After`` and the ``RateLimit`` headers, or what
     ``on_rejected(request, lease)`` returns. ``wait=True`` queues instead (``wait_async``); a
     client that disconnects while queued leaves the queue and gets nothing. ``exempt`` path

@@ -147,7 +147,7 @@ class _Deadline:
 
 
 class ChainedLimiter(RateLimiter):
-    """What :func:`chain` returns for plain limiters."""
+    """What ``chain`` returns for plain limiters."""
 
     __reduce_ex__ = _no_copies
 
@@ -220,7 +220,7 @@ class ChainedLimiter(RateLimiter):
 
 
 class ChainedPartitionedLimiter(KeyedRateLimiter):
-    """What :func:`chain` returns when any of its limiters is keyed: a keyed limiter whose every
+    """What ``chain`` returns when any of its limiters is keyed: a keyed limiter whose every
     member takes the resource first; keyed members get it, plain ones ignore it. It keeps no
     partitions of its own: ``partition_count`` and ``evict_idle`` add up those of its keyed members."""
 

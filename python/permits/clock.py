@@ -30,7 +30,7 @@ class MonotonicClock(_core.MonotonicClock):
 
 
 class ManualClock(_core.ManualClock):
-    """A clock that moves only when :meth:`advance` is called.
+    """A clock that moves only when ``advance`` is called.
 
     It starts at ``start`` seconds (default 0); time is kept as integer nanoseconds. ``advance``
     does at once, in the calling thread, all the engine work that has come due (replenishment,

@@ -15,7 +15,7 @@ rejection). A request's leases (the global one and its views') are held until th
 closes the response (Django's ``response.close()``): a ``StreamingHttpResponse`` keeps its
 permits to its last chunk. A view that raises gives its leases back at once.
 
-The leases travel in ``request.META`` (the WSGI environ), as under :mod:`permits.wsgi`: a view's
+The leases travel in ``request.META`` (the WSGI environ), as under ``permits.wsgi``: a view's
 ``limit`` also works under that middleware, or with no middleware at all.
 """
 
@@ -99,10 +99,10 @@ def _settings_options() -> dict[str, Any]:
 class RateLimitMiddleware:
     """The global limiter of a Django project: one acquisition per request, before the rest of
     the middleware and the view. Its options are ``settings.PERMITS`` (those of
-    :class:`permits.wsgi.RateLimitMiddleware` but ``app``); ``exempt`` prefixes are of
+    ``permits.wsgi.RateLimitMiddleware`` but ``app``); ``exempt`` prefixes are of
     ``request.path_info`` (the path below ``SCRIPT_NAME``). Put it first in ``MIDDLEWARE``.
     ``metrics`` (True, a prometheus_client ``CollectorRegistry`` or an OpenTelemetry ``Meter``)
-    instruments the limiter and counts requests by result (:mod:`permits.metrics`)."""
+    instruments the limiter and counts requests by result (``permits.metrics``)."""
 
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response

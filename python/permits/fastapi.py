@@ -2,8 +2,8 @@
 
     @app.get("/search", dependencies=[Depends(RateLimit(limiter))])
 
-It runs after the global :class:`permits.asgi.RateLimitMiddleware` (when one is installed). A
-rejection raises :class:`RateLimitExceeded` (an ``HTTPException`` with the status and headers); the
+It runs after the global ``permits.asgi.RateLimitMiddleware`` (when one is installed). A
+rejection raises ``RateLimitExceeded`` (an ``HTTPException`` with the status and headers); the
 request still counts against the middleware's global limit.
 """
 
@@ -38,7 +38,7 @@ them all back)."""
 
 class RateLimitExceeded(HTTPException):
     """A route's rejection: status, ``Retry-After`` and ``RateLimit`` headers; ``response`` holds
-    what ``on_rejected`` returned (sent by :func:`rejection_handler`), else None."""
+    what ``on_rejected`` returned (sent by ``rejection_handler``), else None."""
 
     def __init__(self, status_code: int, headers: dict[str, str], lease: Lease, response: Response | None) -> None:
         super().__init__(status_code, "Too Many Requests", headers)
@@ -66,7 +66,7 @@ async def rejection_handler(request: Request, exc: Exception) -> Response:
 
 class RateLimit:
     """A route's limit: ``Depends(RateLimit(limiter, ...))`` on a path operation, or in a router's
-    ``dependencies=[...]``. The options are those of the middleware (see :mod:`permits.asgi`)."""
+    ``dependencies=[...]``. The options are those of the middleware (see ``permits.asgi``)."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@
     @rate_limit.limit(searches)              # this view's own limit, on top of the global one
     def search(): ...
 
-``init_app`` wraps ``app.wsgi_app`` with :mod:`permits.wsgi`'s middleware: a request's leases (the
+``init_app`` wraps ``app.wsgi_app`` with ``permits.wsgi``'s middleware: a request's leases (the
 global one and its view's) are held until the server closes the response, so a streamed response
 keeps its permits to its end; headers are written on every response. The global limit runs before
 Flask's request context exists: its ``key(request)`` receives a ``flask.Request`` made from the
@@ -76,7 +76,7 @@ class _Middleware:
 
 class RateLimit:
     """The Flask extension: ``RateLimit(limiter, ...)`` then ``init_app(app)``; the options are
-    those of :class:`permits.wsgi.RateLimitMiddleware` (``key`` and ``on_rejected`` receive the
+    those of ``permits.wsgi.RateLimitMiddleware`` (``key`` and ``on_rejected`` receive the
     ``flask.Request``; ``on_rejected`` returns a Flask response or None). ``RateLimit()`` without a
     limiter sets no global limit: ``init_app`` then only makes the views' limits hold their
     leases until their responses are sent."""

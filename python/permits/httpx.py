@@ -161,7 +161,7 @@ class RateLimitedTransport(httpx.BaseTransport):
 
 
 class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
-    """The asyncio (or trio) transport: as :class:`RateLimitedTransport`, waiting with
+    """The asyncio (or trio) transport: as ``RateLimitedTransport``, waiting with
     ``wait_async`` so that the event loop is never blocked; ``key`` may be a coroutine function."""
 
     def __init__(

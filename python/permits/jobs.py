@@ -2,7 +2,7 @@
 
 Both wait however the limiter's queue is configured (in the queue when it has one, otherwise
 sleeping for the failed lease's ``retry_after`` and asking again); a closed limiter raises
-:class:`permits.LimiterClosedError`. On a :class:`permits.ManualClock` a wait advances the clock
+``permits.LimiterClosedError``. On a ``permits.ManualClock`` a wait advances the clock
 instead of sleeping.
 """
 
@@ -138,7 +138,7 @@ def throttle(
     Each item's lease is held while the consumer has it, until it asks for the next one (so a
     concurrency limit of 1 holds one item at a time). With a ``KeyedRateLimiter``, ``key`` is a
     resource or a callable given the item that returns one. ``limiter`` may also be a spec or a
-    rate such as ``"2/second"``, as for :func:`limit`.
+    rate such as ``"2/second"``, as for ``limit``.
     """
     limiter = _limiter_of(limiter)
     pacer = Pacer(limiter)

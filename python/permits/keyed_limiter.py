@@ -15,7 +15,7 @@ from .rate_limiter import Statistics, _check_permit_count
 
 
 class KeyedRateLimiter(LimiterBase):
-    """The interface of every keyed limiter: the members of :class:`RateLimiter`, each taking
+    """The interface of every keyed limiter: the members of ``RateLimiter``, each taking
     the resource first.
 
     A custom keyed limiter subclasses it, calls ``super().__init__()`` and implements
@@ -30,7 +30,7 @@ class KeyedRateLimiter(LimiterBase):
         raise NotImplementedError(f"{type(self).__name__} must implement _acquire(resource, permit_count)")
 
     async def _acquire_async(self, resource: object, permit_count: int) -> Lease:
-        """The attempt of :meth:`acquire_async`; by default :meth:`_acquire`'s."""
+        """The attempt of ``acquire_async``; by default ``_acquire``'s."""
         return self._acquire(resource, permit_count)
 
     async def _wait_async(self, resource: object, permit_count: int) -> Lease:
@@ -84,7 +84,7 @@ class KeyedRateLimiter(LimiterBase):
         return self._rl_counted(self._acquire(resource, n), n, resource)
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
-        """The same attempt as :meth:`acquire`, as an awaitable asking through ``_acquire_async``."""
+        """The same attempt as ``acquire``, as an awaitable asking through ``_acquire_async``."""
         n = _check_permit_count(permit_count)
         self._check_open()
 

@@ -3,7 +3,7 @@
 A key function receives the framework's own request object (a Starlette ``Request`` or
 ``HTTPConnection``, an aiohttp ``web.Request``, an ``httpx.Request``, a Flask ``Request``, a Django
 ``HttpRequest``, read through its ``META``, the WSGI environ) or,
-under :mod:`permits.wsgi`, the WSGI environ itself, and returns a hashable key. These helpers read
+under ``permits.wsgi``, the WSGI environ itself, and returns a hashable key. These helpers read
 a request through a small duck-typed reader (the peer's address, a header's values, the path), so
 one helper serves every framework and none is imported here.
 """
@@ -112,7 +112,7 @@ def environ_name(name: str) -> str:
 
 
 def environ_header_values(environ: Any, key: str) -> list[str]:
-    """The value of a header in a WSGI environ (``key`` from :func:`environ_name`), as a list: the
+    """The value of a header in a WSGI environ (``key`` from ``environ_name``), as a list: the
     server has joined the header's lines with commas already."""
     value = environ.get(key)
     return [value] if isinstance(value, str) else []
@@ -242,7 +242,7 @@ def _forwarding_header(header: object) -> str:
 
 
 class _ClientIP:
-    """The callable :func:`client_ip` returns (a class so that its options show in its repr)."""
+    """The callable ``client_ip`` returns (a class so that its options show in its repr)."""
 
     __slots__ = ("_environ_header", "_forwarded", "_header", "_ipv6_prefix", "_raw_header", "_trusted")
 
@@ -302,7 +302,7 @@ class _ClientIP:
         return self.from_lines(peer, scope_header_values(scope, self._raw_header))
 
     def from_environ(self, environ: Any) -> str:
-        """The same key read straight from a WSGI environ (what :mod:`permits.wsgi` passes)."""
+        """The same key read straight from a WSGI environ (what ``permits.wsgi`` passes)."""
         peer = environ_peer(environ)
         if not self._trusted:
             return _UNKNOWN if not peer else _peer_key(peer, self._ipv6_prefix)

@@ -22,7 +22,7 @@ from ._stores.server_store import ServerStore, check_timeout
 class PostgresStore(ServerStore):
     """Limiters in the table ``table`` of a PostgreSQL database. ``conninfo_or_pool``: a conninfo
     string (serves both the sync and the asyncio members), or a psycopg connection or pool (serves
-    its own kind). ``timeout``, ``on_error`` and ``clock`` as for :class:`permits.redis.RedisStore`.
+    its own kind). ``timeout``, ``on_error`` and ``clock`` as for ``permits.redis.RedisStore``.
     """
 
     def __init__(

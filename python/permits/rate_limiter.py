@@ -69,7 +69,7 @@ class RateLimiter(LimiterBase):
         raise NotImplementedError(f"{type(self).__name__} must implement _acquire(permit_count)")
 
     async def _acquire_async(self, permit_count: int) -> Lease:
-        """The attempt of :meth:`acquire_async`; by default :meth:`_acquire`'s."""
+        """The attempt of ``acquire_async``; by default ``_acquire``'s."""
         return self._acquire(permit_count)
 
     async def _wait_async(self, permit_count: int) -> Lease:
@@ -113,7 +113,7 @@ class RateLimiter(LimiterBase):
         return self._rl_counted(self._acquire(n), n)
 
     def acquire_async(self, permit_count: int = 1) -> LeaseWait:
-        """The same attempt as :meth:`acquire`, as an awaitable that asks through
+        """The same attempt as ``acquire``, as an awaitable that asks through
         ``_acquire_async`` (so a limiter asking a server never blocks the event loop)."""
         n = _check_permit_count(permit_count)
         self._check_open()

@@ -28,9 +28,9 @@ class RedisStore(ServerStore):
 
     ``prefix`` starts every key; ``timeout`` bounds each call to the server (seconds); ``on_error``
     says what an acquisition returns when the server cannot answer within it: ``"raise"``
-    (:class:`permits.BackendError`), ``"deny"`` (a failed lease, reason ``"backend_unavailable"``) or
+    (``permits.BackendError``), ``"deny"`` (a failed lease, reason ``"backend_unavailable"``) or
     ``"allow"`` (an acquired lease with ``metadata["degraded"] = True``). ``clock``: a
-    :class:`permits.ManualClock` for tests (its time is sent to the server), else the server's time.
+    ``permits.ManualClock`` for tests (its time is sent to the server), else the server's time.
 
     ``reserve=N``: the time-based limiters (token bucket, windows) take their permits from the
     server N at a time and serve them in this process without a round trip, each batch only

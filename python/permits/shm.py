@@ -3,7 +3,7 @@ segment (``/dev/shm/permits.<name>``), updated by every process with the engine'
 
 ``SharedMemoryStore(name)`` opens the segment, creating it if absent; every process that opens the
 same name and asks for a limiter of the same name shares its state. The limiters are the engine's
-own (:class:`permits.TokenBucketLimiter` and the others, on state in the segment), with the same
+own (``permits.TokenBucketLimiter`` and the others, on state in the segment), with the same
 members, leases, waits and async support. Queues are per process. Linux only.
 """
 
@@ -218,9 +218,9 @@ class SharedMemoryStore(StoreFactories):
     """Limiters shared by the processes of one host, in the segment ``/dev/shm/permits.<name>``.
 
     ``capacity`` is the room for keys of the per-key limiters (``partitioned``); ``mode`` who may
-    open the segment (``0o600``: this user only); ``clock`` a :class:`permits.ManualClock` for tests,
+    open the segment (``0o600``: this user only); ``clock`` a ``permits.ManualClock`` for tests,
     else the real monotonic clock. Opening a name that exists attaches to it (its capacity and clock
-    must be the same). The segment outlives the processes: :meth:`unlink` removes it.
+    must be the same). The segment outlives the processes: ``unlink`` removes it.
     """
 
     def __init__(self, name: str, *, capacity: int = 10_000, mode: int = 0o600, clock: Any = None) -> None:
@@ -293,7 +293,7 @@ class SharedMemoryStore(StoreFactories):
         idle_timeout: Duration = 10.0,
         lease_ttl: Duration = 60.0,
     ) -> SharedKeyedLimiter:
-        """A limit per key (a :class:`permits.KeyedRateLimiter`) whose keys' state is in the segment:
+        """A limit per key (a ``permits.KeyedRateLimiter``) whose keys' state is in the segment:
         at most ``max_partitions`` keys (default: the store's capacity) and a key idle for
         ``idle_timeout`` seconds makes room for a new one."""
         self._check_open()

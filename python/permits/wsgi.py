@@ -8,7 +8,7 @@ on); a wait that times out is a rejection. A waiting request reads nothing of it
 The lease is held until the server calls ``close()`` on the response iterable, which PEP 3333 has
 it do once the response has been sent or the client has gone: a streamed response keeps its
 permit to its last chunk. An application that raises releases it at once. The leases of a route's
-own limit (:mod:`permits.flask`'s ``limit``) are handed to this middleware through the environ
+own limit (``permits.flask``'s ``limit``) are handed to this middleware through the environ
 and released with its own.
 """
 
@@ -85,7 +85,7 @@ its own."""
 
 
 def with_headers(headers: Headers, ours: list[tuple[str, str]]) -> Headers:
-    """The response's headers and those of ours (named in :data:`OURS`) it does not set itself:
+    """The response's headers and those of ours (named in ``OURS``) it does not set itself:
     an application's own win."""
     for name, _ in headers:
         if name.lower() in OURS:
@@ -253,13 +253,13 @@ class RateLimitMiddleware:
 
     ``limiter``: a ``RateLimiter`` (one limit for everyone) or a ``KeyedRateLimiter`` (a limit per
     ``key(environ)``, a plain function receiving the WSGI environ; by default the client's IP
-    address, see :mod:`permits.keys`). A rejected request gets ``status_code`` with
+    address, see ``permits.keys``). A rejected request gets ``status_code`` with
     ``Retry-After`` and the ``RateLimit`` headers, or the WSGI application that
     ``on_rejected(environ, lease)`` returns (None: the default). ``wait=True`` blocks the
     request's thread until a permit comes, at most ``timeout`` seconds (then it is rejected).
     ``exempt`` path prefixes (of ``PATH_INFO``, the path below ``SCRIPT_NAME``) skip this limiter.
     ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
-    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (:mod:`permits.metrics`).
+    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``).
     """
 
     def __init__(

@@ -1,14 +1,14 @@
-"""The interface a server implements for the store limiters (:class:`Backend`), and its answer.
+"""The interface a server implements for the store limiters (``Backend``), and its answer.
 
 Every operation is one atomic step on the server (a Lua script, one SQL statement or function
 call) on the state named ``name`` (the backend adds its own prefix). ``now_ns`` is the time of
 the step: ``None`` means the server's own clock (``TIME``, ``clock_timestamp()``), which is what a
-deployment uses; an integer (a :class:`permits.ManualClock`'s reading) is used instead by tests.
+deployment uses; an integer (a ``permits.ManualClock``'s reading) is used instead by tests.
 All times are integer nanoseconds.
 
 The state of a name is created by its first step, with ``anchor = now`` (the time anchor of
-the algorithm) and the rule's :attr:`Rule.signature`; a later step with another signature raises
-``ValueError`` naming both. A state untouched for longer than :attr:`Rule.lifetime_ns` may expire
+the algorithm) and the rule's ``Rule.signature``; a later step with another signature raises
+``ValueError`` naming both. A state untouched for longer than ``Rule.lifetime_ns`` may expire
 on the server (it would be as good as new then).
 
 The rules, as the engine's limiters (``n`` the request, ``limit`` the rule's limit):
@@ -40,10 +40,10 @@ The rules, as the engine's limiters (``n`` the request, ``limit`` the rule's lim
   lease (a ``take`` with a ``lease_id`` already recorded is granted again without counting twice:
   a retried step is harmless). Refused: no ``retry_after`` (``-1``).
 
-``available`` in an :class:`Outcome` is the permits available after the step (for the counter:
+``available`` in an ``Outcome`` is the permits available after the step (for the counter:
 the formula above). ``stamp`` identifies where a grant was counted (token bucket: the period
 index ``(now - anchor) // period`` of the grant; fixed window and counter: ``w``; sliding window:
-``s``), so that :meth:`Backend.refund` can undo it.
+``s``), so that ``Backend.refund`` can undo it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Backend(Protocol):
     ``is_async`` is ``None`` for a backend that serves both (one made from a conninfo string).
 
     Failures: a server that cannot be reached, or does not answer within the store's timeout,
-    raises :class:`permits.BackendError` (the backend never waits longer than its timeout); a
+    raises ``permits.BackendError`` (the backend never waits longer than its timeout); a
     signature mismatch raises ``ValueError``.
     """
 

@@ -7,7 +7,7 @@ rules of the queue hold; across processes each process has its own queue and the
 whichever asks first.
 
 Waiters block (a thread) or suspend (a task); they look again whenever the queue changes, the
-limiter closes or its clock advances: :func:`permits._pausing.wake_all` is the one signal.
+limiter closes or its clock advances: ``permits._pausing.wake_all`` is the one signal.
 """
 
 from __future__ import annotations

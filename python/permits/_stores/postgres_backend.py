@@ -1,4 +1,4 @@
-"""The PostgreSQL backend of the store limiters (:class:`PostgresBackend`).
+"""The PostgreSQL backend of the store limiters (``PostgresBackend``).
 
 Each step is one round trip on a connection in autocommit: the token bucket, fixed window and
 sliding window counter one ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``, the sliding window
@@ -92,14 +92,14 @@ def _compose(template: str, ids: dict[str, sql.Composable]) -> bytes:
 
 
 class PostgresBackend:
-    """:class:`~permits._stores.backend.Backend` over PostgreSQL.
+    """``Backend`` over PostgreSQL.
 
     ``conninfo_or_pool``: a libpq conninfo string (serves the sync and the asyncio members:
     ``is_async`` is ``None``), a ``psycopg.Connection`` or ``psycopg_pool.ConnectionPool`` (sync:
     ``is_async`` is ``False``), or a ``psycopg.AsyncConnection`` or
     ``psycopg_pool.AsyncConnectionPool`` (asyncio: ``True``). ``table``: the table's exact name.
     ``timeout``: no call waits longer (seconds); past it, or when the server cannot be reached,
-    :class:`permits.BackendError`.
+    ``permits.BackendError``.
     """
 
     is_async: bool | None

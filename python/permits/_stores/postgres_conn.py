@@ -8,7 +8,7 @@ A source runs ``work(conn)`` on one connection before ``deadline`` (time.monoton
 * a given ``psycopg_pool.ConnectionPool`` / ``AsyncConnectionPool``: borrowed and returned.
 
 Failures to reach the server, and a server that does not answer by the deadline, raise
-:class:`permits.BackendError`; the connection is then discarded (closed; a pool replaces it).
+``permits.BackendError``; the connection is then discarded (closed; a pool replaces it).
 An error the server reported on a healthy connection (e.g. a missing table) is re-raised as it is,
 for the backend to judge. No transaction stays open: our connections are in autocommit, and a
 given one that is not is committed after the work (rolled back, or discarded, on error).

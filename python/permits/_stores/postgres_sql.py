@@ -1,7 +1,7 @@
 """The SQL of the PostgreSQL backend: the schema, and one statement (or function call) per step.
 
 Placeholders: ``{table}``, ``{index}``, ``{sw_take}``, ``{cc_take}`` are identifiers (schema-qualified,
-quoted by :mod:`psycopg.sql`); ``%(name)s`` are parameters. Statements with parameters use ``mod()``,
+quoted by ``psycopg.sql``); ``%(name)s`` are parameters. Statements with parameters use ``mod()``,
 never ``%``, and no literal braces (``ARRAY[]``, never ``'{}'``).
 
 One table holds every state: a row per state (``lease = ''``) and, for concurrency, a row per

@@ -80,7 +80,7 @@ def _text(value: Any) -> str:
 
 
 class RedisBackend:
-    """The :class:`~permits._stores.backend.Backend` of a Redis server, Cluster or Sentinel-managed
+    """The ``Backend`` of a Redis server, Cluster or Sentinel-managed
     master. ``client`` is a redis-py client, sync or asyncio (``is_async``); ``prefix`` starts every
     key (no braces: they would change the Cluster slot); no call waits longer than ``timeout``
     seconds, whatever the client's own timeouts (``permits.BackendError`` instead)."""
@@ -121,7 +121,7 @@ class RedisBackend:
         return self._outcome(name, rule, self._run(_TAKE, keys, args))
 
     def take_batch(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
-        """A batch of ``n`` to ``most`` permits (:mod:`permits._stores.batch`): time-based kinds."""
+        """A batch of ``n`` to ``most`` permits (``permits._stores.batch``): time-based kinds."""
         self._sync_only("take_batch")
         keys, args = self._batch_args(name, rule, n, most, now_ns)
         return self._batch(name, rule, self._run(_TAKE_BATCH, keys, args))

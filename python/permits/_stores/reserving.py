@@ -3,11 +3,11 @@ batches and serves them in this process without a round trip (``RedisStore(clien
 
 The stock is what is left of the last batch: ``count`` permits counted at ``stamp``, valid until
 ``until`` on the limiter's pause clock (the end of the batch's window, segment or period:
-:mod:`permits._stores.batch`). A take of ``n`` is served from the stock when it holds ``n`` and is
+``permits._stores.batch``). A take of ``n`` is served from the stock when it holds ``n`` and is
 still valid; else the server is asked for a batch of up to N, at least ``n`` (a stock too small
 goes back first, so the server decides on ``n`` as on a single take); a refusal is the server's.
 A refund goes back into the stock while it is valid. The stock goes back to the server on close()
-and once the limiter has been idle for a while (:mod:`permits._stores.returns`). The available
+and once the limiter has been idle for a while (``permits._stores.returns``). The available
 permits (statistics) are the server's and the stock's: what a request here would find.
 
 Served only while valid, the permits are granted within the window, segment or period the server

@@ -1,7 +1,7 @@
 """A limit as a server keeps it: the algorithm and its parameters in integers (nanoseconds).
 
 Both stores run the same arithmetic as the engine (``design``: time is computed from an anchor
-at the state's creation; see :mod:`permits._stores.backend` for each kind's rules), so a store
+at the state's creation; see ``permits._stores.backend`` for each kind's rules), so a store
 limiter grants exactly what an engine limiter of the same spec would on the same clock.
 """
 

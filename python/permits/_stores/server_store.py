@@ -38,7 +38,7 @@ def check_timeout(timeout: object) -> float:
 
 class ServerStore(StoreFactories):
     """Limiters whose state is in a server. Subclasses set up ``self._backend`` and call
-    :meth:`_setup`."""
+    ``_setup``."""
 
     _backend: Any
     timeout: float
@@ -101,7 +101,7 @@ class ServerStore(StoreFactories):
         idle_timeout: Duration = 10.0,
         lease_ttl: Duration = 60.0,
     ) -> PartitionedLimiter:
-        """A limit per key (a :class:`permits.KeyedRateLimiter`): every key's state is on the server
+        """A limit per key (a ``permits.KeyedRateLimiter``): every key's state is on the server
         (the name, then the key); this process keeps a limiter per key it uses (at most
         ``max_partitions``) and forgets one idle for ``idle_timeout`` seconds."""
         self._check_open()
@@ -167,7 +167,7 @@ class ServerStore(StoreFactories):
         return self
 
     async def aclose(self) -> None:
-        """As :meth:`close`, after the releases and refunds still on their way in tasks of this
+        """As ``close``, after the releases and refunds still on their way in tasks of this
         loop have landed: the loop may end right after (``asyncio.run`` cancels the tasks left),
         and a lost release would keep its permits taken until the lease's ttl. Each is bounded by
         the store's timeout already."""

@@ -1,8 +1,8 @@
 """StoreLimiter: a limiter whose permits live in a server (Redis, PostgreSQL), with the members
-and leases of every :class:`permits.RateLimiter`.
+and leases of every ``permits.RateLimiter``.
 
-Each attempt is one step on the server (:mod:`permits._stores.backend`); waits queue in this
-process (:mod:`permits._stores.local_queue`) and the head of the queue asks again when the server's
+Each attempt is one step on the server (``permits._stores.backend``); waits queue in this
+process (``permits._stores.local_queue``) and the head of the queue asks again when the server's
 ``retry_after`` is up, when permits come back in this process, or (concurrency, whose refusals
 have no ``retry_after``) after a pause growing from 5 ms to 0.5 s. ``on_error`` decides what an
 attempt returns when the server cannot be reached in time.

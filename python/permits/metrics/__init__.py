@@ -1,7 +1,7 @@
 """permits.metrics: limiter statistics and middleware events, exported to Prometheus
 (prometheus-client) and OpenTelemetry (opentelemetry-api). Install them with ``permits[metrics]``.
 
-:func:`instrument` returns a limiter to use in place of the one given: the same members, whose
+``instrument`` returns a limiter to use in place of the one given: the same members, whose
 every acquisition, queued wait and release is counted. Neither library is imported before it is
 called; a limiter not instrumented pays nothing."""
 

@@ -38,7 +38,7 @@ def _target(metrics: object) -> tuple[object, object]:
 
 
 def check(metrics: object) -> None:
-    """The checks :func:`for_middleware` makes of ``metrics=`` (its type; the exporter library
+    """The checks ``for_middleware`` makes of ``metrics=`` (its type; the exporter library
     installed), without instrumenting anything nor registering a series."""
     registry, meter = _target(metrics)
     if meter is None:
