@@ -111,7 +111,7 @@ async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: 
 
 def _admitted(handoff: Handoff) -> str:
     """The result counted for a request the global limiter let through."""
-    return "route_limiter" if handoff.route_rejected else "acquired"
+    return handoff.route_rejected or "acquired"
 
 
 def rate_limit_middleware(
@@ -204,6 +204,8 @@ def limit(
             key = await policy.key_of(request)
             lease = await _acquire(policy, key, request)
             if lease is None:
+                if isinstance(handoff := request.get(HANDOFF), Handoff):
+                    handoff.route_rejected = "client_left"
                 return web.Response(status=CLIENT_CLOSED_REQUEST)
             handoff = request.get(HANDOFF)
             granted: list[Lease] = request.setdefault(GRANTED, [])
@@ -215,7 +217,7 @@ def limit(
             if not lease:
                 refund_before_rejection(granted)
                 if isinstance(handoff, Handoff):
-                    handoff.route_rejected = True
+                    handoff.route_rejected = "route_limiter"
                 return await _rejection(policy, request, lease, quota)
             granted.append(lease)
             if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers

@@ -135,6 +135,12 @@ def refusal(lease: Lease) -> str:
     return "client_left" if lease.reason == CLIENT_LEFT else "global_limiter"
 
 
+def route_refusal(lease: Lease) -> str:
+    """The result a middleware counts for a request a route's limit refused: ``client_left`` when
+    the client left while queued, else ``route_limiter``."""
+    return "client_left" if lease.reason == CLIENT_LEFT else "route_limiter"
+
+
 def check_metrics(metrics: object) -> None:
     """The checks of ``counted``, with nothing instrumented or registered."""
     if metrics is not False and metrics is not None:
@@ -478,8 +484,9 @@ class Handoff:
         self.route_leases: list[Lease] = []
         """The leases the route's limits granted, released by the middleware once the response has
         been sent."""
-        self.route_rejected = False
-        """True once a route's limit refused the request (``metrics=`` counts it apart)."""
+        self.route_rejected: str | None = None
+        """What ``metrics=`` counts for a request a route's limit did not admit: ``"route_limiter"``
+        (refused) or ``"client_left"`` (its client left while queued); None while admitted."""
         self.quotas: list[Quota | None] = []
         """The route's limits' figures for the ``RateLimit`` headers: the response carries those of
         the limit with the fewest permits left."""
@@ -543,5 +550,6 @@ __all__ = [
     "quota_of",
     "refund_before_rejection",
     "refusal",
+    "route_refusal",
     "wait_or_leave",
 ]

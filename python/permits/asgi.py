@@ -189,7 +189,7 @@ class RateLimitMiddleware:
                 return
             handoff = await _run(self.app, scope, receive, send, quota)
             if self._requests is not None:
-                self._requests.count("route_limiter" if handoff.route_rejected else "acquired")
+                self._requests.count(handoff.route_rejected or "acquired")
         finally:
             lease.release()
 

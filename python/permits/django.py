@@ -40,6 +40,7 @@ from ._http_policy import (
     refund_before_rejection,
     refusal,
     rejection_text,
+    route_refusal,
 )
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -147,7 +148,7 @@ class RateLimitMiddleware:
             release(leases)
             raise
         if self.requests is not None and lease is not None:
-            self.requests.count("route_limiter" if handoff.route_rejected else "acquired")
+            self.requests.count(handoff.route_rejected or "acquired")
         best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
         if best is not None:
             _add_headers(response, best.headers())
@@ -213,7 +214,7 @@ def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpRe
             refund_before_rejection(granted)
             rejected = meta.get(HANDOFF)
             if isinstance(rejected, Handoff):  # (counted by the middleware's metrics=)
-                rejected.route_rejected = True
+                rejected.route_rejected = route_refusal(lease)
             return _rejection(checked, request, lease, quota)
         except BaseException:
             lease.release()

@@ -103,6 +103,8 @@ class RateLimit:
             held: deque[Message] = deque()
             found = await acquire_or_leave(policy, key, receive, held)
             if found is None:
+                if isinstance(left := request.scope.get(HANDOFF), Handoff):
+                    left.route_rejected = "client_left"
                 if isinstance(request, WebSocket):  # FastAPI closes it (a no-op: nobody is there)
                     raise WebSocketException(WEBSOCKET_CLOSE_CODE, "client left while queued")
                 raise HTTPException(CLIENT_CLOSED_REQUEST, "client closed request")
@@ -120,7 +122,7 @@ class RateLimit:
         if not lease:
             refund_before_rejection(granted)
             if isinstance(handoff, Handoff):
-                handoff.route_rejected = True
+                handoff.route_rejected = "route_limiter"
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
             headers = policy.rejection_headers(lease, quota)

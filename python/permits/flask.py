@@ -27,7 +27,16 @@ import flask
 from werkzeug.wrappers import Response as _Response
 
 from ._core import Lease
-from ._http_policy import Handoff, Policy, Quota, SyncLimit, check_metrics, refund_before_rejection, rejection_text
+from ._http_policy import (
+    Handoff,
+    Policy,
+    Quota,
+    SyncLimit,
+    check_metrics,
+    refund_before_rejection,
+    rejection_text,
+    route_refusal,
+)
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
@@ -176,7 +185,7 @@ def _decorate(limit: SyncLimit, view: View) -> View:
                 refund_before_rejection(granted)
                 rejected = environ.get(HANDOFF)
                 if isinstance(rejected, Handoff):
-                    rejected.route_rejected = True
+                    rejected.route_rejected = route_refusal(lease)
                 return _rejection(policy, lease, quota)
             except BaseException:
                 lease.release()

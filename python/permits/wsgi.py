@@ -214,9 +214,7 @@ class Gate(SyncLimit):
         result = run(app, environ, start_response, quota, lease)
         if self.requests is not None:
             handoff = environ.get(HANDOFF)
-            self.requests.count(
-                "route_limiter" if isinstance(handoff, Handoff) and handoff.route_rejected else "acquired"
-            )
+            self.requests.count((isinstance(handoff, Handoff) and handoff.route_rejected) or "acquired")
         return result
 
     def _reject(self, environ: Environ, start_response: StartResponse, lease: Lease, quota: Quota | None) -> Any:

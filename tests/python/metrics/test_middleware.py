@@ -206,3 +206,69 @@ def test_flask_checks_metrics_without_instrumenting() -> None:
     assert registry.get_sample_value("permits_requests_total", {"limiter": "flask", "result": "acquired"}) == 1
     assert registry.get_sample_value("permits_requests_total", {"limiter": "flask", "result": "global_limiter"}) == 2
     assert registry.get_sample_value("permits_leases_total", {"limiter": "flask", "result": "acquired"}) == 1
+
+
+@pytest.mark.timeout(60)
+def test_flask_a_view_wait_whose_client_leaves_counts_as_client_left() -> None:
+    # Left in a view's own queue (not the global one): client_left, as ASP.NET Core's "canceled".
+    require("flask")
+    import flask
+
+    from permits.flask import RateLimit
+
+    registry = need("prometheus_client").CollectorRegistry()
+    clock = permits.ManualClock()
+    everyone = permits.TokenBucketLimiter(100, 100, 1.0, clock=clock, name="global")
+    view_gate = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock, name="view")
+    rate_limit = RateLimit(everyone, metrics=registry)
+    app = flask.Flask("metrics_view_wait")
+    app.add_url_rule("/", "hello", rate_limit.limit(view_gate, wait=True)(lambda: "hi"))
+    rate_limit.init_app(app)
+
+    def sample(result: str) -> float | None:
+        return registry.get_sample_value("permits_requests_total", {"limiter": "global", "result": result})
+
+    with serve_wsgi(app, "werkzeug") as url:
+        held = view_gate.acquire()
+        leaving = _queued_get(url)
+        until(lambda: view_gate.statistics().current_queued_count == 1)
+        leaving.close()
+        until(lambda: sample("client_left") == 1)
+        held.release()
+        with httpx.Client(base_url=url) as client:
+            assert client.get("/").status_code == 200
+        until(lambda: sample("acquired") == 1)
+    assert sample("route_limiter") is None
+
+
+async def test_fastapi_a_route_wait_whose_client_leaves_counts_as_client_left() -> None:
+    require("fastapi")
+    from fastapi import Depends, FastAPI
+
+    from permits.asgi import RateLimitMiddleware
+    from permits.fastapi import RateLimit
+
+    registry = need("prometheus_client").CollectorRegistry()
+    clock = permits.ManualClock()
+    route = permits.ConcurrencyLimiter(1, queue_limit=1, clock=clock, name="route")
+    app = FastAPI()
+
+    @app.get("/", dependencies=[Depends(RateLimit(route, wait=True))])
+    async def root() -> str:
+        return "ok"
+
+    everyone = permits.TokenBucketLimiter(100, 100, 1.0, clock=clock, name="global")
+    app.add_middleware(RateLimitMiddleware, limiter=everyone, metrics=registry)
+    async with uvicorn_serving(app) as base, httpx.AsyncClient(base_url=base) as client:
+        held = route.acquire()
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get("/", timeout=0.5)  # queued in the route's limiter; its client gives up
+        for _ in range(250):
+            if registry.get_sample_value("permits_requests_total", {"limiter": "global", "result": "client_left"}):
+                break
+            await asyncio.sleep(0.02)
+        held.release()
+    with exposition(registry) as url:
+        samples = scrape(url)
+    assert value(samples, "permits_requests_total", limiter="global", result="client_left") == 1
+    assert value(samples, "permits_requests_total", limiter="global", result="acquired") is None
