@@ -185,13 +185,16 @@ class Server:
         """``count`` GETs of ``path``, ``at_once`` of them in flight at a time, each on a new
         connection; each sender pauses ``pause`` seconds after each of its requests."""
 
-        def get(client: httpx.Client) -> httpx.Response:
-            response = self.get(client, path, retry=retry)
+        def get(_: int) -> httpx.Response:
+            # A client per request, not one shared by the threads: with one shared client (and no
+            # connection kept alive) a read once failed with EBADF, its socket closed under it.
+            with new_connections(self.url) as client:
+                response = self.get(client, path, retry=retry)
             time.sleep(pause)
             return response
 
-        with new_connections(self.url) as client, ThreadPoolExecutor(at_once) as pool:
-            return list(pool.map(lambda _: get(client), range(count)))
+        with ThreadPoolExecutor(at_once) as pool:
+            return list(pool.map(get, range(count)))
 
     def wait_for_workers(self, workers: int) -> bool:
         """Until ``workers`` distinct pids have answered ``/pid`` (not limited); False when the
