@@ -26,6 +26,19 @@ class _Instrumented:
     __wrapped__: Any
     _observer: Observer
 
+    def __init__(self, limiter: RateLimiter | KeyedRateLimiter, observer: Observer) -> None:
+        # Not the limiter base's __init__: name, clock and the closed flag are the wrapped limiter's.
+        self.__wrapped__ = limiter
+        self._observer = observer
+        self.name = limiter.name
+        """The wrapped limiter's name: the ``limiter`` label of its series."""
+        self._rl_clock = limiter._rl_clock
+        self._rl_successful = self._rl_failed = 0
+
+    @property
+    def _rl_closed(self) -> bool:
+        return _closed(self.__wrapped__)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -48,27 +61,13 @@ class _Instrumented:
         if lease is None:
             observer.queued("cancelled", start)
             return None
-        observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
-        return observer.outcome(lease)
+        return observer.waited(lease, start)
 
 
-class InstrumentedLimiter(_Instrumented, RateLimiter):
+class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]  # (_rl_closed: a property here)
     """A RateLimiter whose every acquisition and release is observed."""
 
     __wrapped__: RateLimiter
-
-    def __init__(self, limiter: RateLimiter, observer: Observer) -> None:
-        # Not RateLimiter.__init__: name, clock and the closed flag are the wrapped limiter's.
-        self.__wrapped__ = limiter
-        self._observer = observer
-        self.name = limiter.name
-        """The wrapped limiter's name: the ``limiter`` label of its series."""
-        self._rl_clock = limiter._rl_clock
-        self._rl_successful = self._rl_failed = 0
-
-    @property  # type: ignore[override,unused-ignore]
-    def _rl_closed(self) -> bool:  # type: ignore[override]
-        return _closed(self.__wrapped__)
 
     def acquire(self, permit_count: int = 1) -> Lease:
         """The wrapped limiter's ``acquire``, its outcome counted; a granted lease comes back wrapped
@@ -82,16 +81,10 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """The wrapped limiter's ``wait``, its outcome counted; the time spent queued is observed when
         it was not granted at once. Raises as the wrapped limiter's."""
-        inner, observer = self.__wrapped__, self._observer
-        n = _check_permit_count(permit_count)
-        if not _closed(inner):
-            now = inner._try_now(n)
-            if now is not None:  # granted (or refused) at once: never queued
-                return observer.outcome(now)
-        start = observer.clock.now_ns()
-        lease = inner.wait(n, timeout)
-        observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
-        return observer.outcome(lease)
+        inner = self.__wrapped__
+        return _waited_sync(
+            self._observer, inner, inner._try_now, inner.wait, (_check_permit_count(permit_count),), timeout
+        )
 
     def acquire_async(self, permit_count: int = 1) -> LeaseWait:
         """The wrapped limiter's ``acquire_async``, its outcome counted when awaited."""
@@ -138,23 +131,11 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):
         await self.__wrapped__.aclose()
 
 
-class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
+class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore[override]  # (_rl_closed: a property here)
     """A KeyedRateLimiter whose every acquisition and release is observed (labelled with the keyed
     limiter's name, never the key)."""
 
     __wrapped__: KeyedRateLimiter
-
-    def __init__(self, limiter: KeyedRateLimiter, observer: Observer) -> None:
-        self.__wrapped__ = limiter
-        self._observer = observer
-        self.name = limiter.name
-        """The wrapped limiter's name: the ``limiter`` label of its series."""
-        self._rl_clock = limiter._rl_clock
-        self._rl_successful = self._rl_failed = 0
-
-    @property  # type: ignore[override,unused-ignore]
-    def _rl_closed(self) -> bool:  # type: ignore[override]
-        return _closed(self.__wrapped__)
 
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
         """The wrapped limiter's ``acquire``, its outcome counted; a granted lease comes back wrapped
@@ -168,16 +149,9 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """The wrapped limiter's ``wait``, its outcome counted; the time spent queued is observed when
         it was not granted at once. Raises as the wrapped limiter's."""
-        inner, observer = self.__wrapped__, self._observer
+        inner = self.__wrapped__
         n = _check_permit_count(permit_count)
-        if not _closed(inner):
-            now = inner._try_now(resource, n)
-            if now is not None:
-                return observer.outcome(now)
-        start = observer.clock.now_ns()
-        lease = inner.wait(resource, n, timeout)
-        observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
-        return observer.outcome(lease)
+        return _waited_sync(self._observer, inner, inner._try_now, inner.wait, (resource, n), timeout)
 
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """The wrapped limiter's ``acquire_async``, its outcome counted when awaited."""
@@ -236,8 +210,20 @@ async def _waited(observer: Observer, try_now: Any, wait_async: Any, args: tuple
     except BaseException:
         observer.queued("cancelled", start)
         raise
-    observer.queued("acquired" if lease else lease.reason or "limit_reached", start)
-    return observer.outcome(lease)
+    return observer.waited(lease, start)
+
+
+def _waited_sync(
+    observer: Observer, inner: Any, try_now: Any, wait: Any, args: tuple[object, ...], timeout: float | None
+) -> Lease:
+    """A blocking wait: granted (or refused) at once, never queued, or queued, its time in the
+    queue observed with its outcome."""
+    if not _closed(inner):
+        now = try_now(*args)
+        if now is not None:
+            return observer.outcome(now)
+    start = observer.clock.now_ns()
+    return observer.waited(wait(*args, timeout), start)
 
 
 def wrapped_limiter(limiter: RateLimiter | KeyedRateLimiter) -> RateLimiter | KeyedRateLimiter:

@@ -48,6 +48,11 @@ class Observer:
         for sink in self.sinks:
             sink.queue_duration(result, seconds)
 
+    def waited(self, lease: Lease, start_ns: int) -> Lease:
+        """A queued wait's end: its time in the queue, by outcome, then the outcome itself."""
+        self.queued("acquired" if lease else lease.reason or "limit_reached", start_ns)
+        return self.outcome(lease)
+
     def ended(self, start_ns: int, used: bool) -> None:
         seconds = (self.clock.now_ns() - start_ns) / 1e9
         for sink in self.sinks:
