@@ -215,9 +215,7 @@ def limit(
                 lease.release()
                 raise
             if not lease:
-                refund_before_rejection(granted)
-                if isinstance(handoff, Handoff):
-                    handoff.route_rejected = "route_limiter"
+                refund_before_rejection(granted, handoff, lease)
                 return await _rejection(policy, request, lease, quota)
             granted.append(lease)
             if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers

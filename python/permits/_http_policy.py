@@ -495,13 +495,16 @@ class Handoff:
         the framework's answer to the route's rejection; None when there is none."""
 
 
-def refund_before_rejection(granted: list[Lease]) -> None:
-    """A route's limit rejected the request: the permits its other limits (stacked on the same
-    route) granted are given back, as a chain's are. The middleware's global permits are not: a
-    route's rejection counts against the global limit (its concurrency permits come back when the
-    response has been sent, as always)."""
+def refund_before_rejection(granted: list[Lease], handoff: object, lease: Lease) -> None:
+    """A route's limit rejected the request (its failed ``lease``): the permits its other limits
+    (stacked on the same route) granted are given back, as a chain's are, and the middleware's
+    ``handoff`` (if any) learns what to count (``route_refusal``). The middleware's global permits
+    are not given back: a route's rejection counts against the global limit (its concurrency
+    permits come back when the response has been sent, as always)."""
     for earlier in granted:
         earlier._refund()
+    if isinstance(handoff, Handoff):
+        handoff.route_rejected = route_refusal(lease)
 
 
 DISCONNECTS = frozenset({"http.disconnect", "websocket.disconnect"})
@@ -550,6 +553,5 @@ __all__ = [
     "quota_of",
     "refund_before_rejection",
     "refusal",
-    "route_refusal",
     "wait_or_leave",
 ]

@@ -40,7 +40,6 @@ from ._http_policy import (
     refund_before_rejection,
     refusal,
     rejection_text,
-    route_refusal,
 )
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -211,10 +210,7 @@ def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpRe
     granted: list[Lease] = meta.setdefault(GRANTED, [])
     if not lease:
         try:
-            refund_before_rejection(granted)
-            rejected = meta.get(HANDOFF)
-            if isinstance(rejected, Handoff):  # (counted by the middleware's metrics=)
-                rejected.route_rejected = route_refusal(lease)
+            refund_before_rejection(granted, meta.get(HANDOFF), lease)  # (metrics= counts it apart)
             return _rejection(checked, request, lease, quota)
         except BaseException:
             lease.release()

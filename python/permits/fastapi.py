@@ -120,9 +120,7 @@ class RateLimit:
             lease.release()
             raise
         if not lease:
-            refund_before_rejection(granted)
-            if isinstance(handoff, Handoff):
-                handoff.route_rejected = "route_limiter"
+            refund_before_rejection(granted, handoff, lease)
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
             headers = policy.rejection_headers(lease, quota)

@@ -35,7 +35,6 @@ from ._http_policy import (
     check_metrics,
     refund_before_rejection,
     rejection_text,
-    route_refusal,
 )
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -182,10 +181,7 @@ def _decorate(limit: SyncLimit, view: View) -> View:
         granted: list[Lease] = environ.setdefault(GRANTED, [])
         if not lease:
             try:
-                refund_before_rejection(granted)
-                rejected = environ.get(HANDOFF)
-                if isinstance(rejected, Handoff):
-                    rejected.route_rejected = route_refusal(lease)
+                refund_before_rejection(granted, environ.get(HANDOFF), lease)
                 return _rejection(policy, lease, quota)
             except BaseException:
                 lease.release()
