@@ -24,12 +24,15 @@ from ._durations import timeout_ns
 
 _SOCKETS = ("gunicorn.socket", "werkzeug.socket")
 _RDHUP: int | None = getattr(select, "POLLRDHUP", None)
-_GONE = (_RDHUP or 0) | select.POLLHUP | select.POLLERR if _RDHUP is not None else 0
+#: The peer's shutdown, a hang-up or an error: what ends a wait (not data: a body not yet read).
+_GONE = 0 if _RDHUP is None else _RDHUP | select.POLLHUP | select.POLLERR
+#: Linux's poll() with POLLRDHUP: elsewhere nothing is watched.
+_WATCHABLE = _RDHUP is not None and hasattr(select, "poll")
 
 
 def client_socket(environ: dict[str, Any]) -> socket.socket | None:
     """The connection's socket when the server exposes it and this platform can watch it."""
-    if _RDHUP is None or not hasattr(select, "poll") or _gevent_patched():
+    if not _WATCHABLE or _gevent_patched():
         return None
     for name in _SOCKETS:
         found = environ.get(name)
