@@ -94,6 +94,18 @@ def serve_wsgi(app: Any, server: str = "werkzeug") -> Iterator[str]:
         tcp.task_dispatcher.shutdown(timeout=10)
 
 
+def raw_request(url: str, path: str = "/", body: bytes = b"") -> socket.socket:
+    """A raw connection to ``url`` that sent one request (a GET, or a POST of ``body`` sent in full)
+    and has read nothing yet: the test reads the answer, or closes it to leave."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    if body:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+    else:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode())
+    return sock
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -18,7 +18,7 @@ import permits
 from permits import keys
 from permits.wsgi import RateLimitMiddleware
 
-from _integration import require, serve_wsgi, until
+from _integration import raw_request, require, serve_wsgi, until
 
 SERVERS = ["werkzeug", "waitress"]
 CLIENT = keys.header("x-client")
@@ -431,17 +431,6 @@ def test_a_rejection_answers_a_slow_upload_before_its_body(clock: permits.Manual
     assert limiter.statistics().total_failed_leases == 1
 
 
-def _queued_get(url: str, body: bytes = b"") -> socket.socket:
-    """A raw connection that sent a request (a POST when ``body``: sent in full, not yet read)."""
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    if body:
-        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-    else:
-        sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
-    return sock
-
-
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("body", [b"", b"x" * 1000], ids=["get", "post with its body unread"])
 def test_a_queued_request_whose_client_leaves_leaves_the_queue(body: bytes, clock: permits.ManualClock) -> None:
@@ -450,9 +439,9 @@ def test_a_queued_request_whose_client_leaves_leaves_the_queue(body: bytes, cloc
     limiter = permits.ConcurrencyLimiter(1, queue_limit=2, clock=clock)
     with serve_wsgi(RateLimitMiddleware(app, limiter, wait=True), "werkzeug") as url:
         held = limiter.acquire()
-        staying = _queued_get(url)
+        staying = raw_request(url, "/hello")
         until(lambda: limiter.statistics().current_queued_count == 1)
-        leaving = _queued_get(url, body)
+        leaving = raw_request(url, "/echo" if body else "/hello", body)
         until(lambda: limiter.statistics().current_queued_count == 2)
         leaving.close()  # (the request is queued behind `staying`: its own close is what ends it)
         until(lambda: limiter.statistics().current_queued_count == 1)
@@ -471,7 +460,7 @@ def test_a_client_that_leaves_as_its_permit_comes_gives_it_back(clock: permits.M
     app = App()
     with serve_wsgi(RateLimitMiddleware(app, limiter, wait=True), "werkzeug") as url:
         assert limiter.acquire()
-        leaving = _queued_get(url)
+        leaving = raw_request(url, "/hello")
         until(lambda: limiter.statistics().current_queued_count == 1)
         leaving.close()
         until(lambda: limiter.statistics().current_queued_count == 0)

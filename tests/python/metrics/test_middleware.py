@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +14,7 @@ from _scrape import exposition, scrape, value
 
 import permits
 
-from _integration import require, serve_wsgi, until
+from _integration import raw_request, require, serve_wsgi, until
 from _support import need
 
 
@@ -136,14 +135,6 @@ def test_metrics_argument_is_checked() -> None:
         RateLimitMiddleware(lambda e, s: [], permits.TokenBucketLimiter(1, 1, 1.0), metrics="yes")
 
 
-def _queued_get(url: str) -> socket.socket:
-    """A raw connection that sent a request and reads nothing yet."""
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-    return sock
-
-
 @pytest.mark.timeout(60)
 def test_wsgi_client_left_while_queued_under_werkzeug() -> None:
     # werkzeug's server exposes the connection's socket: a queued wait ends when its client leaves.
@@ -162,9 +153,9 @@ def test_wsgi_client_left_while_queued_under_werkzeug() -> None:
     limiter = permits.ConcurrencyLimiter(1, queue_limit=2, clock=clock, name="pool")
     with serve_wsgi(RateLimitMiddleware(app, limiter, wait=True, metrics=registry), "werkzeug") as url:
         held = limiter.acquire()
-        staying = _queued_get(url)
+        staying = raw_request(url)
         until(lambda: limiter.statistics().current_queued_count == 1)
-        leaving = _queued_get(url)
+        leaving = raw_request(url)
         until(lambda: limiter.statistics().current_queued_count == 2)
         clock.advance(0.5)
         leaving.close()
@@ -230,7 +221,7 @@ def test_flask_a_view_wait_whose_client_leaves_counts_as_client_left() -> None:
 
     with serve_wsgi(app, "werkzeug") as url:
         held = view_gate.acquire()
-        leaving = _queued_get(url)
+        leaving = raw_request(url)
         until(lambda: view_gate.statistics().current_queued_count == 1)
         leaving.close()
         until(lambda: sample("client_left") == 1)

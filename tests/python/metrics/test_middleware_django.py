@@ -4,24 +4,14 @@ client_left), scraped from a real exposition."""
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 from _scrape import exposition, scrape, value
 
 import permits
 
-from _integration import require, until
+from _integration import raw_request, require, until
 from _support import need
-
-
-def _queued_get(url: str) -> socket.socket:
-    """A raw connection that sent a request and reads nothing yet."""
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
-    return sock
 
 
 @pytest.mark.timeout(60)
@@ -46,7 +36,7 @@ def test_requests_by_result() -> None:
         statuses = [client.get(path).status_code for path in ("/hello", "/hello", "/hello", "/health")]
         assert statuses == [200, 200, 429, 429]
         held = queue.acquire()
-        leaving = _queued_get(url)
+        leaving = raw_request(url, "/hello")
         until(lambda: queue.statistics().current_queued_count == 1)
         assert client.get("/hello").status_code == 429  # the queue is full: the global limiter refuses
         leaving.close()
