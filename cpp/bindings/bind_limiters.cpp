@@ -76,13 +76,11 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
         }
         if constexpr (kind == FastCall::Acquire) {
             return py_lease::from_outcome((*holder)->acquire(n), holder->get(), self);
-        } else if constexpr (kind == FastCall::AcquireAsync) {
-            PyObject* lease = py_lease::from_outcome((*holder)->acquire(n), holder->get(), self);
-            return lease == nullptr ? nullptr : new_acquired_lease_wait(lease);
         } else if constexpr (kind == FastCall::TryNow) {
             const auto o = (*holder)->try_now(n);
             return o ? py_lease::from_outcome(*o, holder->get(), self) : Py_NewRef(Py_None);
         } else {
+            // Both check now what acquire() would raise, and ask the engine only when stepped.
             detail::check_permit_count(n, (*holder)->max_permits()); // before "closed", as everywhere
             if ((*holder)->closed()) {
                 throw ClosedError();
@@ -90,6 +88,9 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
             WaitTarget target;
             target.owner = Py_NewRef(self);
             target.limiter = holder->get();
+            if constexpr (kind == FastCall::AcquireAsync) {
+                return new_attempt_lease_wait(std::move(target), n);
+            }
             return new_engine_lease_wait(std::move(target), n);
         }
     });
@@ -109,8 +110,8 @@ template <class T> void install_fast_acquire(py::handle cls) {
                                       "_try_now($self, /, permit_count=1)\n--\n\nA wait's immediate grant, or None.");
     install_fast<T, FastCall::AcquireAsync>(cls, "acquire_async",
                                             "acquire_async($self, /, permit_count=1)\n--\n\nThe attempt of "
-                                            "acquire(), made now, as an awaitable returning its lease; also an "
-                                            "async context manager releasing it on exit.");
+                                            "acquire(), made when first awaited, as an awaitable returning its "
+                                            "lease; also an async context manager releasing it on exit.");
     install_fast<T, FastCall::WaitAsync>(cls, "wait_async",
                                          "wait_async($self, /, permit_count=1)\n--\n\nWaits in the queue "
                                          "(asyncio); also an async context manager releasing the lease on exit.");

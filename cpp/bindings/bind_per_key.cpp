@@ -106,6 +106,9 @@ PyObject* per_key_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
             target.per_key = per_key->get();
             target.key = Py_NewRef(args[0]);
             target.encoded = std::string(key.view());
+            if constexpr (kind == FastCall::AcquireAsync) {
+                return new_attempt_lease_wait(std::move(target), n); // asks the table when stepped
+            }
             return new_engine_lease_wait(std::move(target), n);
         }
     });
@@ -190,6 +193,10 @@ void bind_per_key(py::module_& m) {
     install<FastCall::TryNow>(cls, "_try_now",
                               "_try_now($self, resource, /, permit_count=1)\n--\n\nA wait's immediate grant, or "
                               "None.");
+    install<FastCall::AcquireAsync>(cls, "acquire_async",
+                                    "acquire_async($self, resource, /, permit_count=1)\n--\n\nThe attempt of "
+                                    "acquire(), made when first awaited, as an awaitable of its lease (it never "
+                                    "queues); also an async context manager releasing the lease on exit.");
     install<FastCall::WaitAsync>(cls, "wait_async",
                                  "wait_async($self, resource, /, permit_count=1)\n--\n\nWaits in the resource's "
                                  "queue (asyncio); also an async context manager releasing the lease on exit.");

@@ -5,6 +5,7 @@
 #include "gil.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
+#include "permits/cancel_scope.hpp"
 #include "permits/limiter.hpp"
 #include "self.hpp"
 #include "wait_handle.hpp"
@@ -36,11 +37,23 @@ bool WaitHandle::cancel() {
 }
 
 py::object WaitHandle::block() {
-    constexpr Nanos kSlice = 50'000'000; // wakes every 50 ms to let signals in
+    constexpr Nanos kSlice = 50'000'000;             // wakes every 50 ms to let signals in
+    const CancelScope::Watch watch(owner_, waiter_); // a scope this thread entered may end it
     for (;;) {
         const bool done = without_gil([&] { return waiter_->wait_for(kSlice); });
         if (done) {
             return lease();
+        }
+        if (waiter_->state() == Waiter::Cancelled) { // by a scope: its owner closed
+            if (per_key_) {
+                per_key_->recheck(key_of(key_)); // its queue may be empty now: when is the key idle?
+            }
+            PyObject* closed =
+                py_lease::from_outcome(Outcome::failed(waiter_->permits(), Reason::Closed), nullptr, source_.ptr());
+            if (closed == nullptr) {
+                throw py::error_already_set();
+            }
+            return py::reinterpret_steal<py::object>(closed);
         }
         if (PyErr_CheckSignals() != 0) {
             if (!cancel() && waiter_->state() == Waiter::Completed) {
@@ -65,6 +78,31 @@ void bind_wait_handle(py::module_& m) {
         .def(
             "drain", [](py::handle self) { self_of<Notifier>(self).drain(); },
             "drain(self, /)\n--\n\nEmpties the pipe and forgets the completed requests.");
+
+    // A chain's blocking wait enters one around its members' waits; its close() cancels it.
+    py::class_<CancelScope, std::shared_ptr<CancelScope>>(m, "CancelScope")
+        .def(py::init<>(), "__init__(self, /)\n--\n\nA scope whose cancel() ends the blocking waits made in it.")
+        .def(
+            "cancel", [](py::handle self) { self_of<CancelScope>(self).cancel(); },
+            "cancel(self, /)\n--\n\nEnds the waits made in the scope, now and from now on; idempotent.")
+        .def_property_readonly("cancelled", [](py::handle self) { return self_of<CancelScope>(self).cancelled(); })
+        .def(
+            "__enter__",
+            [](py::handle self) {
+                self_of<CancelScope>(self).enter();
+                return self;
+            },
+            "__enter__(self, /)\n--\n\nThis thread's blocking waits are the scope's until __exit__.")
+        .def(
+            "__exit__",
+            [](py::handle self, const py::args&) {
+                self_of<CancelScope>(self).leave();
+                return false;
+            },
+            "__exit__(self, *exc_info)\n--\n\nLeaves the scope.");
+    m.def(
+        "_cancelled_here", [] { return CancelScope::cancelled_here(); },
+        "_cancelled_here()\n--\n\nTrue when a scope entered on this thread is cancelled.");
 
     py::class_<WaitHandle>(m, "WaitHandle")
         .def(

@@ -193,6 +193,25 @@ PySendResult start(PyObject* self, Core& c, PyObject** out) {
     return finish(c, lease, out);
 }
 
+/// acquire_async()'s first step: the attempt itself. The lease is kept, so a later await (or
+/// `async with`'s exit) has it.
+PySendResult attempt(Core& c, PyObject** out) {
+    PyObject* lease = guarded([&]() -> PyObject* {
+        const WaitTarget& t = c.target;
+        if (t.per_key != nullptr) {
+            return lease_for(t, t.per_key->acquire(t.encoded, c.permits).outcome);
+        }
+        return lease_for(t, t.limiter->acquire(c.permits));
+    });
+    if (lease == nullptr) {
+        return fail(c);
+    }
+    c.phase = Phase::Acquired;
+    c.result = lease;
+    *out = Py_NewRef(lease);
+    return PYGEN_RETURN;
+}
+
 /// One step of a delegated wait: sends `arg` into its coroutine, as `yield from` does.
 PySendResult delegate(Core& c, PyObject* arg, PyObject** out) {
     PyObject* value = nullptr;
@@ -223,10 +242,8 @@ PySendResult aw_send(PyObject* self, PyObject* arg, PyObject** out) {
         }
         return finish(c, std::exchange(c.result, nullptr), out);
     }
-    case Phase::Acquired:
-        c.resolved = true; // stepped: the lease is the caller's now
-        *out = Py_NewRef(c.result);
-        return PYGEN_RETURN;
+    case Phase::Attempt: return attempt(c, out);
+    case Phase::Acquired: *out = Py_NewRef(c.result); return PYGEN_RETURN;
     case Phase::Ready: {
         PyObject* value = c.result;
         c.result = nullptr;
@@ -308,17 +325,7 @@ PyObject* aw_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     if (c.phase == Phase::Delegating && c.inner != nullptr) {
         return throw_into_inner(c, args, nargs);
     }
-    if (c.phase == Phase::Acquired && !c.resolved) {
-        c.resolved = true; // cancelled before its first step: nobody gets the lease
-        RaisedError kept = RaisedError::take();
-        try {
-            py_lease::refund(c.result);
-        } catch (py::error_already_set& e) {
-            e.discard_as_unraisable(__func__);
-        }
-        kept.restore();
-    }
-    end(c);
+    end(c); // (an acquire_async() thrown into before its first step has taken nothing)
     PyObject* typ = args[0];
     PyObject* val = nargs > 1 ? args[1] : Py_None;
     PyObject* tb = nargs > 2 ? args[2] : Py_None;
@@ -346,9 +353,8 @@ PyObject* aw_await(PyObject* self) {
 
 PyObject* aw_aenter(PyObject* self, PyObject*) {
     Core& c = core_of(self);
-    if (c.phase == Phase::Acquired) {
-        c.entered = true;
-        return Py_NewRef(self);
+    if (c.phase == Phase::Attempt || c.phase == Phase::Acquired) {
+        return Py_NewRef(self); // its lease stays the awaitable's: __aexit__ releases it
     }
     if (c.phase != Phase::New) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse an already awaited wait_async()");
@@ -512,18 +518,8 @@ using lease_wait::Core;
 using lease_wait::core_of;
 using lease_wait::EngineLeaseWaitObject;
 
-PyObject* new_acquired_lease_wait(PyObject* lease) {
-    EngineLeaseWaitObject* self = lease_wait::alloc();
-    if (self == nullptr) {
-        Py_DECREF(lease);
-        return nullptr;
-    }
-    self->core.phase = lease_wait::Phase::Acquired;
-    self->core.result = lease; // the reference is taken over
-    return reinterpret_cast<PyObject*>(self);
-}
-
-PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count) {
+namespace {
+PyObject* new_lease_wait(WaitTarget target, std::int64_t permit_count, lease_wait::Phase phase) {
     EngineLeaseWaitObject* self = lease_wait::alloc();
     if (self == nullptr) {
         Py_XDECREF(target.owner);
@@ -532,7 +528,17 @@ PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count) {
     }
     self->core.target = std::move(target);
     self->core.permits = permit_count;
+    self->core.phase = phase;
     return reinterpret_cast<PyObject*>(self);
+}
+} // namespace
+
+PyObject* new_attempt_lease_wait(WaitTarget target, std::int64_t permit_count) {
+    return new_lease_wait(std::move(target), permit_count, lease_wait::Phase::Attempt);
+}
+
+PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count) {
+    return new_lease_wait(std::move(target), permit_count, lease_wait::Phase::New);
 }
 
 // ---- What the loop's bridge (loop_bridge.cpp) asks of a wait ----

@@ -32,9 +32,9 @@ struct WaitTarget {
 /// A new awaitable for `permit_count` permits of `target` (whose references it takes over);
 /// nullptr with a Python error set on failure.
 PyObject* new_engine_lease_wait(WaitTarget target, std::int64_t permit_count);
-/// acquire_async()'s awaitable: already resolved with `lease` (a reference it takes over, also on
-/// failure); nullptr with a Python error set on failure.
-PyObject* new_acquired_lease_wait(PyObject* lease);
+/// acquire_async()'s awaitable: the attempt (acquire) is made at its first step, and every await
+/// returns that lease. Takes over `target`'s references; nullptr with a Python error set on failure.
+PyObject* new_attempt_lease_wait(WaitTarget target, std::int64_t permit_count);
 
 void bind_engine_lease_wait(pybind11::module_& m);
 

@@ -21,9 +21,10 @@ namespace py = pybind11;
 
 // Delegating: queued outside asyncio, the wait is a coroutine of permits._foreign (trio), which the
 // awaitable drives as `yield from` would.
-// Acquired: acquire_async()'s, made with its lease: every await returns that lease; a throw
-// before the first step gives it back (nobody will have it).
-enum class Phase : std::uint8_t { New, Waiting, Delegating, Done, Ready, Acquired };
+// Attempt: acquire_async()'s before its first step: nothing is taken until it is stepped, so one
+// never awaited (dropped, closed, its task cancelled before it ran) holds nothing.
+// Acquired: acquire_async()'s once stepped: every later await returns the same lease.
+enum class Phase : std::uint8_t { New, Waiting, Delegating, Done, Ready, Attempt, Acquired };
 
 // Queued, the awaitable is itself the future-like object its task waits on (asyncio's duck-typed
 // protocol: _asyncio_future_blocking, get_loop, add_done_callback, cancel, result), so a grant

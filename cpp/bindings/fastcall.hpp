@@ -13,8 +13,8 @@
 
 namespace permits::bind {
 
-/// acquire, _try_now, and wait_async (the checks and the awaitable; the engine is asked when it
-/// is awaited).
+/// acquire, _try_now, and wait_async / acquire_async (the checks and the awaitable; the engine is
+/// asked when it is awaited).
 enum class FastCall { Acquire, TryNow, WaitAsync, AcquireAsync };
 
 /// The shared_ptr holder of `self`, or nullptr with a TypeError set.

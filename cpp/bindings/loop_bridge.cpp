@@ -69,16 +69,11 @@ LoopBridge* bridge_of(PyObject* loop) {
 }
 
 void LoopBridge::hold(std::uint64_t id, PyObject* awaitable) {
-    waiting_.emplace(id, Py_NewRef(awaitable));
+    waiting_.put(id, Py_NewRef(awaitable));
 }
 
 void LoopBridge::forget(std::uint64_t id) {
-    auto it = waiting_.find(id);
-    if (it != waiting_.end()) {
-        PyObject* obj = it->second;
-        waiting_.erase(it);
-        Py_DECREF(obj);
-    }
+    Py_XDECREF(waiting_.take(id));
 }
 
 void LoopBridge::drain() {
@@ -100,12 +95,10 @@ void LoopBridge::drain() {
     const bool scheduled = !wakeups_.empty(); // a resume() is already due
     PyObject* loop = nullptr;
     for (const auto& w : batch) {
-        auto it = waiting_.find(w->id());
-        if (it == waiting_.end()) {
+        PyObject* obj = waiting_.take(w->id()); // the bridge's reference, handed on to wakeups_ or dropped
+        if (obj == nullptr) {
             continue; // withdrawn: whoever withdrew it gave back what it was granted
         }
-        PyObject* obj = it->second; // the bridge's reference, handed on to wakeups_ or dropped
-        waiting_.erase(it);
         loop = wait_loop(obj);
         for (const auto& cb : resolve_wait(obj)) {
             wakeups_.push_back({Py_NewRef(obj), cb.fn, cb.context}); // the callback's references move
@@ -174,17 +167,21 @@ void LoopBridge::abandon() {
     for (const auto& w : wakeups) {
         release(w); // those tasks are never woken: their loop is gone
     }
-    auto waiting = std::move(waiting_);
-    waiting_.clear();
-    for (auto& [id, obj] : waiting) {
+    for (PyObject* obj : waiting_.take_all()) {
         abandon_wait(obj);
         Py_DECREF(obj);
     }
 }
 
 int LoopBridge::traverse(visitproc visit, void* arg) const {
-    for (const auto& [id, obj] : waiting_) {
-        Py_VISIT(obj);
+    int visited = 0;
+    waiting_.each([&](PyObject* obj) {
+        if (visited == 0 && obj != nullptr) {
+            visited = visit(obj, arg);
+        }
+    });
+    if (visited != 0) {
+        return visited;
     }
     for (const auto& w : wakeups_) {
         Py_VISIT(w.awaitable);

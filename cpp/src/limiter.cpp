@@ -47,6 +47,7 @@ void Limiter::fork_reset_child(std::vector<std::shared_ptr<Waiter>>& dropped, bo
     queued_permits_.store(0);
     queued_entries_.store(0);
     timed_waiters_ = 0;
+    deadlines_.clear();
     scheduled_at_ = kNever;
     if (timers_cleared) {
         timer_entries_ = 0;
@@ -197,10 +198,12 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
         project_push_locked(*waiter, now);
     }
     queue_entries_.push_back(waiter);
+    waiter->queue_position = std::prev(queue_entries_.end());
     queued_permits_.fetch_add(n);
     queued_entries_.fetch_add(1);
     if (deadline != kNever) {
         ++timed_waiters_;
+        deadlines_.push(waiter);
     }
     // A release may have landed between the failed take above and the queueing: serve now
     // what can be served, so no wake-up is lost.
@@ -216,10 +219,15 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
 void Limiter::finish_locked(Waiter& w, const Outcome& o) {
     queued_permits_.fetch_sub(w.permits());
     queued_entries_.fetch_sub(1);
-    if (w.deadline() != kNever) {
-        --timed_waiters_;
-    }
     w.complete(o);
+    if (w.deadline() != kNever) {
+        left_timed_locked();
+    }
+}
+
+void Limiter::left_timed_locked() {
+    --timed_waiters_;
+    deadlines_.compact(static_cast<std::size_t>(timed_waiters_));
 }
 
 bool Limiter::cancel(Waiter& w) {
@@ -230,31 +238,17 @@ bool Limiter::cancel(Waiter& w) {
     queued_permits_.fetch_sub(w.permits());
     queued_entries_.fetch_sub(1);
     if (w.deadline() != kNever) {
-        --timed_waiters_;
+        left_timed_locked();
     }
     invalidate_projection_locked();
-    // The entry stays in the queue until a pass meets it; if it blocked the head, serve who is next.
-    pop_stale_locked();
+    queue_entries_.erase(w.queue_position); // (pending until now: still in the queue)
+    // If it blocked the head, serve who is next.
     if (!closed_.load()) {
         process_queue_locked(state_now());
         schedule_locked(state_now());
     }
     drop_timers_if_idle_locked();
     return true;
-}
-
-void Limiter::pop_stale_locked() {
-    while (!queue_entries_.empty() && !queue_entries_.front()->pending()) {
-        queue_entries_.pop_front();
-    }
-    while (!queue_entries_.empty() && !queue_entries_.back()->pending()) {
-        queue_entries_.pop_back();
-    }
-    // Cancellation storms in the middle: compact once stale entries dominate.
-    const auto live = static_cast<std::size_t>(queued_entries_.load());
-    if (queue_entries_.size() > 2 * live + 64) {
-        std::erase_if(queue_entries_, [](const auto& w) { return !w->pending(); });
-    }
 }
 
 void Limiter::process_queue_locked(Nanos state_time) {
@@ -282,13 +276,15 @@ void Limiter::expire_locked(Nanos clock_now) {
     if (timed_waiters_ == 0) {
         return;
     }
-    for (auto& w : queue_entries_) {
-        if (w->pending() && w->deadline() != kNever && w->deadline() <= clock_now) {
-            finish_locked(*w, Outcome::failed(w->permits(), Reason::Timeout)); // not counted, like a cancellation
-            invalidate_projection_locked();
-        }
+    bool expired = false;
+    while (auto w = deadlines_.pop_due(clock_now)) {
+        queue_entries_.erase(w->queue_position);                           // (pending until now: still in the queue)
+        finish_locked(*w, Outcome::failed(w->permits(), Reason::Timeout)); // not counted, like a cancellation
+        expired = true;
     }
-    pop_stale_locked();
+    if (expired) {
+        invalidate_projection_locked();
+    }
 }
 
 void Limiter::schedule_locked(Nanos state_time) {
@@ -353,7 +349,7 @@ void Limiter::on_timer(Nanos now) {
     drop_timers_if_idle_locked();
 }
 
-Nanos Limiter::next_due_locked(Nanos state_time) const {
+Nanos Limiter::next_due_locked(Nanos state_time) {
     Nanos when = kNever;
     std::shared_ptr<Waiter> next = next_waiter_locked();
     if (next && !manual_) {
@@ -364,18 +360,6 @@ Nanos Limiter::next_due_locked(Nanos state_time) const {
         }
     }
     return std::min(when, next_deadline_locked());
-}
-
-Nanos Limiter::next_deadline_locked() const {
-    Nanos when = kNever;
-    if (timed_waiters_ > 0) {
-        for (const auto& w : queue_entries_) {
-            if (w->pending()) {
-                when = std::min(when, w->deadline());
-            }
-        }
-    }
-    return when;
 }
 
 Nanos Limiter::next_timer() {

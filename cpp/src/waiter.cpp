@@ -70,7 +70,12 @@ bool Waiter::cancel() noexcept {
     }
     // Nothing will be delivered: the notifier (and its descriptors) need not wait for this entry
     // to leave its limiter's queue, which may hold it until a later pass.
-    notifier_.reset();
+    if (notifier_) {
+        notifier_.reset();
+    } else {
+        std::lock_guard<std::mutex> lock(mu_); // a thread blocked in wait_for() wakes: cancelled
+        cv_.notify_all();
+    }
     return true;
 }
 

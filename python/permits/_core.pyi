@@ -148,6 +148,19 @@ class Notifier:
     def fd(self) -> int: ...
     def drain(self) -> None: ...
 
+class CancelScope:
+    """A scope whose ``cancel()`` ends the blocking waits made in it (on the thread that entered
+    it): a chain's wait runs its members' waits in one, and the chain's close cancels it."""
+
+    def __init__(self) -> None: ...
+    def cancel(self) -> None: ...
+    @property
+    def cancelled(self) -> bool: ...
+    def __enter__(self) -> CancelScope: ...
+    def __exit__(self, *exc_info: object) -> None: ...
+
+def _cancelled_here() -> bool: ...
+
 class WaitHandle:
     def done(self) -> bool: ...
     def cancel(self) -> bool: ...
@@ -276,9 +289,12 @@ class TokenBucket(Limiter):
         """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
     def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
-        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
-        any event loop (or none) may await it. Also an async context manager that releases the lease on
-        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """The attempt of ``acquire()`` as an awaitable of its lease, made when it is first awaited: it
+        never queues, and any event loop (or none) may await it; awaited again, it returns the same lease.
+        One never awaited (dropped, closed, its task cancelled before it ran) takes nothing. Also an
+        async context manager that releases the lease on exit. Raises ``ValueError`` for a bad
+        ``permit_count`` and ``LimiterClosedError`` when called on a closed limiter (a close between the
+        call and the await raises at the await).
         """
     def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
         """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
@@ -312,9 +328,12 @@ class FixedWindow(Limiter):
         """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
     def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
-        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
-        any event loop (or none) may await it. Also an async context manager that releases the lease on
-        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """The attempt of ``acquire()`` as an awaitable of its lease, made when it is first awaited: it
+        never queues, and any event loop (or none) may await it; awaited again, it returns the same lease.
+        One never awaited (dropped, closed, its task cancelled before it ran) takes nothing. Also an
+        async context manager that releases the lease on exit. Raises ``ValueError`` for a bad
+        ``permit_count`` and ``LimiterClosedError`` when called on a closed limiter (a close between the
+        call and the await raises at the await).
         """
     def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
         """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
@@ -348,9 +367,12 @@ class SlidingWindow(Limiter):
         """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
     def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
-        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
-        any event loop (or none) may await it. Also an async context manager that releases the lease on
-        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """The attempt of ``acquire()`` as an awaitable of its lease, made when it is first awaited: it
+        never queues, and any event loop (or none) may await it; awaited again, it returns the same lease.
+        One never awaited (dropped, closed, its task cancelled before it ran) takes nothing. Also an
+        async context manager that releases the lease on exit. Raises ``ValueError`` for a bad
+        ``permit_count`` and ``LimiterClosedError`` when called on a closed limiter (a close between the
+        call and the await raises at the await).
         """
     def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
         """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
@@ -384,9 +406,12 @@ class SlidingWindowCounter(Limiter):
         """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
     def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
-        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
-        any event loop (or none) may await it. Also an async context manager that releases the lease on
-        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """The attempt of ``acquire()`` as an awaitable of its lease, made when it is first awaited: it
+        never queues, and any event loop (or none) may await it; awaited again, it returns the same lease.
+        One never awaited (dropped, closed, its task cancelled before it ran) takes nothing. Also an
+        async context manager that releases the lease on exit. Raises ``ValueError`` for a bad
+        ``permit_count`` and ``LimiterClosedError`` when called on a closed limiter (a close between the
+        call and the await raises at the await).
         """
     def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
         """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
@@ -416,9 +441,12 @@ class Concurrency(Limiter):
         """
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
     def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait:
-        """The attempt of ``acquire()``, made now, as an awaitable of its lease: it never queues, and
-        any event loop (or none) may await it. Also an async context manager that releases the lease on
-        exit. Cancelled before it hands its lease over, it gives the grant back. Raises as ``acquire()``.
+        """The attempt of ``acquire()`` as an awaitable of its lease, made when it is first awaited: it
+        never queues, and any event loop (or none) may await it; awaited again, it returns the same lease.
+        One never awaited (dropped, closed, its task cancelled before it ran) takes nothing. Also an
+        async context manager that releases the lease on exit. Raises ``ValueError`` for a bad
+        ``permit_count`` and ``LimiterClosedError`` when called on a closed limiter (a close between the
+        call and the await raises at the await).
         """
     def wait_async(self, permit_count: int = 1) -> EngineLeaseWait:
         """Waits in the limiter's queue for ``permit_count`` permits: ``await`` it for the lease, or
@@ -456,6 +484,13 @@ class PerKey:
         ``LimiterClosedError`` after ``close()``.
         """
     def _try_now(self, resource: object, /, permit_count: int = 1) -> Lease | None: ...
+    def acquire_async(self, resource: object, /, permit_count: int = 1) -> EngineLeaseWait:
+        """The attempt of ``acquire(resource, permit_count)`` as an awaitable of its lease, made when
+        it is first awaited (it never queues; one never awaited takes nothing); awaited again, it returns
+        the same lease. Also an async context manager that releases the lease on exit. Raises
+        ``TypeError`` for a key of the wrong type and ``LimiterClosedError`` when called on a closed
+        limiter; a ``permit_count`` above the limit raises ``ValueError`` at the await.
+        """
     def wait_async(self, resource: object, /, permit_count: int = 1) -> EngineLeaseWait:
         """Waits in ``resource``'s queue for ``permit_count`` permits: ``await`` it for the lease, or
         ``async with`` it to have the lease released on exit. Keys, failures and cancellation are as for

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
-from . import _foreign
+from . import _core, _foreign
 from ._core import Clock, Lease
 
 #: The longest real sleep of a pause before it looks again (its clock, its limiter).
@@ -32,6 +32,12 @@ SLICE = 1.0
 _changed = threading.Condition()
 #: Registered wakers, in the order they were registered (a dict as an ordered set).
 _wakers: dict[Callable[[], object], None] = {}
+
+
+def cancelled_here() -> bool:
+    """True when a blocking wait on this thread is a step of a wait whose owner closed (a chain's
+    ``CancelScope``, cancelled by its close): the wait ends with a closed lease."""
+    return _core._cancelled_here()
 
 
 def closed_lease(permit_count: int) -> Lease:
@@ -69,7 +75,8 @@ def pause(clock: Clock, until_ns: int | None, poll: float | None, stop: Callable
     """Blocks until ``clock`` reads ``until_ns``, ``poll`` real seconds have passed, or ``stop()``."""
     poll_end = None if poll is None else time.monotonic() + poll
     with _changed:
-        while not stop():
+        # (or a scope this thread entered was cancelled: the close of a chain this wait is a step of)
+        while not stop() and not cancelled_here():
             seconds = _slice(clock, until_ns, poll_end)
             if seconds is None:
                 return

@@ -47,7 +47,7 @@ def wait(
     (``timeout_ns`` < 0: never) or the limiter closes."""
     deadline = None if timeout_ns < 0 else clock.now_ns() + timeout_ns
     while True:
-        if closed():
+        if closed() or _pausing.cancelled_here():
             return _pausing.closed_lease(permit_count)
         lease = attempt()
         if _ends(lease):

@@ -89,8 +89,9 @@ def _acquire_each(
         except BaseException as exc:
             _raise_with(_refund_all(taken), exc)
             raise
-        if lease and closed is not None and closed():
-            taken.append(lease)
+        if closed is not None and closed():  # the chain's own close: its name, not the member's
+            if lease:
+                taken.append(lease)
             lease = _pausing.closed_lease(n)
         if not lease:
             _raise_with(_refund_all(taken), None)
@@ -126,6 +127,30 @@ def _combined_statistics(stats: Sequence[Statistics]) -> Statistics:
     )
 
 
+class _BlockingWaits:
+    """A chain's blocking waits in progress, each in a ``CancelScope``: the chain's close cancels
+    them, so a wait blocked in a member (an engine queue, a pause between attempts) ends at once."""
+
+    def __init__(self) -> None:
+        self._scopes: set[_core.CancelScope] = set()
+
+    def run(self, closed: Callable[[], bool], wait: Callable[[], Lease]) -> Lease:
+        scope = _core.CancelScope()
+        self._scopes.add(scope)
+        try:
+            if closed():  # closed after the caller's check, before the scope was seen: end it now
+                scope.cancel()
+            with scope:
+                return wait()
+        finally:
+            self._scopes.discard(scope)
+
+    def cancel_all(self) -> None:
+        for scope in list(self._scopes):
+            scope.cancel()
+        _pausing.wake_all()  # a member pausing between attempts looks again, and sees the scope
+
+
 class _Deadline:
     """A chain's blocking wait: how long each next limiter may still wait, measured on that
     limiter's own clock (a ManualClock in tests: timeouts run on the limiter's clock)."""
@@ -154,6 +179,7 @@ class ChainedLimiter(RateLimiter):
     def __init__(self, limiters: Sequence[RateLimiter], *, name: str | None = None) -> None:
         super().__init__(name=name, clock=limiters[0]._rl_clock)
         self._limiters = tuple(limiters)
+        self._blocking = _BlockingWaits()
 
     @property
     def limiters(self) -> tuple[RateLimiter, ...]:
@@ -188,9 +214,11 @@ class ChainedLimiter(RateLimiter):
         self._check_open()
         closed = lambda: self._rl_closed  # noqa: E731
         # (checked: a close of the chain itself names the chain; a member's failure names the member)
-        return self._rl_checked(
-            _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)), closed), n, "wait"
+        lease = self._blocking.run(
+            closed,
+            lambda: _acquire_each(self._limiters, n, lambda limiter: limiter.wait(n, deadline.left(limiter)), closed),
         )
+        return self._rl_checked(lease, n, "wait")
 
     @property
     def idle_duration(self) -> float | None:
@@ -214,6 +242,7 @@ class ChainedLimiter(RateLimiter):
         """Closes the chain only: the limiters in it stay open (they may be shared). Its pending
         waits end at once with a failed lease, reason "closed" (what they took is given back)."""
         self._rl_mark_closed()
+        self._blocking.cancel_all()
 
     def __repr__(self) -> str:
         return f"<ChainedLimiter of {len(self._limiters)} limiters>"
@@ -233,6 +262,7 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
         """None: the chain evicts nothing itself; its keyed members have their own idle timeouts."""
         self.max_partitions = None
         """None: the chain bounds nothing itself; its keyed members have their own bounds."""
+        self._blocking = _BlockingWaits()
 
     @property
     def limiters(self) -> tuple[Member, ...]:
@@ -301,23 +331,32 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
             left = deadline.left(lim)
             return lim.wait(resource, n, left) if isinstance(lim, KeyedRateLimiter) else lim.wait(n, left)
 
-        return self._rl_checked(_acquire_each(self._limiters, n, step, lambda: self._rl_closed), n, "wait")
+        closed = lambda: self._rl_closed  # noqa: E731
+        lease = self._blocking.run(closed, lambda: _acquire_each(self._limiters, n, step, closed))
+        return self._rl_checked(lease, n, "wait")
+
+    def close(self) -> None:
+        """Closes the chain only (as ``ChainedLimiter.close``): its pending waits end at once."""
+        self._rl_mark_closed()
+        self._blocking.cancel_all()
 
     def __repr__(self) -> str:
         return f"<ChainedPartitionedLimiter of {len(self._limiters)} limiters>"
 
 
 @overload
-def chain(*limiters: RateLimiter) -> ChainedLimiter: ...  # type: ignore[overload-overlap]
+def chain(*limiters: RateLimiter, name: str | None = None) -> ChainedLimiter: ...  # type: ignore[overload-overlap]
 @overload
-def chain(*limiters: Member) -> ChainedPartitionedLimiter: ...
+def chain(*limiters: Member, name: str | None = None) -> ChainedPartitionedLimiter: ...
 
 
 # Typed by overloads: chain(a, b).acquire("key") type-checks when any member is keyed.
-def chain(*limiters: Member) -> ChainedLimiter | ChainedPartitionedLimiter:
+def chain(*limiters: Member, name: str | None = None) -> ChainedLimiter | ChainedPartitionedLimiter:
     """Acquires from each limiter in order, all or nothing: a rejection by a later limiter gives
     back what the earlier ones granted. The combined lease releases them in reverse order.
-    With any keyed limiter in it, the chain takes the resource first, as they do."""
+    With any keyed limiter in it, the chain takes the resource first, as they do. ``name`` names
+    the chain (a failed lease of its own, such as one ended by its close, and its metrics); a
+    member's refusal names that member."""
     if not limiters:
         raise ValueError("chain() needs at least one limiter")
     for i, limiter in enumerate(limiters):
@@ -326,8 +365,8 @@ def chain(*limiters: Member) -> ChainedLimiter | ChainedPartitionedLimiter:
                 f"chain() argument {i} must be a permits.RateLimiter or KeyedRateLimiter, got {type(limiter).__name__}"
             )
     if any(isinstance(limiter, KeyedRateLimiter) for limiter in limiters):
-        return ChainedPartitionedLimiter(limiters)
-    return ChainedLimiter(limiters)  # type: ignore[arg-type]
+        return ChainedPartitionedLimiter(limiters, name=name)
+    return ChainedLimiter(limiters, name=name)  # type: ignore[arg-type]
 
 
 __all__ = ["ChainedLimiter", "ChainedPartitionedLimiter", "chain"]

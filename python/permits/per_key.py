@@ -7,7 +7,6 @@ from typing import Any
 from . import _core
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns, timeout_ns
-from .awaitables import LeaseWait, _Ready
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _template_of
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
@@ -56,11 +55,6 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
     async def aclose(self) -> None:
         """``close()`` for async code; ``async with limiter:`` calls it on exit."""
         self.close()  # the engine's table: no partition limiters of their own to await
-
-    def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
-        """``acquire(resource, permit_count)``, made now, as an awaitable of its lease: it never queues.
-        Also an async context manager that releases the lease on exit. Raises as ``acquire()``."""
-        return _Ready(self._core_self().acquire(resource, permit_count))
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks the calling thread until ``resource``'s permits are granted, and returns the lease.

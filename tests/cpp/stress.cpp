@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "permits/cancel_scope.hpp"
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
 #include "permits/per_key.hpp"
@@ -94,6 +95,77 @@ void concurrency_holders() {
     check(lim->available_permits() == 3, "concurrency: all permits back");
     check(lim->statistics().current_queued_count == 0, "concurrency: queue empty");
     std::printf("concurrency: %ld granted, %ld failed\n", granted.load(), failed.load());
+}
+
+// Blocking waits in cancel scopes (a chain's wait in its members) cancelled from another thread
+// while timed and untimed waits are granted, time out and are given back: every wait ends (granted,
+// timed out or cancelled), never more holders than the limit, every permit back.
+void cancel_scopes() {
+    auto clock = MonotonicClock::instance();
+    auto lim = std::make_shared<Concurrency>(clock, 2, QueueOptions{kNoQueueLimit, QueueOrder::OldestFirst});
+    std::mutex mu;
+    std::vector<std::shared_ptr<CancelScope>> live(kThreads);
+    std::atomic<bool> stop{false};
+    std::atomic<int> holders{0};
+    std::atomic<long> granted{0}, timed_out{0}, cancelled{0};
+    std::thread canceller([&] {
+        std::mt19937 rng(99);
+        while (!stop.load()) {
+            std::shared_ptr<CancelScope> scope;
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                scope = live[rng() % kThreads];
+            }
+            if (scope) {
+                scope->cancel();
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+        }
+    });
+    run_threads(kThreads, [&](int seed) {
+        std::mt19937 rng(static_cast<unsigned>(seed) + 1000);
+        for (int i = 0; i < 1500; ++i) {
+            auto scope = std::make_shared<CancelScope>();
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                live[static_cast<std::size_t>(seed)] = scope;
+            }
+            scope->enter();
+            Outcome o;
+            auto q = lim->enqueue(1, rng() % 3 == 0 ? 100'000 : -1);
+            if (q.waiter) {
+                const CancelScope::Watch watch(lim, q.waiter);
+                while (!q.waiter->wait_for(1'000'000'000) && q.waiter->state() != Waiter::Cancelled) {
+                }
+                if (q.waiter->state() == Waiter::Cancelled) {
+                    cancelled.fetch_add(1);
+                    scope->leave();
+                    continue;
+                }
+                o = q.waiter->outcome();
+            } else {
+                o = q.outcome;
+            }
+            scope->leave();
+            if (!o.acquired) {
+                check(o.reason == Reason::Timeout, "scopes: a wait fails only by its timeout");
+                timed_out.fetch_add(1);
+                continue;
+            }
+            granted.fetch_add(1);
+            check(holders.fetch_add(1) + 1 <= 2, "scopes: more holders than permit_limit");
+            std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
+            holders.fetch_sub(1);
+            lim->give_back(1, o.tag);
+        }
+    });
+    stop = true;
+    canceller.join();
+    check(granted + timed_out + cancelled == kThreads * 1500L, "scopes: every wait ends");
+    check(lim->available_permits() == 2, "scopes: all permits back");
+    check(lim->statistics().current_queued_count == 0, "scopes: queue empty");
+    std::printf("scopes: %ld granted, %ld timed out, %ld cancelled\n", granted.load(), timed_out.load(),
+                cancelled.load());
 }
 
 // Time frozen: exactly the bucket's tokens are granted, however many threads ask.
@@ -542,6 +614,7 @@ int main() {
         "sliding window counter: a window's own count never exceeds the limit",
         [](auto c) { return std::make_shared<SlidingWindowCounter>(c, 50, 1'000'000, QueueOptions{}, false); }, 50, 1);
     waiters_and_close();
+    cancel_scopes();
     per_key_partitions();
     limiters_come_and_go();
     std::puts("stress: all invariants held");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "permits/clock.hpp"
+#include "permits/deadline_heap.hpp"
 #include "permits/fork.hpp"
 #include "permits/outcome.hpp"
 #include "permits/rule.hpp"
@@ -164,11 +165,12 @@ private:
     /// Once the queue is empty, its timers serve nothing: drops them from the scheduler, which
     /// would otherwise keep this limiter's memory until they are due.
     void drop_timers_if_idle_locked();
-    Nanos next_due_locked(Nanos state_time) const;
-    Nanos next_deadline_locked() const;
+    Nanos next_due_locked(Nanos state_time);
+    Nanos next_deadline_locked() { return timed_waiters_ > 0 ? deadlines_.next() : kNever; }
     std::shared_ptr<Waiter> next_waiter_locked() const;
-    void pop_stale_locked();
     void finish_locked(Waiter& w, const Outcome& o);
+    /// A timed waiter left the queue (completed or cancelled): its deadline no longer counts.
+    void left_timed_locked();
 
     std::shared_ptr<Clock> clock_;
     const std::int64_t max_permits_;
@@ -187,9 +189,11 @@ private:
     // are served or expire, and on close. An acquire that is not queued never takes it.
     std::mutex mu_;
     // A list, not a deque: an empty std::deque allocates ~600 bytes, which per-key limiters
-    // cannot afford; an empty list allocates nothing. May hold completed entries, removed lazily.
+    // cannot afford; an empty list allocates nothing. Holds pending requests only: one that
+    // completes or is cancelled leaves it at once (Waiter::queue_position).
     std::list<std::shared_ptr<Waiter>> queue_entries_;
     std::int64_t timed_waiters_ = 0;
+    detail::DeadlineHeap deadlines_; // the timed waiters' deadlines (may hold finished ones)
     Nanos scheduled_at_ = kNever;
     std::int64_t timer_entries_ = 0; // timers asked of the scheduler and not yet run or dropped
     // The state once every queued request is served, and when the last one would be: makes an

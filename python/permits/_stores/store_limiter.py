@@ -255,7 +255,7 @@ class StoreLimiter(RateLimiter):
             while True:
                 if entry.outcome is not None:
                     return entry.outcome
-                if self._rl_closed:
+                if self._rl_closed or _pausing.cancelled_here():
                     return _pausing.closed_lease(n)
                 version = self._queue.version
                 until, pause = deadline, None

@@ -258,9 +258,19 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("per_key", per_key, TIMED_KINDS, *KEYED),
     *_kinds("general", general, ["fixed_window"], *KEYED),
     *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED),
-    # close() closes the chain only (its members may be shared): no close_fails_waiters.
-    *_kinds("chain", chain, ["token_bucket"], "plain", "queues", "refunds", "replenishes_manually", SERVES),
-    *_kinds("chain", chain, ["concurrency"], "plain", "queues", "refunds", COLLECTED),
+    # close() closes the chain only (its members may be shared), and ends the waits in its members.
+    *_kinds(
+        "chain",
+        chain,
+        ["token_bucket"],
+        "plain",
+        "queues",
+        "close_fails_waiters",
+        "refunds",
+        "replenishes_manually",
+        SERVES,
+    ),
+    *_kinds("chain", chain, ["concurrency"], "plain", "queues", "close_fails_waiters", "refunds", COLLECTED),
     Implementation(
         "custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls", "refunds"}), PERIOD
     ),
