@@ -12,6 +12,8 @@ from aiohttp import web
 
 from ._core import Lease
 from ._http_policy import (
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_TIMEOUT,
     Handoff,
     Policy,
     Quota,
@@ -21,9 +23,7 @@ from ._http_policy import (
     is_exempt,
     refund_before_rejection,
     rejection_text,
-    wait_or_leave,
 )
-from ._queued import at_once
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
@@ -54,8 +54,8 @@ async def _disconnected(request: web.Request) -> None:
 
 async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
     if policy.wait:
-        lease = at_once(policy, key)
-        return lease if lease is not None else await wait_or_leave(policy.acquire(key), _disconnected(request))
+        lease = policy.at_once(key)
+        return lease if lease is not None else await policy.wait_queued(key, lambda: _disconnected(request))
     return await policy.acquire(key)
 
 
@@ -120,6 +120,8 @@ def rate_limit_middleware(
     key: Callable[[Any], Any] | None = None,
     permit_count: int = 1,
     wait: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    max_queued: int | None = DEFAULT_MAX_QUEUED,
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool = True,
@@ -128,12 +130,15 @@ def rate_limit_middleware(
 ) -> Any:
     """The global limiter of an aiohttp application: ``web.Application(middlewares=[...])``.
     Put it first (outermost): it sends the response itself, to hold the lease until then.
+    ``wait=True`` waits at most ``timeout`` seconds on the limiter's clock (default 30; None: no
+    bound), with at most ``max_queued`` requests of this middleware waiting at once (default
+    1000; None: no bound); past either, the rejection (reason ``"timeout"`` or ``"queue_full"``).
     ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
     OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``)."""
     limiter, requests = counted(metrics, limiter)
     policy = Policy(
-        limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
-        on_rejected=on_rejected, headers=headers,
+        limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
+        status_code=status_code, on_rejected=on_rejected, headers=headers,
     )  # fmt: skip
     prefixes = check_exempt(exempt)
 
@@ -184,15 +189,19 @@ def limit(
     key: Callable[[Any], Any] | None = None,
     permit_count: int = 1,
     wait: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    max_queued: int | None = DEFAULT_MAX_QUEUED,
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool = True,
 ) -> Callable[[Handler], Handler]:
     """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``. Runs after the
-    middleware's global limiter; a request it rejects still counts against the global limit."""
+    middleware's global limiter; a request it rejects still counts against the global limit.
+    ``timeout`` and ``max_queued`` bound its ``wait=True`` as the middleware's (``max_queued``:
+    the requests waiting in this decorator's limit, over every handler it decorates)."""
     policy = Policy(
-        limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
-        on_rejected=on_rejected, headers=headers,
+        limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
+        status_code=status_code, on_rejected=on_rejected, headers=headers,
     )  # fmt: skip
 
     def decorate(handler: Handler) -> Handler:

@@ -9,11 +9,13 @@ import functools
 import inspect
 import logging
 import math
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import specs
-from ._core import Lease
+from . import _pausing, specs
+from ._core import Clock, Lease, MonotonicClock
+from ._durations import timeout_ns
 from ._sync_leaving import client_socket, enqueue_of, wait_unless_left
 from .chain import ChainedLimiter, ChainedPartitionedLimiter
 from .keyed_limiter import KeyedRateLimiter
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
 _CHAINS = (ChainedLimiter, ChainedPartitionedLimiter)
 #: The reason of the failed lease of a sync server's queued request whose client left.
 CLIENT_LEFT = "client_left"
+#: The longest a request waits with ``wait=True`` by default: seconds, on the limiter's clock.
+DEFAULT_TIMEOUT = 30.0
+#: The most requests waiting with ``wait=True`` in one middleware (or route limit) at once, by default.
+DEFAULT_MAX_QUEUED = 1000
 logger = logging.getLogger("permits")
 
 
@@ -150,17 +156,33 @@ def check_metrics(metrics: object) -> None:
 
 
 def check_timeout(timeout: object, wait: bool) -> float | None:
-    """A sync integration's bound on a wait: None (no bound) or seconds, only with ``wait=True``
-    (without it nothing waits, and a timeout that does nothing is a mistake to report)."""
+    """A server's bound on a wait (``timeout=``): None (no bound) or seconds, on the limiter's
+    clock. Another value than the default without ``wait=True`` is a mistake to report: nothing
+    waits, so it would do nothing."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         raise TypeError(f"timeout must be seconds (int or float) or None, got {type(timeout).__name__}")
     if not math.isfinite(timeout) or timeout < 0:
         raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
-    if not wait:
+    if not wait and timeout != DEFAULT_TIMEOUT:
         raise ValueError("timeout bounds a wait: it needs wait=True")
     return float(timeout)
+
+
+def check_max_queued(max_queued: object, wait: bool) -> int | None:
+    """A server's bound on the requests waiting at once (``max_queued=``): None (no bound) or an
+    int >= 0; as ``timeout``, only with ``wait=True`` unless it is the default."""
+    if max_queued is None:
+        return None
+    if isinstance(max_queued, bool) or not isinstance(max_queued, int):
+        raise TypeError(f"max_queued must be an int or None, got {type(max_queued).__name__}")
+    max_queued = int.__int__(max_queued)
+    if max_queued < 0:
+        raise ValueError(f"max_queued must be >= 0, got {max_queued}")
+    if not wait and max_queued != DEFAULT_MAX_QUEUED:
+        raise ValueError("max_queued bounds the waiting requests: it needs wait=True")
+    return max_queued
 
 
 def check_sync(name: str, function: object) -> None:
@@ -184,13 +206,17 @@ class Policy:
 
     __slots__ = (
         "_fixed_quota",
+        "_lock",
+        "_waiting",
         "headers",
         "key",
         "keyed",
         "limiter",
+        "max_queued",
         "on_rejected",
         "permit_count",
         "status_code",
+        "timeout",
         "wait",
     )
 
@@ -201,6 +227,8 @@ class Policy:
         key: object,
         permit_count: object,
         wait: object,
+        timeout: object,
+        max_queued: object,
         status_code: object,
         on_rejected: object,
         headers: object,
@@ -234,6 +262,16 @@ class Policy:
         self.key: Callable[[Any], Any] | None = (key or client_ip()) if self.keyed else None
         self.permit_count = permit_count
         self.wait = wait
+        self.timeout = check_timeout(timeout, bool(wait))
+        """Seconds (on the limiter's clock) a request may wait with ``wait=True``, then it is
+        rejected with reason ``"timeout"``; None for no bound."""
+        self.max_queued = check_max_queued(max_queued, bool(wait))
+        """The most requests waiting here at once with ``wait=True``: one more is rejected at once,
+        reason ``"queue_full"``; None for no bound."""
+        # Requests waiting here now. A lock: a sync server's requests come on threads of their own
+        # (taken only by a request that must queue, never on the path of one served at once).
+        self._waiting = 0
+        self._lock = threading.Lock()
         self.status_code = status_code
         self.on_rejected: Callable[[Any, Lease], Any] | None = on_rejected
         self.headers = headers
@@ -250,13 +288,72 @@ class Policy:
         return await found if inspect.isawaitable(found) else found
 
     def acquire(self, key: object) -> Awaitable[Lease]:
-        """The one acquisition of a request: an attempt, or with ``wait`` a place in the queue.
-        Never a blocking call: the limiter's own awaitables."""
+        """The attempt of a request without ``wait`` (never a blocking call: the limiter's own
+        awaitable). With ``wait``: ``at_once``, then ``wait_queued``."""
         limiter = self.limiter
         n = self.permit_count
         if isinstance(limiter, KeyedRateLimiter):
-            return limiter.wait_async(key, n) if self.wait else limiter.acquire_async(key, n)
-        return limiter.wait_async(n) if self.wait else limiter.acquire_async(n)
+            return limiter.acquire_async(key, n)
+        return limiter.acquire_async(n)
+
+    def at_once(self, key: object) -> Lease | None:
+        """A wait's immediate outcome, as its first step would give it (a grant, or a failure no
+        wait can cure), without a task or an event loop round trip; None when the request must
+        queue."""
+        limiter = self.limiter
+        if isinstance(limiter, KeyedRateLimiter):
+            return limiter._try_now(key, self.permit_count)
+        return limiter._try_now(self.permit_count)
+
+    @property
+    def waiting(self) -> int:
+        """How many requests wait here now (``wait=True``, queued in the limiter)."""
+        return self._waiting
+
+    def _enter(self) -> bool:
+        """A place among the requests waiting here; False when ``max_queued`` of them wait already."""
+        with self._lock:
+            if self.max_queued is not None and self._waiting >= self.max_queued:
+                return False
+            self._waiting += 1
+            return True
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._waiting -= 1
+
+    def refused(self, reason: str) -> Lease:
+        """A failed lease of this policy's own (``"queue_full"``, ``"timeout"``), as the limiter's
+        would be: its permit count, and the limiter's name in its metadata (the rejection's body
+        names it)."""
+        lease = Lease.denied(reason, metadata={"limiter": self.limiter.name})
+        return lease._with_permit_count(self.permit_count)
+
+    async def wait_queued(self, key: object, gone: Callable[[], Awaitable[object]]) -> Lease | None:
+        """The wait of a request that must queue (``at_once`` gave None): its lease; a failed one,
+        reason ``"queue_full"`` (``max_queued`` requests wait here already: refused at once, not
+        queued) or ``"timeout"`` (no permit within ``timeout`` seconds on the limiter's clock);
+        or None when ``gone()`` completed first (the client left). A wait that ends without its
+        lease leaves the limiter's queue, and a permit granted in that very moment is given back."""
+        if not self._enter():
+            return self.refused("queue_full")
+        try:
+            limiter: Any = self.limiter
+            # An instrumented limiter (permits.metrics) is handed the wait on the limiter it wraps,
+            # to see its outcome ("timeout" too, not a cancellation) as it sees its own waits'.
+            observe = getattr(type(limiter), "_observe_wait_async", None)
+            inner = limiter if observe is None else limiter.__wrapped__
+            n = self.permit_count
+
+            def waiting() -> Awaitable[Lease | None]:
+                lease_wait = inner.wait_async(key, n) if self.keyed else inner.wait_async(n)
+                expiry = None if self.timeout is None else _expiry(inner._rl_clock, self.timeout, self)
+                return wait_or_leave(lease_wait, gone(), expiry)
+
+            found: Lease | None = await (waiting() if observe is None else observe(limiter, waiting))
+            return found
+        finally:
+            self._leave()
 
     async def rejection(self, request: Any, lease: Lease, response_type: type) -> Any:
         """on_rejected's response, or None for the default one. An on_rejected that raises or
@@ -308,22 +405,12 @@ class Policy:
             raise TypeError(f"key {self.key!r} returned an awaitable: a WSGI server cannot await it")
         return found
 
-    def acquire_sync(self, key: object, timeout: float | None) -> Lease:
-        """The one acquisition of a request to a sync server: an attempt, or with ``wait`` a
-        blocking wait of at most ``timeout`` seconds on the limiter's clock (the engine's waits
-        release the GIL: the server's other threads go on). A wait whose outcome is known at
-        once (a free permit) takes the attempt's fast path, as the asyncio integrations do."""
+    def acquire_sync(self, key: object) -> Lease:
+        """The attempt of a request to a sync server without ``wait``."""
         limiter = self.limiter
-        n = self.permit_count
         if isinstance(limiter, KeyedRateLimiter):
-            if not self.wait:
-                return limiter.acquire(key, n)
-            now = limiter._try_now(key, n)
-            return limiter.wait(key, n, timeout) if now is None else now
-        if not self.wait:
-            return limiter.acquire(n)
-        now = limiter._try_now(n)
-        return limiter.wait(n, timeout) if now is None else now
+            return limiter.acquire(key, self.permit_count)
+        return limiter.acquire(self.permit_count)
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
@@ -342,11 +429,11 @@ class Policy:
 
 
 class SyncLimit:
-    """A limit of a sync (WSGI) server, checked when it is built: the policy, the bound on a wait,
-    the exempt paths. What the WSGI middleware and the Flask and Django integrations share; its
-    defaults are theirs."""
+    """A limit of a sync (WSGI) server, checked when it is built: the policy, the exempt paths.
+    What the WSGI middleware and the Flask and Django integrations share; its defaults are
+    theirs."""
 
-    __slots__ = ("_client_ip", "exempt", "policy", "timeout")
+    __slots__ = ("_client_ip", "exempt", "policy")
 
     def __init__(
         self,
@@ -355,29 +442,34 @@ class SyncLimit:
         key: object = None,
         permit_count: object = 1,
         wait: object = False,
-        timeout: object = None,
+        timeout: object = DEFAULT_TIMEOUT,
+        max_queued: object = DEFAULT_MAX_QUEUED,
         status_code: object = 429,
         on_rejected: object = None,
         headers: object = True,
         exempt: object = (),
     ) -> None:
         self.policy = Policy(
-            limiter, key=key, permit_count=permit_count, wait=wait, status_code=status_code,
-            on_rejected=on_rejected, headers=headers,
+            limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
+            status_code=status_code, on_rejected=on_rejected, headers=headers,
         )  # fmt: skip
         """The checked options: ``policy.limiter`` (the instrumented one when the middleware has
         ``metrics``), ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
-        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
+        plain one), ``permit_count``, ``wait``, ``timeout``, ``max_queued``, ``status_code``,
+        ``on_rejected``, ``headers``."""
         check_sync("key", key)
         check_sync("on_rejected", on_rejected)
-        self.timeout = check_timeout(timeout, bool(self.policy.wait))
-        """Seconds a request may wait for its permits with ``wait=True`` (then it is rejected), or
-        None for no bound."""
         self.exempt = check_exempt(exempt)
         """The exempt path prefixes, as a tuple (a trailing ``/`` dropped): a path equal to one, or
         below it, skips this limit."""
         # The built-in client_ip reads the environ itself: no request object is made for it.
         self._client_ip = self.policy.key if isinstance(self.policy.key, _ClientIP) else None
+
+    @property
+    def timeout(self) -> float | None:
+        """``policy.timeout``: seconds a request may wait for its permits with ``wait=True`` (then
+        it is rejected), or None for no bound."""
+        return self.policy.timeout
 
     def admit(self, environ: dict[str, Any], request: Callable[[], Any]) -> tuple[Lease, Quota | None]:
         """The request's lease (granted or not) and its headers' figures; ``request()`` makes what
@@ -390,33 +482,51 @@ class SyncLimit:
             key = self._client_ip.from_environ(environ)
         else:
             key = policy.key_of_sync(request())
-        sock = client_socket(environ) if policy.wait else None
-        lease = policy.acquire_sync(key, self.timeout) if sock is None else self._wait_unless_left(key, sock)
+        lease = self._wait(key, environ) if policy.wait else policy.acquire_sync(key)
         try:
             return lease, policy.quota(key, lease)
         except BaseException:
             lease.release()
             raise
 
+    def _wait(self, key: object, environ: dict[str, Any]) -> Lease:
+        """The blocking wait of ``wait=True`` (the engine's waits release the GIL: the server's
+        other threads go on). A free permit is taken at once; a request that must queue is
+        refused at once (``"queue_full"``) when ``max_queued`` wait here already, else waits at
+        most ``timeout`` on the limiter's clock (``"timeout"``). Where the server gives the
+        connection's socket, the wait also ends when the client leaves: a failed lease, reason
+        ``"client_left"`` (the response goes nowhere)."""
+        policy = self.policy
+        now = policy.at_once(key)
+        if now is not None:
+            return now
+        if not policy._enter():
+            return policy.refused("queue_full")
+        try:
+            sock = client_socket(environ)
+            return self._blocking(key) if sock is None else self._wait_unless_left(key, sock)
+        finally:
+            policy._leave()
+
+    def _blocking(self, key: object) -> Lease:
+        policy = self.policy
+        limiter = policy.limiter
+        if isinstance(limiter, KeyedRateLimiter):
+            return limiter.wait(key, policy.permit_count, policy.timeout)
+        return limiter.wait(policy.permit_count, policy.timeout)
+
     def _wait_unless_left(self, key: object, sock: Any) -> Lease:
-        """``acquire_sync`` with ``wait``, whose queued wait ends when the client leaves: then a
-        failed lease, reason ``"client_left"`` (the response goes nowhere)."""
         policy = self.policy
         limiter: Any = policy.limiter
-        n = policy.permit_count
-        keyed = isinstance(limiter, KeyedRateLimiter)
-        now = limiter._try_now(key, n) if keyed else limiter._try_now(n)
-        if now is not None:
-            return now  # type: ignore[no-any-return]
         # An instrumented limiter (permits.metrics) queues in the engine of the limiter it wraps:
         # its observer is handed that wait, to see it as it sees the waits of its own members.
         observe = getattr(type(limiter), "_observe_wait", None)
         enqueue = enqueue_of(limiter if observe is None else limiter.__wrapped__)
         if enqueue is None:  # (a limiter that does not queue in the engine: its own blocking wait)
-            return limiter.wait(key, n, self.timeout) if keyed else limiter.wait(n, self.timeout)  # type: ignore[no-any-return]
+            return self._blocking(key)
 
         def waiting() -> Lease | None:
-            return wait_unless_left(enqueue, key, keyed, n, self.timeout, sock)
+            return wait_unless_left(enqueue, key, policy.keyed, policy.permit_count, policy.timeout, sock)
 
         lease = waiting() if observe is None else observe(limiter, waiting)
         if lease is None:
@@ -514,34 +624,63 @@ async def _awaited(waiting: Awaitable[Lease]) -> Lease:
     return await waiting
 
 
-async def wait_or_leave(waiting: Awaitable[Lease], gone: Awaitable[object]) -> Lease | None:
-    """The lease of a queued wait, or None when ``gone`` completes first (the client left): the
-    wait is cancelled, so the request leaves the queue at once; a lease granted in that very
-    moment is given back (``_refund``), as if never taken."""
+async def _expiry(clock: Clock, seconds: float, policy: Policy) -> Lease:
+    """After ``seconds`` on ``clock``, the failed lease of a wait that timed out. The process's
+    monotonic clock is the event loop's own time (one timer); another clock (a ManualClock) is
+    followed as a custom limiter's pauses follow it: its ``advance`` ends the pause at once."""
+    if isinstance(clock, MonotonicClock):
+        await asyncio.sleep(seconds)
+    else:
+        until = clock.now_ns() + timeout_ns(seconds)
+        await _pausing.pause_async(clock, until, None, _never)
+    return policy.refused("timeout")
+
+
+def _never() -> bool:
+    return False
+
+
+async def wait_or_leave(
+    waiting: Awaitable[Lease], gone: Awaitable[object], expiry: Awaitable[Lease] | None = None
+) -> Lease | None:
+    """The lease of a queued wait; None when ``gone`` completes first (the client left); the
+    failed lease ``expiry`` returns when it completes first (the wait's timeout). A wait that ends
+    without its lease is cancelled, so the request leaves the queue at once; a lease granted in
+    that very moment is given back (``_refund``), as if never taken."""
     wait_task = asyncio.ensure_future(_awaited(waiting))
     gone_task = asyncio.ensure_future(gone)
+    tasks = [wait_task, gone_task]
+    expiry_task = None if expiry is None else asyncio.ensure_future(expiry)
+    if expiry_task is not None:
+        tasks.append(expiry_task)
     try:
-        await asyncio.wait({wait_task, gone_task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        left = not wait_task.done()
-        for task in (wait_task, gone_task):
+        ended = not wait_task.done()
+        left = gone_task.done()  # (before the cancellations below: the client's leaving comes first)
+        for task in tasks:
             if not task.done():
                 task.cancel()
-        await asyncio.gather(wait_task, gone_task, return_exceptions=True)
-        if left and not wait_task.cancelled() and wait_task.exception() is None:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if ended and not wait_task.cancelled() and wait_task.exception() is None:
             wait_task.result()._refund()
-    if left:
+    if not ended:
+        return wait_task.result()
+    if left or expiry_task is None:
         return None
-    return wait_task.result()
+    return expiry_task.result()
 
 
 __all__ = [
+    "DEFAULT_MAX_QUEUED",
+    "DEFAULT_TIMEOUT",
     "DISCONNECTS",
     "Handoff",
     "Policy",
     "Quota",
     "SyncLimit",
     "check_exempt",
+    "check_max_queued",
     "check_metrics",
     "check_sync",
     "check_timeout",

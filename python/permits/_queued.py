@@ -11,8 +11,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from ._core import Lease
-from ._http_policy import DISCONNECTS, Policy, wait_or_leave
-from .keyed_limiter import KeyedRateLimiter
+from ._http_policy import DISCONNECTS, Policy
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -25,22 +24,20 @@ BODY_LIMIT = 64 * 1024
 MESSAGE_COST = 256
 
 
-def at_once(policy: Policy, key: object) -> Lease | None:
-    """The wait's immediate outcome, as its first step would give it (a grant, or a failure no
-    wait can cure), without a task or an event loop round trip; None when the request must queue."""
-    limiter = policy.limiter
-    if isinstance(limiter, KeyedRateLimiter):
-        return limiter._try_now(key, policy.permit_count)
-    return limiter._try_now(policy.permit_count)
-
-
-async def acquire_or_leave(policy: Policy, key: object, receive: Receive, held: deque[Message]) -> Lease | None:
-    """The lease of a ``wait=True`` request, or None when the client left while queued. What the
-    watcher read is in ``held``, for the application (``replaying``)."""
-    lease = at_once(policy, key)
+async def acquire_or_leave(policy: Policy, key: object, receive: Receive | None, held: deque[Message]) -> Lease | None:
+    """The lease of a ``wait=True`` request (a failed one past ``max_queued`` or ``timeout``), or
+    None when the client left while queued. What the watcher read is in ``held``, for the
+    application (``replaying``); without a ``receive`` nothing is watched."""
+    lease = policy.at_once(key)
     if lease is not None:
         return lease
-    return await wait_or_leave(policy.acquire(key), watch(receive, held))
+    if receive is None:
+        return await policy.wait_queued(key, _forever)
+    return await policy.wait_queued(key, lambda: watch(receive, held))
+
+
+async def _forever() -> None:
+    await asyncio.get_running_loop().create_future()
 
 
 async def watch(receive: Receive, held: deque[Message]) -> None:
@@ -76,4 +73,4 @@ def replaying(held: deque[Message], receive: Receive) -> Receive:
     return replay
 
 
-__all__ = ["BODY_LIMIT", "acquire_or_leave", "at_once", "replaying", "watch"]
+__all__ = ["BODY_LIMIT", "acquire_or_leave", "replaying", "watch"]

@@ -19,6 +19,8 @@ from starlette.websockets import WebSocket
 
 from ._core import Lease
 from ._http_policy import (
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_TIMEOUT,
     DISCONNECTS,
     Handoff,
     Policy,
@@ -99,8 +101,11 @@ class RateLimitMiddleware:
     ``limiter``: a ``RateLimiter`` (one limit for everyone) or a ``KeyedRateLimiter`` (a limit per
     ``key(request)``, by default the client's IP address, see ``permits.keys``). A rejected
     request gets ``status_code`` with ``Retry-After`` and the ``RateLimit`` headers, or what
-    ``on_rejected(request, lease)`` returns. ``wait=True`` queues instead (``wait_async``); a
-    client that disconnects while queued leaves the queue and gets nothing. ``exempt`` path
+    ``on_rejected(request, lease)`` returns. ``wait=True`` queues instead (``wait_async``), at most
+    ``timeout`` seconds on the limiter's clock (default 30; None: no bound) and at most
+    ``max_queued`` requests of this middleware at once (default 1000; None: no bound): past
+    either, the request gets the rejection, its lease's reason ``"timeout"`` or ``"queue_full"``.
+    A client that disconnects while queued leaves the queue and gets nothing. ``exempt`` path
     prefixes skip this limiter.
     """
 
@@ -112,6 +117,8 @@ class RateLimitMiddleware:
         key: Callable[[Any], Any] | None = None,
         permit_count: int = 1,
         wait: bool = False,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[Any, Lease], Any] | None = None,
         headers: bool = True,
@@ -128,13 +135,16 @@ class RateLimitMiddleware:
             key=key,
             permit_count=permit_count,
             wait=wait,
+            timeout=timeout,
+            max_queued=max_queued,
             status_code=status_code,
             on_rejected=on_rejected,
             headers=headers,
         )
         """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
         ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
-        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
+        plain one), ``permit_count``, ``wait``, ``timeout``, ``max_queued``, ``status_code``,
+        ``on_rejected``, ``headers``; ``policy.waiting``, the requests waiting now."""
         self.exempt = check_exempt(exempt)
         """The exempt path prefixes, as a tuple (a trailing ``/`` dropped): a path equal to one, or
         below it, skips this limiter."""

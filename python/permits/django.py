@@ -31,6 +31,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from ._core import Lease
 from ._http_policy import (
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_TIMEOUT,
     Handoff,
     Quota,
     SyncLimit,
@@ -53,7 +55,8 @@ LEASES = "permits.django.leases"
 """The ``request.META`` key of the leases the middleware releases, for ``process_exception``."""
 _RESPONSE = "django.http.HttpResponseBase"
 _OPTIONS = (
-    "limiter", "key", "permit_count", "wait", "timeout", "status_code", "on_rejected", "headers", "exempt", "metrics",
+    "limiter", "key", "permit_count", "wait", "timeout", "max_queued", "status_code", "on_rejected", "headers",
+    "exempt", "metrics",
 )  # fmt: skip
 
 
@@ -101,6 +104,9 @@ class RateLimitMiddleware:
     the middleware and the view. Its options are ``settings.PERMITS`` (those of
     ``permits.wsgi.RateLimitMiddleware`` but ``app``); ``exempt`` prefixes are of
     ``request.path_info`` (the path below ``SCRIPT_NAME``). Put it first in ``MIDDLEWARE``.
+    ``wait=True`` waits at most ``timeout`` seconds on the limiter's clock (default 30; None: no
+    bound), with at most ``max_queued`` requests waiting at once (default 1000; None: no bound);
+    past either, the rejection (its lease's reason ``"timeout"`` or ``"queue_full"``).
     ``metrics`` (True, a prometheus_client ``CollectorRegistry`` or an OpenTelemetry ``Meter``)
     instruments the limiter and counts requests by result (``permits.metrics``)."""
 
@@ -114,7 +120,8 @@ class RateLimitMiddleware:
         self.policy = self.limit.policy
         """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
         ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
-        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
+        plain one), ``permit_count``, ``wait``, ``timeout``, ``max_queued``, ``status_code``,
+        ``on_rejected``, ``headers``; ``policy.waiting``, the requests waiting now."""
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         limit = self.limit
@@ -167,7 +174,8 @@ def limit(
     key: Callable[[HttpRequest], Any] | None = None,
     permit_count: int = 1,
     wait: bool = False,
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    max_queued: int | None = DEFAULT_MAX_QUEUED,
     status_code: int = 429,
     on_rejected: Callable[[HttpRequest, Lease], HttpResponseBase | None] | None = None,
     headers: bool = True,
@@ -175,10 +183,12 @@ def limit(
     """One view's limit: ``@limit(limiter)`` on a view function, or on a class-based view (its
     ``dispatch``, every method). It runs after the middleware's global limit; a request it rejects
     still counts against the global limit, and the permits of the other limits stacked on the view
-    are given back."""
+    are given back. ``wait=True`` waits at most ``timeout`` seconds (default 30), with at most
+    ``max_queued`` requests waiting in this limit at once (default 1000; over every view it
+    decorates); past either, the rejection."""
     checked = SyncLimit(
-        limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
-        on_rejected=on_rejected, headers=headers,
+        limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
+        status_code=status_code, on_rejected=on_rejected, headers=headers,
     )  # fmt: skip
     return functools.partial(_decorate, checked)
 

@@ -18,7 +18,7 @@ from fastapi import HTTPException, Request, Response, WebSocket, WebSocketExcept
 from starlette.requests import HTTPConnection
 
 from ._core import Lease
-from ._http_policy import Policy, refund_before_rejection
+from ._http_policy import DEFAULT_MAX_QUEUED, DEFAULT_TIMEOUT, Policy, refund_before_rejection
 from ._queued import Message, acquire_or_leave, replaying
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 from .keyed_limiter import KeyedRateLimiter
@@ -66,7 +66,10 @@ async def rejection_handler(request: Request, exc: Exception) -> Response:
 
 class RateLimit:
     """A route's limit: ``Depends(RateLimit(limiter, ...))`` on a path operation, or in a router's
-    ``dependencies=[...]``. The options are those of the middleware (see ``permits.asgi``)."""
+    ``dependencies=[...]``. The options are those of the middleware (see ``permits.asgi``):
+    ``wait=True`` waits at most ``timeout`` seconds (default 30) with at most ``max_queued``
+    requests of this ``RateLimit`` waiting at once (default 1000); past either, the rejection
+    (reason ``"timeout"`` or ``"queue_full"``)."""
 
     def __init__(
         self,
@@ -75,6 +78,8 @@ class RateLimit:
         key: Callable[[Any], Any] | None = None,
         permit_count: int = 1,
         wait: bool = False,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[Any, Lease], Any] | None = None,
         headers: bool = True,
@@ -84,22 +89,26 @@ class RateLimit:
             key=key,
             permit_count=permit_count,
             wait=wait,
+            timeout=timeout,
+            max_queued=max_queued,
             status_code=status_code,
             on_rejected=on_rejected,
             headers=headers,
         )
         """The checked options: ``policy.limiter``, ``policy.key`` (the key function;
         ``client_ip()`` by default for a keyed limiter, None for a plain one), ``permit_count``,
-        ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
+        ``wait``, ``timeout``, ``max_queued``, ``status_code``, ``on_rejected``, ``headers``;
+        ``policy.waiting``, the requests waiting now."""
         self._warned = False  # about a dropped on_rejected response: once
 
     async def __call__(self, request: HTTPConnection, response: Response) -> AsyncIterator[Lease]:
         policy = self.policy
         key = await policy.key_of(request)
-        if policy.wait and isinstance(request, Request | WebSocket):
+        if policy.wait:
             # The connection's own receive (Starlette keeps it in _receive): what the watcher reads
-            # while the request is queued is given back to the endpoint through it.
-            receive = request._receive
+            # while the request is queued is given back to the endpoint through it. (FastAPI hands
+            # a Request or a WebSocket; another connection's wait is bounded, but not watched.)
+            receive = request._receive if isinstance(request, Request | WebSocket) else None
             held: deque[Message] = deque()
             found = await acquire_or_leave(policy, key, receive, held)
             if found is None:
@@ -108,7 +117,8 @@ class RateLimit:
                 if isinstance(request, WebSocket):  # FastAPI closes it (a no-op: nobody is there)
                     raise WebSocketException(WEBSOCKET_CLOSE_CODE, "client left while queued")
                 raise HTTPException(CLIENT_CLOSED_REQUEST, "client closed request")
-            request._receive = replaying(held, receive)
+            if receive is not None:
+                request._receive = replaying(held, receive)  # type: ignore[attr-defined]
             lease = found
         else:
             lease = await policy.acquire(key)

@@ -28,6 +28,8 @@ from werkzeug.wrappers import Response as _Response
 
 from ._core import Lease
 from ._http_policy import (
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_TIMEOUT,
     Handoff,
     Policy,
     Quota,
@@ -85,7 +87,9 @@ class _Middleware:
 class RateLimit:
     """The Flask extension: ``RateLimit(limiter, ...)`` then ``init_app(app)``; the options are
     those of ``permits.wsgi.RateLimitMiddleware`` (``key`` and ``on_rejected`` receive the
-    ``flask.Request``; ``on_rejected`` returns a Flask response or None). ``RateLimit()`` without a
+    ``flask.Request``; ``on_rejected`` returns a Flask response or None; ``wait=True`` waits at
+    most ``timeout`` seconds, default 30, with at most ``max_queued`` requests waiting at once,
+    default 1000: past either, the rejection). ``RateLimit()`` without a
     limiter sets no global limit: ``init_app`` then only makes the views' limits hold their
     leases until their responses are sent."""
 
@@ -96,7 +100,8 @@ class RateLimit:
         key: Callable[[flask.Request], Any] | None = None,
         permit_count: int = 1,
         wait: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
         headers: bool = True,
@@ -104,7 +109,7 @@ class RateLimit:
         metrics: object = False,
     ) -> None:
         options: dict[str, Any] = {
-            "key": key, "permit_count": permit_count, "wait": wait, "timeout": timeout,
+            "key": key, "permit_count": permit_count, "wait": wait, "timeout": timeout, "max_queued": max_queued,
             "status_code": status_code, "on_rejected": on_rejected, "headers": headers, "exempt": exempt,
             "metrics": metrics,
         }  # fmt: skip
@@ -141,17 +146,19 @@ class RateLimit:
         key: Callable[[flask.Request], Any] | None = None,
         permit_count: int = 1,
         wait: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
         headers: bool = True,
     ) -> Callable[[View], View]:
         """One view's limit: ``@rate_limit.limit(limiter)`` under ``@app.route``. It runs after the
         global limit; a request it rejects still counts against the global limit, and the permits
-        of the other limits stacked on the view are given back."""
+        of the other limits stacked on the view are given back. ``max_queued`` counts the requests
+        waiting in this limit (over every view it decorates)."""
         limit = SyncLimit(
-            limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
-            on_rejected=on_rejected, headers=headers,
+            limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
+            status_code=status_code, on_rejected=on_rejected, headers=headers,
         )  # fmt: skip
         return functools.partial(_decorate, limit)
 

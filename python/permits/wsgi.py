@@ -3,7 +3,8 @@
 Pure WSGI (PEP 3333), no framework imported. One acquisition per request, before the application
 runs, on the request's own thread: ``wait=True`` blocks that thread in the limiter's ``wait`` for
 at most ``timeout`` seconds (the engine's waits release the GIL, the server's other threads go
-on); a wait that times out is a rejection. A waiting request reads nothing of its body.
+on), with at most ``max_queued`` requests waiting at once; a wait that times out, or finds
+``max_queued`` waiting already, is a rejection. A waiting request reads nothing of its body.
 
 The lease is held until the server calls ``close()`` on the response iterable, which PEP 3333 has
 it do once the response has been sent or the client has gone: a streamed response keeps its
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._core import Lease
 from ._http_policy import (
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_TIMEOUT,
     Handoff,
     Quota,
     SyncLimit,
@@ -254,7 +257,10 @@ class RateLimitMiddleware:
     address, see ``permits.keys``). A rejected request gets ``status_code`` with
     ``Retry-After`` and the ``RateLimit`` headers, or the WSGI application that
     ``on_rejected(environ, lease)`` returns (None: the default). ``wait=True`` blocks the
-    request's thread until a permit comes, at most ``timeout`` seconds (then it is rejected).
+    request's thread until a permit comes, at most ``timeout`` seconds on the limiter's clock
+    (default 30; None: no bound), with at most ``max_queued`` requests of this middleware waiting
+    at once (default 1000; None: no bound); past either, the request is rejected (its lease's
+    reason ``"timeout"`` or ``"queue_full"``).
     ``exempt`` path prefixes (of ``PATH_INFO``, the path below ``SCRIPT_NAME``) skip this limiter.
     ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
     OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``).
@@ -268,7 +274,8 @@ class RateLimitMiddleware:
         key: Callable[[Environ], Any] | None = None,
         permit_count: int = 1,
         wait: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[Environ, Lease], WSGIApp | None] | None = None,
         headers: bool = True,
@@ -280,14 +287,15 @@ class RateLimitMiddleware:
         self.app = app
         """The wrapped WSGI application."""
         self.gate = Gate(
-            limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, status_code=status_code,
-            on_rejected=on_rejected, headers=headers, exempt=exempt, metrics=metrics,
+            limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
+            status_code=status_code, on_rejected=on_rejected, headers=headers, exempt=exempt, metrics=metrics,
         )  # fmt: skip
         """What runs each request: the key, the acquisition, the rejection, the headers."""
         self.policy = self.gate.policy
         """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
         ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
-        plain one), ``permit_count``, ``wait``, ``status_code``, ``on_rejected``, ``headers``."""
+        plain one), ``permit_count``, ``wait``, ``timeout``, ``max_queued``, ``status_code``,
+        ``on_rejected``, ``headers``; ``policy.waiting``, the requests waiting now."""
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         return self.gate(self.app, environ, start_response)  # type: ignore[no-any-return]

@@ -5,7 +5,7 @@ pays nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._core import Lease, LimiterClosedError
@@ -51,17 +51,30 @@ class _Instrumented:
         """A queued wait made on the wrapped limiter by someone else (a sync server's wait that
         watches its client): its time queued and its outcome observed. None (the client left
         while queued) is seen as a cancelled wait."""
-        observer = self._observer
-        start = observer.clock.now_ns()
+        start = self._observer.clock.now_ns()
         try:
             lease = waiting()
         except BaseException:
-            observer.queued("cancelled", start)
+            self._observer.queued("cancelled", start)
             raise
+        return self._seen(lease, start)
+
+    async def _observe_wait_async(self, waiting: Callable[[], Awaitable[Lease | None]]) -> Lease | None:
+        """As ``_observe_wait``, for an asyncio server's wait (whose timeout, ended by the server,
+        is seen as the wait's outcome ``"timeout"``, not as a cancellation)."""
+        start = self._observer.clock.now_ns()
+        try:
+            lease = await waiting()
+        except BaseException:
+            self._observer.queued("cancelled", start)
+            raise
+        return self._seen(lease, start)
+
+    def _seen(self, lease: Lease | None, start: int) -> Lease | None:
         if lease is None:
-            observer.queued("cancelled", start)
+            self._observer.queued("cancelled", start)
             return None
-        return observer.waited(lease, start)
+        return self._observer.waited(lease, start)
 
 
 class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]  # (_rl_closed: a property here)

@@ -1,8 +1,9 @@
 """A server in a child process, for the tests that measure its memory or must survive it
 freezing: ``python _child_server.py <app>`` prints its port, then serves until killed.
 
-Every app limits ``/upload`` with ``wait=True`` on a limiter of one permit an hour (the first
-request takes it, the next ones queue); ``/_probe/...`` is not limited: ``rss`` (the process's
+Every app limits ``/upload`` with ``wait=True`` (no ``timeout``: a queued request stays queued
+however slow the machine) on a limiter of one permit an hour (the first request takes it, the
+next ones queue); ``/_probe/...`` is not limited: ``rss`` (the process's
 resident memory in KiB: its current size on Linux, its peak elsewhere), ``queued`` (the
 limiter's queue), ``receives`` (the receive() calls of the replaying middleware, ``*-replay``)."""
 
@@ -88,7 +89,9 @@ def asgi_app(kind: str) -> Any:
 
         limited: Any = FastAPI()
 
-        @limited.api_route("/upload", methods=["GET", "POST"], dependencies=[Depends(RateLimit(LIMITER, wait=True))])
+        waiting = RateLimit(LIMITER, wait=True, timeout=None)
+
+        @limited.api_route("/upload", methods=["GET", "POST"], dependencies=[Depends(waiting)])
         async def upload(request: Request) -> PlainTextResponse:
             return PlainTextResponse(str(len(await request.body())))
     else:
@@ -102,7 +105,7 @@ def asgi_app(kind: str) -> Any:
             return PlainTextResponse(str(len(await request.body())))
 
         limited = RateLimitMiddleware(
-            Starlette(routes=[Route("/upload", upload_, methods=["GET", "POST"])]), LIMITER, wait=True
+            Starlette(routes=[Route("/upload", upload_, methods=["GET", "POST"])]), LIMITER, wait=True, timeout=None
         )
     if kind.endswith("-replay"):
         limited = replaying_middleware(limited, suspends=False)
@@ -130,7 +133,7 @@ async def serve_aiohttp(sock: socket.socket) -> None:
     async def probe_(request: web.Request) -> web.Response:
         return web.Response(text=str(probe(request.match_info["what"])))
 
-    app = web.Application(middlewares=[rate_limit_middleware(LIMITER, wait=True, exempt=("/_probe",))])
+    app = web.Application(middlewares=[rate_limit_middleware(LIMITER, wait=True, timeout=None, exempt=("/_probe",))])
     app.router.add_route("*", "/upload", upload)
     app.router.add_get("/_probe/{what}", probe_)
     runner = web.AppRunner(app, access_log=None)

@@ -313,6 +313,8 @@ async def _async(request: Any) -> str:
         ({"limiter": permits.FixedWindowLimiter(1, 60), "key": "x-user"}, TypeError),
         ({"limiter": permits.FixedWindowLimiter(1, 60), "app": object()}, TypeError),
         ({"limiter": permits.FixedWindowLimiter(1, 60), "timeout": 1.0}, ValueError),
+        ({"limiter": permits.FixedWindowLimiter(1, 60), "wait": True, "max_queued": -1}, ValueError),
+        ({"limiter": permits.FixedWindowLimiter(1, 60), "wait": True, "max_queued": True}, TypeError),
         ({"limiter": permits.FixedWindowLimiter(1, 60), "permit_count": 2}, ValueError),
         ({"limiter": permits.FixedWindowLimiter(1, 60), "exempt": ["health"]}, ValueError),
         (

@@ -38,6 +38,16 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"status_code": "429"}, TypeError, "status_code"),
     ({"on_rejected": "sorry"}, TypeError, "on_rejected"),
     ({"headers": 1}, TypeError, "headers"),
+    ({"timeout": 5}, ValueError, "timeout bounds a wait: it needs wait=True"),
+    ({"wait": True, "timeout": "5"}, TypeError, "timeout must be seconds"),
+    ({"wait": True, "timeout": True}, TypeError, "timeout must be seconds"),
+    ({"wait": True, "timeout": -1}, ValueError, "timeout must be a finite number of seconds >= 0"),
+    ({"wait": True, "timeout": float("nan")}, ValueError, "timeout must be a finite number"),
+    ({"wait": True, "timeout": float("inf")}, ValueError, "timeout must be a finite number"),
+    ({"max_queued": 5}, ValueError, "max_queued bounds the waiting requests: it needs wait=True"),
+    ({"wait": True, "max_queued": True}, TypeError, "max_queued must be an int or None"),
+    ({"wait": True, "max_queued": 1.5}, TypeError, "max_queued must be an int or None"),
+    ({"wait": True, "max_queued": -1}, ValueError, "max_queued must be >= 0"),
 ]
 
 
@@ -78,3 +88,18 @@ def test_good_options_are_kept() -> None:
     assert (policy.permit_count, policy.wait, policy.status_code, policy.headers) == (3, True, 503, False)
     assert policy.key is not None  # keyed: the client's address by default
     assert RateLimit(limiter()).policy.key is None  # a plain limiter ignores the key
+
+
+@pytest.mark.parametrize("build", range(4))
+def test_a_wait_is_bounded_by_default(build: int) -> None:
+    # 30 s and 1000 requests waiting unless told otherwise; None lifts a bound, 0 lets none wait.
+    # (aiohttp's functions keep their policy in the closure they return.)
+    made = builders()[build](limiter(), wait=True)
+    if build < 2:
+        assert (made.policy.timeout, made.policy.max_queued) == (30.0, 1000)
+        unbounded = builders()[build](limiter(), wait=True, timeout=None, max_queued=None).policy
+        assert (unbounded.timeout, unbounded.max_queued) == (None, None)
+        assert builders()[build](limiter(), wait=True, timeout=0, max_queued=0).policy.max_queued == 0
+    # The defaults, or None, given without wait=True are not mistakes.
+    builders()[build](limiter(), timeout=30, max_queued=1000)
+    builders()[build](limiter(), timeout=None, max_queued=None)

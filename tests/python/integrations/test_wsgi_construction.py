@@ -57,6 +57,10 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"wait": True, "timeout": -1}, ValueError, "timeout"),
     ({"wait": True, "timeout": float("nan")}, ValueError, "timeout"),
     ({"wait": True, "timeout": float("inf")}, ValueError, "timeout"),
+    ({"max_queued": 5}, ValueError, "max_queued bounds the waiting requests: it needs wait=True"),
+    ({"wait": True, "max_queued": True}, TypeError, "max_queued must be an int or None"),
+    ({"wait": True, "max_queued": "5"}, TypeError, "max_queued must be an int or None"),
+    ({"wait": True, "max_queued": -1}, ValueError, "max_queued must be >= 0"),
     ({"status_code": 200}, ValueError, "status_code"),
     ({"status_code": "429"}, TypeError, "status_code"),
     ({"headers": 1}, TypeError, "headers"),
@@ -103,6 +107,11 @@ def test_good_options_are_kept() -> None:
     policy = middleware.policy
     assert (policy.permit_count, policy.wait, policy.status_code, policy.headers) == (3, True, 503, False)
     assert middleware.gate.timeout == 2.0
+    assert policy.max_queued == 1000  # the default
+    bounded = RateLimitMiddleware(app, limiter(), wait=True).policy
+    assert (bounded.timeout, bounded.max_queued) == (30.0, 1000)
+    unbounded = RateLimitMiddleware(app, limiter(), wait=True, timeout=None, max_queued=None).policy
+    assert (unbounded.timeout, unbounded.max_queued) == (None, None)
     assert policy.key is not None  # keyed: the client's address by default
     assert RateLimitMiddleware(app, limiter()).policy.key is None  # a plain limiter ignores the key
     RateLimit(exempt=[])  # (no global limit: nothing given)
