@@ -21,7 +21,9 @@ from typing import Any
 from . import _pausing
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
+from ._partition_wait import ENGINE_TYPES, PartitionWait
 from ._unraisable import report_unraisable
+from .awaitables import LeaseWait
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _template_of
@@ -393,6 +395,19 @@ class PartitionedLimiter(KeyedRateLimiter):
             if lease or lease.reason != "closed" or not self._superseded(key, entry):
                 return lease
 
+    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """Waits for ``resource``'s partition to grant ``permit_count`` permits (asyncio or trio): await
+        it for the lease, or ``async with`` it to have the lease released on exit. Only this key waits;
+        the wait ends as the partition's limiter ends it, or with ``"partition_limit"``, or with
+        ``"closed"`` at once when this limiter is closed. Raises ``ValueError`` for a bad
+        ``permit_count``, ``LimiterClosedError`` after ``close()``."""
+        cls = type(self)
+        if cls._try_now is not PartitionedLimiter._try_now or cls._wait_async is not PartitionedLimiter._wait_async:
+            return super().wait_async(resource, permit_count)  # a subclass's own hooks wait
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        return PartitionWait(self, resource, n)
+
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks the calling thread until ``resource``'s partition grants ``permit_count`` permits,
         and returns the lease; granted at once when it can be. Only this key waits.
@@ -484,6 +499,9 @@ class PartitionedLimiter(KeyedRateLimiter):
         errors: list[Exception] = []
         limiters = self._close_entries()
         _pausing.wake_all()
+        # The engine's limiters close at once (their aclose never suspends): first, so that their
+        # queued waits end before a custom partition's aclose is awaited.
+        limiters.sort(key=lambda limiter: type(limiter) not in ENGINE_TYPES)
         for limiter in limiters:
             try:
                 await limiter.aclose()
