@@ -26,7 +26,7 @@ from ._unraisable import report_unraisable
 from .awaitables import LeaseWait
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
-from .partition import Partition, _check_options, _template_of
+from .partition import Partition, _check_options, _SpecFactory, _template_of
 from .per_key import PerKeyLimiter
 from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 from .specs import Spec
@@ -99,7 +99,9 @@ def _close_all(
 
 
 class PartitionedLimiter(KeyedRateLimiter):
-    """A limiter per key: ``partitioner(resource) -> Partition`` runs on every call."""
+    """A limiter per key: ``partitioner(resource) -> Partition`` runs on every call. A partition's
+    limiter is named by the partition's ``name``, else by this limiter's (``metadata["limiter"]``
+    of its failed leases, the headers)."""
 
     def __init__(
         self,
@@ -206,8 +208,12 @@ class PartitionedLimiter(KeyedRateLimiter):
         return partition.key, entry
 
     def _build(self, partition: Partition, entry: _Entry) -> None:
+        factory = partition.factory
         try:
-            entry.limiter = partition.factory(partition.key, self._clock)
+            if isinstance(factory, _SpecFactory):  # an unnamed partition's limiter is named as this one
+                entry.limiter = factory.build(self._clock, self.name)
+            else:
+                entry.limiter = factory(partition.key, self._clock)
         except BaseException as exc:
             entry.error = exc
             with self._lock:  # the next call for this key tries again
@@ -526,7 +532,9 @@ class PartitionedLimiter(KeyedRateLimiter):
         """A limit per key: the resource itself is the key, every key gets ``template``'s limiter.
         ``template`` is a spec (its limiter with the default queue options), a rate such as
         ``"10/minute"`` (``permits.specs.parse``), or a partition made with key None, e.g.
-        ``Partition.of(None, spec, queue_limit=10)``."""
+        ``Partition.of(None, spec, queue_limit=10)``. The limiter's ``name`` (a failed lease's
+        ``metadata["limiter"]``, the headers, the metrics) is ``name``, else the template's, else
+        ``"default"``."""
         template = _template_of(template)
         if template.spec is not None:
             return PerKeyLimiter(
