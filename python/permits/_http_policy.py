@@ -542,13 +542,15 @@ def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: L
     members = getattr(limiter, "limiters", None)
     if isinstance(limiter, _CHAINS) and members:
         return fewest_remaining(limiter_quota(member, key, lease) for member in members)
-    spec = getattr(limiter, "spec", None)
+    spec, name = getattr(limiter, "spec", None), limiter.name
     if not isinstance(spec, specs.Spec) and isinstance(limiter, PartitionedLimiter):
-        spec = limiter._on_limiter(key, lambda inner: getattr(inner, "spec", None), None)
+        # The partition's limit and its name (a partition's own, else this limiter's): the name a
+        # failed lease's metadata["limiter"] gives too.
+        spec, name = limiter._on_limiter(key, lambda inner: (getattr(inner, "spec", None), inner.name), (None, name))
     if not isinstance(spec, specs.Spec):
         return None
     remaining = limiter.available_permits(key) if isinstance(limiter, KeyedRateLimiter) else limiter.available_permits()
-    return quota_of(spec, limiter.name, remaining, lease)
+    return quota_of(spec, name, remaining, lease)
 
 
 @functools.lru_cache(maxsize=256)  # specs are values: the figures of each are worked out once

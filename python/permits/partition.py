@@ -57,6 +57,26 @@ def _made(
     return template.with_key(key)
 
 
+class _SpecFactory:
+    """``Partition.of``'s factory: ``spec``'s limiter with the partition's queue options and name.
+    A partition without a name is its partitioned limiter's: ``build`` names it so, for a failed
+    lease and the headers to say which limit refused."""
+
+    __slots__ = ("_options", "_spec")
+
+    def __init__(self, spec: Spec[RateLimiter], options: tuple[int | None, QueueOrder, str | None]) -> None:
+        self._spec = spec
+        self._options = options
+
+    def __call__(self, _key: Hashable, clock: Any) -> RateLimiter:
+        return self.build(clock, None)
+
+    def build(self, clock: Any, owner_name: str | None) -> RateLimiter:
+        queue_limit, queue_order, name = self._options
+        name = owner_name if name is None else name
+        return self._spec.limiter(queue_limit=queue_limit, queue_order=queue_order, name=name, clock=clock)
+
+
 def _no_limiter(_key: Hashable, clock: Any) -> RateLimiter:
     return NoLimiter(clock=clock)  # idle since its last grant, on the partitioned limiter's clock
 
@@ -129,11 +149,7 @@ class Partition:
                 f"got {type(spec).__name__}"
             )
         options = _check_queue(queue_limit, queue_order, name)
-
-        def make(_key: Hashable, clock: Any) -> RateLimiter:
-            return spec.limiter(queue_limit=options[0], queue_order=options[1], name=options[2], clock=clock)
-
-        template = Partition(None, spec, make, options)
+        template = Partition(None, spec, _SpecFactory(spec, options), options)
         if _PLAIN_TYPES.issuperset(found[5:]):
             _remember(_TEMPLATES, found, template)
         return template.with_key(key)

@@ -21,10 +21,12 @@ from typing import Any
 from . import _pausing
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
+from ._partition_wait import ENGINE_TYPES, PartitionWait
 from ._unraisable import report_unraisable
+from .awaitables import LeaseWait
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
-from .partition import Partition, _check_options, _template_of
+from .partition import Partition, _check_options, _SpecFactory, _template_of
 from .per_key import PerKeyLimiter
 from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 from .specs import Spec
@@ -97,7 +99,9 @@ def _close_all(
 
 
 class PartitionedLimiter(KeyedRateLimiter):
-    """A limiter per key: ``partitioner(resource) -> Partition`` runs on every call."""
+    """A limiter per key: ``partitioner(resource) -> Partition`` runs on every call. A partition's
+    limiter is named by the partition's ``name``, else by this limiter's (``metadata["limiter"]``
+    of its failed leases, the headers)."""
 
     def __init__(
         self,
@@ -204,8 +208,12 @@ class PartitionedLimiter(KeyedRateLimiter):
         return partition.key, entry
 
     def _build(self, partition: Partition, entry: _Entry) -> None:
+        factory = partition.factory
         try:
-            entry.limiter = partition.factory(partition.key, self._clock)
+            if isinstance(factory, _SpecFactory):  # an unnamed partition's limiter is named as this one
+                entry.limiter = factory.build(self._clock, self.name)
+            else:
+                entry.limiter = factory(partition.key, self._clock)
         except BaseException as exc:
             entry.error = exc
             with self._lock:  # the next call for this key tries again
@@ -393,6 +401,19 @@ class PartitionedLimiter(KeyedRateLimiter):
             if lease or lease.reason != "closed" or not self._superseded(key, entry):
                 return lease
 
+    def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
+        """Waits for ``resource``'s partition to grant ``permit_count`` permits (asyncio or trio): await
+        it for the lease, or ``async with`` it to have the lease released on exit. Only this key waits;
+        the wait ends as the partition's limiter ends it, or with ``"partition_limit"``, or with
+        ``"closed"`` at once when this limiter is closed. Raises ``ValueError`` for a bad
+        ``permit_count``, ``LimiterClosedError`` after ``close()``."""
+        cls = type(self)
+        if cls._try_now is not PartitionedLimiter._try_now or cls._wait_async is not PartitionedLimiter._wait_async:
+            return super().wait_async(resource, permit_count)  # a subclass's own hooks wait
+        n = _check_permit_count(permit_count)
+        self._check_open()
+        return PartitionWait(self, resource, n)
+
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks the calling thread until ``resource``'s partition grants ``permit_count`` permits,
         and returns the lease; granted at once when it can be. Only this key waits.
@@ -484,6 +505,9 @@ class PartitionedLimiter(KeyedRateLimiter):
         errors: list[Exception] = []
         limiters = self._close_entries()
         _pausing.wake_all()
+        # The engine's limiters close at once (their aclose never suspends): first, so that their
+        # queued waits end before a custom partition's aclose is awaited.
+        limiters.sort(key=lambda limiter: type(limiter) not in ENGINE_TYPES)
         for limiter in limiters:
             try:
                 await limiter.aclose()
@@ -508,7 +532,9 @@ class PartitionedLimiter(KeyedRateLimiter):
         """A limit per key: the resource itself is the key, every key gets ``template``'s limiter.
         ``template`` is a spec (its limiter with the default queue options), a rate such as
         ``"10/minute"`` (``permits.specs.parse``), or a partition made with key None, e.g.
-        ``Partition.of(None, spec, queue_limit=10)``."""
+        ``Partition.of(None, spec, queue_limit=10)``. The limiter's ``name`` (a failed lease's
+        ``metadata["limiter"]``, the headers, the metrics) is ``name``, else the template's, else
+        ``"default"``."""
         template = _template_of(template)
         if template.spec is not None:
             return PerKeyLimiter(

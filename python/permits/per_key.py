@@ -30,7 +30,9 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
         template = _template_of(template)
         if template.spec is None:
             raise TypeError(f"the engine keeps per-key state for specs only, not for {template!r}")
-        queue_limit, queue_order, _ = template._options
+        queue_limit, queue_order, template_name = template._options
+        if name is None:
+            name = template_name  # the template's name names every key's limit (metadata, headers, metrics)
         idle_ns = duration_ns(idle_timeout, "idle_timeout", allow_zero=True)
         newest_first = queue_order is QueueOrder.NEWEST_FIRST
         KeyedRateLimiter.__init__(self, name=name, clock=clock)

@@ -34,6 +34,25 @@ def test_the_partitioner_runs_on_every_call_and_each_key_gets_its_own_limiter() 
     assert limiter.partition_count == 2
 
 
+async def test_a_partitions_limiter_is_named_by_the_partition_else_by_the_partitioned_limiter() -> None:
+    # A failed lease says which limit refused: a partition's own name, else its PartitionedLimiter's
+    # (it was "default", whatever the PartitionedLimiter was called).
+    def partitioner(user: str) -> Partition:
+        if user.startswith("free-"):
+            return Partition.fixed_window(user, 1, 60.0, queue_limit=0, name="free-tier")
+        return Partition.of(user, permits.specs.FixedWindow(1, 60.0), queue_limit=0)
+
+    limiter = PartitionedLimiter(partitioner, clock=permits.ManualClock(), name="api")
+    for user, named in (("free-ann", "free-tier"), ("bob", "api")):
+        assert limiter.acquire(user)
+        assert limiter.acquire(user).metadata["limiter"] == named
+        assert limiter.wait(user).metadata["limiter"] == named
+        assert (await limiter.wait_async(user)).metadata["limiter"] == named
+    unnamed = PartitionedLimiter(lambda r: Partition.fixed_window(r, 1, 60.0))
+    assert unnamed.acquire("a")
+    assert unnamed.acquire("a").metadata["limiter"] == "default"
+
+
 def test_a_partitions_limiter_is_built_once_per_key() -> None:
     built: list[object] = []
 

@@ -66,6 +66,24 @@ def test_each_key_has_its_own_limit(make: Make, template: Partition) -> None:
     assert totals.total_successful_leases == 5 and totals.total_failed_leases == 1
 
 
+@pytest.mark.parametrize(
+    ("template_name", "name", "named"),
+    [("per-user", None, "per-user"), ("per-user", "api", "api"), (None, None, "default")],
+)
+async def test_a_per_key_limiter_is_named_by_its_name_else_by_its_templates(
+    template_name: str | None, name: str | None, named: str
+) -> None:
+    # Issue 35, item 7: the template's name was dropped ("default").
+    template = Partition.fixed_window(None, 1, 60.0, queue_limit=0, name=template_name)
+    limiter = PartitionedLimiter.per_key(template, clock=permits.ManualClock(), name=name)
+    assert limiter.name == named
+    assert limiter.acquire("a")
+    refused = limiter.acquire("a")
+    assert refused.reason == "limit_reached" and refused.metadata["limiter"] == named
+    assert limiter.wait("a").metadata["limiter"] == named
+    assert (await limiter.wait_async("a")).metadata["limiter"] == named
+
+
 def test_permit_counts_and_keyword_arguments(make: Make) -> None:
     limiter = make(Partition.token_bucket(None, 5, 1, 1.0))
     assert limiter.acquire("k", permit_count=3).permit_count == 3

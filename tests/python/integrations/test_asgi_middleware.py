@@ -100,6 +100,22 @@ async def test_retry_after_and_ratelimit_headers(serve_asgi, clock: permits.Manu
         assert rate_headers(await client.get("/hello"))["retry-after"] == "1"
 
 
+async def test_the_headers_and_the_rejection_name_the_per_key_limit(serve_asgi, clock: permits.ManualClock) -> None:
+    # A per-key limiter named by its template; a partitioned one by the partition that refused.
+    template = permits.Partition.fixed_window(None, 1, 5.0, name="per-user")
+    per_user = permits.PartitionedLimiter.per_key(template, clock=clock)
+    tiers = permits.PartitionedLimiter(
+        lambda key: permits.Partition.fixed_window(key, 1, 5.0, name="free-tier"), clock=clock, name="api"
+    )
+    for limiter, named in ((per_user, "per-user"), (tiers, "free-tier")):
+        async with serve_asgi(app_with(limiter, key=CLIENT)) as url, httpx.AsyncClient(base_url=url) as client:
+            first, second = [await client.get("/hello", headers={"x-client": "ann"}) for _ in range(2)]
+        assert first.headers["ratelimit-policy"] == f'"{named}";q=1;w=5'
+        assert second.status_code == 429
+        assert second.headers["ratelimit"].startswith(f'"{named}";r=0')
+        assert second.text == f"Too Many Requests (limiter: {named})"
+
+
 async def test_headers_off_and_a_limiter_that_cannot_tell(serve_asgi, clock: permits.ManualClock) -> None:
     class Custom(permits.RateLimiter):
         def _acquire(self, permit_count: int) -> permits.Lease:

@@ -142,6 +142,18 @@ def test_keyed_limiter_is_labelled_with_its_name_never_the_key(registry: object)
     assert not any("alice" in str(labels) for _, labels in samples)
 
 
+def test_a_per_key_limiter_is_labelled_with_its_templates_name(registry: object) -> None:
+    # Issue 35, item 7: the series said limiter="default".
+    template = permits.Partition.fixed_window(None, 1, 60.0, name="per-user")
+    limiter = instrument(permits.PartitionedLimiter.per_key(template, clock=permits.ManualClock()), registry=registry)
+    assert limiter.acquire("alice") and not limiter.acquire("alice")
+    with exposition(registry) as url:
+        samples = scrape(url)
+    assert value(samples, "permits_leases_total", limiter="per-user", result="acquired") == 1
+    assert value(samples, "permits_leases_total", limiter="per-user", result="limit_reached") == 1
+    assert value(samples, "permits_leases_total", limiter="default", result="acquired") is None
+
+
 def test_store_limiter_on_shared_memory(registry: object, tmp_path: object) -> None:
     shm = pytest.importorskip("permits.shm", reason="permits.shm is Linux only")
     import os
