@@ -144,12 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         results[f"flood {name}"] = {"untimed_s": best[False], "timed_s": best[True], "ratio": ratio}
         print(f"| {name} | {best[False]:.3f} | {best[True]:.3f} | {ratio:.2f}x |")
     print()
-    print("| stall: one request's engine step on the loop, with a timed waiter | longest enqueue | mean | longest withdrawal | mean |")
+    print("| stall: one request's step on the loop (CPU) | longest enqueue | mean | longest withdrawal | mean |")
     print("|---|---:|---:|---:|---:|")
     for name, make in TARGETS.items():
         rounds = [asyncio.run(stall_round(make, args.big)) for _ in range(args.repeats)]
         worst = min(rounds, key=lambda r: r[0] + r[2])
-        results[f"stall {name}"] = dict(zip(("max_enqueue_s", "mean_enqueue_s", "max_leave_s", "mean_leave_s"), worst))
+        results[f"stall {name}"] = dict(
+            zip(("max_enqueue_s", "mean_enqueue_s", "max_leave_s", "mean_leave_s"), worst, strict=True)
+        )
         cells = " | ".join(f"{v * 1e6:,.1f} µs" for v in worst)
         print(f"| {name}, {args.big:,} queued | {cells} |")
     if args.json:
