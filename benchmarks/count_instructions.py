@@ -44,6 +44,18 @@ elif case == "wait_async":
         for _ in range(calls):
             await bucket.wait_async()
     asyncio.run(main())
+elif case == "acquire_async":
+    async def main():
+        for _ in range(calls):
+            await bucket.acquire_async()
+    asyncio.run(main())
+elif case == "trivial_await":
+    async def trivial():
+        return 1
+    async def main():
+        for _ in range(calls):
+            await trivial()
+    asyncio.run(main())
 elif case == "async_with":
     async def main():
         for _ in range(calls):
@@ -73,6 +85,8 @@ CASES = {
     "per_key": 'per_key acquire("user-42")',
     "wait_async": "await wait_async() granted (token bucket)",
     "async_with": "async with wait_async() (concurrency)",
+    "acquire_async": "await acquire_async() (token bucket)",
+    "trivial_await": "await of a trivial coroutine (the floor)",
     "chain_wait": "await chain(bucket, conc).wait_async() granted, released",
     "custom_wait": "await custom limiter wait_async() granted, released",
 }

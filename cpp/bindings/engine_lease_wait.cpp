@@ -519,7 +519,7 @@ using lease_wait::core_of;
 using lease_wait::EngineLeaseWaitObject;
 
 namespace {
-PyObject* new_lease_wait(WaitTarget target, std::int64_t permit_count, lease_wait::Phase phase) {
+PyObject* new_lease_wait(WaitTarget&& target, std::int64_t permit_count, lease_wait::Phase phase) {
     EngineLeaseWaitObject* self = lease_wait::alloc();
     if (self == nullptr) {
         Py_XDECREF(target.owner);
