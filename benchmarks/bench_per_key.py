@@ -4,6 +4,8 @@ keyed in-memory checks, as the number of keys grows; memory per key; the time to
     python benchmarks/bench_per_key.py            # 1, 10k, 100k and 1M keys
     python benchmarks/bench_per_key.py --quick    # 1, 10k and 100k keys, shorter passes
     python benchmarks/bench_per_key.py --json FILE
+    python benchmarks/bench_per_key.py --template 10/second --sizes 100000,1000000 --no-peers
+                                                  # each key a "10/second" (specs.parse) limit
 
 Keys are visited in a shuffled order (a real key mix misses the caches); each case is the best of
 five passes over all keys (three with --quick; the shuffled order is repeated until a pass makes at
@@ -80,8 +82,12 @@ def make_order(keys: list[str], min_checks: int) -> list[str]:
     return order
 
 
+TEMPLATE: Partition | str = Partition.token_bucket(None, HUGE, HUGE, 1.0)
+"""Every key's limit: a token bucket no check exhausts, or a rate given with --template."""
+
+
 def per_key_limiter(clock: permits.ManualClock) -> Any:
-    return PartitionedLimiter.per_key(Partition.token_bucket(None, HUGE, HUGE, 1.0), idle_timeout=1.0, clock=clock)
+    return PartitionedLimiter.per_key(TEMPLATE, idle_timeout=1.0, clock=clock)
 
 
 def fill_and_account(per_key: Any, keys: list[str]) -> tuple[float, float]:
@@ -140,8 +146,13 @@ def memory_sweep() -> int:
 def memory_in_subprocess(n: int) -> dict[str, float] | None:
     if n < MEMORY_MIN_KEYS:
         return None
+    template = ["--template", TEMPLATE] if isinstance(TEMPLATE, str) else []
     out = subprocess.run(
-        [sys.executable, __file__, "--memory-of", str(n)], capture_output=True, text=True, check=True, timeout=600
+        [sys.executable, __file__, "--memory-of", str(n), *template],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     )
     result: dict[str, float] = json.loads(out.stdout)
     return result
@@ -169,7 +180,8 @@ def run(n: int, min_checks: int, rounds: int) -> dict[str, Any]:
         checks["general_ns"] = general.acquire
     row.update(best_interleaved(checks, order, rounds))
     del checks, table, general
-    assert per_key.acquire(order[0]), "per_key refused a check"
+    # (a --template rate refuses most checks by now: the passes then time refusals)
+    assert per_key.acquire(order[0]) or isinstance(TEMPLATE, str), "per_key refused a check"
     start = time.perf_counter()
     clock.advance(5.0)  # every key idle for longer than 1 s: the engine's timer drops them all
     row["evict_all_s"] = time.perf_counter() - start
@@ -246,8 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--memory-sweep", action="store_true", help="engine state per key at 31 key counts from 20k to 2M"
     )
+    parser.add_argument(
+        "--template",
+        metavar="RATE",
+        help='every key limited by this rate (specs.parse, e.g. "10/second": a sliding window) instead of '
+        "a token bucket no check exhausts; the general partitioned limiter and the peers keep theirs",
+    )
     parser.add_argument("--memory-of", type=int, help=argparse.SUPPRESS)  # the fresh-process memory probe
     args = parser.parse_args(argv)
+    if args.template:
+        global TEMPLATE
+        TEMPLATE = args.template
     if args.memory_sweep:
         return memory_sweep()
     if args.memory_of:
@@ -257,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     min_checks = 50_000 if args.quick else 200_000
     print(f"permits per-key benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"- command: `python {' '.join(sys.argv)}`")
+    print(f"- every key: {TEMPLATE!r}")
     # permits and the dict first, for every size, while the process has never started a thread
     # (limits starts some, and from then on C++ reference counts are atomic: see bench_acquire.py)
     rows = []

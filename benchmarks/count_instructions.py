@@ -29,6 +29,7 @@ case, calls = sys.argv[1], int(sys.argv[2])
 bucket = permits.TokenBucketLimiter(10**9, 10**9, 1.0)
 conc = permits.ConcurrencyLimiter(10**6)
 per_key = permits.PartitionedLimiter.per_key(permits.Partition.token_bucket(None, 10**9, 10**9, 1.0))
+parsed = permits.PartitionedLimiter.per_key("10/second")
 
 if case == "acquire":
     for _ in range(calls):
@@ -39,6 +40,9 @@ elif case == "acquire_release":
 elif case == "per_key":
     for _ in range(calls):
         per_key.acquire("user-42")
+elif case == "per_key_new_parsed":
+    for key in range(calls):
+        parsed.acquire(key)
 elif case == "wait_async":
     async def main():
         for _ in range(calls):
@@ -83,6 +87,7 @@ CASES = {
     "acquire": "TokenBucketLimiter.acquire()",
     "acquire_release": "ConcurrencyLimiter.acquire().release()",
     "per_key": 'per_key acquire("user-42")',
+    "per_key_new_parsed": 'per_key("10/second") acquire(new key)',
     "wait_async": "await wait_async() granted (token bucket)",
     "async_with": "async with wait_async() (concurrency)",
     "acquire_async": "await acquire_async() (token bucket)",

@@ -47,24 +47,19 @@ PerKeyTemplate make_template(const std::shared_ptr<Clock>& clock, py::handle spe
     const QueueOptions q{queue_limit_arg(queue_limit),
                          newest_first ? QueueOrder::NewestFirst : QueueOrder::OldestFirst};
     detail::check_queue(q);
-    return std::visit(
-        Overloaded{
-            [&](const TokenBucketRule& rule) { return PerKeyTemplate::of<TokenBucket>(clock, rule, q); },
-            [&](const FixedWindowRule& rule) { return PerKeyTemplate::of<FixedWindow>(clock, rule, q); },
-            [&](const SlidingWindowCounterRule& rule) {
-                return PerKeyTemplate::of<SlidingWindowCounter>(clock, rule, q);
-            },
-            [&](const ConcurrencyRule& rule) { return PerKeyTemplate::of<Concurrency>(clock, rule, q); },
-            [&](const SlidingWindowParams& p) {
-                // Its state is a ring of segments, not one word: every key gets a full limiter.
-                auto make = [clock, p, q](Nanos, Pair) {
-                    return std::make_shared<SlidingWindow>(clock, p.permit_limit, p.window, p.segments, q, false);
-                };
-                make(0, Pair{}); // builds one now, so that a bad option is a ValueError here rather than at first use
-                return PerKeyTemplate{nullptr, q, make};
-            },
-        },
-        read_spec(spec));
+    return std::visit(Overloaded{
+                          [&](const TokenBucketRule& rule) { return PerKeyTemplate::of<TokenBucket>(clock, rule, q); },
+                          [&](const FixedWindowRule& rule) { return PerKeyTemplate::of<FixedWindow>(clock, rule, q); },
+                          [&](const SlidingWindowCounterRule& rule) {
+                              return PerKeyTemplate::of<SlidingWindowCounter>(clock, rule, q);
+                          },
+                          [&](const ConcurrencyRule& rule) { return PerKeyTemplate::of<Concurrency>(clock, rule, q); },
+                          [&](const SlidingWindowParams& p) {
+                              // Each key a compact record; a bad option is a ValueError here rather than at first use.
+                              return PerKeyTemplate::sliding_window(clock, p.permit_limit, p.window, p.segments, q);
+                          },
+                      },
+                      read_spec(spec));
 }
 
 // acquire(resource, permit_count=1) (and _try_now, wait_async) as a METH_FASTCALL method: the

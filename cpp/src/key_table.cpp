@@ -46,6 +46,8 @@ void KeyTable::free(std::uint32_t i) noexcept {
     KeyRecord& r = at(i);
     if (r.promoted()) {
         delete r.full();
+    } else if (r.has_block()) {
+        delete[] r.block();
     }
     r.key.release();
     r.key.set_flags(0);
@@ -113,6 +115,20 @@ void KeyTable::clear() noexcept {
     }
     live_ = 0;
     reset();
+}
+
+std::uint32_t* KeyTable::attach_block(std::uint32_t i) {
+    KeyRecord& r = at(i);
+    auto* block = new std::uint32_t[block_words_];
+    r.state = Pair{std::bit_cast<std::int64_t>(block), 0};
+    r.key.set_flags(static_cast<std::uint8_t>(r.key.flags() | kBlock));
+    return block;
+}
+
+void KeyTable::release_block(KeyRecord& r) noexcept {
+    delete[] r.block();
+    r.state = Pair{};
+    r.key.set_flags(static_cast<std::uint8_t>(r.key.flags() & ~kBlock));
 }
 
 void KeyTable::place(std::uint32_t v, std::size_t p) {
@@ -214,7 +230,7 @@ KeyTable::Memory KeyTable::memory() const {
         const KeyRecord& r = at(i);
         if (r.live()) {
             m.key_bytes += r.key.view().size();
-            m.bytes += r.key.heap_bytes();
+            m.bytes += r.key.heap_bytes() + (r.has_block() ? block_words_ * sizeof(std::uint32_t) : 0);
         }
     }
     return m;
@@ -237,6 +253,8 @@ void KeyTable::check_invariants() const {
         ++live;
         pending += r.heap_pos != kNoRecord ? 1 : 0;
         require(find(r.key.view(), hash_key(r.key.view())) == i, "a key is not found at its record");
+        require(!(r.has_block() && r.promoted()), "a promoted record still has its block");
+        require(!r.has_block() || r.block() != nullptr, "a record's block is missing");
         require((r.check_at == kNever) == (r.heap_pos == kNoRecord), "a record's check and heap place disagree");
         require(r.heap_pos == kNoRecord || (r.heap_pos < checks_.size() && checks_[r.heap_pos] == i),
                 "a record's heap place does not hold it");

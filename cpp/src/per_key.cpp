@@ -2,6 +2,7 @@
 
 #include "permits/key_hash.hpp"
 #include "permits/key_table.hpp"
+#include "permits/sliding_window.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -25,6 +26,19 @@ inline Pair gpr_pair(const Pair& p) noexcept {
     return {a, b};
 }
 } // namespace
+
+PerKeyTemplate PerKeyTemplate::sliding_window(const std::shared_ptr<Clock>& clock, std::int64_t permit_limit,
+                                              Nanos window, std::int64_t segments, QueueOptions queue) {
+    // A compact state per key, not a full SlidingWindow: its ring of AtomicPairs (32 bytes a
+    // segment), wait queue and lock took "10/second" (20 segments) to 1,160 B a key
+    // (benchmarks/RESULTS.md, issue 35).
+    auto w = std::make_shared<const CompactSlidingWindow>(permit_limit, window, segments);
+    return {nullptr, queue,
+            [clock, w, queue](Nanos anchor, Pair) -> std::shared_ptr<Limiter> {
+                return w->promote(clock, queue, anchor, nullptr);
+            },
+            w};
+}
 
 struct PerKeyLimiter::Shard {
     std::mutex mu; // guards the table; held for a lookup and one non-blocking decision
@@ -51,6 +65,11 @@ PerKeyLimiter::PerKeyLimiter(std::shared_ptr<Clock> clock, PerKeyTemplate tmpl, 
     }
     if (!tmpl_.promote) {
         throw std::invalid_argument("a keyed limiter needs a way to build a key's limiter");
+    }
+    if (tmpl_.window) {
+        for (auto& shard : *shards_) {
+            shard.table.set_block_words(tmpl_.window->words());
+        }
     }
     detail::ForkRegistry::add(this);
 }
@@ -86,6 +105,8 @@ std::uint32_t PerKeyLimiter::find_or_create_locked(Shard& shard, std::string_vie
         Record& r = table.at(i);
         if (tmpl_.rule) {
             r.state = tmpl_.rule->initial(now);
+        } else if (tmpl_.window) {
+            tmpl_.window->init(table.attach_block(i));
         } else {
             r.set_full(new std::shared_ptr<Limiter>(tmpl_.promote(now, Pair{})));
             r.key.set_flags(detail::kLive | detail::kPromoted);
@@ -115,7 +136,7 @@ bool PerKeyLimiter::reserve_place() noexcept {
 Nanos PerKeyLimiter::full_at_locked(Record& r, bool& poll) const {
     poll = false;
     if (!r.promoted()) {
-        return tmpl_.rule->full_at(r.state, r.anchor); // kNever: held; its release comes through give_back
+        return record_full_at(r); // kNever: held; its release comes through give_back
     }
     const Limiter& full = *r.limiter();
     // Its queue and the leases it granted change it without telling us: check again later.
@@ -292,14 +313,38 @@ void PerKeyLimiter::on_timer(Nanos now) {
 
 std::shared_ptr<Limiter>& PerKeyLimiter::promote_locked(Record& r) {
     if (!r.promoted()) {
-        auto full = tmpl_.promote(r.anchor, r.state);
-        r.set_full(new std::shared_ptr<Limiter>(std::move(full)));
+        // Built before the record changes: if it throws, the record goes on as it was.
+        auto full = r.has_block() ? tmpl_.window->promote(clock_, tmpl_.queue, r.anchor, r.block())
+                                  : tmpl_.promote(r.anchor, r.state);
+        auto* holder = new std::shared_ptr<Limiter>(std::move(full));
+        if (r.has_block()) {
+            detail::KeyTable::release_block(r); // its state is the full limiter's now
+        }
+        r.set_full(holder);
         r.key.set_flags(detail::kLive | detail::kPromoted);
     }
     return *r.full();
 }
 
+std::int64_t PerKeyLimiter::available_locked(const Record& r, Nanos now) const {
+    return tmpl_.window ? tmpl_.window->available(r.block(), r.anchor, now)
+                        : tmpl_.rule->available(r.state, r.anchor, now);
+}
+
+Nanos PerKeyLimiter::record_full_at(const Record& r) const {
+    return tmpl_.window ? tmpl_.window->full_at(r.block(), r.anchor) : tmpl_.rule->full_at(r.state, r.anchor);
+}
+
 bool PerKeyLimiter::grant_locked(Record& r, std::int64_t n, Nanos now, std::int64_t& tag) {
+    if (tmpl_.window) [[unlikely]] {
+        const CompactSlidingWindow& w = *tmpl_.window;
+        detail::check_permit_count(n, w.permit_limit());
+        if (n == 0 ? w.available(r.block(), r.anchor, now) <= 0 : !w.take(r.block(), r.anchor, n, now, tag)) {
+            return false;
+        }
+        ++r.successful;
+        return true;
+    }
     const Rule& rule = *tmpl_.rule;
     detail::check_permit_count(n, rule.max_permits());
     // A record has no queue: nothing waits ahead, a request is decided on the state alone.
@@ -315,13 +360,15 @@ bool PerKeyLimiter::grant_locked(Record& r, std::int64_t n, Nanos now, std::int6
 }
 
 i128 PerKeyLimiter::retry_after(const Record& r, std::int64_t n, Nanos now) const {
-    const Rule& rule = *tmpl_.rule;
-    const Nanos wait = rule.time_until(r.state, r.anchor, std::max<std::int64_t>(n, 1), now);
+    const std::int64_t needed = std::max<std::int64_t>(n, 1);
+    const Nanos wait = tmpl_.window ? tmpl_.window->time_until(r.block(), r.anchor, needed, now)
+                                    : tmpl_.rule->time_until(r.state, r.anchor, needed, now);
     if (wait != kNever) {
         return wait;
     }
     // Never by time (concurrency), or beyond the int64 range: ask a projection, exact in 128 bits.
-    auto projection = rule.project(r.state, r.anchor);
+    auto projection =
+        tmpl_.window ? tmpl_.window->project(r.block(), r.anchor) : tmpl_.rule->project(r.state, r.anchor);
     return projection ? std::max<i128>(0, projection->grant(n, now, false) - now) : -1;
 }
 
@@ -412,6 +459,10 @@ void PerKeyLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t
     Record& r = at.shard.table.at(at.index);
     if (r.promoted()) {
         r.limiter()->give_back(n, tag);
+    } else if (tmpl_.window) {
+        if (!tmpl_.window->give_back(r.block(), r.anchor, n, tag, clock_->now())) {
+            return;
+        }
     } else {
         Pair next{};
         if (!tmpl_.rule->give_back(r.state, r.anchor, n, tag, clock_->now(), next)) {
@@ -453,7 +504,7 @@ std::optional<Statistics> PerKeyLimiter::statistics(std::string_view key) {
         s.total_failed_leases += r.failed;
         return s;
     }
-    return Statistics{tmpl_.rule->available(r.state, r.anchor, clock_->now()), 0, r.successful, r.failed};
+    return Statistics{available_locked(r, clock_->now()), 0, r.successful, r.failed};
 }
 
 PerKeyLimiter::Memory PerKeyLimiter::memory() {
@@ -489,7 +540,7 @@ Statistics PerKeyLimiter::totals() {
                 total.total_successful_leases += s.total_successful_leases;
                 total.total_failed_leases += s.total_failed_leases;
             } else {
-                total.current_available_permits += tmpl_.rule->available(r.state, r.anchor, now);
+                total.current_available_permits += available_locked(r, now);
             }
         }
     }

@@ -1,6 +1,7 @@
 #include "permits/sliding_window.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
@@ -20,6 +21,127 @@ std::int64_t older_of(Pair h) {
 std::int64_t pack(std::int64_t current, std::int64_t older) {
     return static_cast<std::int64_t>((static_cast<std::uint64_t>(older) << 32) | static_cast<std::uint64_t>(current));
 }
+
+// The arithmetic every sliding window's state shares, whatever keeps its counts: `before(j)` is the
+// count of segment j for h.a - segments < j < h.a, j >= 0 (a segment before the head still in its
+// window); the head's own count is in h. SlidingWindowState reads its lock-free ring,
+// CompactSlidingWindow a per-key record's 32-bit counts: the same code decides for both.
+
+/// Permits taken in segment j, as seen with head h.
+template <class Before> std::int64_t count_with(const SlidingWindowShape& w, Pair h, std::int64_t j, Before before) {
+    if (j == h.a) {
+        return current_of(h);
+    }
+    if (j > h.a || j < 0 || j <= h.a - w.segments) {
+        return 0;
+    }
+    return before(j);
+}
+
+/// Permits held in the window ending with segment p (>= h.a).
+template <class Before> std::int64_t used_with(const SlidingWindowShape& w, Pair h, std::int64_t p, Before before) {
+    if (p == h.a) {
+        return older_of(h) + current_of(h);
+    }
+    // The window ending with segment p holds segments p-S+1 .. p.
+    std::int64_t used = 0;
+    const std::int64_t first = std::max<std::int64_t>(p - w.segments + 1, 0);
+    if (h.a >= first) {
+        used += current_of(h);
+    }
+    for (std::int64_t j = std::max(first, h.a - w.segments + 1); j <= std::min(h.a - 1, p); ++j) {
+        used += before(j);
+    }
+    return used;
+}
+
+template <class Before>
+Nanos time_until_with(const SlidingWindowShape& w, Pair h, std::int64_t needed, Nanos now, Before before) {
+    const std::int64_t p = std::max(w.segment_index(now), h.a);
+    std::int64_t available = w.limit - used_with(w, h, p, before);
+    if (available >= needed) {
+        return 0;
+    }
+    // Walk forward: at the start of segment p+i, segment p+i-S expires and frees its permits.
+    for (std::int64_t i = 1; i <= w.segments; ++i) {
+        available += count_with(w, h, p + i - w.segments, before);
+        if (available >= needed) {
+            const Nanos at = w.segment_start(p + i);
+            return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+        }
+    }
+    // More than a window's worth (requests queued ahead): whole windows more.
+    const Nanos at = w.segment_start(p + w.segments * (1 + ceil_div(needed - w.limit, w.limit)));
+    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+}
+
+template <class Before> Nanos full_at_with(const SlidingWindowShape& w, Pair h, Before before) {
+    // The last segment that took permits frees them `segments` segments later.
+    std::int64_t last = -1;
+    if (current_of(h) > 0) {
+        last = h.a;
+    } else {
+        for (std::int64_t j = h.a - 1; j >= std::max<std::int64_t>(0, h.a - w.segments + 1); --j) {
+            if (before(j) > 0) {
+                last = j;
+                break;
+            }
+        }
+    }
+    // Nothing held in the window: full since the head's segment began (a refund may have emptied
+    // it; before any grant the head is segment 0, the anchor).
+    return last < 0 ? w.segment_start(h.a) : w.segment_start(last + w.segments);
+}
+
+/// The state with head h given back n permits taken in segment `tag`: only the current segment's
+/// count can be (the head's, at `now`); false when nothing changes.
+bool give_back_to(const SlidingWindowShape& w, Pair h, std::int64_t n, std::int64_t tag, Nanos now, Pair& next) {
+    if (h.a != tag || w.segment_index(now) != tag) {
+        return false;
+    }
+    next = Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))};
+    return true;
+}
+
+struct SlidingWindowProj final : Projection {
+    const SlidingWindowShape sw;         // a copy: a per-key state lives only as long as its call
+    i128 head;                           // latest segment with a grant in the projection
+    std::map<i128, std::int64_t> counts; // permits per segment, for the segments still in a window
+
+    template <class Before> SlidingWindowProj(const SlidingWindowShape& s, Pair h, Before before) : sw(s), head(h.a) {
+        for (std::int64_t j = std::max<std::int64_t>(0, h.a - s.segments + 1); j <= h.a; ++j) {
+            if (const std::int64_t c = count_with(s, h, j, before); c > 0) {
+                counts[j] = c;
+            }
+        }
+    }
+    i128 used(i128 p) const {
+        i128 sum = 0;
+        for (auto it = counts.upper_bound(p - sw.segments); it != counts.end() && it->first <= p; ++it) {
+            sum += it->second;
+        }
+        return sum;
+    }
+    i128 grant(std::int64_t n, i128 not_before, bool apply) override {
+        const std::int64_t need = std::max<std::int64_t>(n, 1);
+        const i128 now_p = not_before <= sw.anchor ? 0 : (not_before - sw.anchor) / sw.segment;
+        i128 p = std::max(now_p, head);
+        i128 at = not_before;
+        if (sw.limit - used(p) < need) {
+            // Walk forward: each segment start frees the segment leaving the window.
+            do {
+                ++p;
+            } while (sw.limit - used(p) < need);
+            at = static_cast<i128>(sw.anchor) + p * sw.segment;
+        }
+        if (apply && n > 0) {
+            counts[p] += n;
+            head = p;
+            counts.erase(counts.begin(), counts.upper_bound(p - sw.segments));
+        }
+        return at;
+    }
+};
 } // namespace
 
 void SlidingWindowState::check(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
@@ -44,7 +166,7 @@ void SlidingWindowState::init_storage(AtomicPair* words, std::int64_t segments) 
 
 SlidingWindowState SlidingWindowState::over(std::int64_t permit_limit, Nanos window, std::int64_t segments,
                                             Nanos anchor, AtomicPair* words) noexcept {
-    return {permit_limit, window, segments, segments > 0 ? window / segments : 0, anchor, words, words + 1};
+    return {{permit_limit, window, segments, segments > 0 ? window / segments : 0, anchor}, words, words + 1};
 }
 
 SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
@@ -63,38 +185,41 @@ SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_l
     st_ = SlidingWindowState::over(permit_limit, window, segments, external.anchor, external.word);
 }
 
-Nanos SlidingWindowState::segment_start(std::int64_t s) const noexcept {
+SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
+                             std::int64_t segments, QueueOptions queue, Nanos anchor, Pair head,
+                             const std::uint32_t* counts)
+    : Limiter(std::move(clock), permit_limit, queue, false) {
+    SlidingWindowState::check(permit_limit, window, segments);
+    own_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(segments) + 1);
+    SlidingWindowState::init_storage(own_.get(), segments);
+    st_ = SlidingWindowState::over(permit_limit, window, segments, anchor, own_.get());
+    Pair empty = st_.head->load();
+    st_.head->compare_exchange(empty, head);
+    // The counts before the head still in its window, as ring entries {segment, count}.
+    for (std::int64_t j = std::max<std::int64_t>(0, head.a - segments + 1); counts != nullptr && j < head.a; ++j) {
+        if (const std::uint32_t c = counts[j % segments]; c > 0) {
+            AtomicPair& slot = st_.ring[j % segments];
+            Pair r = slot.load();
+            slot.compare_exchange(r, Pair{j, c});
+        }
+    }
+}
+
+Nanos SlidingWindowShape::segment_start(std::int64_t s) const noexcept {
     return sat_nanos(static_cast<i128>(anchor) + static_cast<i128>(s) * segment);
 }
 
 std::int64_t SlidingWindowState::count_in(Pair h, std::int64_t j) const noexcept {
-    if (j == h.a) {
-        return current_of(h);
-    }
-    if (j > h.a || j < 0) {
-        return 0;
-    }
-    const Pair r = ring[j % segments].load();
-    return r.a == j ? r.b : 0;
+    return count_with(*this, h, j, [this](std::int64_t i) { return ring_count(i); });
 }
 
 std::int64_t SlidingWindowState::used_at(Pair h, std::int64_t p) const noexcept {
-    if (p == h.a) {
-        return older_of(h) + current_of(h);
-    }
-    // The window ending with segment p holds segments p-S+1 .. p.
-    std::int64_t used = 0;
-    const std::int64_t first = std::max<std::int64_t>(p - segments + 1, 0);
-    if (h.a >= first) {
-        used += current_of(h);
-    }
-    for (std::int64_t j = std::max(first, h.a - segments + 1); j <= std::min(h.a - 1, p); ++j) {
-        const Pair r = ring[j % segments].load();
-        if (r.a == j) {
-            used += r.b;
-        }
-    }
-    return used;
+    return used_with(*this, h, p, [this](std::int64_t i) { return ring_count(i); });
+}
+
+std::int64_t SlidingWindowState::ring_count(std::int64_t j) const noexcept {
+    const Pair r = ring[j % segments].load();
+    return r.a == j ? r.b : 0;
 }
 
 void SlidingWindowState::archive(Pair h) const noexcept {
@@ -145,102 +270,120 @@ std::int64_t SlidingWindowState::available_at(Nanos now) const noexcept {
 }
 
 Nanos SlidingWindowState::time_until(std::int64_t needed, Nanos now) const noexcept {
-    const Pair h = head->load();
-    const std::int64_t p = std::max(segment_index(now), h.a);
-    std::int64_t available = limit - used_at(h, p);
-    if (available >= needed) {
-        return 0;
-    }
-    // Walk forward: at the start of segment p+i, segment p+i-S expires and frees its permits.
-    for (std::int64_t i = 1; i <= segments; ++i) {
-        available += count_in(h, p + i - segments);
-        if (available >= needed) {
-            const Nanos at = segment_start(p + i);
-            return at == kNever ? kNever : std::max<Nanos>(0, at - now);
-        }
-    }
-    // More than a window's worth (requests queued ahead): whole windows more.
-    const Nanos at = segment_start(p + segments * (1 + ceil_div(needed - limit, limit)));
-    return at == kNever ? kNever : std::max<Nanos>(0, at - now);
+    return time_until_with(*this, head->load(), needed, now, [this](std::int64_t i) { return ring_count(i); });
 }
 
 void SlidingWindowState::give_back(std::int64_t n, std::int64_t tag, Nanos now) noexcept {
     Pair h = head->load();
-    for (;;) {
-        if (h.a != tag || segment_index(now) != tag) {
-            return; // only the current segment's count can be given back
-        }
-        if (head->compare_exchange(h, Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))})) {
-            return;
-        }
+    Pair next;
+    while (give_back_to(*this, h, n, tag, now, next) && !head->compare_exchange(h, next)) {
     }
 }
 
 Nanos SlidingWindowState::full_at() const noexcept {
-    const Pair h = head->load();
-    // The last segment that took permits frees them `segments` segments later.
-    std::int64_t last = -1;
-    if (current_of(h) > 0) {
-        last = h.a;
-    } else {
-        for (std::int64_t j = h.a - 1; j >= std::max<std::int64_t>(0, h.a - segments + 1); --j) {
-            if (count_in(h, j) > 0) {
-                last = j;
-                break;
-            }
-        }
-    }
-    // Nothing held in the window: full since the head's segment began (a refund may have emptied
-    // it; before any grant the head is segment 0, the anchor).
-    return last < 0 ? segment_start(h.a) : segment_start(last + segments);
+    return full_at_with(*this, head->load(), [this](std::int64_t i) { return ring_count(i); });
+}
+
+std::unique_ptr<Projection> SlidingWindowState::project() const {
+    return std::make_unique<SlidingWindowProj>(*this, head->load(), [this](std::int64_t i) { return ring_count(i); });
 }
 
 namespace {
-struct SlidingWindowProj final : Projection {
-    const SlidingWindowState sw;         // a copy: a per-key state lives only as long as its call
-    i128 head;                           // latest segment with a grant in the projection
-    std::map<i128, std::int64_t> counts; // permits per segment, for the segments still in a window
-
-    explicit SlidingWindowProj(const SlidingWindowState& s) : sw(s) {
-        const Pair h = s.head->load();
-        head = h.a;
-        for (std::int64_t j = std::max<std::int64_t>(0, h.a - s.segments + 1); j <= h.a; ++j) {
-            if (const std::int64_t c = s.count_in(h, j); c > 0) {
-                counts[j] = c;
-            }
-        }
-    }
-    i128 used(i128 p) const {
-        i128 sum = 0;
-        for (auto it = counts.upper_bound(p - sw.segments); it != counts.end() && it->first <= p; ++it) {
-            sum += it->second;
-        }
-        return sum;
-    }
-    i128 grant(std::int64_t n, i128 not_before, bool apply) override {
-        const std::int64_t need = std::max<std::int64_t>(n, 1);
-        const i128 now_p = not_before <= sw.anchor ? 0 : (not_before - sw.anchor) / sw.segment;
-        i128 p = std::max(now_p, head);
-        i128 at = not_before;
-        if (sw.limit - used(p) < need) {
-            // Walk forward: each segment start frees the segment leaving the window.
-            do {
-                ++p;
-            } while (sw.limit - used(p) < need);
-            at = static_cast<i128>(sw.anchor) + p * sw.segment;
-        }
-        if (apply && n > 0) {
-            counts[p] += n;
-            head = p;
-            counts.erase(counts.begin(), counts.upper_bound(p - sw.segments));
-        }
-        return at;
-    }
-};
+// The head in the state's first 4 words (a 32-bit block: copied, not cast).
+Pair head_of(const std::uint32_t* state) noexcept {
+    std::int64_t a = 0;
+    std::int64_t b = 0;
+    std::memcpy(&a, state, sizeof a);
+    std::memcpy(&b, state + 2, sizeof b);
+    return {a, b};
+}
+void set_head(std::uint32_t* state, Pair h) noexcept {
+    std::memcpy(state, &h.a, sizeof h.a);
+    std::memcpy(state + 2, &h.b, sizeof h.b);
+}
 } // namespace
 
-std::unique_ptr<Projection> SlidingWindowState::project() const {
-    return std::make_unique<SlidingWindowProj>(*this);
+CompactSlidingWindow::CompactSlidingWindow(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
+    SlidingWindowState::check(permit_limit, window, segments);
+    shape_ = {permit_limit, window, segments, window / segments, 0};
+}
+
+void CompactSlidingWindow::init(std::uint32_t* state) const noexcept {
+    std::memset(state, 0, words() * sizeof(std::uint32_t)); // head {0, 0}: segment 0, nothing taken
+}
+
+bool CompactSlidingWindow::take(std::uint32_t* state, Nanos anchor, std::int64_t n, Nanos now,
+                                std::int64_t& tag) const noexcept {
+    const SlidingWindowShape w = at(anchor);
+    const Pair h = head_of(state);
+    std::uint32_t* counts = state + 4;
+    const std::int64_t p = std::max(w.segment_index(now), h.a);
+    const std::int64_t used = used_with(w, h, p, [&](std::int64_t j) { return counts[j % w.segments]; });
+    if (w.limit - used < n) {
+        return false;
+    }
+    Pair next{p, pack(current_of(h) + n, older_of(h))};
+    if (p != h.a) {
+        // The head leaves segment h.a: its count goes to its slot, and the slots of the segments
+        // skipped since (none took permits) read 0 from now on; a whole window later, every slot.
+        if (p - h.a >= w.segments) {
+            std::fill_n(counts, w.segments, 0U);
+        } else {
+            counts[h.a % w.segments] = static_cast<std::uint32_t>(current_of(h));
+            for (std::int64_t j = h.a + 1; j < p; ++j) {
+                counts[j % w.segments] = 0;
+            }
+        }
+        next.b = pack(n, used);
+    }
+    set_head(state, next);
+    tag = p;
+    return true;
+}
+
+std::int64_t CompactSlidingWindow::available(const std::uint32_t* state, Nanos anchor, Nanos now) const noexcept {
+    const SlidingWindowShape w = at(anchor);
+    const Pair h = head_of(state);
+    const std::uint32_t* counts = state + 4;
+    return w.limit -
+           used_with(w, h, std::max(w.segment_index(now), h.a), [&](std::int64_t j) { return counts[j % w.segments]; });
+}
+
+Nanos CompactSlidingWindow::time_until(const std::uint32_t* state, Nanos anchor, std::int64_t needed,
+                                       Nanos now) const noexcept {
+    const SlidingWindowShape w = at(anchor);
+    const std::uint32_t* counts = state + 4;
+    return time_until_with(w, head_of(state), needed, now, [&](std::int64_t j) { return counts[j % w.segments]; });
+}
+
+bool CompactSlidingWindow::give_back(std::uint32_t* state, Nanos anchor, std::int64_t n, std::int64_t tag,
+                                     Nanos now) const noexcept {
+    Pair next;
+    if (!give_back_to(at(anchor), head_of(state), n, tag, now, next)) {
+        return false;
+    }
+    set_head(state, next);
+    return true;
+}
+
+Nanos CompactSlidingWindow::full_at(const std::uint32_t* state, Nanos anchor) const noexcept {
+    const SlidingWindowShape w = at(anchor);
+    const std::uint32_t* counts = state + 4;
+    return full_at_with(w, head_of(state), [&](std::int64_t j) { return counts[j % w.segments]; });
+}
+
+std::unique_ptr<Projection> CompactSlidingWindow::project(const std::uint32_t* state, Nanos anchor) const {
+    const SlidingWindowShape w = at(anchor);
+    const std::uint32_t* counts = state + 4;
+    return std::make_unique<SlidingWindowProj>(w, head_of(state),
+                                               [&](std::int64_t j) { return counts[j % w.segments]; });
+}
+
+std::shared_ptr<SlidingWindow> CompactSlidingWindow::promote(std::shared_ptr<Clock> clock, QueueOptions queue,
+                                                             Nanos anchor, const std::uint32_t* state) const {
+    return std::make_shared<SlidingWindow>(std::move(clock), shape_.limit, shape_.window, shape_.segments, queue,
+                                           anchor, state != nullptr ? head_of(state) : Pair{},
+                                           state != nullptr ? state + 4 : nullptr);
 }
 
 } // namespace permits

@@ -314,6 +314,17 @@ void per_key_partitions() {
         }
     });
     check(granted == 500, "per-key: each of 5 keys grants exactly its limit");
+    // The sliding window's compact records (specs.parse's 20 segments) likewise.
+    auto windows = std::make_shared<PerKeyLimiter>(
+        frozen, PerKeyTemplate::sliding_window(frozen, 100, 20'000'000, 20, QueueOptions{}), 1000, 0);
+    granted = 0;
+    run_threads(kThreads, [&](int t) {
+        for (int i = 0; i < 3000; ++i) {
+            granted += windows->acquire(std::to_string((i + t) % 5), 1).outcome.acquired ? 1 : 0;
+        }
+    });
+    check(granted == 500, "per-key sliding window: each of 5 keys grants exactly its limit");
+    windows->check_invariants();
 
     auto clock = std::make_shared<ManualClock>(0);
     auto churn = std::make_shared<PerKeyLimiter>(
@@ -346,6 +357,37 @@ void per_key_partitions() {
     check(churn->size() <= 16, "per-key: the bound holds");
     churn->check_invariants();
     churn->close();
+
+    // Sliding window keys: records created, refunded, promoted by waits and evicted while others race.
+    auto window_churn = std::make_shared<PerKeyLimiter>(
+        clock, PerKeyTemplate::sliding_window(clock, 3, 2'000'000, 20, QueueOptions{8, QueueOrder::OldestFirst}),
+        2'000'000, 16);
+    stop = false;
+    std::thread window_ticker([&] {
+        while (!stop.load()) {
+            clock->advance(100'000);
+        }
+    });
+    run_threads(kThreads, [&](int t) {
+        std::mt19937 rng(static_cast<unsigned>(t) + 50);
+        for (int i = 0; i < 3000; ++i) {
+            const std::string key = std::to_string(rng() % 40);
+            if (i % 7 == 0) {
+                auto q = window_churn->enqueue(key, 1, 3'000'000).enqueued;
+                if (q.waiter) {
+                    while (!q.waiter->wait_for(1'000'000'000)) {
+                    }
+                }
+            } else if (const Outcome o = window_churn->acquire(key, 1).outcome; o.acquired && i % 3 == 0) {
+                window_churn->give_back(key, 1, o.tag); // a refund
+            }
+        }
+    });
+    stop = true;
+    window_ticker.join();
+    check(window_churn->size() <= 16, "per-key sliding window: the bound holds");
+    window_churn->check_invariants();
+    window_churn->close();
 
     // Held and given back through the table while keys come and go at the bound.
     auto held = std::make_shared<PerKeyLimiter>(

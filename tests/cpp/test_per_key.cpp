@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -329,6 +331,228 @@ TEST(PerKey, KeysOutliveTheirNeighboursEvictionAndMemoryIsResetOnceAllAreGone) {
     EXPECT_EQ(k->totals().total_successful_leases, 20001);
     EXPECT_EQ(k->totals().total_failed_leases, 10000);
     EXPECT_TRUE(k->acquire("again", 1).outcome.acquired); // the table works after being reset
+}
+
+namespace {
+
+struct WindowCase {
+    std::int64_t limit;
+    Nanos window;
+    std::int64_t segments;
+};
+
+// specs.parse("10/second"): 20 segments of 52,632 us.
+constexpr WindowCase kParsed{10, 20 * 52'632'000, 20};
+constexpr WindowCase kWindowCases[] = {
+    {1, 10 * kSec, 1}, {3, 10 * kSec, 2}, {5, 7 * kSec, 3}, kParsed, {4, 1000, 7}, {6, 20, 20}, {kMaxPermits, kSec, 5},
+};
+
+std::string describe(const WindowCase& c) {
+    return "limit " + std::to_string(c.limit) + ", window " + std::to_string(c.window) + " ns, " +
+           std::to_string(c.segments) + " segments";
+}
+
+void expect_same(const Outcome& got, const Outcome& want, const std::string& where) {
+    EXPECT_EQ(got.acquired, want.acquired) << where;
+    EXPECT_EQ(got.reason, want.reason) << where;
+    EXPECT_EQ(got.retry_after, want.retry_after) << where;
+    EXPECT_EQ(got.permits, want.permits) << where;
+    EXPECT_EQ(got.tag, want.tag) << where;
+}
+
+void expect_same(const Statistics& got, const Statistics& want, const std::string& where) {
+    EXPECT_EQ(got.current_available_permits, want.current_available_permits) << where;
+    EXPECT_EQ(got.current_queued_count, want.current_queued_count) << where;
+    EXPECT_EQ(got.total_successful_leases, want.total_successful_leases) << where;
+    EXPECT_EQ(got.total_failed_leases, want.total_failed_leases) << where;
+}
+
+// A per-key sliding window key and a standalone SlidingWindow (the reference, built when the key
+// is, rebuilt once the key is evicted) fed the same random acquires, zero-permit probes, try_nows,
+// refunds (of the current segment's grants and of stale ones) and clock advances (within a segment
+// to several windows), on one ManualClock. With `queue`, some denied requests queue instead: the
+// key then becomes a full limiter, which must go on from exactly the record's state.
+void run_window_differential(const WindowCase& c, bool queue, std::uint64_t seed) {
+    auto clock = make_clock();
+    const QueueOptions q{queue ? 4 : 0, QueueOrder::OldestFirst};
+    // No eviction with queues (a queued key's check follows its own timer; the fuzz target covers it).
+    const Nanos idle = queue ? kNever / 4 : 2 * c.window;
+    auto k = std::make_shared<PerKeyLimiter>(
+        clock, PerKeyTemplate::sliding_window(clock, c.limit, c.window, c.segments, q), idle, 0);
+    std::shared_ptr<SlidingWindow> ref;
+    auto reference = [&] {
+        if (!ref) {
+            ref = std::make_shared<SlidingWindow>(clock, c.limit, c.window, c.segments, q, false);
+        }
+        return ref;
+    };
+    std::mt19937_64 rng(seed);
+    auto below = [&](std::int64_t n) { return static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(n)); };
+    auto count = [&] {
+        const std::int64_t pick = below(10);
+        return pick == 0 ? 0 : pick == 1 ? c.limit : 1 + below(std::min<std::int64_t>(c.limit, 4));
+    };
+    struct Grant {
+        std::int64_t n;
+        std::int64_t tag;
+    };
+    std::vector<Grant> grants;
+    std::vector<std::pair<std::shared_ptr<Waiter>, std::shared_ptr<Waiter>>> waiters; // (key's, reference's)
+    std::int64_t promotions = 0;
+    const Nanos segment = c.window / c.segments;
+    for (int step = 0; step < 3000; ++step) {
+        const std::string where =
+            describe(c) + ", step " + std::to_string(step) + " at " + std::to_string(clock->now()) + " ns";
+        switch (below(9)) {
+        case 0:
+        case 1:
+        case 2: {
+            const std::int64_t n = count();
+            const auto got = k->acquire("key", n);
+            const Outcome want = reference()->acquire(n);
+            expect_same(got.outcome, want, where + ": acquire " + std::to_string(n));
+            // Decided by the compact record until a request queued (no eviction with queues).
+            ASSERT_EQ(got.promoted, promotions > 0) << where;
+            if (want.acquired && n > 0) {
+                grants.push_back({n, want.tag});
+            }
+            break;
+        }
+        case 3: {
+            const std::int64_t n = count();
+            const auto got = k->try_now("key", n);
+            const auto want = reference()->try_now(n);
+            ASSERT_EQ(got.has_value(), want.has_value()) << where;
+            if (want) {
+                expect_same(got->outcome, *want, where + ": try_now");
+                if (n > 0) {
+                    grants.push_back({n, want->tag});
+                }
+            }
+            break;
+        }
+        case 4: { // a refund, of a grant whose segment may be gone by
+            if (grants.empty()) {
+                break;
+            }
+            const auto i = static_cast<std::size_t>(below(static_cast<std::int64_t>(grants.size())));
+            k->give_back("key", grants[i].n, grants[i].tag);
+            if (ref) {
+                ref->give_back(grants[i].n, grants[i].tag);
+            }
+            grants.erase(grants.begin() + static_cast<std::ptrdiff_t>(i));
+            break;
+        }
+        case 5: {
+            if (!queue) {
+                expect_same(*k->statistics("key"), reference()->statistics(), where + ": statistics");
+                break;
+            }
+            const std::int64_t n = 1 + below(std::min<std::int64_t>(c.limit, 4));
+            const Nanos timeout = below(2) == 0 ? -1 : 1 + below(2 * c.window);
+            auto got = k->enqueue("key", n, timeout);
+            const auto want = reference()->enqueue(n, timeout);
+            ASSERT_EQ(got.enqueued.waiter != nullptr, want.waiter != nullptr) << where;
+            if (want.waiter) {
+                ++promotions;
+                waiters.emplace_back(got.enqueued.waiter, want.waiter);
+            } else {
+                expect_same(got.enqueued.outcome, want.outcome, where + ": enqueue");
+            }
+            break;
+        }
+        default: {
+            const Nanos steps[] = {
+                1, segment - 1, segment, 1 + below(c.window), c.window, 3 * c.window, below(2 * c.window + 1)};
+            clock->advance(steps[below(7)]);
+            if (ref && !queue) {
+                const auto idle_for = ref->idle_duration();
+                if (idle_for && *idle_for > idle) {
+                    ref.reset(); // the key was evicted exactly then, in advance()
+                    grants.clear();
+                }
+            }
+            break;
+        }
+        }
+        if (!queue) {
+            ASSERT_EQ(k->size(), ref ? 1 : 0) << where;
+        }
+        for (const auto& [got, want] : waiters) {
+            ASSERT_EQ(got->state(), want->state()) << where;
+            if (want->state() == Waiter::Completed) {
+                expect_same(got->outcome(), want->outcome(), where + ": a queued request's outcome");
+            }
+        }
+        std::erase_if(waiters, [](const auto& w) { return !w.second->pending(); });
+        if (::testing::Test::HasFailure()) {
+            return;
+        }
+    }
+    if (queue) {
+        EXPECT_GT(promotions, 0) << describe(c); // the promotions were exercised
+    }
+    k->check_invariants();
+}
+
+} // namespace
+
+TEST(PerKey, ACompactSlidingWindowKeyDecidesExactlyAsAStandaloneSlidingWindow) {
+    std::uint64_t seed = 1;
+    for (const WindowCase& c : kWindowCases) {
+        for (int run = 0; run < 3; ++run) {
+            SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed));
+            run_window_differential(c, false, seed++);
+            if (HasFailure()) {
+                return;
+            }
+        }
+    }
+}
+
+TEST(PerKey, ASlidingWindowKeyWhoseRequestQueuesGoesOnFromItsExactState) {
+    std::uint64_t seed = 100;
+    for (const WindowCase& c : kWindowCases) {
+        for (int run = 0; run < 3; ++run) {
+            SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed));
+            run_window_differential(c, true, seed++);
+            if (HasFailure()) {
+                return;
+            }
+        }
+    }
+}
+
+TEST(PerKey, ASlidingWindowKeyIsACompactRecordUntilARequestQueues) {
+    // specs.parse("10/second"): the counts of permits taken a segment ago are in the record, and go
+    // with the key into its full limiter when a request has to queue.
+    auto clock = make_clock();
+    const Nanos segment = kParsed.window / kParsed.segments;
+    auto k = std::make_shared<PerKeyLimiter>(
+        clock, PerKeyTemplate::sliding_window(clock, kParsed.limit, kParsed.window, kParsed.segments, QueueOptions{5}),
+        10 * kSec, 0);
+    const auto first = k->acquire("a", 4);
+    ASSERT_TRUE(first.outcome.acquired);
+    EXPECT_FALSE(first.promoted);
+    clock->advance(3 * segment);
+    ASSERT_TRUE(k->acquire("a", 6).outcome.acquired); // segment 3: 10 in the window
+    clock->advance(segment);
+    const auto denied = k->acquire("a", 1); // segment 4: segment 0's 4 come back at segment 20
+    EXPECT_FALSE(denied.outcome.acquired);
+    EXPECT_FALSE(denied.promoted);
+    EXPECT_EQ(denied.outcome.retry_after, 16 * segment);
+    EXPECT_EQ(k->statistics("a")->current_available_permits, 0);
+    auto queued = k->enqueue("a", 5, -1); // more than segment 0 gives back: served at segment 23
+    ASSERT_TRUE(queued.enqueued.waiter);
+    EXPECT_TRUE(k->acquire("a", 0).promoted); // a full limiter from now on
+    clock->advance(16 * segment);             // segment 20: segment 0's 4 are back, not 5
+    EXPECT_TRUE(queued.enqueued.waiter->pending());
+    clock->advance(3 * segment - 1);
+    EXPECT_TRUE(queued.enqueued.waiter->pending());
+    clock->advance(1); // segment 23: segment 3's 6 are back too
+    ASSERT_FALSE(queued.enqueued.waiter->pending());
+    EXPECT_TRUE(queued.enqueued.waiter->outcome().acquired);
+    EXPECT_EQ(queued.enqueued.waiter->outcome().tag, 23);
 }
 
 TEST(PerKey, KindsWithoutARuleGetAFullLimiterPerKey) {

@@ -1,10 +1,13 @@
 // libFuzzer target over the per-key table (per_key.hpp), differential: every operation goes to a
-// PerKeyLimiter, whose keys are 64-byte records, and to a reference table of full limiters, one per
+// PerKeyLimiter, whose keys are 60-byte records, and to a reference table of full limiters, one per
 // key, kept by this harness with eviction written straight from the rule ("a key is dropped once
 // fully idle for longer than idle_timeout"). They must agree on every outcome (acquired, reason,
 // retry_after to the nanosecond, tag), every key's statistics, the partition count and the totals,
 // after every step. Operations: acquire, try_now, give_back of an earlier grant (a release or a
 // refund), statistics, clock advances (small, by periods, huge), evict_idle.
+//
+// The sliding window's keys are compact records too (a head and a 32-bit count per segment, out of
+// line), checked against full SlidingWindow limiters; segments 1-4 or 20 (specs.parse's).
 //
 // A second mode (the first input byte odd) adds what the reference cannot mirror exactly: queued
 // requests (a key then becomes a full limiter), cancellations, timeouts and a partition bound. There
@@ -72,7 +75,8 @@ public:
         kind_ = static_cast<Kind>((b >> 1) % 5);
         limit_ = in_.ConsumeIntegralInRange<std::int64_t>(1, 6);
         per_period_ = in_.ConsumeIntegralInRange<std::int64_t>(1, 3);
-        segments_ = in_.ConsumeIntegralInRange<std::int64_t>(1, 4);
+        segments_ = in_.ConsumeIntegralInRange<std::int64_t>(1, 5);
+        segments_ = segments_ == 5 ? 20 : segments_; // specs.parse's
         static constexpr Nanos kPeriods[] = {1, 3, 10, 1000, 1000000000, Nanos{1} << 40};
         period_ = std::max<Nanos>(kPeriods[in_.ConsumeIntegralInRange<std::size_t>(0, 5)], segments_);
         static constexpr Nanos kIdle[] = {0, 1, 5, 1000, 1000000000, Nanos{1} << 50};
@@ -126,15 +130,8 @@ private:
             return PerKeyTemplate::of<permits::SlidingWindowCounter>(
                 c, permits::SlidingWindowCounterRule(limit_, period_), queue_);
         case Kind::SlidingWindow:
-        default: {
-            const auto limit = limit_, segments = segments_;
-            const Nanos window = period_;
-            const QueueOptions q = queue_;
-            return PerKeyTemplate{nullptr, q, [c, limit, window, segments, q](Nanos, Pair) {
-                                      return std::make_shared<permits::SlidingWindow>(c, limit, window, segments, q,
-                                                                                      false);
-                                  }};
-        }
+        default: // each key a compact record (a head and a count per segment); the reference a full window
+            return PerKeyTemplate::sliding_window(c, limit_, period_, segments_, queue_);
         }
     }
 

@@ -1,6 +1,7 @@
 // The per-key limiter's table, one per shard: each key's 60-byte record, allocated in chunks that
 // never move; an open-addressing index from key bytes to record (4 bytes a slot); and a min-heap of
-// the records' pending eviction checks (4 bytes an entry), so that eviction costs O(evicted), no scan.
+// the records' pending eviction checks (4 bytes an entry), so that eviction costs O(evicted), no scan;
+// a kind whose state is more than a word keeps it in a block of its own per record (attach_block).
 // A data structure only: what a record's state means, when a key is checked and whether it is
 // dropped are the per-key limiter's (per_key.hpp). Not thread-safe: the limiter holds the shard's lock.
 #pragma once
@@ -97,6 +98,8 @@ inline constexpr std::uint32_t kNoRecord = 0xffffffffU;
 
 inline constexpr std::uint8_t kLive = 1;
 inline constexpr std::uint8_t kPromoted = 2;
+/// The record's state is out of line (KeyTable::attach_block): state.a points to it.
+inline constexpr std::uint8_t kBlock = 4;
 
 // 60 bytes at 4-byte alignment: no stored hash (the index computes a key's again when it moves
 // it) and no padding to a cache line took engine state per key at 100k keys from 65.0 to 59.9 bytes
@@ -112,6 +115,9 @@ struct KeyRecord {
 
     bool live() const noexcept { return (key.flags() & kLive) != 0; }
     bool promoted() const noexcept { return (key.flags() & kPromoted) != 0; }
+    bool has_block() const noexcept { return (key.flags() & kBlock) != 0; }
+    /// The record's out-of-line state (has_block()).
+    std::uint32_t* block() const noexcept { return std::bit_cast<std::uint32_t*>(Pair(state).a); }
     std::shared_ptr<Limiter>* full() const noexcept { return std::bit_cast<std::shared_ptr<Limiter>*>(Pair(state).a); }
     void set_full(std::shared_ptr<Limiter>* f) noexcept { state = Pair{std::bit_cast<std::int64_t>(f), 0}; }
     /// A promoted record's full limiter.
@@ -166,6 +172,14 @@ public:
     void remove(std::uint32_t i);
     /// Every record freed and the memory let go.
     void clear() noexcept;
+    /// The length in 32-bit words of each record's out-of-line state (attach_block): for a kind
+    /// whose state is more than a word (the sliding window's counts). Set before the first add().
+    void set_block_words(std::size_t words) noexcept { block_words_ = words; }
+    /// Record i's state out of line: the table's block words, uninitialized, owned by the record
+    /// (kBlock) until it is removed or its owner frees it (a promotion: release_block()).
+    std::uint32_t* attach_block(std::uint32_t i);
+    /// Frees the record's out-of-line state (its state word is the caller's again).
+    static void release_block(KeyRecord& r) noexcept;
 
     /// Record i is to be checked at `when`: true if that is sooner than its pending check (or it had
     /// none), false if an earlier check is already pending (which will see it and set the next).
@@ -189,7 +203,7 @@ public:
         std::size_t bytes = 0;     ///< all of it
         std::size_t key_bytes = 0; ///< of which the keys' bytes (inline or on the heap)
     };
-    /// What the table has allocated (records, index slots, check heap, long keys' bytes).
+    /// What the table has allocated (records, index slots, check heap, out-of-line states, long keys' bytes).
     Memory memory() const;
     /// Throws std::logic_error naming what is inconsistent (index, records, check heap). O(keys).
     void check_invariants() const;
@@ -241,6 +255,7 @@ private:
     // all keys; 4 bytes a key instead of a {when, index} entry per check (16 bytes, and more for
     // checks superseded by earlier ones).
     std::vector<std::uint32_t> checks_;
+    std::size_t block_words_ = 0;
 };
 
 } // namespace permits::detail

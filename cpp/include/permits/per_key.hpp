@@ -1,8 +1,10 @@
 // Per-key limits in the engine. Each key is a 60-byte record in a sharded hash table (key_table.hpp):
 // the rule's state word, its anchor, its counters, its key and when eviction next checks it; the
-// table's index adds a 4-byte slot and the eviction heap a 4-byte entry. A key becomes a full Limiter only
-// when one of its requests has to queue (or for kinds without a rule, the sliding window), and
-// stays one until evicted. A key is evicted once fully idle for longer than the idle timeout,
+// table's index adds a 4-byte slot and the eviction heap a 4-byte entry. A sliding window's record
+// points to a block of its own instead of a state word: its head and a 32-bit count per segment
+// (CompactSlidingWindow; 104 bytes for specs.parse's 20 segments, where a full SlidingWindow took
+// over 1 KB). A key becomes a full Limiter only when one of its requests has to queue, and stays
+// one until evicted. A key is evicted once fully idle for longer than the idle timeout,
 // exactly then, by checks kept in a per-shard heap: O(evicted), no scan.
 // Keys are byte strings (the bindings encode Python keys with their type). No Python here.
 #pragma once
@@ -24,17 +26,27 @@
 
 namespace permits {
 
+class CompactSlidingWindow;
+
 namespace detail {
 struct KeyRecord;
 } // namespace detail
 
 /// What every key's limiter is.
 struct PerKeyTemplate {
-    /// Applied to each key's record; nullptr: every key gets a full limiter at once.
+    /// Applied to each key's record; nullptr (and no `window`): every key gets a full limiter at once.
     std::shared_ptr<const Rule> rule;
     QueueOptions queue;
-    /// A full limiter going on from a record's (anchor, state); kinds without a rule ignore both.
+    /// A full limiter going on from a record's (anchor, state); kinds without a rule ignore the
+    /// state (a sliding window's: a new window anchored there).
     std::function<std::shared_ptr<Limiter>(Nanos anchor, Pair state)> promote;
+    /// A sliding window (rule nullptr): applied to each key's compact state, out of the record,
+    /// which it also promotes from.
+    std::shared_ptr<const CompactSlidingWindow> window;
+
+    /// Each key a sliding window: std::invalid_argument naming the option unless they make one.
+    static PerKeyTemplate sliding_window(const std::shared_ptr<Clock>& clock, std::int64_t permit_limit, Nanos window,
+                                         std::int64_t segments, QueueOptions queue);
 
     /// For a RuleLimiter type L (TokenBucket, FixedWindow, ...) and its rule.
     template <class L, class R>
@@ -93,7 +105,8 @@ public:
     /// to a full limiter, whose counts are 64-bit. Lowered only by tests.
     void set_count_limit_for_testing(std::uint32_t limit) noexcept { count_limit_ = limit; }
     /// The table's own memory, by what it has allocated (records, index slots, check heap, keys
-    /// too long to sit in their record, full limiters not counted): for benchmarks and tests.
+    /// too long to sit in their record, sliding windows' blocks; full limiters not counted): for
+    /// benchmarks and tests.
     struct Memory {
         std::size_t bytes = 0;     ///< all of it
         std::size_t key_bytes = 0; ///< of which the keys' bytes (inline or on the heap)
@@ -144,6 +157,9 @@ private:
     /// optional<Outcome>: the caller builds its result in place instead of copying one.
     bool grant_locked(Record& r, std::int64_t n, Nanos now, std::int64_t& tag);
     i128 retry_after(const Record& r, std::int64_t n, Nanos now) const;
+    /// An unpromoted record's available permits and when it is full: its rule's or its window's.
+    std::int64_t available_locked(const Record& r, Nanos now) const;
+    Nanos record_full_at(const Record& r) const;
     void schedule(Nanos when);
 
     std::shared_ptr<Clock> clock_;

@@ -6,7 +6,8 @@
 // concurrency are Rules: their whole state is one 16-byte Pair, changed by one compare-and-swap.
 // The sliding window is not: besides its head it keeps a ring of per-segment counts (up to 65,536
 // segments), which no single atomic word holds, so it overrides Limiter's virtual functions instead
-// (sliding_window.hpp) and the per-key table keeps a full SlidingWindow for each of its keys. For a
+// (sliding_window.hpp), and the per-key table keeps a compact state of its own for each of its keys
+// (CompactSlidingWindow: the head and a 32-bit count per segment, out of the record). For a
 // shared-memory store this means: the four Rules can live in a shared slot as they are (the Pair,
 // with a 16-byte compare-and-swap that works across processes, and the anchor beside it); the
 // sliding window would need its ring in the shared region too, and a store protocol of its own.

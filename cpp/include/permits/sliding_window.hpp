@@ -6,9 +6,12 @@
 // (an atomic max, so a late archiver can never overwrite a newer entry).
 //
 // The arithmetic is SlidingWindowState's, over a head and ring kept anywhere: the limiter's own
-// memory, a slot of a shared-memory segment, or a per-key record there.
+// memory, a slot of a shared-memory segment, or a per-key record there. An in-process per-key
+// record keeps a compact copy instead (CompactSlidingWindow): the same head, and a 32-bit count per
+// segment, changed under its shard's lock; both read their counts through one arithmetic.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "permits/atomic_pair.hpp"
@@ -17,13 +20,20 @@
 
 namespace permits {
 
-/// A sliding window's parameters and arithmetic over a head and ring it does not own.
-struct SlidingWindowState {
+/// A sliding window's parameters, anchored: what its arithmetic needs besides the counts.
+struct SlidingWindowShape {
     std::int64_t limit = 0;
     Nanos window = 0;
     std::int64_t segments = 0;
     Nanos segment = 0;
     Nanos anchor = 0;
+
+    std::int64_t segment_index(Nanos now) const noexcept { return now <= anchor ? 0 : (now - anchor) / segment; }
+    Nanos segment_start(std::int64_t s) const noexcept;
+};
+
+/// A sliding window's parameters and arithmetic over a head and ring it does not own.
+struct SlidingWindowState : SlidingWindowShape {
     AtomicPair* head = nullptr; ///< {segment index, permits taken in it (and in the older segments)}
     AtomicPair* ring = nullptr; ///< slot j % segments: {j, permits taken in segment j}
 
@@ -42,12 +52,12 @@ struct SlidingWindowState {
     Nanos full_at() const noexcept;
     std::unique_ptr<Projection> project() const;
 
-    std::int64_t segment_index(Nanos now) const noexcept { return now <= anchor ? 0 : (now - anchor) / segment; }
-    Nanos segment_start(std::int64_t s) const noexcept;
     /// Permits taken in segment j, as seen with head h.
     std::int64_t count_in(Pair h, std::int64_t j) const noexcept;
     /// Permits held in the window ending with segment p.
     std::int64_t used_at(Pair h, std::int64_t p) const noexcept;
+    /// Segment j's count in the ring (0 when its slot holds another segment).
+    std::int64_t ring_count(std::int64_t j) const noexcept;
     void archive(Pair h) const noexcept;
 };
 
@@ -55,6 +65,11 @@ class SlidingWindow final : public Limiter {
 public:
     SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, std::int64_t segments,
                   QueueOptions queue, bool manual);
+    /// Goes on from a compact window's state (a per-key record whose request has to queue):
+    /// anchored at `anchor`, with head `head` and `counts` laid out as CompactSlidingWindow's
+    /// (nullptr: no permits taken before the head).
+    SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, std::int64_t segments,
+                  QueueOptions queue, Nanos anchor, Pair head, const std::uint32_t* counts);
     /// Runs on a head and ring it does not own (shared memory: other processes change them too),
     /// laid out by SlidingWindowState::init_storage(): `external.word` is the head.
     SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, std::int64_t segments,
@@ -77,6 +92,45 @@ private:
     std::unique_ptr<AtomicPair[]> own_;      // the head and ring, unless they are kept elsewhere
     std::shared_ptr<const void> keep_alive_; // what maps external words
     SlidingWindowState st_;
+};
+
+/// A sliding window's state kept in a per-key record (per_key.hpp) rather than in a limiter: a block
+/// of words() 32-bit words, the head (as SlidingWindowState's, 4 words) then the count of each
+/// segment before the head still in its window (slot j % segments). Changed only under the record's
+/// shard lock: plain loads and stores, and a slot needs no segment number (the slots of skipped
+/// segments are zeroed as the head passes them), so 4 bytes a segment, not a 32-byte AtomicPair.
+/// Decides exactly as SlidingWindow: the same arithmetic reads both (tests/cpp: the differential test).
+class CompactSlidingWindow {
+public:
+    /// std::invalid_argument naming the option unless the parameters make a window.
+    CompactSlidingWindow(std::int64_t permit_limit, Nanos window, std::int64_t segments);
+    std::int64_t permit_limit() const noexcept { return shape_.limit; }
+    Nanos window() const noexcept { return shape_.window; }
+    std::int64_t segments() const noexcept { return shape_.segments; }
+    /// The state's length in 32-bit words.
+    std::size_t words() const noexcept { return 4 + static_cast<std::size_t>(shape_.segments); }
+    /// `state` (words() words) becomes a new, full window's.
+    void init(std::uint32_t* state) const noexcept;
+
+    /// As SlidingWindowState's, on `state`, for a window anchored at `anchor`.
+    bool take(std::uint32_t* state, Nanos anchor, std::int64_t n, Nanos now, std::int64_t& tag) const noexcept;
+    std::int64_t available(const std::uint32_t* state, Nanos anchor, Nanos now) const noexcept;
+    Nanos time_until(const std::uint32_t* state, Nanos anchor, std::int64_t needed, Nanos now) const noexcept;
+    /// False when that changes nothing (a refund for a segment gone by).
+    bool give_back(std::uint32_t* state, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now) const noexcept;
+    Nanos full_at(const std::uint32_t* state, Nanos anchor) const noexcept;
+    std::unique_ptr<Projection> project(const std::uint32_t* state, Nanos anchor) const;
+    /// A full limiter going on from `state` exactly (nullptr: a new window anchored at `anchor`).
+    std::shared_ptr<SlidingWindow> promote(std::shared_ptr<Clock> clock, QueueOptions queue, Nanos anchor,
+                                           const std::uint32_t* state) const;
+
+private:
+    SlidingWindowShape at(Nanos anchor) const noexcept {
+        SlidingWindowShape w = shape_;
+        w.anchor = anchor;
+        return w;
+    }
+    SlidingWindowShape shape_;
 };
 
 } // namespace permits
