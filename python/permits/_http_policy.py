@@ -431,7 +431,7 @@ class Policy:
                 expiry = None if self.timeout is None else _expiry(inner._rl_clock, self.timeout, self)
                 return wait_or_leave(lease_wait, gone(), expiry)
 
-            found: Lease | None = await (waiting() if observe is None else observe(limiter, waiting))
+            found: Lease | None = await (waiting() if observe is None else observe(limiter, waiting, n))
             return found
         finally:
             self._leave()
@@ -609,7 +609,7 @@ class SyncLimit:
         def waiting() -> Lease | None:
             return wait_unless_left(enqueue, key, policy.keyed, policy.permit_count, policy.timeout, sock)
 
-        lease = waiting() if observe is None else observe(limiter, waiting)
+        lease = waiting() if observe is None else observe(limiter, waiting, policy.permit_count)
         if lease is None:
             return Lease.denied(reason=CLIENT_LEFT, metadata={"limiter": limiter.name})
         return lease
