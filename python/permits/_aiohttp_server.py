@@ -144,7 +144,7 @@ def rate_limit_middleware(
 
     @web.middleware
     async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if is_exempt(request.path, prefixes):
+        if is_exempt(request.path, prefixes, request.raw_path):
             return await handler(request)
         key = await policy.key_of(request)
         lease = await _acquire(policy, key, request)

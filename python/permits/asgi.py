@@ -156,7 +156,7 @@ class RateLimitMiddleware:
         if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
             return
-        if self.exempt and is_exempt(route_path(scope), self.exempt):
+        if self.exempt and is_exempt(route_path(scope), self.exempt, scope.get("raw_path")):
             await _run(self.app, scope, receive, send, None)  # no global limit; a route's own still applies
             return
         policy = self.policy

@@ -37,6 +37,7 @@ from ._http_policy import (
     Quota,
     SyncLimit,
     counted,
+    environ_raw_path,
     fewest_remaining,
     is_exempt,
     refund_before_rejection,
@@ -128,7 +129,7 @@ class RateLimitMiddleware:
         meta = request.META
         lease: Lease | None = None
         quota: Quota | None = None
-        if not (limit.exempt and is_exempt(request.path_info or "/", limit.exempt)):
+        if not (limit.exempt and is_exempt(request.path_info or "/", limit.exempt, environ_raw_path(meta))):
             lease, quota = limit.admit(meta, lambda: request)
             if not lease:
                 if self.requests is not None:

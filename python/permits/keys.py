@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -22,13 +23,14 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 KeyFunction = Callable[[Any], Any]
 """A key function: ``key(request)`` returns the key the request counts against."""
 
-MAX_FORWARDED_LENGTH = 8192
-"""Forwarding headers longer than this many characters (all their lines together) are not parsed:
-the peer is the key. A real chain of proxies is a few hundred bytes; parsing megabytes per request
-is a cost an attacker would choose."""
 MAX_HOPS = 64
 """``client_ip`` walks at most this many hops of a forwarding header, from the right (the nearest
 proxy first)."""
+MAX_HOP_LENGTH = 1024
+"""A hop (an ``X-Forwarded-For`` entry, a ``Forwarded`` element) longer than this many characters is
+no address: the walk ends there. Hops are read from the header's right end, so however long the
+rest of the header (padding a client wrote to the left of what the proxies appended), only the few
+hops the walk needs are read: at most ``MAX_HOPS`` of at most this length."""
 _UNKNOWN = "unknown"
 
 
@@ -190,21 +192,73 @@ def _split_outside_quotes(text: str, separator: str) -> list[str]:
     return parts
 
 
-def _forwarded_hops(lines: list[str]) -> list[str | None]:
-    """The ``for=`` node of each element of RFC 7239 ``Forwarded`` (None when an element has none)."""
-    hops: list[str | None] = []
-    for element in _split_outside_quotes(",".join(lines), ","):
-        node = None
-        for pair in _split_outside_quotes(element, ";"):
-            name, sep, value = pair.partition("=")
-            if sep and name.strip().lower() == "for":
-                node = value.strip()
-        hops.append(node)
-    return hops
+def _xff_hops(lines: list[str]) -> Iterator[str | None]:
+    """The hops of ``X-Forwarded-For``, from the right (its last line first). Each step searches
+    at most ``MAX_HOP_LENGTH`` characters: a longer hop is given as ``""`` (no address) and ends
+    the hops, so the work is bounded whatever the header's length."""
+    for line in reversed(lines):
+        end = len(line)
+        while True:
+            low = max(0, end - MAX_HOP_LENGTH)
+            comma = line.rfind(",", low, end)
+            if comma < 0 and low > 0:
+                yield ""
+                return
+            yield line[comma + 1 : end].strip()
+            if comma < 0:
+                break
+            end = comma
 
 
-def _xff_hops(lines: list[str]) -> list[str | None]:
-    return [hop.strip() for hop in ",".join(lines).split(",")]
+def _forwarded_element_start(line: str, end: int) -> int:
+    """Where the RFC 7239 element ending at ``end`` starts (the index after its ``,``, 0 for the
+    line's first), read backwards with quoted strings kept whole; -1 when it is longer than
+    ``MAX_HOP_LENGTH``. Read from the right, a quote opens a quoted string, and closes it unless
+    an odd number of backslashes escapes it."""
+    low = max(0, end - MAX_HOP_LENGTH)
+    quoted = False
+    i = end - 1
+    while i >= low:
+        char = line[i]
+        if char == '"':
+            if not quoted:
+                quoted = True
+            else:
+                j = i - 1
+                while j >= low and line[j] == "\\":
+                    j -= 1
+                if (i - 1 - j) % 2 == 0:
+                    quoted = False
+        elif char == "," and not quoted:
+            return i + 1
+        i -= 1
+    return 0 if low == 0 else -1
+
+
+def _for_node(element: str) -> str | None:
+    """The ``for=`` node of one ``Forwarded`` element (None when it has none)."""
+    node = None
+    for pair in _split_outside_quotes(element, ";"):
+        name, sep, value = pair.partition("=")
+        if sep and name.strip().lower() == "for":
+            node = value.strip()
+    return node
+
+
+def _forwarded_hops(lines: list[str]) -> Iterator[str | None]:
+    """The ``for=`` node of each element of RFC 7239 ``Forwarded``, from the right (None for an
+    element without one; ``""``, no address, for one too long, which ends the hops)."""
+    for line in reversed(lines):
+        end = len(line)
+        while True:
+            start = _forwarded_element_start(line, end)
+            if start < 0:
+                yield ""
+                return
+            yield _for_node(line[start:end])
+            if start == 0:
+                break
+            end = start - 1
 
 
 def _networks(trusted_proxies: object) -> tuple[IPNetwork, ...]:
@@ -273,13 +327,15 @@ class _ClientIP:
             return peer or _UNKNOWN  # a unix socket, a test client: whatever the server calls its peer
         if not self._trusted or not self._is_trusted(address):
             return self._key(address)  # headers from an untrusted peer are the client's own words
-        if not lines or sum(len(line) for line in lines) > MAX_FORWARDED_LENGTH:
+        if not lines:
             return self._key(address)
-        hops = _forwarded_hops(lines) if self._forwarded else _xff_hops(lines)
         # From the right: each trusted proxy vouches for the hop before it; the first hop that is
         # not a trusted proxy is the client. A hop that is no address ends the walk at the last
-        # address that a trusted proxy reported (never a spoofable one further left).
-        for hop in reversed(hops[-MAX_HOPS:]):
+        # address that a trusted proxy reported (never a spoofable one further left). The hops are
+        # read lazily from the right end: a client padding the header's left part, however long,
+        # cannot push what our proxies appended out of reach.
+        hops = _forwarded_hops(lines) if self._forwarded else _xff_hops(lines)
+        for hop in itertools.islice(hops, MAX_HOPS):
             if hop is None:
                 # An element without for= (`proto=https` alone) names nobody: the proxy that wrote
                 # it did not say who connected, and whatever lies further left is the client's own
@@ -325,7 +381,7 @@ class _ClientIP:
 
 def client_ip(
     trusted_proxies: Iterable[str | IPAddress | IPNetwork] | str = (),
-    ipv6_prefix: int | None = None,
+    ipv6_prefix: int | None = 64,
     *,
     header: str = "x-forwarded-for",
 ) -> KeyFunction:
@@ -337,8 +393,11 @@ def client_ip(
     most load balancers) or ``"forwarded"`` (RFC 7239), case-insensitive. The other header is
     ignored: a proxy passes it through from the client, who can write anything in it. The client
     is the right-most hop that is not a trusted proxy. Headers sent by any other peer are ignored;
-    malformed or oversized headers never raise, the peer is used instead. ``ipv6_prefix=64`` keys
-    IPv6 clients by their /64 network (one subscriber usually holds a whole /64).
+    malformed headers never raise, the peer is used instead; a header of any length is read from
+    its right end, only as far as the walk needs. IPv6 clients are keyed by their
+    ``ipv6_prefix`` network, a /64 by default (one subscriber usually holds a whole /64 and could
+    otherwise take a new address, and a new key, for every request); ``None`` keys each IPv6
+    address alone. An IPv4-mapped IPv6 address (``::ffff:192.0.2.1``) is its IPv4 address.
     """
     return _ClientIP(trusted_proxies, ipv6_prefix, header)
 

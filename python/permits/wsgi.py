@@ -30,6 +30,7 @@ from ._http_policy import (
     Quota,
     SyncLimit,
     counted,
+    environ_raw_path,
     fewest_remaining,
     is_exempt,
     refusal,
@@ -203,7 +204,7 @@ class Gate(SyncLimit):
         return found  # type: ignore[no-any-return]
 
     def __call__(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
-        if self.exempt and is_exempt(environ.get("PATH_INFO") or "/", self.exempt):
+        if self.exempt and is_exempt(environ.get("PATH_INFO") or "/", self.exempt, environ_raw_path(environ)):
             return run(app, environ, start_response, None, None)  # a route's own limit still applies
         lease, quota = self.admit(environ, lambda: self.request(environ))
         if not lease:

@@ -47,27 +47,35 @@ class _Instrumented:
     def __repr__(self) -> str:
         return f"<instrumented {self.__wrapped__!r}>"
 
-    def _observe_wait(self, waiting: Callable[[], Lease | None]) -> Lease | None:
+    def _observe_wait(self, waiting: Callable[[], Lease | None], permit_count: int = 1) -> Lease | None:
         """A queued wait made on the wrapped limiter by someone else (a sync server's wait that
         watches its client): its time queued and its outcome observed. None (the client left
         while queued) is seen as a cancelled wait."""
         start = self._observer.clock.now_ns()
+        told = self._observer.enqueued(permit_count)
         try:
             lease = waiting()
         except BaseException:
             self._observer.queued("cancelled", start)
             raise
+        finally:
+            self._observer.dequeued(told, permit_count)
         return self._seen(lease, start)
 
-    async def _observe_wait_async(self, waiting: Callable[[], Awaitable[Lease | None]]) -> Lease | None:
+    async def _observe_wait_async(
+        self, waiting: Callable[[], Awaitable[Lease | None]], permit_count: int = 1
+    ) -> Lease | None:
         """As ``_observe_wait``, for an asyncio server's wait (whose timeout, ended by the server,
         is seen as the wait's outcome ``"timeout"``, not as a cancellation)."""
         start = self._observer.clock.now_ns()
+        told = self._observer.enqueued(permit_count)
         try:
             lease = await waiting()
         except BaseException:
             self._observer.queued("cancelled", start)
             raise
+        finally:
+            self._observer.dequeued(told, permit_count)
         return self._seen(lease, start)
 
     def _seen(self, lease: Lease | None, start: int) -> Lease | None:
@@ -218,11 +226,15 @@ async def _waited(observer: Observer, try_now: Any, wait_async: Any, args: tuple
     if now is not None:
         return observer.outcome(now)
     start = observer.clock.now_ns()
+    permit_count: int = args[-1]  # type: ignore[assignment]  # ((resource,) permit_count)
+    told = observer.enqueued(permit_count)
     try:
         lease = await wait_async(*args)
     except BaseException:
         observer.queued("cancelled", start)
         raise
+    finally:
+        observer.dequeued(told, permit_count)
     return observer.waited(lease, start)
 
 
@@ -236,7 +248,13 @@ def _waited_sync(
         if now is not None:
             return observer.outcome(now)
     start = observer.clock.now_ns()
-    return observer.waited(wait(*args, timeout), start)
+    permit_count: int = args[-1]  # type: ignore[assignment]  # ((resource,) permit_count)
+    told = observer.enqueued(permit_count)
+    try:
+        lease = wait(*args, timeout)
+    finally:
+        observer.dequeued(told, permit_count)
+    return observer.waited(lease, start)
 
 
 def wrapped_limiter(limiter: RateLimiter | KeyedRateLimiter) -> RateLimiter | KeyedRateLimiter:

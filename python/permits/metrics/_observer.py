@@ -16,6 +16,7 @@ class Sink(Protocol):
     def active(self, delta: int) -> None: ...
     def lease_duration(self, seconds: float) -> None: ...
     def queue_duration(self, result: str, seconds: float) -> None: ...
+    def queue(self, delta: int) -> None: ...
 
 
 class Observer:
@@ -42,6 +43,19 @@ class Observer:
         return Lease.granted(
             lease.permit_count, on_release=held.release, on_refund=held.refund, metadata=metadata or None
         )
+
+    def enqueued(self, permit_count: int) -> tuple[Sink, ...]:
+        """A wait about to queue for ``permit_count`` permits, told to the sinks that count the
+        queue themselves (not read from ``statistics()``); hand what it returns to ``dequeued``
+        when the wait ends, however it ends."""
+        sinks = tuple(self.sinks)  # (a sink added meanwhile never sees the wait leave)
+        for sink in sinks:
+            sink.queue(permit_count)
+        return sinks
+
+    def dequeued(self, sinks: tuple[Sink, ...], permit_count: int) -> None:
+        for sink in sinks:
+            sink.queue(-permit_count)
 
     def queued(self, result: str, start_ns: int) -> None:
         seconds = (self.clock.now_ns() - start_ns) / 1e9

@@ -88,5 +88,8 @@ class OpenTelemetrySink:
     def queue_duration(self, result: str, seconds: float) -> None:
         self._metrics.queue_duration.record(seconds, self._with(result))
 
+    def queue(self, delta: int) -> None:
+        pass  # (permits.queued is observed from statistics() at collection time)
+
     def request(self, result: str) -> None:
         self._metrics.requests.add(1, self._with(result))

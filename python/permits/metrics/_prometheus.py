@@ -1,5 +1,7 @@
 """The Prometheus instruments: one set per CollectorRegistry (a name registers once per registry),
-shared by every limiter instrumented to it. The queue's length is read at collection time."""
+shared by every limiter instrumented to it. The queue's length is read at collection time; in
+multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``), where the collecting process is not the one
+whose limiters queue, it is a gauge each process writes as its waits enter and leave the queue."""
 
 from __future__ import annotations
 
@@ -7,13 +9,19 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .._core import LimiterClosedError
 
 _sets: weakref.WeakKeyDictionary[CollectorRegistry, PrometheusMetrics] = weakref.WeakKeyDictionary()
+
+
+def multiprocess() -> bool:
+    """Whether prometheus_client writes its values to PROMETHEUS_MULTIPROC_DIR's files (as it
+    decided when first imported), for MultiProcessCollector to read from another process."""
+    return values.ValueClass is not values.MutexValue
 
 
 def metrics_of(registry: CollectorRegistry) -> PrometheusMetrics:
@@ -51,7 +59,11 @@ class PrometheusMetrics:
         self.leases = Counter(
             "permits_leases", "Leases handed out, by result", ["limiter", "result"], registry=registry
         )
-        self.active = Gauge("permits_active_leases", "Granted leases not yet released", ["limiter"], registry=registry)
+        # livesum: in multiprocess mode the sum over the live processes (a dead one holds nothing).
+        self.active = Gauge(
+            "permits_active_leases", "Granted leases not yet released", ["limiter"], registry=registry,
+            multiprocess_mode="livesum",
+        )  # fmt: skip
         self.lease_duration = Histogram(
             "permits_lease_duration_seconds", "Time from a lease's grant to its release", ["limiter"], registry=registry
         )
@@ -65,14 +77,22 @@ class PrometheusMetrics:
             "permits_requests", "Requests seen by a rate-limiting middleware, by result", ["limiter", "result"],
             registry=registry,
         )  # fmt: skip
-        self.queued = _Queued()
-        registry.register(self.queued)
+        self.queued: _Queued | None = None
+        self.queued_gauge: Gauge | None = None
+        if multiprocess():  # (a custom collector runs only in the collecting process: never read)
+            self.queued_gauge = Gauge(
+                "permits_queued", "Requests waiting in a limiter's queue", ["limiter"], registry=registry,
+                multiprocess_mode="livesum",
+            )  # fmt: skip
+        else:
+            self.queued = _Queued()
+            registry.register(self.queued)
 
 
 class PrometheusSink:
     """The instruments' children of one limiter name, made once per result."""
 
-    __slots__ = ("_active", "_duration", "_leases", "_metrics", "_name", "_queue", "_requests")
+    __slots__ = ("_active", "_duration", "_leases", "_metrics", "_name", "_queue", "_queued", "_requests")
 
     def __init__(self, metrics: PrometheusMetrics, limiter: Any) -> None:
         self._metrics = metrics
@@ -82,7 +102,10 @@ class PrometheusSink:
         self._leases: dict[str, Any] = {}
         self._queue: dict[str, Any] = {}
         self._requests: dict[str, Any] = {}
-        metrics.queued.limiters.add(limiter)
+        if metrics.queued is not None:
+            metrics.queued.limiters.add(limiter)
+        gauge = metrics.queued_gauge
+        self._queued = None if gauge is None else gauge.labels(name)
 
     def leased(self, result: str) -> None:
         child = self._leases.get(result)
@@ -101,6 +124,10 @@ class PrometheusSink:
         if child is None:
             child = self._queue[result] = self._metrics.queue_duration.labels(self._name, result)
         child.observe(seconds)
+
+    def queue(self, delta: int) -> None:
+        if self._queued is not None:  # (else read from statistics() when collected)
+            self._queued.inc(delta)
 
     def request(self, result: str) -> None:
         child = self._requests.get(result)

@@ -106,6 +106,51 @@ def raw_request(url: str, path: str = "/", body: bytes = b"") -> socket.socket:
     return sock
 
 
+def raw_status(url: str, path: str) -> int:
+    """The status of a GET of ``path`` sent byte for byte as given (an HTTP client would resolve
+    or re-encode dot segments and backslashes before sending)."""
+    with raw_request(url, path) as sock:
+        head = b""
+        while b"\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise AssertionError(f"GET {path}: connection closed before a status line")
+            head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
+#: Paths below an exempt ``/health`` with a dot segment in some spelling that a server, a proxy or
+#: the app behind them may resolve out of the prefix: never exempt.
+DOT_SEGMENT_PATHS = [
+    "/health/../hello",
+    "/health/./../hello",
+    "/health/..;/hello",  # Tomcat, Spring: a segment's ;parameters dropped, then resolved
+    "/health/..;jsessionid=x/hello",
+    "/health/%2e%2e/hello",
+    "/health/%2E%2E/hello",
+    "/health/%2e./hello",
+    "/health/.%2E/hello",
+    "/health/%2e%2e;/hello",
+    "/health/..%3b/hello",
+    "/health/%252e%252e/hello",  # double-encoded: decoded once by the server, once more behind it
+    "/health/%252E%252e/hello",
+    "/health/%25252e%25252e/hello",  # triple
+    "/health/..\\hello",  # IIS and others read a backslash as a slash
+    "/health/..%5chello",
+    "/health/..%5Chello",
+    "/health/%2e%2e%5chello",
+    "/health/%255c..%255chello",
+    "/health/..%2fhello",
+    "/health/%2e%2e%252fhello",
+    "/health/%u002e%u002e/hello",  # IIS's %u encoding
+    "/health/%c0%ae%c0%ae/hello",  # overlong UTF-8
+    "/health/%ef%bc%8e%ef%bc%8e/hello",  # full-width dots (U+FF0E), NFKC-normalized to '..'
+    "/health/..%20/hello",  # Windows trims trailing blanks and dots
+    "/health/...;/hello",
+    "/health/%2e",
+]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ import permits
 from permits import keys
 from permits.aiohttp import limit, rate_limit_middleware
 
-from _integration import eventually
+from _integration import DOT_SEGMENT_PATHS, eventually, raw_status
 
 FEED = web.AppKey("feed", asyncio.Queue)
 CALLS = web.AppKey("calls", list)
@@ -117,6 +117,19 @@ async def test_an_aiohttp_http_error_gets_the_headers_and_exempt_paths(
         assert await codes(session, url, "/health", "/health/live", "/hello", "/hello", "/healthz") == [
             200, 200, 200, 200, 429
         ]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", DOT_SEGMENT_PATHS)
+async def test_a_dot_segment_in_any_spelling_is_never_exempt(
+    path: str, serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    limiter = permits.FixedWindowLimiter(1, 10, clock=clock)
+    async with serve_aiohttp(make_app(limiter, middleware={"exempt": ["/health"]})) as url:
+        loop = asyncio.get_running_loop()
+        statuses = [
+            await loop.run_in_executor(None, raw_status, url, p) for p in ("/hello", "/health", path, "/health/live")
+        ]
+    assert statuses == [200, 200, 429, 200]  # limited: not the exempt /health's way past the limit
 
 
 async def test_a_route_rejection_counts_against_the_global_limit(serve_aiohttp, clock: permits.ManualClock) -> None:

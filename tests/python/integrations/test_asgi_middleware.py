@@ -20,7 +20,7 @@ import permits
 from permits import keys
 from permits.asgi import RateLimitMiddleware
 
-from _integration import eventually
+from _integration import DOT_SEGMENT_PATHS, eventually, raw_status
 
 CLIENT = keys.header("x-client")
 
@@ -165,6 +165,17 @@ async def test_exempt_paths_skip_the_limiter(serve_asgi, clock: permits.ManualCl
         # A dot segment could climb out of the prefix where the app or a proxy resolves it: limited.
         climbing = [(await client.get(p)).status_code for p in ("/health/%2e%2e/hello", "/health/%2e")]
         assert climbing == [429, 429]
+
+
+@pytest.mark.parametrize("path", DOT_SEGMENT_PATHS)
+async def test_a_dot_segment_in_any_spelling_is_never_exempt(path: str, serve_asgi, clock: permits.ManualClock) -> None:
+    limiter = permits.FixedWindowLimiter(1, 10, clock=clock)
+    async with serve_asgi(app_with(limiter, exempt=["/health"])) as url:
+        loop = asyncio.get_running_loop()
+        statuses = [
+            await loop.run_in_executor(None, raw_status, url, p) for p in ("/hello", "/health", path, "/health/live")
+        ]
+    assert statuses == [200, 200, 429, 200]  # limited: not the exempt /health's way past the limit
 
 
 async def test_queued_requests_are_granted_in_order(serve_asgi, clock: permits.ManualClock) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from _proxy import reverse_proxy
+from _proxy import LONG_HEADERS, reverse_proxy
 from aiohttp import web
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -75,13 +75,14 @@ async def _served_wsgi(app: Any, server: str) -> AsyncIterator[str]:
 
 
 def _serve(framework: str, serve_asgi: Any, serve_aiohttp: Any, limiter: Any, key: Any) -> Any:
+    # Each server accepts header fields of up to LONG_HEADERS (werkzeug and waitress do by default).
     if framework == "uvicorn":  # (uvicorn's own proxy_headers off: the key reads the headers itself)
-        return serve_asgi(_starlette(limiter, key), proxy_headers=False)
+        return serve_asgi(_starlette(limiter, key), proxy_headers=False, h11_max_incomplete_event_size=LONG_HEADERS)
     if framework == "waitress":  # (waitress's clear_untrusted_proxy_headers off: the key decides)
         return _served_wsgi(_wsgi(limiter, key), "waitress")
     if framework == "flask":
         return _served_wsgi(_flask(limiter, key), "werkzeug")
-    return serve_aiohttp(_aiohttp(limiter, key))
+    return serve_aiohttp(_aiohttp(limiter, key), max_field_size=LONG_HEADERS)
 
 
 def _client(url: str) -> httpx.AsyncClient:
@@ -137,3 +138,50 @@ async def test_a_key_reading_forwarded_ignores_x_forwarded_for(
         assert (await client.get("/", headers=headers)).status_code == 200
     assert limiter.statistics("198.51.100.7").total_successful_leases == 1
     assert limiter.statistics("203.0.113.1").total_successful_leases == 0
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_client_padding_x_forwarded_for_past_8_kib_is_still_keyed_as_itself(
+    framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    # The padding pushes the proxy's hop past 8 KiB: it is read from the header's right end all
+    # the same, so the padded request counts against the client's own limit, not the proxy's.
+    limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(1, 60), clock=clock)
+    key = keys.client_ip(trusted_proxies=[PROXY])
+    padding = ", ".join(f"198.51.100.{i % 250}" for i in range(600))
+    assert 8192 < len(padding) < LONG_HEADERS
+    async with (
+        _serve(framework, serve_asgi, serve_aiohttp, limiter, key) as upstream,
+        reverse_proxy(upstream, PROXY) as url,
+        _client(url) as client,
+    ):
+        plain = await client.get("/")
+        padded = await client.get("/", headers={"X-Forwarded-For": padding})
+        assert (plain.status_code, padded.status_code) == (200, 429)
+    assert limiter.statistics(CLIENT).total_successful_leases == 1
+    assert limiter.statistics(CLIENT).total_failed_leases == 1
+    assert limiter.statistics(PROXY).total_successful_leases == 0
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_an_ipv6_client_rotating_through_its_64_keeps_one_key(
+    framework: str, serve_asgi, serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    # No proxy here: the test client plays one (127.0.0.2, trusted) reporting a client that takes
+    # a new address of its /64 for each request; an IPv4-mapped address keys as its IPv4 address.
+    limiter = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(1, 60), clock=clock)
+    key = keys.client_ip(trusted_proxies=[CLIENT])
+    async with _serve(framework, serve_asgi, serve_aiohttp, limiter, key) as url, _client(url) as client:
+        statuses = [
+            (await client.get("/", headers={"X-Forwarded-For": f"2001:db8:1:2::{i:x}"})).status_code
+            for i in range(1, 4)
+        ]
+        assert statuses == [200, 429, 429]
+        assert (await client.get("/", headers={"X-Forwarded-For": "2001:db8:1:3::1"})).status_code == 200
+        mapped = [
+            (await client.get("/", headers={"X-Forwarded-For": a})).status_code
+            for a in ("192.0.2.1", "::ffff:192.0.2.1")
+        ]
+        assert mapped == [200, 429]
+    assert limiter.statistics("2001:db8:1:2::/64").total_failed_leases == 2
+    assert limiter.statistics("192.0.2.1").total_failed_leases == 1

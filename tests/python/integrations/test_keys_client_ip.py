@@ -4,6 +4,7 @@ uvicorn and aiohttp servers (their own request objects) and on the framework-neu
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import httpx
 import pytest
@@ -70,6 +71,37 @@ def test_ipv6_peer_prefix_grouping_and_mapped_addresses() -> None:
     )
 
 
+def test_ipv6_clients_are_keyed_by_their_64_by_default() -> None:
+    # A client rotating through the addresses of its own /64 keeps one key.
+    key: Any = keys.client_ip()
+    assert "ipv6_prefix=64" in repr(key)
+    assert key.from_lines("2001:db8:1:2:aaaa::1", []) == "2001:db8:1:2::/64"
+    assert key.from_lines("2001:db8:1:2:bbbb:cccc:dddd:9", []) == "2001:db8:1:2::/64"
+    assert key.from_environ({"REMOTE_ADDR": "2001:db8:1:2::77"}) == "2001:db8:1:2::/64"
+    assert key.from_scope({"client": ("2001:db8:1:2::78", 5000)}) == "2001:db8:1:2::/64"
+    assert key.from_lines("2001:db8:1:3::1", []) == "2001:db8:1:3::/64"  # the next /64: another client
+    assert keys.header("x-api-key")({"REMOTE_ADDR": "2001:db8:1:2::9"}) == "2001:db8:1:2::/64"  # its fallback
+    behind: Any = keys.client_ip(trusted_proxies=["10.0.0.0/8"])
+    assert behind.from_lines("10.0.0.1", ["2001:db8:1:2::5"]) == "2001:db8:1:2::/64"
+    assert behind.from_lines("10.0.0.1", ["2001:db8:1:2::6"]) == "2001:db8:1:2::/64"
+    # None: each address alone, as before.
+    assert keys.client_ip(ipv6_prefix=None).from_lines("2001:db8:1:2::5", []) == "2001:db8:1:2::5"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "mapped", ["::ffff:192.0.2.1", "::FFFF:192.0.2.1", "[::ffff:192.0.2.1]:4711", "::ffff:c000:201"]
+)
+def test_ipv4_mapped_ipv6_addresses_key_as_their_ipv4_address(mapped: str) -> None:
+    key: Any = keys.client_ip()
+    assert key.from_lines(mapped, []) == "192.0.2.1"
+    assert key.from_environ({"REMOTE_ADDR": mapped}) == "192.0.2.1"
+    behind: Any = keys.client_ip(trusted_proxies=["10.0.0.0/8"])
+    assert behind.from_lines("10.0.0.1", [mapped]) == "192.0.2.1"
+    assert behind.from_lines("::ffff:10.0.0.1", ["192.0.2.1"]) == "192.0.2.1"  # a proxy seen mapped: trusted
+    forwarded: Any = keys.client_ip(trusted_proxies=["10.0.0.0/8"], header="forwarded")
+    assert forwarded.from_lines("10.0.0.1", [f'for="{mapped}"']) == "192.0.2.1"
+
+
 @pytest.mark.parametrize(
     "header",
     [
@@ -93,6 +125,47 @@ def test_malformed_or_huge_headers_fall_back_to_the_peer(header: str) -> None:
     trusted = ("10.0.0.0/8",)
     assert ip(trusted, fwd=[header]) in ("10.0.0.1", "unknown")  # an element naming nobody: "unknown"
     assert ip(trusted, xff=[header]) in ("10.0.0.1", "192.0.2.1")  # a long list of one client may name it
+
+
+PADDING = ", ".join(f"6.6.6.{i % 250}" for i in range(2000))  # a client's own hops: 20 KB
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [PADDING + ", 198.51.100.7"],  # what nginx's $proxy_add_x_forwarded_for makes of it
+        [PADDING, "198.51.100.7"],  # the proxy's hop on a line of its own
+        ["x" * 100_000 + ", 198.51.100.7, 10.0.0.2"],  # one huge hop, then two of our proxies
+    ],
+)
+def test_a_padded_x_forwarded_for_is_read_from_its_right_end(lines: list[str]) -> None:
+    # Past any length the client pads it to, the hops our proxies appended still name the client.
+    assert sum(len(line) for line in lines) > 8192
+    assert ip(("10.0.0.0/8",), xff=lines) == "198.51.100.7"
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [", ".join(f"for=6.6.6.{i % 250}" for i in range(2000)) + ", for=198.51.100.7"],
+        ['for="' + "x" * 20_000 + '", for=198.51.100.7;proto=https'],  # a long quoted string
+        ['for="' + "a, " * 5000 + ", for=198.51.100.7"],  # an unterminated quote left of ours
+        ['for="' + "a, " * 5000, 'for="198.51.100.7:4711"'],
+    ],
+)
+def test_a_padded_forwarded_is_read_from_its_right_end(lines: list[str]) -> None:
+    assert sum(len(line) for line in lines) > 8192
+    assert ip(("10.0.0.0/8",), fwd=lines) == "198.51.100.7"
+
+
+def test_a_hop_too_long_to_be_an_address_ends_the_walk_at_our_proxy() -> None:
+    # Only as much of the header is read as the walk needs: the hop left of our proxy's is
+    # longer than any address, so the walk stops at what that proxy saw.
+    assert ip(("10.0.0.0/8",), xff=["1" * (keys.MAX_HOP_LENGTH + 1) + ", 10.0.0.2"]) == "10.0.0.2"
+    assert ip(("10.0.0.0/8",), fwd=["for=" + "1" * (keys.MAX_HOP_LENGTH + 1) + ", for=10.0.0.2"]) == "10.0.0.2"
+    # Every hop a proxy of ours, past MAX_HOPS of them: the walk stops at the last one it read.
+    chain = [", ".join(f"10.0.{i // 250}.{i % 250}" for i in range(200))]
+    assert ip(("10.0.0.0/8",), xff=chain) == f"10.0.{(200 - keys.MAX_HOPS) // 250}.{(200 - keys.MAX_HOPS) % 250}"
 
 
 def test_a_bad_hop_stops_the_walk_at_what_our_proxy_saw() -> None:

@@ -18,7 +18,7 @@ import permits
 from permits import keys
 from permits.wsgi import RateLimitMiddleware
 
-from _integration import raw_request, require, serve_wsgi, until
+from _integration import DOT_SEGMENT_PATHS, raw_request, raw_status, require, serve_wsgi, until
 
 SERVERS = ["werkzeug", "waitress"]
 CLIENT = keys.header("x-client")
@@ -138,6 +138,14 @@ def test_exempt_paths_skip_the_limiter(clock: permits.ManualClock) -> None:
         climbing = [client.get(p).status_code for p in ("/health/%2e%2e/hello", "/health/%2e", "/health/live")]
     assert codes == [200, 200, 200, 200, 429]
     assert climbing == [429, 429, 200]
+
+
+@pytest.mark.parametrize("path", DOT_SEGMENT_PATHS)
+def test_a_dot_segment_in_any_spelling_is_never_exempt(path: str, server: str, clock: permits.ManualClock) -> None:
+    limiter = permits.FixedWindowLimiter(1, 10, clock=clock)
+    with serve_wsgi(RateLimitMiddleware(App(), limiter, exempt=["/health"]), server) as url:
+        statuses = [raw_status(url, p) for p in ("/hello", "/health", path, "/health/live")]
+    assert statuses == [200, 200, 429, 200]  # limited: not the exempt /health's way past the limit
 
 
 def test_exempt_paths_are_relative_to_the_script_name(clock: permits.ManualClock) -> None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from _scrape import exposition, scrape, value
@@ -190,3 +194,71 @@ def test_bad_input_is_a_type_error_naming_the_argument(registry: object) -> None
         instrument(permits.TokenBucketLimiter(1, 1, 1.0), registry="default")
     with pytest.raises(TypeError, match="meter must be"):
         instrument(permits.TokenBucketLimiter(1, 1, 1.0), meter=object())
+
+
+def _worker(directory: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "_multiprocess_worker.py")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def _read(worker: subprocess.Popen[str], expected: str) -> None:
+    assert worker.stdout is not None
+    line = worker.stdout.readline().strip()
+    assert line == expected, f"worker {worker.pid} printed {line!r}"
+
+
+def _tell(worker: subprocess.Popen[str]) -> None:
+    assert worker.stdin is not None
+    worker.stdin.write("\n")
+    worker.stdin.flush()
+
+
+def _collected(directory: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    prometheus_client = need("prometheus_client")
+    from prometheus_client import multiprocess
+
+    registry = prometheus_client.CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(directory))
+    with exposition(registry) as url:
+        return scrape(url)
+
+
+def test_multiprocess_mode_exports_every_instrument(tmp_path: Path) -> None:
+    # Two worker processes write into one PROMETHEUS_MULTIPROC_DIR, as gunicorn's or uvicorn's
+    # workers do; MultiProcessCollector, in this process, reads every instrument from its files.
+    need("prometheus_client")
+    workers = [_worker(tmp_path) for _ in range(2)]
+    try:
+        for worker in workers:
+            _read(worker, "ready")
+        samples = _collected(tmp_path)
+        assert value(samples, "permits_queued", limiter="api") == 4  # two waits of one permit, each
+        assert value(samples, "permits_active_leases", limiter="api") == 2  # one held in each
+        assert value(samples, "permits_leases_total", limiter="api", result="acquired") == 4
+        assert value(samples, "permits_leases_total", limiter="api", result="limit_reached") == 2
+        assert value(samples, "permits_requests_total", limiter="api", result="acquired") == 2
+        assert value(samples, "permits_requests_total", limiter="api", result="global_limiter") == 2
+        assert value(samples, "permits_lease_duration_seconds_count", limiter="api") == 2
+        assert value(samples, "permits_queue_duration_seconds_count", limiter="api", result="acquired") is None
+        for worker in workers:
+            _tell(worker)
+            _read(worker, "done")
+        samples = _collected(tmp_path)
+        assert value(samples, "permits_queued", limiter="api") == 0
+        assert value(samples, "permits_active_leases", limiter="api") == 0
+        assert value(samples, "permits_leases_total", limiter="api", result="acquired") == 8
+        assert value(samples, "permits_queue_duration_seconds_count", limiter="api", result="acquired") == 4
+        assert value(samples, "permits_queue_duration_seconds_sum", limiter="api", result="acquired") == 6.0
+        assert value(samples, "permits_lease_duration_seconds_count", limiter="api") == 8
+        assert value(samples, "permits_lease_duration_seconds_sum", limiter="api") == 3.0  # the held ones
+        for worker in workers:
+            _tell(worker)
+            assert worker.wait(60) == 0
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
