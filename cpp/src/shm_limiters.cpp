@@ -60,36 +60,46 @@ protected:
     bool take(std::int64_t n, Nanos /*now*/, std::int64_t& tag) override {
         Segment& seg = store_->segment();
         for (;;) {
-            const std::uint32_t h = seg.holder(lease_ttl_);
-            const std::uint32_t gen = seg.holder_generation(h);
-            if (!view_.take(h, n)) {
+            Holding h;
+            if (!seg.pin(n, lease_ttl_, h)) {
+                return false; // kMaxHolders other processes hold permits of this segment now
+            }
+            if (!view_.take(h.index, n)) {
+                seg.unpin(h, n);
                 if (reclaim()) {
                     continue; // a dead holder's permits came back: try again
                 }
                 return false;
             }
-            if (seg.holder_generation(h) != gen || seg.holder() != h) {
+            if (!seg.holds(h)) {
                 // Our slot was judged dead as we took (a stalled process): undo, take under a new one.
-                view_.give_back(h, n, state_now());
+                view_.give_back(h.index, n, state_now());
                 continue;
             }
             watch(*store_, lease_ttl_ / 3, false);
-            tag = holder_tag(h, gen);
+            tag = holder_tag(h.index, h.generation);
             return true;
         }
     }
     std::int64_t available_at(Nanos /*now*/) const override { return view_.available(); }
     Nanos time_until(std::int64_t needed, Nanos /*now*/) const override {
-        return view_.available() >= needed ? 0 : kNever;
+        // Free permits are of no use to a process that can have no holder slot: only a release helps.
+        return view_.available() >= needed && store_->segment().slot_available() ? 0 : kNever;
+    }
+    Reason refusal(std::int64_t n) override {
+        return view_.available() >= n && !store_->segment().slot_available() ? Reason::ProcessLimit
+                                                                             : Reason::LimitReached;
     }
     void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
         Segment& seg = store_->segment();
-        const auto h = static_cast<std::uint32_t>(tag & 0xffff);
-        const auto gen = static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16);
-        if (h >= kMaxHolders || seg.holder_generation(h) != gen || seg.holder() != h) {
+        const Holding h{static_cast<std::uint32_t>(tag & 0xffff),
+                        static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+        if (!seg.holds(h)) {
             return; // a forked child's copy of the parent's lease, or permits reclaimed meanwhile
         }
-        if (view_.give_back(h, n, now) > 0) {
+        const std::int64_t given = view_.give_back(h.index, n, now);
+        seg.unpin(h, given); // (after: the slot is freed only once the ledger says it holds nothing)
+        if (given > 0) {
             seg.notify();
         }
     }

@@ -104,3 +104,15 @@ def hold_key(segment: str, ready: Any, release: Any) -> None:
     ready.set()
     release.wait()
     lease.release()
+
+
+def take_and_give_back(segment: str, results: Any, release: Any) -> None:
+    """Takes and gives back one permit of a concurrency limit of 4, reports how that went, then
+    lives on, holding nothing, until told (a recycled pool's worker between requests)."""
+    try:
+        lease = SharedMemoryStore(segment).concurrency("recycled", 4, lease_ttl=LONG).acquire()
+        results.put("ok" if lease else f"refused: {lease.reason}")
+        lease.release()
+    except Exception as error:  # what must never happen is the thing reported
+        results.put(f"raised {type(error).__name__}: {error}")
+    release.wait()

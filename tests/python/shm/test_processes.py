@@ -221,6 +221,33 @@ async def test_wait_async_is_woken_by_a_release_in_another_process(segment_name:
             other.join()
 
 
+def start_each(ctx: Any, target: Any, segment: str, n: int) -> tuple[list[str], list[Any]]:
+    """Starts n processes of target(segment, results, release) one after another, each given its
+    own `release` event, and returns what each reported (the processes stay alive)."""
+    results = ctx.Queue()
+    releases = [ctx.Event() for _ in range(n)]
+    reports = []
+    for release in releases:
+        p = ctx.Process(target=target, args=(segment, results, release))
+        _RUNNING.append(p)
+        p.start()
+        reports.append(results.get(timeout=SAFETY))
+    return reports, releases
+
+
+def test_live_processes_that_gave_their_permits_back_keep_no_holder_slot(segment_name: str) -> None:
+    # More live processes than the segment has holder slots (256), each taking and giving back a
+    # permit: a process holding nothing keeps no slot, so all are served (a recycling worker pool).
+    ctx = multiprocessing.get_context("fork")
+    reports, releases = start_each(ctx, workers.take_and_give_back, segment_name, 264)
+    try:
+        assert [r for r in reports if r != "ok"] == []
+        assert SharedMemoryStore(segment_name).concurrency("recycled", 4, lease_ttl=3600).available_permits() == 4
+    finally:
+        for release in releases:
+            release.set()
+
+
 def test_a_key_held_by_as_many_processes_as_it_records_refuses_a_ninth_without_spinning(segment_name: str) -> None:
     ctx = multiprocessing.get_context("fork")
     release = ctx.Event()

@@ -219,7 +219,7 @@ def test_a_truncated_segment_is_refused(segment_name: str) -> None:
 def test_another_layout_version_is_refused(segment_name: str) -> None:
     SharedMemoryStore(segment_name, capacity=10)
     rewrite(segment_name, 8, (99).to_bytes(4, "little"))  # the version, after the 8-byte magic
-    with pytest.raises(ValueError, match="has layout version 99, not 1"):
+    with pytest.raises(ValueError, match="has layout version 99, not 2"):
         SharedMemoryStore(segment_name, capacity=10)
 
 
