@@ -39,8 +39,8 @@ std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
     return (n + to - 1) / to * to;
 }
 
-std::uint32_t entries_of(const Params& /*p*/) {
-    return kKeyHolders;
+std::uint32_t entries_of(const Params& p) {
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(p.values[0], 1, kKeyHolders));
 }
 
 std::uint64_t words_bytes(const Params& p) {

@@ -470,6 +470,31 @@ TEST(ShmHolders, MoreProcessesHoldingThanSlotsAreRefusedWithAReasonNeverAnExcept
     lim->give_back(1, served.tag);
 }
 
+TEST(ShmKeyTable, ManyProcessesHoldOneKeyUpToItsLimit) {
+    Two t("manykey");
+    auto keys = table(*t.a, params_of_concurrency(100, 3600 * kSec), 8, kSec);
+    auto k = keys->limiter_for("k");
+    Children kids;
+    std::string reports;
+    std::shared_ptr<Outcome> held = std::make_shared<Outcome>();
+    constexpr int kProcesses = 24; // more than the 8 a key once recorded
+    for (int i = 0; i < kProcesses; ++i) {
+        reports += kids.spawn(
+            [&] {
+                *held = k->acquire(1);
+                return held->acquired ? '1' : '0';
+            },
+            [&] {
+                k->give_back(1, held->tag);
+                return 'r';
+            });
+    }
+    EXPECT_EQ(reports, std::string(kProcesses, '1'));
+    EXPECT_EQ(k->available_permits(), 100 - kProcesses);
+    EXPECT_EQ(kids.command_one(), 'r');
+    EXPECT_EQ(k->available_permits(), 100 - kProcesses + 1);
+}
+
 TEST(ShmKeyTable, ProcessesBeyondAKeysEntriesAreRefusedWithAReasonThenServed) {
     Two t("keybound");
     auto keys = table(*t.a, params_of_concurrency(100, 3600 * kSec), 8, kSec);

@@ -1,7 +1,9 @@
 // Per-key limits in a shared-memory segment: a table of fixed-size records, one per key, in shards
 // each behind a robust process-shared mutex (as the in-process per-key table has a lock per shard).
 // A record holds the key's state words, changed by the engine's own arithmetic (a Rule, or the
-// sliding window's), and for concurrency up to kKeyHolders entries {holder, permits held}, whose sum
+// sliding window's), and for concurrency min(permit_limit, kKeyHolders) entries {holder, permits
+// held} (a process holding any of the key's permits holds at least one: below kKeyHolders, every
+// process the limit allows has an entry), whose sum
 // is what the key's permits in use are: every change is one store, so a process killed in the
 // middle leaves the record consistent, and the next locker goes on.
 //
@@ -24,8 +26,8 @@
 
 namespace permits::shm {
 
-inline constexpr std::size_t kKeyBytes = 32;  // a key's bytes in its record; a longer key is kept as its hashes
-inline constexpr std::size_t kKeyHolders = 8; // processes holding one key's concurrency permits at the same moment
+inline constexpr std::size_t kKeyBytes = 32;   // a key's bytes in its record; a longer key is kept as its hashes
+inline constexpr std::size_t kKeyHolders = 64; // processes holding one key's concurrency permits at the same moment
 
 class KeyTable : public std::enable_shared_from_this<KeyTable> {
 public:

@@ -116,3 +116,17 @@ def take_and_give_back(segment: str, results: Any, release: Any) -> None:
     except Exception as error:  # what must never happen is the thing reported
         results.put(f"raised {type(error).__name__}: {error}")
     release.wait()
+
+
+def hold_one_of_key(segment: str, results: Any, release: Any) -> None:
+    """Holds one permit of key "k" of a per-key concurrency limit of 100 until told, then releases it
+    and exits."""
+    keyed = SharedMemoryStore(segment).partitioned(Partition.concurrency(None, 100), name="many")
+    try:
+        lease = keyed.acquire("k")
+        results.put("ok" if lease else f"refused: {lease.reason}")
+    except Exception as error:
+        results.put(f"raised {type(error).__name__}: {error}")
+        return
+    release.wait()
+    lease.release()
