@@ -516,7 +516,7 @@ std::int64_t KeyTable::available(const Key& key, Nanos now) {
     }
     switch (tmpl_.params.kind) {
     case Kind::SlidingWindow: return window_of(*r).available_at(now);
-    case Kind::Concurrency: return v[0] - held_locked(*r, 0, false);
+    case Kind::Concurrency: return std::max<std::int64_t>(v[0] - held_locked(*r, 0, false), 0); // (damaged counts)
     default: return rule_->available(r->word().load(), r->anchor, now);
     }
 }

@@ -429,7 +429,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
             }
         }
         if (slot.count != params.count || slot.offset < header_->arena_offset || slot.bytes != bytes ||
-            slot.offset + slot.bytes > size_) {
+            slot.offset > size_ || slot.bytes > size_ - slot.offset) {
             throw std::invalid_argument(where + "is corrupted (its slot's sizes do not add up)");
         }
         return slot;
@@ -461,7 +461,9 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
                                     std::to_string(kMaxNamed) + " at most)");
     }
     const std::uint64_t need = round_up(bytes, 64);
-    if (header_->arena_used + need > header_->arena_bytes) {
+    if (header_->arena_used > header_->arena_bytes || need > header_->arena_bytes - header_->arena_used ||
+        header_->arena_offset + header_->arena_bytes != size_) {
+        // (a damaged header's sizes are never followed out of the segment)
         throw std::invalid_argument("segment '" + name_ + "' has no room left for '" + std::string(name) + "' (" +
                                     std::to_string(bytes) + " bytes): open it with a larger capacity (now " +
                                     std::to_string(header_->capacity) + ")");

@@ -525,3 +525,100 @@ TEST(ShmKeyTable, ProcessesBeyondAKeysEntriesAreRefusedWithAReasonThenServed) {
     k->give_back(1, served.tag);
 }
 #endif // __linux__
+
+#if defined(__linux__)
+// ---- damaged state is refused, never used (issue 36, item 2) ----
+
+namespace {
+NamedSlot& slot_of(Store& s, const char* name) {
+    for (auto& slot : s.segment().header().named) {
+        if (slot.ready.load() == 1 && std::string(slot.name) == name) {
+            return slot;
+        }
+    }
+    throw std::logic_error("no such slot");
+}
+
+/// The concurrency state word as the engine lays it out: {seq << 16 | pending holder + 1,
+/// available << 32 | pending delta}.
+Pair concurrency_word(std::int64_t seq, std::uint32_t pending, std::int64_t available, std::int32_t delta) {
+    return {
+        static_cast<std::int64_t>((static_cast<std::uint64_t>(seq) << 16) | pending),
+        static_cast<std::int64_t>((static_cast<std::uint64_t>(available) << 32) | static_cast<std::uint32_t>(delta))};
+}
+
+void overwrite(AtomicPair& word, Pair value) {
+    Pair seen = word.load();
+    while (!word.compare_exchange(seen, value)) {
+    }
+}
+
+/// The segment's bytes outside [from, to): what a limiter whose data is [from, to) must never write.
+std::string outside(const Segment& seg, std::uint64_t from, std::uint64_t to) {
+    const std::uint64_t arena = seg.header().arena_offset;
+    return std::string(seg.base() + arena, seg.base() + from) + std::string(seg.base() + to, seg.base() + seg.size());
+}
+} // namespace
+
+TEST(ShmDamage, AConcurrencyStateBeyondItsLimitIsRefusedNamingTheSegmentAndTheName) {
+    Two t("avail");
+    t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "c");
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot.offset), 2);
+    overwrite(*v.state, concurrency_word(5, 0, 1000, 0)); // "1000 available" for a limit of 2
+    try {
+        t.b->concurrency("c", 2, 3600 * kSec, kNoQueue);
+        FAIL() << "a damaged state was opened";
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("'" + t.name + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("'c'"), std::string::npos) << message;
+        EXPECT_NE(message.find("1000"), std::string::npos) << message;
+    }
+}
+
+TEST(ShmDamage, ALedgerEntryBeyondTheLimitIsRefused) {
+    Two t("ledger");
+    t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "c");
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot.offset), 2);
+    overwrite(v.entry(7), Pair{50, 0});
+    EXPECT_THROW(t.b->concurrency("c", 2, 3600 * kSec, kNoQueue), std::invalid_argument);
+}
+
+TEST(ShmDamage, APendingHolderBeyondTheLedgerIsNeverWrittenTo) {
+    // A segment large enough that the write the damaged index asks for would land inside it (past
+    // the ledger, in memory of no one's): every byte outside the limiter's own data is compared.
+    Two t("pending", 1024);
+    auto lim = t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    t.a->token_bucket("after", TokenBucketRule(5, 5, kSec), kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "c");
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot.offset), 2);
+    ASSERT_GT(t.a->segment().size(), slot.offset + ConcurrencyView::bytes() + 65534 * sizeof(AtomicPair));
+    overwrite(*v.state, concurrency_word(5, 65535, 1, 1)); // holder 65534 of a ledger of 256
+    EXPECT_THROW(t.b->concurrency("c", 2, 3600 * kSec, kNoQueue), std::invalid_argument); // refused at open
+    // A limiter opened before the damage reads it: the index is never followed out of the ledger.
+    const std::string before = outside(t.a->segment(), slot.offset, slot.offset + slot.bytes);
+    const Outcome o = lim->acquire(1);
+    if (o.acquired) {
+        lim->give_back(1, o.tag);
+    }
+    EXPECT_LE(lim->available_permits(), 2);
+    EXPECT_EQ(outside(t.a->segment(), slot.offset, slot.offset + slot.bytes), before);
+}
+
+TEST(ShmDamage, ASlidingWindowHeadBeforeItsFirstSegmentIsNeverWrittenThrough) {
+    Two t("head");
+    // Another window just before it: its ring's empty entries are what a write at index -3 would replace.
+    t.a->sliding_window("before", 4, kSec, 4, kNoQueue);
+    auto sw = t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "sw");
+    const std::string before = outside(t.a->segment(), slot.offset, slot.offset + slot.bytes);
+    // Its head says segment -3 with a permit taken in it: archiving it would index the ring at -3.
+    overwrite(*t.a->segment().at<AtomicPair>(slot.offset), Pair{-3, 1});
+    t.clock->advance(kSec / 2);
+    sw->acquire(1);
+    EXPECT_LE(sw->available_permits(), 4);
+    EXPECT_EQ(outside(t.a->segment(), slot.offset, slot.offset + slot.bytes), before);
+}
+#endif // __linux__
