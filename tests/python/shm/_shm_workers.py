@@ -96,16 +96,6 @@ def release_later(segment: str, ready: Any, go: Any) -> None:
     os._exit(0)
 
 
-def hold_key(segment: str, ready: Any, release: Any) -> None:
-    """Holds one permit of key "k" of a per-key concurrency limit of 100 until told."""
-    keyed = SharedMemoryStore(segment).partitioned(Partition.concurrency(None, 100), name="ninth")
-    lease = keyed.acquire("k")
-    assert lease
-    ready.set()
-    release.wait()
-    lease.release()
-
-
 def take_and_give_back(segment: str, results: Any, release: Any) -> None:
     """Takes and gives back one permit of a concurrency limit of 4, reports how that went, then
     lives on, holding nothing, until told (a recycled pool's worker between requests)."""
