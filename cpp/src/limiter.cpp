@@ -143,7 +143,7 @@ Outcome Limiter::acquire(std::int64_t n) {
     if (no_room()) {
         return Outcome::failed(n, Reason::PartitionLimit);
     }
-    return Outcome::failed(n, Reason::LimitReached, retry_after(n, now));
+    return Outcome::failed(n, refusal(n), retry_after(n, now));
 }
 
 std::optional<Outcome> Limiter::try_now(std::int64_t n) {

@@ -33,20 +33,20 @@ struct TableHead {
 static_assert(sizeof(TableHead) <= kTableHead);
 static_assert(sizeof(pthread_mutex_t) <= kLockBytes);
 
-struct HolderEntry {
-    std::atomic<std::uint64_t> tag;  // generation << 32 | holder + 1; 0: free
-    std::atomic<std::int64_t> count; // permits held
-};
-static_assert(sizeof(HolderEntry) == 16);
+constexpr std::uint64_t kEntryBytes = 16;
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
     return (n + to - 1) / to * to;
 }
 
+std::uint32_t entries_of(const Params& p) {
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(p.values[0], 1, kKeyHolders));
+}
+
 std::uint64_t words_bytes(const Params& p) {
     switch (p.kind) {
     case Kind::SlidingWindow: return (static_cast<std::uint64_t>(p.values[2]) + 1) * sizeof(AtomicPair);
-    case Kind::Concurrency: return kKeyHolders * sizeof(HolderEntry);
+    case Kind::Concurrency: return entries_of(p) * kEntryBytes;
     default: return sizeof(AtomicPair);
     }
 }
@@ -75,6 +75,11 @@ std::uint64_t entry_tag(std::uint32_t holder, std::uint32_t generation) {
 }
 
 } // namespace
+
+struct KeyTable::HolderEntry {
+    std::atomic<std::uint64_t> tag;  // generation << 32 | holder + 1; 0: free
+    std::atomic<std::int64_t> count; // permits held
+};
 
 struct KeyTable::Record {
     std::atomic<std::uint32_t> used; // 0 empty, 1 live, 2 dropped (a tombstone: probes go on past it)
@@ -130,6 +135,7 @@ protected:
         }
     }
     bool no_room() override { return table_->no_room(key_); }
+    Reason refusal(std::int64_t n) override { return table_->refusal(key_, n); }
 
 private:
     std::shared_ptr<KeyTable> table_;
@@ -141,6 +147,7 @@ private:
 
 std::uint64_t KeyTable::record_bytes(const Params& params) noexcept {
     static_assert(sizeof(Record) == kRecordHead);
+    static_assert(sizeof(HolderEntry) == kEntryBytes);
     static_assert(kKeyBytes >= 25); // a long key's stand-in: a flag byte, two hashes, its length
     return round_up(kRecordHead + words_bytes(params), 16);
 }
@@ -195,7 +202,8 @@ std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, st
 KeyTable::KeyTable(std::shared_ptr<Store> store, char* data, const Template& tmpl, std::int64_t max_partitions,
                    Nanos idle_timeout)
     : store_(std::move(store)), data_(data), tmpl_(tmpl), max_(max_partitions), idle_(idle_timeout),
-      shards_(head_of(data).shards), slots_(head_of(data).slots), record_(head_of(data).record_bytes) {
+      shards_(head_of(data).shards), slots_(head_of(data).slots), record_(head_of(data).record_bytes),
+      entries_(entries_of(tmpl.params)) {
     const auto& v = tmpl_.params.values;
     switch (tmpl_.params.kind) {
     case Kind::TokenBucket: rule_ = std::make_shared<TokenBucketRule>(v[0], v[1], v[2]); break;
@@ -268,7 +276,7 @@ void KeyTable::init_record(Record& r, const Key& key, Nanos anchor) const {
         break;
     }
     case Kind::Concurrency:
-        for (std::size_t i = 0; i < kKeyHolders; ++i) {
+        for (std::size_t i = 0; i < entries_; ++i) {
             r.entry(i).tag.store(0);
             r.entry(i).count.store(0);
         }
@@ -336,7 +344,7 @@ void KeyTable::drop_locked(Record& r) noexcept {
 std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) const {
     Segment& seg = store_->segment();
     std::int64_t held = 0;
-    for (std::size_t i = 0; i < kKeyHolders; ++i) {
+    for (std::size_t i = 0; i < entries_; ++i) {
         HolderEntry& e = r.entry(i);
         const std::int64_t c = e.count.load();
         if (c <= 0) {
@@ -368,13 +376,23 @@ bool KeyTable::idle_locked(Record& r, Nanos now) const {
 }
 
 bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag) {
-    const std::uint32_t shard = shard_of(key);
-    std::uint32_t holder = 0;
-    std::uint32_t gen = 0;
-    if (releases_permits()) {
-        holder = store_->segment().holder(tmpl_.lease_ttl); // (before the lock: it may reclaim dead holders)
-        gen = store_->segment().holder_generation(holder);
+    if (!releases_permits()) {
+        return take_locked_kind(key, n, now, tag, Holding{});
     }
+    // Pinned before the lock (it may reclaim dead holders), let go unless the take holds.
+    Holding h;
+    if (!store_->segment().pin(n, tmpl_.lease_ttl, h)) {
+        return false;
+    }
+    if (take_locked_kind(key, n, now, tag, h)) {
+        return true;
+    }
+    store_->segment().unpin(h, n);
+    return false;
+}
+
+bool KeyTable::take_locked_kind(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag, Holding h) {
+    const std::uint32_t shard = shard_of(key);
     for (int attempt = 0; attempt < 2; ++attempt) {
         {
             RobustLock lock(lock_of(data_, shard));
@@ -396,24 +414,12 @@ bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag
                     if (tmpl_.params.values[0] - held < n) {
                         return false;
                     }
-                    const std::uint64_t mine = entry_tag(holder, gen);
-                    HolderEntry* slot = nullptr;
-                    for (std::size_t i = 0; i < kKeyHolders && slot == nullptr; ++i) {
-                        if (r->entry(i).tag.load() == mine) {
-                            slot = &r->entry(i);
-                        }
-                    }
-                    for (std::size_t i = 0; i < kKeyHolders && slot == nullptr; ++i) {
-                        if (r->entry(i).count.load() == 0) {
-                            slot = &r->entry(i);
-                            slot->tag.store(mine);
-                        }
-                    }
+                    HolderEntry* slot = entry_for_locked(*r, h, true);
                     if (slot == nullptr) {
-                        return false; // kKeyHolders processes hold this key's permits already
+                        return false; // kKeyHolders other processes hold this key's permits
                     }
                     slot->count.fetch_add(n);
-                    tag = holder_tag(holder, gen);
+                    tag = holder_tag(h.index, h.generation);
                     return true;
                 }
                 default: return detail::rule_take(*rule_, r->word(), r->anchor, n, now, tag);
@@ -427,48 +433,63 @@ bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag
     return false;
 }
 
+KeyTable::HolderEntry* KeyTable::entry_for_locked(Record& r, Holding h, bool claim) const {
+    const std::uint64_t mine = entry_tag(h.index, h.generation);
+    for (std::size_t i = 0; i < entries_; ++i) {
+        if (r.entry(i).tag.load() == mine) {
+            return &r.entry(i);
+        }
+    }
+    for (std::size_t i = 0; i < entries_; ++i) {
+        if (r.entry(i).count.load() == 0) {
+            if (claim) {
+                r.entry(i).tag.store(mine);
+            }
+            return &r.entry(i);
+        }
+    }
+    return nullptr;
+}
+
 bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos now) {
     const std::uint32_t shard = shard_of(key);
-    std::uint32_t holder = 0;
-    if (releases_permits()) {
-        holder = static_cast<std::uint32_t>(tag & 0xffff);
-        const auto gen = static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16);
-        Segment& seg = store_->segment();
-        if (holder >= kMaxHolders || seg.holder_generation(holder) != gen || seg.holder() != holder) {
-            return false; // a forked child's copy of the parent's lease, or reclaimed meanwhile
+    const Holding h{static_cast<std::uint32_t>(tag & 0xffff),
+                    static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+    if (releases_permits() && !store_->segment().holds(h)) {
+        return false; // a forked child's copy of the parent's lease, or reclaimed meanwhile
+    }
+    std::int64_t given = 0;
+    {
+        RobustLock lock(lock_of(data_, shard));
+        Record* r = find_locked(shard, key, now, false);
+        if (r == nullptr) {
+            return false; // evicted: nothing of it is held (and its holder's uses went with a reclaim)
         }
-    }
-    RobustLock lock(lock_of(data_, shard));
-    Record* r = find_locked(shard, key, now, false);
-    if (r == nullptr) {
-        return false; // evicted: nothing of it is held
-    }
-    switch (tmpl_.params.kind) {
-    case Kind::SlidingWindow: {
-        window_of(*r).give_back(n, tag, now);
-        return false;
-    }
-    case Kind::Concurrency: {
-        const auto gen = static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16);
-        const std::uint64_t mine = entry_tag(holder, gen);
-        for (std::size_t i = 0; i < kKeyHolders; ++i) {
-            HolderEntry& e = r->entry(i);
-            if (e.tag.load() == mine) {
-                const std::int64_t give = std::min(n, e.count.load());
-                if (give <= 0) {
-                    return false;
+        switch (tmpl_.params.kind) {
+        case Kind::SlidingWindow: {
+            window_of(*r).give_back(n, tag, now);
+            return false;
+        }
+        case Kind::Concurrency: {
+            const std::uint64_t mine = entry_tag(h.index, h.generation);
+            for (std::size_t i = 0; i < entries_ && given == 0; ++i) {
+                HolderEntry& e = r->entry(i);
+                if (e.tag.load() == mine) {
+                    given = std::max<std::int64_t>(std::min(n, e.count.load()), 0);
+                    e.count.fetch_sub(given);
+                    if (given > 0 && held_locked(*r, 0, false) == 0) {
+                        r->touched.store(now);
+                    }
+                    break;
                 }
-                e.count.fetch_sub(give);
-                if (held_locked(*r, 0, false) == 0) {
-                    r->touched.store(now);
-                }
-                return true;
             }
+            break;
         }
-        return false;
+        default: detail::rule_give_back(*rule_, r->word(), r->anchor, n, tag, now); return false;
+        }
     }
-    default: detail::rule_give_back(*rule_, r->word(), r->anchor, n, tag, now); return false;
-    }
+    store_->segment().unpin(h, given); // (after the entry: the slot is freed only once it holds nothing)
+    return given > 0;
 }
 
 bool KeyTable::no_room(const Key& key) {
@@ -495,7 +516,7 @@ std::int64_t KeyTable::available(const Key& key, Nanos now) {
     }
     switch (tmpl_.params.kind) {
     case Kind::SlidingWindow: return window_of(*r).available_at(now);
-    case Kind::Concurrency: return v[0] - held_locked(*r, 0, false);
+    case Kind::Concurrency: return std::max<std::int64_t>(v[0] - held_locked(*r, 0, false), 0); // (damaged counts)
     default: return rule_->available(r->word().load(), r->anchor, now);
     }
 }
@@ -514,13 +535,17 @@ Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
         if (v[0] - held_locked(*r, 0, false) < needed) {
             return kNever;
         }
-        // Permits are free, but a process can take them only with an entry of its own.
-        const std::uint64_t mine =
-            entry_tag(store_->segment().holder(), store_->segment().holder_generation(store_->segment().holder()));
-        for (std::size_t i = 0; i < kKeyHolders; ++i) {
-            if (r->entry(i).tag.load() == mine || r->entry(i).count.load() == 0) {
-                return 0;
+        // Permits are free, but a process can take them only with a holder slot and an entry of its own.
+        Segment& seg = store_->segment();
+        Holding h;
+        if (!seg.current(h)) {
+            if (!seg.slot_available()) {
+                return kNever;
             }
+            h = Holding{static_cast<std::uint32_t>(kMaxHolders), 0}; // matches no entry: a free one is needed
+        }
+        if (entry_for_locked(*r, h, false) != nullptr) {
+            return 0;
         }
         return kNever; // kKeyHolders other processes hold this key: only a release makes room
     }
@@ -584,6 +609,14 @@ bool KeyTable::reclaim(const Key& key) {
     }
     const std::int64_t before = held_locked(*r, mono, false);
     return held_locked(*r, mono, true) < before;
+}
+
+Reason KeyTable::refusal(const Key& key, std::int64_t n) {
+    if (!releases_permits()) {
+        return Reason::LimitReached;
+    }
+    const Nanos now = store_->now();
+    return available(key, now) >= n && time_until(key, n, now) == kNever ? Reason::ProcessLimit : Reason::LimitReached;
 }
 
 std::int64_t KeyTable::evict_idle() {

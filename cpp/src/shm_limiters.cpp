@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 namespace permits::shm {
 
@@ -60,36 +62,46 @@ protected:
     bool take(std::int64_t n, Nanos /*now*/, std::int64_t& tag) override {
         Segment& seg = store_->segment();
         for (;;) {
-            const std::uint32_t h = seg.holder(lease_ttl_);
-            const std::uint32_t gen = seg.holder_generation(h);
-            if (!view_.take(h, n)) {
+            Holding h;
+            if (!seg.pin(n, lease_ttl_, h)) {
+                return false; // kMaxHolders other processes hold permits of this segment now
+            }
+            if (!view_.take(h.index, n)) {
+                seg.unpin(h, n);
                 if (reclaim()) {
                     continue; // a dead holder's permits came back: try again
                 }
                 return false;
             }
-            if (seg.holder_generation(h) != gen || seg.holder() != h) {
+            if (!seg.holds(h)) {
                 // Our slot was judged dead as we took (a stalled process): undo, take under a new one.
-                view_.give_back(h, n, state_now());
+                view_.give_back(h.index, n, state_now());
                 continue;
             }
             watch(*store_, lease_ttl_ / 3, false);
-            tag = holder_tag(h, gen);
+            tag = holder_tag(h.index, h.generation);
             return true;
         }
     }
     std::int64_t available_at(Nanos /*now*/) const override { return view_.available(); }
     Nanos time_until(std::int64_t needed, Nanos /*now*/) const override {
-        return view_.available() >= needed ? 0 : kNever;
+        // Free permits are of no use to a process that can have no holder slot: only a release helps.
+        return view_.available() >= needed && store_->segment().slot_available() ? 0 : kNever;
+    }
+    Reason refusal(std::int64_t n) override {
+        return view_.available() >= n && !store_->segment().slot_available() ? Reason::ProcessLimit
+                                                                             : Reason::LimitReached;
     }
     void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
         Segment& seg = store_->segment();
-        const auto h = static_cast<std::uint32_t>(tag & 0xffff);
-        const auto gen = static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16);
-        if (h >= kMaxHolders || seg.holder_generation(h) != gen || seg.holder() != h) {
+        const Holding h{static_cast<std::uint32_t>(tag & 0xffff),
+                        static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+        if (!seg.holds(h)) {
             return; // a forked child's copy of the parent's lease, or permits reclaimed meanwhile
         }
-        if (view_.give_back(h, n, now) > 0) {
+        const std::int64_t given = view_.give_back(h.index, n, now);
+        seg.unpin(h, given); // (after: the slot is freed only once the ledger says it holds nothing)
+        if (given > 0) {
             seg.notify();
         }
     }
@@ -342,6 +354,7 @@ std::shared_ptr<SharedLimiter> Store::concurrency(std::string_view name, std::in
         segment().named(name, params_of_concurrency(permit_limit, lease_ttl), ConcurrencyView::bytes(), now(),
                         [&](char* data, Nanos a) { ConcurrencyView::over(data, permit_limit).init(a); });
     const ConcurrencyView view = ConcurrencyView::over(segment().at<char>(slot.offset), permit_limit);
+    view.check("'" + std::string(name) + "' in shared-memory segment '" + segment().name() + "'");
     return std::make_shared<SharedConcurrency>(shared_from_this(), view, lease_ttl, queue);
 }
 
@@ -368,6 +381,33 @@ void ConcurrencyView::init(Nanos anchor) const {
     }
 }
 
+void ConcurrencyView::check(const std::string& where) const {
+    const Pair s = state->load();
+    const std::int64_t available = available_of(s);
+    std::string what;
+    if (available > limit) {
+        what = "its state says " + std::to_string(available) + " permits available, more than its limit of " +
+               std::to_string(limit);
+    } else if (pending_of(s) > kMaxHolders) {
+        what = "its state names holder " + std::to_string(pending_of(s) - 1) + ", beyond its ledger of " +
+               std::to_string(kMaxHolders);
+    } else if (delta_of(s) > limit || delta_of(s) < -limit) {
+        what = "its state's pending change of " + std::to_string(delta_of(s)) + " permits exceeds its limit of " +
+               std::to_string(limit);
+    } else {
+        for (std::uint32_t i = 0; i < kMaxHolders && what.empty(); ++i) {
+            const std::int64_t held = entry(i).load().a;
+            if (held < 0 || held > limit) {
+                what = "its ledger says holder " + std::to_string(i) + " holds " + std::to_string(held) +
+                       " permits, beyond its limit of " + std::to_string(limit);
+            }
+        }
+    }
+    if (!what.empty()) {
+        throw std::invalid_argument(where + " is corrupted: " + what + " (unlink the segment)");
+    }
+}
+
 // `s` must be a value the state word held (a load's, or a failed compare-and-swap's), never a hint.
 void ConcurrencyView::settle(Pair s) const noexcept {
     const std::uint32_t pending = pending_of(s);
@@ -375,11 +415,13 @@ void ConcurrencyView::settle(Pair s) const noexcept {
         return;
     }
     const std::int64_t seq = seq_of(s);
-    AtomicPair& e = entry(pending - 1);
-    Pair seen = e.load();
-    while (seen.b < seq) { // not applied yet (entries only move forward in seq)
-        if (e.compare_exchange(seen, Pair{seen.a + delta_of(s), seq})) {
-            break;
+    if (pending <= kMaxHolders) { // (a damaged word's index is never followed out of the ledger)
+        AtomicPair& e = entry(pending - 1);
+        Pair seen = e.load();
+        while (seen.b < seq) { // not applied yet (entries only move forward in seq)
+            if (e.compare_exchange(seen, Pair{seen.a + delta_of(s), seq})) {
+                break;
+            }
         }
     }
     Pair expected = s;
@@ -405,7 +447,7 @@ bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept 
             s = settled();
         }
         const std::int64_t available = available_of(s);
-        if (available < n) {
+        if (available < n || available > limit) { // (more than the limit: a damaged word, never granted from)
             if (!state->confirm(s)) {
                 continue;
             }
@@ -456,7 +498,10 @@ void drain_holder(Segment& segment, std::uint32_t index) {
         if (slot.ready.load() != 1) {
             continue;
         }
-        if (slot.kind == Kind::Concurrency && slot.count == 2) {
+        // Only a slot whose data lies inside the segment, as it was made (a damaged one is left alone).
+        if (slot.kind == Kind::Concurrency && slot.count == 2 && slot.values[0] > 0 &&
+            slot.offset >= segment.header().arena_offset && slot.bytes == ConcurrencyView::bytes() &&
+            slot.offset <= segment.size() - slot.bytes) {
             // (the caller, reclaim_holder, wakes the waiters once)
             ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0])
                 .give_back(index, slot.values[0], monotonic_now());

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -155,9 +156,28 @@ ProcessId ProcessId::self() {
     return me;
 }
 
+namespace {
+/// ProcessId::self(), read from /proc once per process (a slot is claimed anew after each time a
+/// process's permits all came back: not a file read each time). Renewed in a forked child, whose
+/// pid differs; threads racing to fill it write the same values.
+ProcessId self_cached() {
+    static std::atomic<std::uint64_t> pid{0};
+    static std::atomic<std::uint64_t> start_time{0};
+    static std::atomic<std::uint64_t> pid_ns{0};
+    const std::uint64_t now = current_pid();
+    if (pid.load() != now) {
+        const ProcessId me = ProcessId::self();
+        start_time.store(me.start_time);
+        pid_ns.store(me.pid_ns);
+        pid.store(me.pid);
+        return me;
+    }
+    return ProcessId{now, start_time.load(), pid_ns.load()};
+}
+} // namespace
+
 bool holder_dead(const HolderSlot& slot, Nanos ttl, Nanos now_monotonic) {
-    const std::uint64_t tag = slot.tag.load();
-    const std::uint64_t pid = pid_of(tag);
+    const std::uint64_t pid = pid_of(slot.tag());
     if (pid == 0 || pid == kReclaiming) {
         return true; // freed, or being drained: nothing of it is held by a live process
     }
@@ -409,7 +429,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
             }
         }
         if (slot.count != params.count || slot.offset < header_->arena_offset || slot.bytes != bytes ||
-            slot.offset + slot.bytes > size_) {
+            slot.offset > size_ || slot.bytes > size_ - slot.offset) {
             throw std::invalid_argument(where + "is corrupted (its slot's sizes do not add up)");
         }
         return slot;
@@ -441,7 +461,9 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
                                     std::to_string(kMaxNamed) + " at most)");
     }
     const std::uint64_t need = round_up(bytes, 64);
-    if (header_->arena_used + need > header_->arena_bytes) {
+    if (header_->arena_used > header_->arena_bytes || need > header_->arena_bytes - header_->arena_used ||
+        header_->arena_offset + header_->arena_bytes != size_) {
+        // (a damaged header's sizes are never followed out of the segment)
         throw std::invalid_argument("segment '" + name_ + "' has no room left for '" + std::string(name) + "' (" +
                                     std::to_string(bytes) + " bytes): open it with a larger capacity (now " +
                                     std::to_string(header_->capacity) + ")");
@@ -467,69 +489,135 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
     return *free;
 }
 
-std::uint32_t Segment::holder(Nanos reclaim_ttl) {
+bool Segment::pin(std::int64_t n, Nanos reclaim_ttl, Holding& out) {
     const std::uint64_t pid = current_pid();
     const std::uint64_t claimed = claimed_.load();
     if ((claimed >> 32) == pid) {
         const auto index = static_cast<std::uint32_t>((claimed & 0xffffffffULL) - 1);
-        if (pid_of(header_->holders[index].tag.load()) == pid) {
-            return index;
+        AtomicPair& word = header_->holders[index].word;
+        Pair s = word.load();
+        while (pid_of(static_cast<std::uint64_t>(s.a)) == pid) {
+            if (s.b < 0) {
+                // Another thread of ours is freeing it: finish that (never wait on it), then claim anew.
+                finish_release(index, s);
+                break;
+            }
+            if (word.compare_exchange(s, Pair{s.a, s.b + n})) {
+                out = {index, static_cast<std::uint32_t>(generation_of(static_cast<std::uint64_t>(s.a)))};
+                return true;
+            }
         }
-        // Our slot was judged dead and freed (a stalled process in another pid namespace): claim anew.
+        // Freed, or judged dead and reclaimed (a stalled process in another pid namespace): claim anew.
     }
-    const ProcessId me = ProcessId::self();
-    const auto keep = [&](std::uint32_t i) {
-        std::uint64_t seen = claimed;
-        if (!claimed_.compare_exchange_strong(seen, (pid << 32) | (i + 1)) && (seen >> 32) == pid) {
-            return static_cast<std::uint32_t>((seen & 0xffffffffULL) - 1); // another thread of ours was first
-        }
-        return i;
-    };
-    // A slot this process claimed through another handle of the segment is ours already: one per process.
-    for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
-        const HolderSlot& slot = header_->holders[i];
-        if (pid_of(slot.tag.load()) == pid && slot.pid_ns.load() == me.pid_ns &&
-            slot.start_time.load() == me.start_time) {
-            return keep(i);
-        }
-    }
-    for (int round = 0; round < 2; ++round) {
+    const ProcessId me = self_cached();
+    const auto claim = [&](bool exact) {
         for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
             HolderSlot& slot = header_->holders[i];
-            std::uint64_t tag = slot.tag.load();
-            if (pid_of(tag) != 0) {
-                continue;
-            }
-            if (slot.tag.compare_exchange_strong(tag, (generation_of(tag) << 32) | pid)) {
-                slot.heartbeat.store(monotonic_now());
-                slot.pid_ns.store(me.pid_ns);
-                slot.start_time.store(me.start_time);
-                const std::uint32_t kept = keep(i);
-                if (kept != i) {
-                    free_holder(i, (generation_of(tag) << 32) | pid);
+            // A hint (no write) passes over the slots in use, but may be stale: a pass over the slots
+            // as they are follows one that found none. The compare-and-swap decides.
+            Pair s = exact ? slot.word.load() : slot.word.hint();
+            while (pid_of(static_cast<std::uint64_t>(s.a)) == 0) {
+                const std::uint64_t gen = generation_of(static_cast<std::uint64_t>(s.a));
+                // Claimed with its first uses: no one frees it before this take is done. Its fields
+                // were cleared before it was freed (zeros read as "alive, not yet known").
+                if (slot.word.compare_exchange(s, Pair{static_cast<std::int64_t>((gen << 32) | pid), n})) {
+                    slot.heartbeat.store(monotonic_now());
+                    slot.pid_ns.store(me.pid_ns);
+                    slot.start_time.store(me.start_time);
+                    claimed_.store((pid << 32) | (i + 1));
+                    out = {i, static_cast<std::uint32_t>(gen)};
+                    return true;
                 }
-                return kept;
             }
         }
-        // None free: the dead holders' permits come back, and their slots with them.
-        for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
-            reclaim_holder(i, reclaim_ttl);
+        return false;
+    };
+    if (claim(false) || claim(true)) {
+        return true;
+    }
+    // None free: the dead holders' permits come back, and their slots with them.
+    for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+        reclaim_holder(i, reclaim_ttl);
+    }
+    if (claim(true)) {
+        return true;
+    }
+    return false; // kMaxHolders live processes hold permits at this moment
+}
+
+void Segment::unpin(Holding h, std::int64_t n) noexcept {
+    if (h.index >= kMaxHolders || n <= 0) {
+        return;
+    }
+    AtomicPair& word = header_->holders[h.index].word;
+    const auto mine = static_cast<std::int64_t>((static_cast<std::uint64_t>(h.generation) << 32) | current_pid());
+    Pair s = word.load();
+    while (s.a == mine && s.b > 0) {
+        const std::int64_t left = std::max<std::int64_t>(s.b - n, 0);
+        // At zero: marked as being freed (-1) in the same step, so no take pins it meanwhile.
+        if (word.compare_exchange(s, Pair{mine, left == 0 ? -1 : left})) {
+            if (left == 0) {
+                finish_release(h.index, Pair{mine, -1});
+            }
+            return;
         }
     }
-    throw std::runtime_error("segment '" + name_ + "': more than " + std::to_string(kMaxHolders) +
-                             " live processes hold concurrency permits");
+}
+
+void Segment::finish_release(std::uint32_t index, Pair releasing) noexcept {
+    HolderSlot& slot = header_->holders[index];
+    // Cleared before it is free, so a new claimer is never judged by the last one's start time.
+    slot.start_time.store(0);
+    slot.heartbeat.store(0);
+    const std::uint64_t gen = generation_of(static_cast<std::uint64_t>(releasing.a));
+    slot.word.compare_exchange(releasing, Pair{static_cast<std::int64_t>((gen + 1) << 32), 0});
+}
+
+bool Segment::holds(Holding h) const noexcept {
+    return h.index < kMaxHolders &&
+           header_->holders[h.index].tag() == ((static_cast<std::uint64_t>(h.generation) << 32) | current_pid());
+}
+
+bool Segment::current(Holding& out) const noexcept {
+    const std::uint64_t pid = current_pid();
+    const std::uint64_t claimed = claimed_.load();
+    if ((claimed >> 32) != pid) {
+        return false;
+    }
+    const auto index = static_cast<std::uint32_t>((claimed & 0xffffffffULL) - 1);
+    const Pair s = header_->holders[index].word.load();
+    if (pid_of(static_cast<std::uint64_t>(s.a)) != pid || s.b < 0) {
+        return false;
+    }
+    out = {index, static_cast<std::uint32_t>(generation_of(static_cast<std::uint64_t>(s.a)))};
+    return true;
+}
+
+bool Segment::slot_available() const noexcept {
+    Holding h;
+    if (current(h)) {
+        return true;
+    }
+    // The slots as they are, not their hints (a stale hint would have a queued request retried in vain).
+    for (const auto& slot : header_->holders) {
+        if (pid_of(slot.tag()) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool Segment::reclaim_holder(std::uint32_t index, Nanos ttl) {
     HolderSlot& slot = header_->holders[index];
-    std::uint64_t tag = slot.tag.load();
+    Pair s = slot.word.load();
+    const auto tag = static_cast<std::uint64_t>(s.a);
     if (pid_of(tag) == 0 || !holder_dead(slot, ttl, monotonic_now())) {
         return false;
     }
     // Reserved first: no one claims it while it is drained, and one reclaimer drains a holder at a
     // time (a reclaimer that died here leaves it reserved: the next one takes it over).
     const std::uint64_t reserved = (generation_of(tag) << 32) | kReclaiming;
-    if (!slot.tag.compare_exchange_strong(tag, reserved)) {
+    if (!slot.word.compare_exchange(s, Pair{static_cast<std::int64_t>(reserved), 0})) {
         return false;
     }
     drain_holder(*this, index); // the named limiters' ledgers; per-key entries go stale with the generation
@@ -539,15 +627,19 @@ bool Segment::reclaim_holder(std::uint32_t index, Nanos ttl) {
 }
 
 std::uint32_t Segment::holder_generation(std::uint32_t index) const noexcept {
-    return static_cast<std::uint32_t>(generation_of(header_->holders[index].tag.load()));
+    return static_cast<std::uint32_t>(generation_of(header_->holders[index].tag()));
 }
 
 void Segment::free_holder(std::uint32_t index, std::uint64_t seen_tag) noexcept {
     HolderSlot& slot = header_->holders[index];
     slot.start_time.store(0);
     slot.heartbeat.store(0);
-    std::uint64_t expected = seen_tag;
-    slot.tag.compare_exchange_strong(expected, (generation_of(seen_tag) + 1) << 32);
+    Pair s = slot.word.load();
+    while (static_cast<std::uint64_t>(s.a) == seen_tag) {
+        if (slot.word.compare_exchange(s, Pair{static_cast<std::int64_t>((generation_of(seen_tag) + 1) << 32), 0})) {
+            return;
+        }
+    }
 }
 
 void Segment::heartbeat() noexcept {
@@ -555,7 +647,7 @@ void Segment::heartbeat() noexcept {
     const std::uint64_t claimed = claimed_.load();
     if ((claimed >> 32) == pid) {
         HolderSlot& slot = header_->holders[(claimed & 0xffffffffULL) - 1];
-        if (pid_of(slot.tag.load()) == pid) {
+        if (pid_of(slot.tag()) == pid) {
             slot.heartbeat.store(monotonic_now());
         }
     }

@@ -224,8 +224,9 @@ std::int64_t SlidingWindowState::ring_count(std::int64_t j) const noexcept {
 
 void SlidingWindowState::archive(Pair h) const noexcept {
     const Pair entry{h.a, current_of(h)};
-    if (entry.b == 0) {
-        return; // an empty segment needs no entry: a missing entry reads as 0
+    if (entry.b == 0 || h.a < 0) {
+        return; // an empty segment needs no entry: a missing entry reads as 0 (and a damaged
+                // shared head's negative segment is no slot of the ring)
     }
     AtomicPair& slot = ring[h.a % segments];
     Pair r = slot.load();

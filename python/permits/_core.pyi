@@ -39,8 +39,10 @@ class Lease:
         ``OLDEST_FIRST``), ``"queue_full"`` (a wait found no room in the queue), ``"evicted"`` (pushed out
         of a ``NEWEST_FIRST`` queue by a newer request), ``"closed"`` (the limiter was closed while the
         request waited), ``"timeout"`` (``wait(timeout=...)`` ran out, or ``timeout=0`` would have had to
-        wait) and ``"partition_limit"`` (a new key found ``max_partitions`` reached and no idle key to
-        replace). A custom limiter may use reasons of its own.
+        wait), ``"partition_limit"`` (a new key found ``max_partitions`` reached and no idle key to
+        replace) and ``"process_limit"`` (a shared-memory limiter's permits are free, but as many
+        processes as it can record hold them: only a release makes room). A custom limiter may use
+        reasons of its own.
         """
     @property
     def metadata(self) -> Mapping[str, object]:

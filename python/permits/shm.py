@@ -136,7 +136,8 @@ class SharedKeyedLimiter(KeyedRateLimiter):
     # ---- the public members, straight to the key's engine limiter ----
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
         """Takes ``permit_count`` of ``resource``'s permits now, or returns a failed lease (reason
-        ``"limit_reached"``, or ``"partition_limit"`` when there is no room for a new key); never
+        ``"limit_reached"``, ``"partition_limit"`` when there is no room for a new key, or
+        ``"process_limit"`` when a concurrency key has as many holding processes as it records); never
         waits. Raises ``TypeError`` for a key that is not a ``str``, ``bytes``, ``int`` or a tuple of
         them, ``ValueError`` for a bad ``permit_count``, ``LimiterClosedError`` after ``close()``."""
         return self._limiter(resource).acquire(permit_count)

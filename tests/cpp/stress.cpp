@@ -438,13 +438,17 @@ void shm_limiters() {
     std::array<std::shared_ptr<TokenBucket>, 2> buckets;
     std::array<std::shared_ptr<Limiter>, 2> conc;
     std::array<std::shared_ptr<KeyTable>, 2> tables;
+    std::array<std::shared_ptr<KeyTable>, 2> conc_keys;
     for (int i = 0; i < 2; ++i) {
         buckets[i] = stores[i]->token_bucket("tb", TokenBucketRule(1000, 1, hour), queue);
         conc[i] = stores[i]->concurrency("c", 3, hour, queue);
         tables[i] = KeyTable::open(stores[i], "keys", {params_of(FixedWindowRule(100, hour)), queue, hour}, 64, hour);
+        conc_keys[i] =
+            KeyTable::open(stores[i], "ckeys", {params_of_concurrency(2, hour), QueueOptions{}, hour}, 8, hour);
     }
     std::atomic<long> granted{0};
     std::atomic<int> holders{0};
+    std::atomic<int> key_holders{0};
     std::array<std::atomic<long>, 4> per_key{};
     run_threads(kThreads, [&](int t) {
         auto& bucket = *buckets[t % 2];
@@ -453,8 +457,17 @@ void shm_limiters() {
         for (int k = 0; k < 4; ++k) {
             keys[k] = tables[t % 2]->limiter_for("key-" + std::to_string(k));
         }
+        // A concurrency key: its holders' entries and the holder slots, freed whenever a thread's
+        // mapping holds nothing, race with the other threads' takes.
+        auto ckey = conc_keys[t % 2]->limiter_for("hot");
         std::mt19937 rng(static_cast<unsigned>(t));
         for (int i = 0; i < 3000; ++i) {
+            const Outcome ko = ckey->acquire(1);
+            if (ko.acquired) {
+                check(key_holders.fetch_add(1) < 2, "shm: more holders of a concurrency key than its limit");
+                key_holders.fetch_sub(1);
+                ckey->give_back(1, ko.tag);
+            }
             if (bucket.acquire(1).acquired) {
                 granted.fetch_add(1);
             }
@@ -498,6 +511,12 @@ void shm_limiters() {
             }
             check(held == 0 && view.available() == 3, "shm: the concurrency ledger does not add up");
         }
+    }
+    // Nothing is held: every holder slot was freed (a use counted and never let go would keep one).
+    for (const auto& slot : stores[0]->segment().header().holders) {
+        const Pair w = slot.word.load();
+        check((static_cast<std::uint64_t>(w.a) & 0xffffffffULL) == 0 && w.b == 0,
+              "shm: a holder slot is kept by a process that holds nothing");
     }
     std::printf("shm: %ld tokens granted over two mappings, per-key exact, concurrency permits all back\n",
                 granted.load());
@@ -565,6 +584,7 @@ void shm_processes() {
         std::atomic<long> granted{0};
         std::atomic<long> key_granted{0};
         std::atomic<int> holders{0};
+        std::atomic<int> key_holders{0};
         std::atomic<int> broken{0};
     };
     void* mem = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -586,6 +606,8 @@ void shm_processes() {
             auto store = std::make_shared<Store>(Segment::open(name, {64, 0600, ClockKind::Monotonic}), clock);
             auto bucket = store->token_bucket("tb", TokenBucketRule(2000, 1, hour), QueueOptions{});
             auto conc = store->concurrency("c", 2, hour, QueueOptions{});
+            auto ckey = KeyTable::open(store, "ckeys", {params_of_concurrency(2, hour), QueueOptions{}, hour}, 16, hour)
+                            ->limiter_for("hot");
             auto key =
                 KeyTable::open(store, "keys", {params_of(FixedWindowRule(300, hour)), QueueOptions{}, hour}, 16, hour)
                     ->limiter_for("hot");
@@ -604,6 +626,14 @@ void shm_processes() {
                     shared->holders.fetch_sub(1);
                     conc->give_back(1, o.tag);
                 }
+                const Outcome ko = ckey->acquire(1);
+                if (ko.acquired) {
+                    if (shared->key_holders.fetch_add(1) >= 2) {
+                        shared->broken.fetch_add(1);
+                    }
+                    shared->key_holders.fetch_sub(1);
+                    ckey->give_back(1, ko.tag);
+                }
             }
         }
         ::_exit(0);
@@ -612,6 +642,15 @@ void shm_processes() {
         int status = 0;
         check(::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
               "shm: a process failed");
+    }
+    {
+        // Every process gave back all it took: no holder slot is kept.
+        auto seg = Segment::open(name, {64, 0600, ClockKind::Monotonic});
+        for (const auto& slot : seg->header().holders) {
+            const Pair w = slot.word.load();
+            check((static_cast<std::uint64_t>(w.a) & 0xffffffffULL) == 0 && w.b == 0,
+                  "shm: a holder slot is kept by a process that holds nothing");
+        }
     }
     Segment::unlink(name);
     check(shared->broken.load() == 0, "shm: more concurrency holders across processes than the limit");

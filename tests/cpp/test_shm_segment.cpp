@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "permits/shm_key_table.hpp"
 #include "permits/shm_limiters.hpp"
@@ -238,8 +239,9 @@ TEST(ShmKeyTable, ConcurrencyKeysRecordTheirHolders) {
     EXPECT_EQ(k->available_permits(), 1);
     // Its holder's slot freed (as once a dead holder is reclaimed): its entries are stale at once.
     Segment& seg = t.a->segment();
-    const std::uint32_t h = seg.holder();
-    seg.free_holder(h, seg.header().holders[h].tag.load());
+    Holding h;
+    ASSERT_TRUE(seg.current(h));
+    seg.free_holder(h.index, seg.header().holders[h.index].tag());
     EXPECT_EQ(k->available_permits(), 2);
 }
 
@@ -248,10 +250,18 @@ TEST(ShmKeyTable, ConcurrencyKeysRecordTheirHolders) {
 #if defined(__linux__)
 // ---- liveness and the robust lock ----
 
+namespace {
+void set_tag(HolderSlot& slot, std::uint64_t tag) {
+    Pair seen = slot.word.load();
+    while (!slot.word.compare_exchange(seen, Pair{static_cast<std::int64_t>(tag), seen.b})) {
+    }
+}
+} // namespace
+
 TEST(ShmHolders, AHolderInAnotherPidNamespaceIsJudgedByItsHeartbeat) {
     HolderSlot slot{};
     // pid 1 exists in every namespace; recorded as another namespace's, only the heartbeat counts.
-    slot.tag.store(1);
+    set_tag(slot, 1);
     slot.pid_ns.store(1);
     slot.start_time.store(1);
     const Nanos now = monotonic_now();
@@ -269,7 +279,7 @@ TEST(ShmHolders, AHolderInOurNamespaceIsJudgedByItsPidAndStartTime) {
         ::pause();
         ::_exit(0);
     }
-    slot.tag.store(static_cast<std::uint64_t>(child));
+    set_tag(slot, static_cast<std::uint64_t>(child));
     slot.heartbeat.store(1); // long ago: the pid decides, not the heartbeat
     EXPECT_FALSE(holder_dead(slot, kSec, monotonic_now()));
     slot.start_time.store(12345); // another start time: the pid was reused
@@ -327,5 +337,288 @@ TEST(ShmSegment, ACorruptedSlotRaisesNeverCrashes) {
     slot->offset = offset;
     slot->kind = static_cast<Kind>(99);
     EXPECT_THROW(t.b->token_bucket("x", TokenBucketRule(5, 5, kSec), kNoQueue), std::invalid_argument);
+}
+#endif // __linux__
+
+#if defined(__linux__)
+// ---- processes beyond the holder slots and beyond a key's entries (issue 36, items 1 and 5) ----
+
+namespace {
+/// Children forked one after another, each running `body` (its one-byte report is written to the
+/// parent), then kept alive until the parent lets them all go: live processes, never reaped early.
+class Children {
+public:
+    Children() {
+        EXPECT_EQ(::pipe(report_), 0);
+        EXPECT_EQ(::pipe(command_), 0);
+    }
+    ~Children() { finish(); }
+    Children(const Children&) = delete;
+    Children& operator=(const Children&) = delete;
+
+    /// Forks a child running `body` (its byte: what it reports); returns the byte it reported. After
+    /// reporting, the child runs `on_command` once for each byte it reads from the command pipe
+    /// (one child takes each byte), then lives until finish().
+    template <class Body, class OnCommand> char spawn(Body body, OnCommand on_command) {
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(command_[1]);
+            char out = 'x';
+            try {
+                out = body();
+            } catch (...) {
+                out = 'E'; // an exception: what must never happen
+            }
+            (void)!::write(report_[1], &out, 1);
+            char c = 0;
+            if (::read(command_[0], &c, 1) == 1) {
+                char done = 'x';
+                try {
+                    done = on_command();
+                } catch (...) {
+                    done = 'E';
+                }
+                (void)!::write(report_[1], &done, 1);
+            }
+            ::_exit(0);
+        }
+        pids_.push_back(pid);
+        return next_report();
+    }
+    /// Has one child (whichever reads it) run its command; returns its report.
+    char command_one() {
+        const char c = 'c';
+        EXPECT_EQ(::write(command_[1], &c, 1), 1);
+        return next_report();
+    }
+    void finish() {
+        if (command_[1] >= 0) {
+            ::close(command_[1]); // children waiting for a command read EOF, report nothing and exit
+            command_[1] = -1;
+        }
+        for (const pid_t pid : pids_) {
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+        }
+        pids_.clear();
+    }
+
+private:
+    char next_report() {
+        char c = 0;
+        return ::read(report_[0], &c, 1) == 1 ? c : '?';
+    }
+    int report_[2]{-1, -1};
+    int command_[2]{-1, -1};
+    std::vector<pid_t> pids_;
+};
+} // namespace
+
+TEST(ShmHolders, LiveProcessesThatHoldNothingKeepNoSlot) {
+    // More live processes than holder slots, each taking and giving back one permit of a limit of 4:
+    // a process that holds nothing keeps no slot, so every one of them is served.
+    Two t("recycle");
+    auto lim = t.a->concurrency("c", 4, 3600 * kSec, kNoQueue);
+    Children kids;
+    std::string reports;
+    for (std::size_t i = 0; i < kMaxHolders + 8; ++i) {
+        reports += kids.spawn(
+            [&] {
+                const Outcome o = lim->acquire(1);
+                if (!o.acquired) {
+                    return '0';
+                }
+                lim->give_back(1, o.tag);
+                return '1';
+            },
+            [] { return 'x'; });
+    }
+    EXPECT_EQ(reports, std::string(kMaxHolders + 8, '1'));
+    EXPECT_EQ(lim->available_permits(), 4);
+}
+
+TEST(ShmHolders, MoreProcessesHoldingThanSlotsAreRefusedWithAReasonNeverAnException) {
+    Two t("slots");
+    auto lim = t.a->concurrency("c", 1000, 3600 * kSec, kNoQueue);
+    Children kids;
+    std::string reports;
+    std::shared_ptr<Outcome> held = std::make_shared<Outcome>();
+    for (std::size_t i = 0; i < kMaxHolders; ++i) {
+        reports += kids.spawn(
+            [&] {
+                *held = lim->acquire(1);
+                return held->acquired ? '1' : '0';
+            },
+            [&] {
+                lim->give_back(1, held->tag);
+                return 'r';
+            });
+    }
+    ASSERT_EQ(reports, std::string(kMaxHolders, '1'));
+    // Every slot is held by a live process at this moment: this one's request is refused, with the
+    // reason, and no retry_after (a release, not time, frees a slot).
+    Outcome refused;
+    EXPECT_NO_THROW(refused = lim->acquire(1));
+    EXPECT_FALSE(refused.acquired);
+    EXPECT_EQ(refused.reason, Reason::ProcessLimit);
+    EXPECT_EQ(refused.retry_after, -1);
+    EXPECT_EQ(lim->available_permits(), 1000 - static_cast<std::int64_t>(kMaxHolders));
+    // One holder gives back its permit: its slot is free, and this process is served.
+    EXPECT_EQ(kids.command_one(), 'r');
+    const Outcome served = lim->acquire(1);
+    EXPECT_TRUE(served.acquired);
+    lim->give_back(1, served.tag);
+}
+
+TEST(ShmKeyTable, ManyProcessesHoldOneKeyUpToItsLimit) {
+    Two t("manykey");
+    auto keys = table(*t.a, params_of_concurrency(100, 3600 * kSec), 8, kSec);
+    auto k = keys->limiter_for("k");
+    Children kids;
+    std::string reports;
+    std::shared_ptr<Outcome> held = std::make_shared<Outcome>();
+    constexpr int kProcesses = 24; // more than the 8 a key once recorded
+    for (int i = 0; i < kProcesses; ++i) {
+        reports += kids.spawn(
+            [&] {
+                *held = k->acquire(1);
+                return held->acquired ? '1' : '0';
+            },
+            [&] {
+                k->give_back(1, held->tag);
+                return 'r';
+            });
+    }
+    EXPECT_EQ(reports, std::string(kProcesses, '1'));
+    EXPECT_EQ(k->available_permits(), 100 - kProcesses);
+    EXPECT_EQ(kids.command_one(), 'r');
+    EXPECT_EQ(k->available_permits(), 100 - kProcesses + 1);
+}
+
+TEST(ShmKeyTable, ProcessesBeyondAKeysEntriesAreRefusedWithAReasonThenServed) {
+    Two t("keybound");
+    auto keys = table(*t.a, params_of_concurrency(100, 3600 * kSec), 8, kSec);
+    auto k = keys->limiter_for("k");
+    Children kids;
+    std::string reports;
+    std::shared_ptr<Outcome> held = std::make_shared<Outcome>();
+    for (std::size_t i = 0; i < kKeyHolders; ++i) {
+        reports += kids.spawn(
+            [&] {
+                *held = k->acquire(1);
+                return held->acquired ? '1' : '0';
+            },
+            [&] {
+                k->give_back(1, held->tag);
+                return 'r';
+            });
+    }
+    ASSERT_EQ(reports, std::string(kKeyHolders, '1'));
+    const Outcome refused = k->acquire(1);
+    EXPECT_FALSE(refused.acquired);
+    EXPECT_EQ(refused.reason, Reason::ProcessLimit); // not limit_reached: permits are free
+    EXPECT_EQ(refused.retry_after, -1);
+    EXPECT_EQ(k->available_permits(), 100 - static_cast<std::int64_t>(kKeyHolders));
+    EXPECT_EQ(kids.command_one(), 'r');
+    const Outcome served = k->acquire(1);
+    EXPECT_TRUE(served.acquired);
+    k->give_back(1, served.tag);
+}
+#endif // __linux__
+
+#if defined(__linux__)
+// ---- damaged state is refused, never used (issue 36, item 2) ----
+
+namespace {
+NamedSlot& slot_of(Store& s, const char* name) {
+    for (auto& slot : s.segment().header().named) {
+        if (slot.ready.load() == 1 && std::string(slot.name) == name) {
+            return slot;
+        }
+    }
+    throw std::logic_error("no such slot");
+}
+
+/// The concurrency state word as the engine lays it out: {seq << 16 | pending holder + 1,
+/// available << 32 | pending delta}.
+Pair concurrency_word(std::int64_t seq, std::uint32_t pending, std::int64_t available, std::int32_t delta) {
+    return {
+        static_cast<std::int64_t>((static_cast<std::uint64_t>(seq) << 16) | pending),
+        static_cast<std::int64_t>((static_cast<std::uint64_t>(available) << 32) | static_cast<std::uint32_t>(delta))};
+}
+
+void overwrite(AtomicPair& word, Pair value) {
+    Pair seen = word.load();
+    while (!word.compare_exchange(seen, value)) {
+    }
+}
+
+/// The segment's bytes outside [from, to): what a limiter whose data is [from, to) must never write.
+std::string outside(const Segment& seg, std::uint64_t from, std::uint64_t to) {
+    const std::uint64_t arena = seg.header().arena_offset;
+    return std::string(seg.base() + arena, seg.base() + from) + std::string(seg.base() + to, seg.base() + seg.size());
+}
+} // namespace
+
+TEST(ShmDamage, AConcurrencyStateBeyondItsLimitIsRefusedNamingTheSegmentAndTheName) {
+    Two t("avail");
+    t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "c");
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot.offset), 2);
+    overwrite(*v.state, concurrency_word(5, 0, 1000, 0)); // "1000 available" for a limit of 2
+    try {
+        t.b->concurrency("c", 2, 3600 * kSec, kNoQueue);
+        FAIL() << "a damaged state was opened";
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("'" + t.name + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("'c'"), std::string::npos) << message;
+        EXPECT_NE(message.find("1000"), std::string::npos) << message;
+    }
+}
+
+TEST(ShmDamage, ALedgerEntryBeyondTheLimitIsRefused) {
+    Two t("ledger");
+    t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "c");
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot.offset), 2);
+    overwrite(v.entry(7), Pair{50, 0});
+    EXPECT_THROW(t.b->concurrency("c", 2, 3600 * kSec, kNoQueue), std::invalid_argument);
+}
+
+TEST(ShmDamage, APendingHolderBeyondTheLedgerIsNeverWrittenTo) {
+    // A segment large enough that the write the damaged index asks for would land inside it (past
+    // the ledger, in memory of no one's): every byte outside the limiter's own data is compared.
+    Two t("pending", 1024);
+    auto lim = t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    t.a->token_bucket("after", TokenBucketRule(5, 5, kSec), kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "c");
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot.offset), 2);
+    ASSERT_GT(t.a->segment().size(), slot.offset + ConcurrencyView::bytes() + 65534 * sizeof(AtomicPair));
+    overwrite(*v.state, concurrency_word(5, 65535, 1, 1)); // holder 65534 of a ledger of 256
+    EXPECT_THROW(t.b->concurrency("c", 2, 3600 * kSec, kNoQueue), std::invalid_argument); // refused at open
+    // A limiter opened before the damage reads it: the index is never followed out of the ledger.
+    const std::string before = outside(t.a->segment(), slot.offset, slot.offset + slot.bytes);
+    const Outcome o = lim->acquire(1);
+    if (o.acquired) {
+        lim->give_back(1, o.tag);
+    }
+    EXPECT_LE(lim->available_permits(), 2);
+    EXPECT_EQ(outside(t.a->segment(), slot.offset, slot.offset + slot.bytes), before);
+}
+
+TEST(ShmDamage, ASlidingWindowHeadBeforeItsFirstSegmentIsNeverWrittenThrough) {
+    Two t("head");
+    // Another window just before it: its ring's empty entries are what a write at index -3 would replace.
+    t.a->sliding_window("before", 4, kSec, 4, kNoQueue);
+    auto sw = t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    const NamedSlot& slot = slot_of(*t.a, "sw");
+    const std::string before = outside(t.a->segment(), slot.offset, slot.offset + slot.bytes);
+    // Its head says segment -3 with a permit taken in it: archiving it would index the ring at -3.
+    overwrite(*t.a->segment().at<AtomicPair>(slot.offset), Pair{-3, 1});
+    t.clock->advance(kSec / 2);
+    sw->acquire(1);
+    EXPECT_LE(sw->available_permits(), 4);
+    EXPECT_EQ(outside(t.a->segment(), slot.offset, slot.offset + slot.bytes), before);
 }
 #endif // __linux__

@@ -128,6 +128,9 @@ protected:
     /// state at all (a key of a full shared per-key table). Such a request fails at once with
     /// reason PartitionLimit and never queues.
     virtual bool no_room() { return false; }
+    /// Asked only when a request cannot be granted now: why (a shared limiter whose permits are
+    /// free but cannot be held by this process says ProcessLimit).
+    virtual Reason refusal(std::int64_t /*n*/) { return Reason::LimitReached; }
     /// Called under the queue's lock after a request joined the queue (it may only signal, never
     /// call back in): a shared limiter starts listening for releases in other processes.
     virtual void on_queued() {}

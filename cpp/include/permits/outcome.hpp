@@ -9,7 +9,18 @@
 namespace permits {
 
 /// Why a lease failed (docs/design.md, Reasons). None for successful leases.
-enum class Reason : std::uint8_t { None, LimitReached, QueueFull, Evicted, Closed, Timeout, PartitionLimit };
+// ProcessLimit: permits are free, but this process cannot hold them now (a shared-memory segment's
+// bound on processes holding permits at the same moment, or on one key's holders).
+enum class Reason : std::uint8_t {
+    None,
+    LimitReached,
+    QueueFull,
+    Evicted,
+    Closed,
+    Timeout,
+    PartitionLimit,
+    ProcessLimit
+};
 
 /// The name Python shows for a reason (Lease.reason); "" for None.
 inline const char* reason_name(Reason r) noexcept {
@@ -21,6 +32,7 @@ inline const char* reason_name(Reason r) noexcept {
     case Reason::Closed: return "closed";
     case Reason::Timeout: return "timeout";
     case Reason::PartitionLimit: return "partition_limit";
+    case Reason::ProcessLimit: return "process_limit";
     }
     return "";
 }

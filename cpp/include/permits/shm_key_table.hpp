@@ -1,7 +1,9 @@
 // Per-key limits in a shared-memory segment: a table of fixed-size records, one per key, in shards
 // each behind a robust process-shared mutex (as the in-process per-key table has a lock per shard).
 // A record holds the key's state words, changed by the engine's own arithmetic (a Rule, or the
-// sliding window's), and for concurrency up to kKeyHolders entries {holder, permits held}, whose sum
+// sliding window's), and for concurrency min(permit_limit, kKeyHolders) entries {holder, permits
+// held} (a process holding any of the key's permits holds at least one: below kKeyHolders, every
+// process the limit allows has an entry), whose sum
 // is what the key's permits in use are: every change is one store, so a process killed in the
 // middle leaves the record consistent, and the next locker goes on.
 //
@@ -24,8 +26,8 @@
 
 namespace permits::shm {
 
-inline constexpr std::size_t kKeyBytes = 32;  // a key's bytes in its record; a longer key is kept as its hashes
-inline constexpr std::size_t kKeyHolders = 8; // processes holding one key's concurrency permits at once
+inline constexpr std::size_t kKeyBytes = 32;   // a key's bytes in its record; a longer key is kept as its hashes
+inline constexpr std::size_t kKeyHolders = 64; // processes holding one key's concurrency permits at the same moment
 
 class KeyTable : public std::enable_shared_from_this<KeyTable> {
 public:
@@ -69,6 +71,9 @@ public:
     bool no_room(const Key& key);
     /// Concurrency: gives back dead holders' permits (rate-limited per process); true if any came back.
     bool reclaim(const Key& key);
+    /// Why a request for n of a key's permits is refused now (ProcessLimit: permits are free but no
+    /// holder slot or key entry is).
+    Reason refusal(const Key& key, std::int64_t n);
 
     Store& store() const noexcept { return *store_; }
     const Template& tmpl() const noexcept { return tmpl_; }
@@ -79,6 +84,7 @@ public:
 
 private:
     struct Record;
+    struct HolderEntry;
     struct Found;
     std::uint32_t shard_of(const Key& key) const noexcept;
     /// A sliding window key's state over its record (Kind::SlidingWindow only).
@@ -91,6 +97,10 @@ private:
     void drop_locked(Record& r) noexcept;
     void init_record(Record& r, const Key& key, Nanos anchor) const;
     std::int64_t held_locked(Record& r, Nanos mono_now, bool reclaim) const;
+    bool take_locked_kind(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag, Holding h);
+    /// Concurrency, under the shard's lock: the entry of holder `h` in `r`, else a free one (tagged
+    /// for `h` when `claim`); nullptr when every entry is another holder's.
+    HolderEntry* entry_for_locked(Record& r, Holding h, bool claim) const;
 
     std::shared_ptr<Store> store_;
     char* data_;
@@ -101,6 +111,7 @@ private:
     std::uint32_t shards_;
     std::uint32_t slots_;
     std::uint64_t record_;
+    std::uint32_t entries_; // concurrency: a record's holder entries
     std::atomic<Nanos> last_reclaim_{0};
 };
 

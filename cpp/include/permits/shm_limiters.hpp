@@ -119,7 +119,12 @@ struct ConcurrencyView {
     std::int64_t give_back(std::uint32_t holder, std::int64_t n, Nanos now) const noexcept;
     std::int64_t available() const noexcept;
     std::int64_t held_by(std::uint32_t holder) const noexcept;
-    /// Applies a pending change (if any) to the ledger and clears it.
+    /// std::invalid_argument (`where`: the segment and the name) unless the state keeps its
+    /// invariants: available and every holder's count within [0, limit], a pending change's holder
+    /// within the ledger and its delta within the limit. Read as it is, never repaired here.
+    void check(const std::string& where) const;
+    /// Applies a pending change (if any) to the ledger and clears it (one naming no holder of the
+    /// ledger, a damaged state, is cleared without touching the ledger).
     void settle(Pair s) const noexcept;
     /// The state word with nothing pending (settling what is), as it really is: never a hint.
     Pair settled() const noexcept;

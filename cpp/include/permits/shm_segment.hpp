@@ -33,10 +33,10 @@
 namespace permits::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31737469'6d726570ULL; // "permits1" read as little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
-inline constexpr std::size_t kNameBytes = 64;   // a named limiter's name: at most 63 bytes
-inline constexpr std::size_t kMaxNamed = 256;   // named limiters and per-key tables in one segment
-inline constexpr std::size_t kMaxHolders = 256; // processes holding concurrency permits at once
+inline constexpr std::uint32_t kLayoutVersion = 2;              // 2: a holder slot counts its uses (freed at zero)
+inline constexpr std::size_t kNameBytes = 64;                   // a named limiter's name: at most 63 bytes
+inline constexpr std::size_t kMaxNamed = 256;                   // named limiters and per-key tables in one segment
+inline constexpr std::size_t kMaxHolders = 256; // processes holding concurrency permits at the same moment
 
 /// What a named slot holds. The numbers are part of the layout: never reuse one.
 enum class Kind : std::uint32_t {
@@ -72,13 +72,25 @@ struct NamedSlot {
     Nanos anchor; ///< when the state's timeline starts: its creation
 };
 
-/// One process that holds, or held, concurrency permits: its index is the holder recorded in
-/// each limiter's ledger.
+/// One process that holds concurrency permits now: its index is the holder recorded in each
+/// limiter's ledger. A process holds a slot only while it holds permits (or is taking some): the
+/// slot is freed when its uses drop to zero, so the bound is on processes holding at the same moment.
 struct HolderSlot {
-    std::atomic<std::uint64_t> tag;        ///< generation << 32 | pid; pid 0: free
+    /// {tag: generation << 32 | pid (pid 0: free), uses: permits this holder holds plus takes under
+    /// way; -1 while it is being freed}: one word, so that a take pins the slot only while it is
+    /// still this holder's, and the slot is freed only with nothing pinned.
+    AtomicPair word;
     std::atomic<std::uint64_t> start_time; ///< the process's start (clock ticks since boot); 0: not yet written
     std::atomic<std::uint64_t> pid_ns;     ///< its pid namespace's inode: liveness by pid only within ours
     std::atomic<Nanos> heartbeat;          ///< CLOCK_MONOTONIC at its last renewal
+
+    std::uint64_t tag() const noexcept { return static_cast<std::uint64_t>(word.load().a); }
+};
+
+/// A holder slot as a take pinned it: its index and generation (a lease names both).
+struct Holding {
+    std::uint32_t index = 0;
+    std::uint32_t generation = 0;
 };
 
 struct Header {
@@ -157,9 +169,19 @@ public:
     NamedSlot& named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                      const std::function<void(char* data, Nanos anchor)>& init);
 
-    /// This process's holder index (claimed on first use; claimed anew in a forked child). With
-    /// every slot taken, the dead holders' slots are reclaimed first (holder_dead with `reclaim_ttl`).
-    std::uint32_t holder(Nanos reclaim_ttl = kNever);
+    /// Pins holder slot for this process's take of n permits: its own slot (its uses raised by n), or
+    /// a free one claimed (with the dead holders' slots reclaimed first when none is free: holder_dead
+    /// with `reclaim_ttl`). False, and nothing pinned, when every slot is held by a live process.
+    bool pin(std::int64_t n, Nanos reclaim_ttl, Holding& out);
+    /// Lowers the uses of `h` by n (permits given back, or a take that failed), if the slot is still
+    /// this process's of that generation; at zero the slot is freed (a new generation).
+    void unpin(Holding h, std::int64_t n) noexcept;
+    /// True when slot `h.index` is this process's, of generation `h.generation`.
+    bool holds(Holding h) const noexcept;
+    /// This process's slot, if it holds one now (claims nothing).
+    bool current(Holding& out) const noexcept;
+    /// True when a take by this process could have a slot now: it holds one, or one is free.
+    bool slot_available() const noexcept;
     /// The generation of holder slot `index` (in its tag): a lease names it, so that a lease of a
     /// holder reclaimed meanwhile gives nothing back.
     std::uint32_t holder_generation(std::uint32_t index) const noexcept;
@@ -182,7 +204,10 @@ private:
     std::string name_;
     Header* header_;
     std::uint64_t size_;
-    /// pid << 32 | holder index + 1 of the slot this process claimed; a forked child claims anew.
+    /// Ends the freeing of slot `index` (seen as `releasing`: its uses -1): clears it, then frees it.
+    void finish_release(std::uint32_t index, Pair releasing) noexcept;
+    /// pid << 32 | holder index + 1 of the slot this process last claimed (a hint: the slot's own
+    /// word decides); a forked child claims anew.
     std::atomic<std::uint64_t> claimed_{0};
 };
 

@@ -96,11 +96,27 @@ def release_later(segment: str, ready: Any, go: Any) -> None:
     os._exit(0)
 
 
-def hold_key(segment: str, ready: Any, release: Any) -> None:
-    """Holds one permit of key "k" of a per-key concurrency limit of 100 until told."""
-    keyed = SharedMemoryStore(segment).partitioned(Partition.concurrency(None, 100), name="ninth")
-    lease = keyed.acquire("k")
-    assert lease
-    ready.set()
+def take_and_give_back(segment: str, results: Any, release: Any) -> None:
+    """Takes and gives back one permit of a concurrency limit of 4, reports how that went, then
+    lives on, holding nothing, until told (a recycled pool's worker between requests)."""
+    try:
+        lease = SharedMemoryStore(segment).concurrency("recycled", 4, lease_ttl=LONG).acquire()
+        results.put("ok" if lease else f"refused: {lease.reason}")
+        lease.release()
+    except Exception as error:  # what must never happen is the thing reported
+        results.put(f"raised {type(error).__name__}: {error}")
+    release.wait()
+
+
+def hold_one_of_key(segment: str, results: Any, release: Any) -> None:
+    """Holds one permit of key "k" of a per-key concurrency limit of 100 until told, then releases it
+    and exits."""
+    keyed = SharedMemoryStore(segment).partitioned(Partition.concurrency(None, 100), name="many")
+    try:
+        lease = keyed.acquire("k")
+        results.put("ok" if lease else f"refused: {lease.reason}")
+    except Exception as error:
+        results.put(f"raised {type(error).__name__}: {error}")
+        return
     release.wait()
     lease.release()

@@ -221,22 +221,66 @@ async def test_wait_async_is_woken_by_a_release_in_another_process(segment_name:
             other.join()
 
 
-def test_a_key_held_by_as_many_processes_as_it_records_refuses_a_ninth_without_spinning(segment_name: str) -> None:
-    ctx = multiprocessing.get_context("fork")
-    release = ctx.Event()
-    ready = [ctx.Event() for _ in range(8)]
-    holders = [ctx.Process(target=workers.hold_key, args=(segment_name, ready[i], release)) for i in range(8)]
-    _RUNNING.extend(holders)
-    for p in holders:
+def start_each(ctx: Any, target: Any, segment: str, n: int) -> tuple[list[str], list[Any]]:
+    """Starts n processes of target(segment, results, release) one after another, each given its
+    own `release` event, and returns what each reported (the processes stay alive)."""
+    results = ctx.Queue()
+    releases = [ctx.Event() for _ in range(n)]
+    reports = []
+    for release in releases:
+        p = ctx.Process(target=target, args=(segment, results, release))
+        _RUNNING.append(p)
         p.start()
+        reports.append(results.get(timeout=SAFETY))
+    return reports, releases
+
+
+def test_live_processes_that_gave_their_permits_back_keep_no_holder_slot(segment_name: str) -> None:
+    # More live processes than the segment has holder slots (256), each taking and giving back a
+    # permit: a process holding nothing keeps no slot, so all are served (a recycling worker pool).
+    ctx = multiprocessing.get_context("fork")
+    reports, releases = start_each(ctx, workers.take_and_give_back, segment_name, 264)
     try:
-        assert all(event.wait(SAFETY) for event in ready)
-        keyed = SharedMemoryStore(segment_name).partitioned(permits.Partition.concurrency(None, 100), name="ninth")
-        refused = keyed.acquire("k")
-        assert not refused and refused.retry_after is None  # not "at once": only a release makes room
-        assert keyed.wait("k", timeout=0.2).reason == "timeout"
+        assert [r for r in reports if r != "ok"] == []
+        assert SharedMemoryStore(segment_name).concurrency("recycled", 4, lease_ttl=3600).available_permits() == 4
     finally:
-        release.set()
+        for release in releases:
+            release.set()
+
+
+def test_twenty_processes_hold_one_key(segment_name: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    reports, releases = start_each(ctx, workers.hold_one_of_key, segment_name, 20)
+    try:
+        assert reports == ["ok"] * 20
+        keyed = SharedMemoryStore(segment_name).partitioned(permits.Partition.concurrency(None, 100), name="many")
+        lease = keyed.acquire("k")  # a 21st
+        assert lease, lease.reason
+        assert keyed.available_permits("k") == 79
+        lease.release()
+    finally:
+        for release in releases:
+            release.set()
+
+
+def test_a_process_beyond_a_keys_holders_is_told_why_and_waits_for_one(segment_name: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    reports, releases = start_each(ctx, workers.hold_one_of_key, segment_name, 64)
+    try:
+        assert reports == ["ok"] * 64
+        keyed = SharedMemoryStore(segment_name).partitioned(permits.Partition.concurrency(None, 100), name="many")
+        refused = keyed.acquire("k")
+        # 36 permits are free, but one key records 64 holding processes at most: the true reason,
+        # and no retry_after (only a release makes room, not time).
+        assert (refused.reason, refused.retry_after) == ("process_limit", None)
+        assert keyed.available_permits("k") == 36
+        releases[0].set()
+        lease = keyed.wait("k", timeout=SAFETY)
+        assert lease, lease.reason
+        lease.release()
+    finally:
+        for release in releases:
+            release.set()
 
 
 def test_keys_held_by_dead_processes_become_idle(segment_name: str) -> None:

@@ -219,7 +219,7 @@ def test_a_truncated_segment_is_refused(segment_name: str) -> None:
 def test_another_layout_version_is_refused(segment_name: str) -> None:
     SharedMemoryStore(segment_name, capacity=10)
     rewrite(segment_name, 8, (99).to_bytes(4, "little"))  # the version, after the 8-byte magic
-    with pytest.raises(ValueError, match="has layout version 99, not 1"):
+    with pytest.raises(ValueError, match="has layout version 99, not 2"):
         SharedMemoryStore(segment_name, capacity=10)
 
 
@@ -397,3 +397,16 @@ def test_a_segment_of_another_mode_or_owner_is_refused(segment_name: str) -> Non
     os.chown(path(segment_name), 65534, 65534)
     with pytest.raises(ValueError, match="belongs to uid 65534"):
         SharedMemoryStore(segment_name)
+
+
+def test_a_concurrency_state_beyond_its_limit_is_refused_naming_the_segment_and_the_name(segment_name: str) -> None:
+    SharedMemoryStore(segment_name, capacity=10).concurrency("db", 2)
+    # The state word as first written: {seq 1 << 16, 2 available << 32}, stored low word first.
+    state = (2 << 32).to_bytes(8, "little") + (1 << 16).to_bytes(8, "little")
+    with open(path(segment_name), "rb") as f:
+        image = f.read()
+    at = image.find(state)
+    assert at > 0 and image.find(state, at + 1) == -1
+    rewrite(segment_name, at, (1000 << 32).to_bytes(8, "little"))  # "1000 available" for a limit of 2
+    with pytest.raises(ValueError, match=rf"'db' in shared-memory segment '{segment_name}' is corrupted: .*1000"):
+        SharedMemoryStore(segment_name, capacity=10).concurrency("db", 2)
