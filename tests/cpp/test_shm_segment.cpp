@@ -589,7 +589,9 @@ TEST(ShmDamage, ALedgerEntryBeyondTheLimitIsRefused) {
 TEST(ShmDamage, APendingHolderBeyondTheLedgerIsNeverWrittenTo) {
     // A segment large enough that the write the damaged index asks for would land inside it (past
     // the ledger, in memory of no one's): every byte outside the limiter's own data is compared.
-    Two t("pending", 1024);
+    // (2048 places: room for 65534 entries also where an AtomicPair is larger than 16 bytes, as on
+    // the spinlock fallback.)
+    Two t("pending", 2048);
     auto lim = t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
     t.a->token_bucket("after", TokenBucketRule(5, 5, kSec), kNoQueue);
     const NamedSlot& slot = slot_of(*t.a, "c");
