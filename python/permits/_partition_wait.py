@@ -14,12 +14,11 @@ request out of the queue and gives back a grant not handed over, and which the p
 from __future__ import annotations
 
 from collections.abc import Generator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _pausing
 from ._core import Lease, LimiterClosedError
-from .awaitables import PolledLeaseWait, _Steps
+from .awaitables import PolledLeaseWait, WaitsOnce
 from .engine_limiters import (
     ConcurrencyLimiter,
     FixedWindowLimiter,
@@ -39,23 +38,20 @@ ENGINE_TYPES = frozenset(
 )
 
 
-class PartitionWait(_Steps):
+class PartitionWait(WaitsOnce):
     """Waits once, as every ``wait_async``'s awaitable: awaiting it again raises RuntimeError. Also
     an async context manager releasing the lease on exit."""
 
-    __slots__ = ("_lease", "_owner", "_permit_count", "_resource", "_started_once")
+    __slots__ = ("_owner", "_permit_count", "_resource")
 
     def __init__(self, owner: PartitionedLimiter, resource: object, permit_count: int) -> None:
+        super().__init__()
         self._owner = owner
         self._resource = resource
         self._permit_count = permit_count
-        self._lease: Lease | None = None
-        self._started_once = False
 
     def __await__(self) -> Generator[Any, None, Lease]:
-        if self._started_once:
-            raise RuntimeError("cannot reuse an already awaited wait_async()")
-        self._started_once = True
+        self._start()
         owner, resource, n = self._owner, self._resource, self._permit_count
         while True:
             found = owner._entry(resource)
@@ -87,13 +83,3 @@ class PartitionWait(_Steps):
             if not lease or owner._entries.get(key) is entry:
                 return lease
             lease._refund()
-
-    async def __aenter__(self) -> Lease:
-        self._lease = await self
-        return self._lease
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._lease is not None:
-            self._lease.release()

@@ -105,23 +105,47 @@ class _Waitable(Protocol):
     def _rl_waited(self, lease: object, permit_count: int) -> Lease: ...
 
 
-class PolledLeaseWait(_Steps):
+class WaitsOnce(_Steps):
+    """A ``wait_async`` awaitable written in Python: it waits once (awaiting it again raises
+    RuntimeError, as for the engine's own), and ``async with`` it releases the lease on exit.
+    A subclass calls ``_start()`` first in its ``__await__``."""
+
+    __slots__ = ("_lease", "_started_once")
+
+    def __init__(self) -> None:
+        self._lease: Lease | None = None
+        self._started_once = False
+
+    def _start(self) -> None:
+        if self._started_once:
+            raise RuntimeError("cannot reuse an already awaited wait_async()")
+        self._started_once = True
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self
+        return self._lease
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lease is not None:
+            self._lease.release()
+
+
+class PolledLeaseWait(WaitsOnce):
     """What ``wait_async`` returns: await it for a lease, or ``async with`` it to release on exit;
     ``asyncio.create_task`` and the like take it as they take a coroutine. Waits once: awaiting
     it again raises RuntimeError, as for the engine's own."""
 
-    __slots__ = ("_lease", "_limiter", "_permit_count", "_started_once")
+    __slots__ = ("_limiter", "_permit_count")
 
     def __init__(self, limiter: _Waitable, permit_count: int) -> None:
+        super().__init__()
         self._limiter = limiter
         self._permit_count = permit_count
-        self._lease: Lease | None = None
-        self._started_once = False
 
     def __await__(self) -> Generator[Any, None, Lease]:
-        if self._started_once:
-            raise RuntimeError("cannot reuse an already awaited wait_async()")
-        self._started_once = True
+        self._start()
         limiter, n = self._limiter, self._permit_count
         # Granted at once: no coroutine, no event loop round trip (and none asked: a wait works
         # the same under asyncio and trio, granted at once or queued).
@@ -141,16 +165,6 @@ class PolledLeaseWait(_Steps):
             return limiter._rl_waited(done.value, n)
         waited = yield from _pausing.closable(steps, first, lambda: limiter._rl_closed, n).__await__()
         return limiter._rl_waited(waited, n)
-
-    async def __aenter__(self) -> Lease:
-        self._lease = await self
-        return self._lease
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._lease is not None:
-            self._lease.release()
 
 
 class Attempt(_Steps):
