@@ -85,7 +85,23 @@ void bind_shm(py::module_& m) {
                                [](py::handle self) { return self_of<Store>(self).segment().header().capacity; })
         .def_property_readonly("used_bytes",
                                [](py::handle self) { return self_of<Store>(self).segment().header().arena_used; })
-        .def_property_readonly("clock", [](py::handle self) { return self_of<Store>(self).clock(); });
+        .def_property_readonly("clock", [](py::handle self) { return self_of<Store>(self).clock(); })
+        .def_property_readonly("_lost_seq", [](py::handle self) { return self_of<Store>(self).lost_seq(); })
+        .def(
+            "_wait_lost",
+            [](py::handle self, py::handle seen_arg, py::handle timeout_arg) {
+                const auto store = shared_self_of<Store>(self); // (kept alive while waiting)
+                const auto seen = py::cast<std::uint32_t>(seen_arg);
+                const auto timeout = py::cast<Nanos>(timeout_arg);
+                without_gil([&] {
+                    store->wait_lost(seen, timeout);
+                    return 0;
+                });
+                return store->lost_seq();
+            },
+            py::arg("seen"), py::arg("timeout_ns"),
+            "_wait_lost(self, seen, timeout_ns)\n--\n\nWaits (GIL released) until leases are found lost after `seen` "
+            "(a _lost_seq), at most timeout_ns; the _lost_seq then.");
 
     // Each engine class also builds on a store's slot: __init__(store, name, spec, queue_limit, newest_first).
     existing<TokenBucket>(m, "TokenBucket")
@@ -126,6 +142,9 @@ void bind_shm(py::module_& m) {
                    return table->limiter_for(key_of(resource));
                }),
                "__init__(self, table, resource)\n--\n\nThis process's limiter for one key of a per-key table.");
+    shared.def_property_readonly(
+        "_lost_leases", [](py::handle self) { return self_of<shm::SharedLimiter>(self).lost_leases(); },
+        "Leases of this limiter found lost in this process so far.");
     install_shared_fast_acquire(shared);
 
     py::class_<shm::KeyTable, std::shared_ptr<shm::KeyTable>>(m, "ShmKeyTable")
@@ -146,6 +165,8 @@ void bind_shm(py::module_& m) {
         .def_property_readonly("bytes", [](py::handle self) { return self_of<shm::KeyTable>(self).bytes(); })
         .def_property_readonly("bytes_per_key",
                                [](py::handle self) { return self_of<shm::KeyTable>(self).bytes_per_key(); })
+        .def_property_readonly("_lost_leases",
+                               [](py::handle self) { return self_of<shm::KeyTable>(self).lost_leases(); })
         .def(
             "evict_idle", [](py::handle self) { return self_of<shm::KeyTable>(self).evict_idle(); },
             "evict_idle(self, /)\n--\n\nDrops every key idle for longer than the idle timeout; how many.");

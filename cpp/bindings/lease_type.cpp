@@ -6,6 +6,10 @@
 #include "lease_targets.hpp"
 #include "raised_error.hpp"
 
+#if defined(__linux__)
+#include "permits/shm_limiters.hpp"
+#endif
+
 #include <cmath>
 #include <new>
 #include <structmember.h>
@@ -33,6 +37,10 @@ struct LeaseObject {
     // so the lease stays untracked by the GC).
     PyObject* key;
     std::int64_t tag;
+    // Lost: the shared state forgot the lease and the limit did not allow it back (latched once
+    // seen). `lost_check`: a custom or wrapping lease's callable that says so (Lease.granted(lost=)).
+    bool lost;
+    PyObject* lost_check;
 };
 
 PyTypeObject LeaseType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -86,6 +94,8 @@ LeaseObject* alloc_lease() {
     self->target = 0;
     self->key = nullptr;
     self->tag = 0;
+    self->lost = false;
+    self->lost_check = nullptr;
     return self;
 }
 
@@ -122,6 +132,16 @@ bool attach_metadata(LeaseObject* self, PyObject* metadata) {
 // The permits go back where they came from: the limiter, or the key's record.
 void give_back_permits(LeaseObject* self) {
     if (self->owner) {
+#if defined(__linux__)
+        if (self->owner->shares_state()) {
+            if (auto* shared = dynamic_cast<shm::SharedLimiter*>(self->owner.get())) {
+                if (shared->give_back_lease(self->permit_count, self->tag)) {
+                    self->lost = true; // nothing was given back
+                }
+                return;
+            }
+        }
+#endif
         self->owner->give_back(self->permit_count, self->tag);
         return;
     }
@@ -183,6 +203,30 @@ bool set_failure(LeaseObject* self, const Outcome& o, PyObject* source) {
     return true;
 }
 
+// Whether the lease is lost (latched): asked of a shared limiter while the lease is held (it
+// takes back what the shared state forgot, when it can), or of the lease's `lost` callable.
+// 1, 0, or -1 with an error set (from the callable).
+int check_lost(LeaseObject* self) {
+    if (self->lost || !self->acquired) {
+        return self->lost ? 1 : 0;
+    }
+    if (self->owner && !self->released && self->owner->shares_state()) {
+        self->lost = self->owner->lost(self->tag);
+    } else if (self->lost_check != nullptr) {
+        PyObject* r = PyObject_CallNoArgs(self->lost_check);
+        if (r == nullptr) {
+            return -1;
+        }
+        const int truth = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (truth < 0) {
+            return -1;
+        }
+        self->lost = truth == 1;
+    }
+    return self->lost ? 1 : 0;
+}
+
 // A custom limiter's lease: on_refund for a refund when it has one (an undo: the permits were
 // never used), else on_release. Returns 0 or -1 with an error set (from the callback).
 int run_callback(LeaseObject* self, bool refund) {
@@ -207,6 +251,9 @@ int do_release(LeaseObject* self, bool refund) {
     if (self->released) {
         return 0;
     }
+    if (self->lost_check != nullptr && check_lost(self) < 0) {
+        return -1; // (still held: the error is the callable's)
+    }
     self->released = true;
     if (!self->acquired) {
         return 0;
@@ -224,6 +271,7 @@ int lease_traverse(LeaseObject* self, visitproc visit, void* arg) {
     Py_VISIT(self->extra);
     Py_VISIT(self->on_release);
     Py_VISIT(self->on_refund);
+    Py_VISIT(self->lost_check);
     return 0;
 }
 
@@ -233,6 +281,7 @@ int lease_clear(LeaseObject* self) {
     Py_CLEAR(self->extra);
     Py_CLEAR(self->on_release);
     Py_CLEAR(self->on_refund);
+    Py_CLEAR(self->lost_check);
     return 0;
 }
 
@@ -308,7 +357,8 @@ void lease_dealloc(LeaseObject* self) {
         Py_CLEAR(self->limiter);
     }
     // Metadata and callbacks: a custom limiter's lease (the engine's have none; a call spared).
-    if (self->extra != nullptr || self->on_release != nullptr || self->on_refund != nullptr) {
+    if (self->extra != nullptr || self->on_release != nullptr || self->on_refund != nullptr ||
+        self->lost_check != nullptr) {
         lease_clear(self);
     }
     self->owner.~shared_ptr<Limiter>();
@@ -332,6 +382,14 @@ PyObject* lease_refund(LeaseObject* self, PyObject*) {
         return nullptr;
     }
     Py_RETURN_NONE;
+}
+
+PyObject* lease_is_lost(LeaseObject* self, PyObject*) {
+    const int lost = check_lost(self);
+    if (lost < 0) {
+        return nullptr;
+    }
+    return PyBool_FromLong(lost);
 }
 
 PyObject* lease_enter(PyObject* self, PyObject*) {
@@ -395,6 +453,11 @@ PyObject* lease_metadata(LeaseObject* self, void*) {
         Py_DECREF(d);
         return nullptr;
     }
+    const int lost = check_lost(self);
+    if (lost < 0 || (lost == 1 && PyDict_SetItemString(d, "lost", Py_True) != 0)) {
+        Py_DECREF(d);
+        return nullptr;
+    }
     PyObject* proxy = PyDictProxy_New(d);
     Py_DECREF(d);
     return proxy;
@@ -413,15 +476,16 @@ PyObject* lease_repr(LeaseObject* self) {
     return r;
 }
 
-// Lease.granted(permit_count=1, *, on_release=None, on_refund=None, metadata=None)
+// Lease.granted(permit_count=1, *, on_release=None, on_refund=None, metadata=None, lost=None)
 PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
-    static const char* kw[] = {"permit_count", "on_release", "on_refund", "metadata", nullptr};
+    static const char* kw[] = {"permit_count", "on_release", "on_refund", "metadata", "lost", nullptr};
     PyObject* count = nullptr;
     PyObject* on_release = Py_None;
     PyObject* on_refund = Py_None;
     PyObject* metadata = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOO:granted", const_cast<char**>(kw), &count, &on_release,
-                                     &on_refund, &metadata)) {
+    PyObject* lost = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOOO:granted", const_cast<char**>(kw), &count, &on_release,
+                                     &on_refund, &metadata, &lost)) {
         return nullptr;
     }
     long long n = 1;
@@ -445,6 +509,10 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
         PyErr_SetString(PyExc_TypeError, "on_refund must be callable or None");
         return nullptr;
     }
+    if (lost != Py_None && !PyCallable_Check(lost)) {
+        PyErr_SetString(PyExc_TypeError, "lost must be callable or None");
+        return nullptr;
+    }
     if (!check_metadata(metadata)) {
         return nullptr;
     }
@@ -453,6 +521,10 @@ PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
         return nullptr;
     }
     self->acquired = true;
+    if (lost != Py_None) {
+        self->lost_check = Py_NewRef(lost);
+        track(self);
+    }
     self->permit_count = n;
     if (on_release != Py_None) {
         Py_INCREF(on_release);
@@ -546,13 +618,18 @@ PyMethodDef lease_methods[] = {
      "with release()."},
     {"_with_permit_count", reinterpret_cast<PyCFunction>(lease_with_permit_count), METH_O,
      "_with_permit_count($self, permit_count, /)\n--\n\n"},
+    {"_is_lost", reinterpret_cast<PyCFunction>(lease_is_lost), METH_NOARGS,
+     "_is_lost($self, /)\n--\n\nmetadata.get('lost', False), without building the mapping (a wrapping lease's "
+     "lost=)."},
     {"__enter__", lease_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n"},
     {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_exit)), METH_FASTCALL,
      "__exit__($self, exc_type, exc, tb, /)\n--\n\nReleases the lease."},
     {"granted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_granted)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "granted($type, /, permit_count=1, *, on_release=None, on_refund=None, metadata=None)\n--\n\nA successful lease: "
-     "on_release() runs on its first release(), on_refund() (default: on_release) when a chain gives it back unused."},
+     "granted($type, /, permit_count=1, *, on_release=None, on_refund=None, metadata=None, lost=None)\n--\n\n"
+     "A successful lease: on_release() runs on its first release(), on_refund() (default: on_release) when a chain "
+     "gives it back unused; lost() (asked when its metadata is read, and before its release) returns True once the "
+     "shared state forgot it: metadata['lost'] is True from then on."},
     {"denied", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_denied)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "denied($type, /, reason='limit_reached', *, retry_after=None, metadata=None)\n--\n\nA failed lease."},
@@ -566,7 +643,7 @@ PyGetSetDef lease_getset[] = {
     {"reason", reinterpret_cast<getter>(lease_reason), nullptr, "Why the lease failed; None on success.", nullptr},
     {"metadata", reinterpret_cast<getter>(lease_metadata), nullptr,
      "Read-only mapping: retry_after and reason when set, limiter (the refusing limiter's name) on a failed "
-     "lease, plus what a custom limiter adds.",
+     "lease, lost (True) on a lease the shared state forgot, plus what a custom limiter adds.",
      nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 

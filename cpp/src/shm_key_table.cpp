@@ -70,6 +70,11 @@ std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
     return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
 }
 
+Holding holding_of(std::int64_t tag) {
+    return {static_cast<std::uint32_t>(tag & 0xffff),
+            static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+}
+
 std::uint64_t entry_tag(std::uint32_t holder, std::uint32_t generation) {
     return (static_cast<std::uint64_t>(generation) << 32) | (holder + 1);
 }
@@ -112,7 +117,7 @@ public:
     }
 
 protected:
-    bool take(std::int64_t n, Nanos now, std::int64_t& tag) override {
+    bool take_held(std::int64_t n, Nanos now, std::int64_t& tag) override {
         if (table_->take(key_, n, now, tag)) {
             if (table_->releases_permits()) {
                 watch(table_->store(), table_->tmpl().lease_ttl / 3, false);
@@ -123,11 +128,18 @@ protected:
     }
     std::int64_t available_at(Nanos now) const override { return table_->available(key_, now); }
     Nanos time_until(std::int64_t needed, Nanos now) const override { return table_->time_until(key_, needed, now); }
-    void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
+    void give_back_held(std::int64_t n, std::int64_t tag, Nanos now) override {
         if (table_->give_back(key_, n, tag, now)) {
             table_->store().segment().notify();
         }
     }
+    bool still_held(std::int64_t tag, std::int64_t permits) override { return table_->still_held(key_, tag, permits); }
+    void let_go(std::int64_t tag, std::int64_t permits) override {
+        if (table_->let_go(key_, tag, permits, state_now())) {
+            table_->store().segment().notify();
+        }
+    }
+    void told_lost(std::int64_t leases) override { table_->note_lost(leases); }
     std::unique_ptr<Projection> project() const override { return table_->project(key_); }
     void on_queued() override {
         if (table_->releases_permits()) {
@@ -354,9 +366,12 @@ std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) cons
         const auto holder = static_cast<std::uint32_t>((tag & 0xffffffffULL) - 1);
         const auto gen = static_cast<std::uint32_t>(tag >> 32);
         // A holder slot freed since (a new generation) held nothing more: cheap, checked always. Whether
-        // a holder still running lives (/proc) only when asked to reclaim.
+        // a holder still running lives (/proc) only when asked to reclaim; a dead one's slot is reclaimed
+        // whole (its named permits too), so that a holder whose slot is still its own always has its
+        // entries (SharedLimiter's take-back relies on it).
         const bool stale = holder >= kMaxHolders || seg.holder_generation(holder) != gen;
-        if (stale || (reclaim && holder_dead(seg.header().holders[holder], tmpl_.lease_ttl, mono_now))) {
+        if (stale || (reclaim && holder_dead(seg.header().holders[holder], tmpl_.lease_ttl, mono_now) &&
+                      (seg.reclaim_holder(holder, tmpl_.lease_ttl) || seg.holder_generation(holder) != gen))) {
             e.count.store(0);
             e.tag.store(0);
             continue;
@@ -452,23 +467,44 @@ KeyTable::HolderEntry* KeyTable::entry_for_locked(Record& r, Holding h, bool cla
 }
 
 bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos now) {
+    return give_back_count(key, n, tag, now) > 0;
+}
+
+bool KeyTable::still_held(const Key& /*key*/, std::int64_t tag, std::int64_t /*permits*/) {
+    // A key's entries of a holder are cleared only with its slot (held_locked reclaims it whole):
+    // while the slot is this holding's, the entries are there. No shard lock on a release's way.
+    return store_->segment().holds(holding_of(tag));
+}
+
+bool KeyTable::let_go(const Key& key, std::int64_t tag, std::int64_t permits, Nanos now) {
+    const std::int64_t given = give_back_count(key, permits, tag, now);
+    // The rest's uses of the slot: their entry was cleared without them (still ours, or unpin does nothing).
+    store_->segment().unpin(holding_of(tag), permits - given);
+    return given > 0;
+}
+
+void KeyTable::note_lost(std::int64_t leases) noexcept {
+    lost_leases_.fetch_add(leases);
+    store_->note_lost();
+}
+
+std::int64_t KeyTable::give_back_count(const Key& key, std::int64_t n, std::int64_t tag, Nanos now) {
     const std::uint32_t shard = shard_of(key);
-    const Holding h{static_cast<std::uint32_t>(tag & 0xffff),
-                    static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+    const Holding h = holding_of(tag);
     if (releases_permits() && !store_->segment().holds(h)) {
-        return false; // a forked child's copy of the parent's lease, or reclaimed meanwhile
+        return 0; // a forked child's copy of the parent's lease, or reclaimed meanwhile
     }
     std::int64_t given = 0;
     {
         RobustLock lock(lock_of(data_, shard));
         Record* r = find_locked(shard, key, now, false);
         if (r == nullptr) {
-            return false; // evicted: nothing of it is held (and its holder's uses went with a reclaim)
+            return 0; // evicted: nothing of it is held (and its holder's uses went with a reclaim)
         }
         switch (tmpl_.params.kind) {
         case Kind::SlidingWindow: {
             window_of(*r).give_back(n, tag, now);
-            return false;
+            return 0;
         }
         case Kind::Concurrency: {
             const std::uint64_t mine = entry_tag(h.index, h.generation);
@@ -485,11 +521,11 @@ bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos
             }
             break;
         }
-        default: detail::rule_give_back(*rule_, r->word(), r->anchor, n, tag, now); return false;
+        default: detail::rule_give_back(*rule_, r->word(), r->anchor, n, tag, now); return 0;
         }
     }
     store_->segment().unpin(h, given); // (after the entry: the slot is freed only once it holds nothing)
-    return given > 0;
+    return given;
 }
 
 bool KeyTable::no_room(const Key& key) {

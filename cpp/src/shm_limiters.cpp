@@ -43,6 +43,11 @@ std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
     return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
 }
 
+Holding holding_of(std::int64_t tag) {
+    return {static_cast<std::uint32_t>(tag & 0xffff),
+            static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+}
+
 /// A named concurrency limiter: the engine's Limiter (queue, leases, waits) over a ConcurrencyView.
 class SharedConcurrency final : public SharedLimiter {
 public:
@@ -59,7 +64,7 @@ public:
     }
 
 protected:
-    bool take(std::int64_t n, Nanos /*now*/, std::int64_t& tag) override {
+    bool take_held(std::int64_t n, Nanos /*now*/, std::int64_t& tag) override {
         Segment& seg = store_->segment();
         for (;;) {
             Holding h;
@@ -92,10 +97,9 @@ protected:
         return view_.available() >= n && !store_->segment().slot_available() ? Reason::ProcessLimit
                                                                              : Reason::LimitReached;
     }
-    void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
+    void give_back_held(std::int64_t n, std::int64_t tag, Nanos now) override {
         Segment& seg = store_->segment();
-        const Holding h{static_cast<std::uint32_t>(tag & 0xffff),
-                        static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+        const Holding h = holding_of(tag);
         if (!seg.holds(h)) {
             return; // a forked child's copy of the parent's lease, or permits reclaimed meanwhile
         }
@@ -105,6 +109,12 @@ protected:
             seg.notify();
         }
     }
+    // The ledger forgets a holder's permits only with its slot (reclaim_holder): the slot says.
+    bool still_held(std::int64_t tag, std::int64_t /*permits*/) override {
+        return store_->segment().holds(holding_of(tag));
+    }
+    void let_go(std::int64_t /*tag*/, std::int64_t /*permits*/) override {} // (its slot went with its permits)
+    void told_lost(std::int64_t /*leases*/) override { store_->note_lost(); }
     std::unique_ptr<Projection> project() const override { return nullptr; }
     void on_queued() override { watch(*store_, lease_ttl_ / 3, true); }
 
@@ -159,7 +169,7 @@ struct Store::WatcherState {
     std::thread thread;
 
     void run() {
-        Nanos last_beat = 0;
+        Nanos last_beat = monotonic_now(); // (a slot's claim beats: the watcher starts with a holder's first grant)
         std::unique_lock<std::mutex> lock(mu);
         while (!stop) {
             std::vector<std::shared_ptr<Watched>> live;
@@ -172,12 +182,21 @@ struct Store::WatcherState {
                 return false;
             });
             const Nanos now = monotonic_now();
+            bool beat = false;
             if (heartbeat_every != kNever && now - last_beat >= heartbeat_every) {
                 segment->heartbeat();
                 last_beat = now;
+                beat = true;
             }
             const bool any = std::any_of(live.begin(), live.end(), [](const auto& w) { return w->queued(); });
             lock.unlock();
+            if (beat) {
+                // Resumed after a pause past lease_ttl, this process may have been judged dead: what
+                // the segment forgot of its leases is taken back, or told lost.
+                for (const auto& w : live) {
+                    w->renew();
+                }
+            }
             if (any) {
                 Header& h = segment->header();
                 h.sleepers.fetch_add(1);

@@ -47,8 +47,10 @@ class Lease:
     @property
     def metadata(self) -> Mapping[str, object]:
         """A read-only mapping of what the lease carries: ``"retry_after"`` and ``"reason"`` when set,
-        ``"limiter"`` (the name of the limiter that refused) on a failed lease, plus what a custom limiter
-        passed as ``metadata``. Empty on a granted engine lease.
+        ``"limiter"`` (the name of the limiter that refused) on a failed lease, ``"lost"`` (True) on a
+        lease of a shared limiter whose shared state forgot it while it was held and that could not be
+        taken back (its ``release()`` gives nothing back), plus what a custom limiter passed as
+        ``metadata``. Empty on a granted engine lease.
         """
     def __bool__(self) -> bool:
         """``lease.acquired``."""
@@ -63,6 +65,7 @@ class Lease:
         """
     def _refund(self) -> None: ...
     def _with_permit_count(self, permit_count: int, /) -> Lease: ...
+    def _is_lost(self) -> bool: ...
     def __enter__(self) -> Lease:
         """The lease itself: ``with lease:`` releases it on exit."""
     def __exit__(
@@ -77,14 +80,18 @@ class Lease:
         on_release: Callable[[], object] | None = None,
         on_refund: Callable[[], object] | None = None,
         metadata: Mapping[str, object] | None = None,
+        lost: Callable[[], object] | None = None,
     ) -> Lease:
         """A granted lease of ``permit_count`` permits, for a custom limiter to return.
 
         ``on_release()`` runs on the lease's first ``release()`` (or the end of ``with lease:``);
         ``on_refund()`` runs instead when the grant is given back unused (a chain whose later member
         refused, a cancelled ``acquire_async``), and defaults to ``on_release``. ``metadata`` (copied)
-        shows in ``lease.metadata``. Raises ``TypeError`` for a count that is not an int, a callback that
-        is not callable or metadata that is not a mapping; ``ValueError`` for a negative count.
+        shows in ``lease.metadata``. ``lost()`` is asked when the metadata is read and before the
+        release: once it returns true, the shared state behind the lease forgot it and
+        ``metadata["lost"]`` is True from then on. Raises ``TypeError`` for a count that is not an int,
+        a callback that is not callable or metadata that is not a mapping; ``ValueError`` for a
+        negative count.
         """
     @classmethod
     def denied(
@@ -538,6 +545,9 @@ class ShmStore:
     def used_bytes(self) -> int: ...
     @property
     def clock(self) -> Clock: ...
+    @property
+    def _lost_seq(self) -> int: ...
+    def _wait_lost(self, seen: int, timeout_ns: int) -> int: ...
 
 class SharedLimiter(Limiter):
     @overload  # a named concurrency limiter
@@ -556,6 +566,8 @@ class SharedLimiter(Limiter):
     def _try_now(self, permit_count: int = 1) -> Lease | None: ...
     def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
     def wait_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
+    @property
+    def _lost_leases(self) -> int: ...
 
 class ShmKeyTable:
     def __init__(
@@ -577,4 +589,6 @@ class ShmKeyTable:
     def bytes(self) -> int: ...
     @property
     def bytes_per_key(self) -> int: ...
+    @property
+    def _lost_leases(self) -> int: ...
     def evict_idle(self) -> int: ...

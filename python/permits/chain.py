@@ -74,7 +74,12 @@ def _combine(leases: Sequence[Lease], permit_count: int) -> Lease:
     def refund_all() -> None:  # the chain's own lease given back (a chain in a chain): undo each
         _raise_with(_refund_all(leases), None)
 
-    return Lease.granted(permit_count, on_release=release_all, on_refund=refund_all, metadata=metadata or None)
+    def lost() -> bool:  # live: an inner lease the shared state forgot makes the chain's lost
+        return any(lease._is_lost() for lease in leases)
+
+    return Lease.granted(
+        permit_count, on_release=release_all, on_refund=refund_all, metadata=metadata or None, lost=lost
+    )
 
 
 def _acquire_each(

@@ -16,6 +16,7 @@ from typing import Any
 from . import _core, specs
 from ._core import Lease, LimiterClosedError
 from ._durations import Duration, duration_ns, timeout_ns
+from ._shm_lost_watch import LostWatch
 from ._stores.factories import StoreFactories, spec_of
 from .awaitables import LeaseWait
 from .clock import ManualClock, MonotonicClock
@@ -95,6 +96,11 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         takes the place of an idle one, else gets a failed lease, reason ``"partition_limit"``."""
         self._keys: dict[tuple[type, object], Any] = {}
         self._dropped = [0, 0]
+
+    @property
+    def _lost_leases(self) -> int:
+        """Leases of this limiter's keys found lost in this process so far."""
+        return int(self._table._lost_leases)
 
     def _limiter(self, resource: object) -> _KeyLimiter:
         self._check_open()
@@ -248,6 +254,7 @@ class SharedMemoryStore(StoreFactories):
         self._core: Any = _core.ShmStore(name, capacity, mode, clock)
         self._limiters: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
+        self._lost = LostWatch(self, self._core)
 
     # ---- limiters (token_bucket... from StoreFactories: each a limiter() of its spec) ----
     def limiter(
@@ -271,6 +278,7 @@ class SharedMemoryStore(StoreFactories):
             RateLimiter.__init__(limiter, name=name, clock=self.clock)
             _core.SharedLimiter.__init__(limiter, self._core, name, spec, ql, newest, ttl)
             limiter.lease_ttl = ttl / 1e9
+            self._lost.add(limiter)
         else:
             cls = spec._limiter_type
             limiter = cls.__new__(cls)
@@ -320,6 +328,8 @@ class SharedMemoryStore(StoreFactories):
         keyed = SharedKeyedLimiter(table, partition, name, self.clock, idle_ns / 1e9)
         keyed.store = self  # type: ignore[attr-defined]
         self._limiters.add(keyed)
+        if isinstance(partition.spec, specs.Concurrency):
+            self._lost.add(keyed)
         return keyed
 
     # ---- the store ----

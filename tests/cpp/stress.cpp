@@ -524,6 +524,66 @@ void shm_limiters() {
 #endif
 
 #if defined(__linux__)
+// Leases the segment forgets while they are held: one thread keeps having this process judged dead
+// (its holder slot reclaimed, as another process does to a holder paused past lease_ttl), while the
+// others take, look at (taking back or losing) and release leases of a named limiter and a key. No
+// permit is ever lost for good: once every lease is released, every permit is back and no holder
+// slot is kept.
+void shm_lost_leases() {
+    using namespace permits::shm;
+    const std::string name = "stress-lost-" + std::to_string(::getpid());
+    auto clock = std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
+    auto store = std::make_shared<Store>(Segment::open(name, {64, 0600, ClockKind::Monotonic}), clock);
+    Segment::unlink(name);
+    const Nanos hour = 3'600'000'000'000;
+    auto c = store->concurrency("c", 3, hour, QueueOptions{0, QueueOrder::OldestFirst});
+    auto keys = KeyTable::open(store, "ckeys", {params_of_concurrency(2, hour), QueueOptions{}, hour}, 8, hour);
+    auto key = keys->limiter_for("hot");
+    Segment& seg = store->segment();
+    std::atomic<bool> done{false};
+    std::atomic<long> reclaimed{0};
+    std::thread reclaimer([&] {
+        while (!done.load()) {
+            Holding h;
+            if (seg.current(h)) {
+                HolderSlot& slot = seg.header().holders[h.index];
+                slot.pid_ns.store(1); // another namespace's, whose heartbeat stopped
+                slot.heartbeat.store(monotonic_now() - hour);
+                if (seg.reclaim_holder(h.index, 1'000'000)) {
+                    reclaimed.fetch_add(1);
+                }
+            }
+            std::this_thread::yield();
+        }
+    });
+    std::atomic<long> lost{0};
+    run_threads(kThreads, [&](int t) {
+        // Until the holder was reclaimed under them often enough (or a bound, should it never be).
+        for (int i = 0; i < 400000 && reclaimed.load() < 300; ++i) {
+            Limiter& l = (i + t) % 2 == 0 ? *c : *key;
+            const Outcome o = l.acquire(1);
+            if (!o.acquired) {
+                continue;
+            }
+            if (l.lost(o.tag)) {
+                lost.fetch_add(1);
+            }
+            auto& shared = dynamic_cast<SharedLimiter&>(l);
+            shared.give_back_lease(1, o.tag);
+        }
+    });
+    done.store(true);
+    reclaimer.join();
+    check(c->available_permits() == 3, "shm: a named permit was lost for good after take-backs and losses");
+    check(key->available_permits() == 2, "shm: a key's permit was lost for good after take-backs and losses");
+    for (const auto& slot : seg.header().holders) {
+        const Pair w = slot.word.load();
+        check((static_cast<std::uint64_t>(w.a) & 0xffffffffULL) == 0 && w.b == 0,
+              "shm: a holder slot is kept after every lease was released");
+    }
+    std::printf("shm: %ld reclaims of a live holder, %ld leases lost, every permit back\n", reclaimed.load(),
+                lost.load());
+}
 
 // A process holding every permit of a concurrency limiter is alive to the others: never reclaimed
 // while it holds. Forked 30 ms after this process started: under qemu-user a child reads its
@@ -682,6 +742,7 @@ int main() {
     shm_processes();
 #endif
     shm_limiters();
+    shm_lost_leases();
 #endif
     concurrency_holders();
     token_bucket_exact();

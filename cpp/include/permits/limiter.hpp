@@ -98,6 +98,9 @@ public:
     /// True when the state is shared with other processes: a lease given back after close() still
     /// gives its permits back there (a closed in-process limiter's state concerns nobody).
     virtual bool shares_state() const noexcept { return false; }
+    /// True when the lease granted with `tag` is lost: the shared state forgot it and the limit did
+    /// not allow taking it back (its release gives nothing back). Never for in-process state.
+    virtual bool lost(std::int64_t /*tag*/) { return false; }
     /// When the state is full, or will be if nothing else happens; kNever if time alone never fills it.
     virtual Nanos full_at() const = 0;
     /// Requests waiting in the queue.

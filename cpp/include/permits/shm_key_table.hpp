@@ -63,6 +63,15 @@ public:
     bool take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag);
     /// Returns permits; true when a concurrency release gave some back.
     bool give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos now);
+    /// Concurrency: true while the key's record has `permits` of this process under `tag`'s holding.
+    bool still_held(const Key& key, std::int64_t tag, std::int64_t permits);
+    /// Concurrency: gives back what the record still has of `permits` under `tag`, and lets go of the
+    /// holder slot's uses of the rest; true when some came back.
+    bool let_go(const Key& key, std::int64_t tag, std::int64_t permits, Nanos now);
+    /// Leases of a key were found lost in this process (SharedLimiter): counted, and the store told.
+    void note_lost(std::int64_t leases) noexcept;
+    /// Leases of this table's keys found lost in this process so far.
+    std::int64_t lost_leases() const noexcept { return lost_leases_.load(); }
     std::int64_t available(const Key& key, Nanos now);
     Nanos time_until(const Key& key, std::int64_t needed, Nanos now);
     Nanos full_at(const Key& key);
@@ -113,6 +122,8 @@ private:
     std::uint64_t record_;
     std::uint32_t entries_; // concurrency: a record's holder entries
     std::atomic<Nanos> last_reclaim_{0};
+    std::atomic<std::int64_t> lost_leases_{0};
+    std::int64_t give_back_count(const Key& key, std::int64_t n, std::int64_t tag, Nanos now);
 };
 
 } // namespace permits::shm

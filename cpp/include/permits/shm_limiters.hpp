@@ -36,24 +36,75 @@ public:
     virtual bool queued() const noexcept = 0;
     /// Gives back dead holders' permits (rate-limited), then serves the queue.
     virtual void poll() = 0;
+    /// At each heartbeat: takes back, or tells lost, what the segment forgot of this process's leases.
+    virtual void renew() {}
 };
 
 class Store;
 
 /// The shared limiters that are not the engine's own classes: a named concurrency limiter (its
 /// holders recorded) and a key's limiter of a per-key table.
+///
+/// Their concurrency leases are kept track of in this process, by the holding they were taken under
+/// (holder slot and generation: the lease's tag), so that a holding the segment forgot (this process
+/// judged dead while paused past lease_ttl, its slot reclaimed) is noticed, at the next heartbeat or
+/// when a lease is looked at: its permits are taken again under a new holding (the leases go on, and
+/// give back there), or, when the limit no longer allows it, its leases are lost: lost(tag) is true,
+/// their release gives nothing back, and they are counted (lost_leases) and the store told.
 class SharedLimiter : public Limiter, public Watched {
 public:
     using Limiter::Limiter;
     bool shares_state() const noexcept override { return true; }
+    bool lost(std::int64_t tag) override;
+    void renew() override;
+    /// Leases of this limiter found lost in this process so far.
+    std::int64_t lost_leases() const noexcept { return lost_leases_.load(); }
+    /// A lease's release (Limiter::give_back); true when the lease was lost: nothing was given back.
+    bool give_back_lease(std::int64_t n, std::int64_t tag);
 
 protected:
     /// Has `store`'s watcher serve this limiter and renew the process's heartbeat every
     /// `heartbeat_every`: once (a holder's first grant), or again and kicked (`always`: a request queued).
     void watch(Store& store, Nanos heartbeat_every, bool always);
 
+    bool take(std::int64_t n, Nanos now, std::int64_t& tag) final;
+    void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) final;
+    // ---- what each kind does with the shared state ----
+    /// Takes n permits (concurrency: under a holding of this process, which `tag` names).
+    virtual bool take_held(std::int64_t n, Nanos now, std::int64_t& tag) = 0;
+    virtual void give_back_held(std::int64_t n, std::int64_t tag, Nanos now) = 0;
+    /// True while the shared state still has `permits` of this process under the holding of `tag`.
+    virtual bool still_held(std::int64_t tag, std::int64_t permits) = 0;
+    /// The state no longer has them: gives back what it still has of them, and lets go of the rest's
+    /// uses of the holder slot (if it is still this process's).
+    virtual void let_go(std::int64_t tag, std::int64_t permits) = 0;
+    /// `leases` were just found lost (counted already): tells whoever listens.
+    virtual void told_lost(std::int64_t leases) = 0;
+
 private:
+    /// The leases this process holds under one holding.
+    struct Group {
+        std::int64_t origin = 0; ///< the tag they were granted under (their leases carry it)
+        std::int64_t now = 0;    ///< the tag they are held under now (another after a take-back)
+        std::int64_t permits = 0;
+        std::int64_t leases = 0; ///< 0: a free entry
+        bool lost = false;
+    };
+    static constexpr std::size_t kGroups = 32; // holdings with leases at once: one, but for take-backs
+    class Guard;
+    Group* find_locked(std::int64_t origin) noexcept;
+    /// give_back_at's work; true when the lease was lost.
+    bool give_back_tracked(std::int64_t n, std::int64_t tag, Nanos now);
+    /// Under the guard: whether the group's permits are (still, or again) held; false: lost.
+    bool keep_locked(Group& g);
+
     std::atomic<bool> watching_{false};
+    // A spin lock owned by a pid: a forked child takes over one its parent's thread held (and drops
+    // the parent's groups: its copies of the parent's leases give nothing back).
+    std::atomic<std::uint64_t> lock_{0};
+    std::uint64_t groups_pid_ = 0;
+    Group groups_[kGroups];
+    std::atomic<std::int64_t> lost_leases_{0};
 };
 
 /// A segment opened by this process, with the clock its limiters run on and its watcher thread.
@@ -82,6 +133,13 @@ public:
     /// heartbeat at least every `heartbeat_every`.
     void watch(const std::shared_ptr<Watched>& w, Nanos heartbeat_every);
 
+    /// Leases of this store were found lost: wakes wait_lost().
+    void note_lost() noexcept;
+    /// How many times leases were found lost (the word wait_lost() waits on).
+    std::uint32_t lost_seq() const noexcept { return lost_seq_.load(); }
+    /// Waits until lost_seq() differs from `seen`, at most `timeout` ns (a process-private futex).
+    void wait_lost(std::uint32_t seen, Nanos timeout) const noexcept;
+
 private:
     struct WatcherState;
     std::shared_ptr<WatcherState> watcher();
@@ -91,6 +149,7 @@ private:
     std::mutex mu_;
     std::shared_ptr<WatcherState> watcher_; // this process's (a forked child makes its own)
     std::uint64_t watcher_pid_ = 0;
+    std::atomic<std::uint32_t> lost_seq_{0};
 };
 
 /// A named concurrency limiter's data in the segment, and the one protocol that changes it.

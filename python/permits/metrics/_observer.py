@@ -41,7 +41,11 @@ class Observer:
         held = _Held(lease, self, self.clock.now_ns())
         metadata = lease.metadata
         return Lease.granted(
-            lease.permit_count, on_release=held.release, on_refund=held.refund, metadata=metadata or None
+            lease.permit_count,
+            on_release=held.release,
+            on_refund=held.refund,
+            metadata=metadata or None,
+            lost=lease._is_lost,
         )
 
     def enqueued(self, permit_count: int) -> tuple[Sink, ...]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from .. import _lost_leases
 from .._core import LimiterClosedError
 
 # Seconds: OpenTelemetry's default boundaries are meant for milliseconds.
@@ -43,6 +44,12 @@ class OpenTelemetryMetrics:
         self.requests = meter.create_counter(
             "permits.requests", unit="{request}", description="Requests seen by a rate-limiting middleware, by result"
         )
+        self.lost = meter.create_counter(
+            "permits.leases.lost",
+            unit="{lease}",
+            description="Leases a shared state forgot while they were held, and that could not be taken back",
+        )
+        self.lost_keys: dict[str, object] = {}  # one per limiter name: a loss counts once per meter
         meter.create_observable_up_down_counter(
             "permits.queued", callbacks=[self._queued], unit="{request}", description="Requests waiting in a queue"
         )
@@ -61,7 +68,7 @@ class OpenTelemetryMetrics:
 class OpenTelemetrySink:
     """The attribute sets of one limiter name, made once per result."""
 
-    __slots__ = ("_attributes", "_by_result", "_metrics", "_name")
+    __slots__ = ("__weakref__", "_attributes", "_by_result", "_metrics", "_name", "lost_key")
 
     def __init__(self, metrics: OpenTelemetryMetrics, limiter: Any) -> None:
         self._metrics = metrics
@@ -69,6 +76,8 @@ class OpenTelemetrySink:
         self._attributes = {"limiter": limiter.name}
         self._by_result: dict[str, dict[str, str]] = {}
         metrics.limiters.add(limiter)
+        self.lost_key = metrics.lost_keys.setdefault(limiter.name, object())
+        _lost_leases.listen(limiter.name, self)
 
     def _with(self, result: str) -> dict[str, str]:
         found = self._by_result.get(result)
@@ -93,3 +102,6 @@ class OpenTelemetrySink:
 
     def request(self, result: str) -> None:
         self._metrics.requests.add(1, self._with(result))
+
+    def lost(self, leases: int) -> None:
+        self._metrics.lost.add(leases, self._attributes)

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, valu
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .. import _lost_leases
 from .._core import LimiterClosedError
 
 _sets: weakref.WeakKeyDictionary[CollectorRegistry, PrometheusMetrics] = weakref.WeakKeyDictionary()
@@ -77,6 +78,12 @@ class PrometheusMetrics:
             "permits_requests", "Requests seen by a rate-limiting middleware, by result", ["limiter", "result"],
             registry=registry,
         )  # fmt: skip
+        self.lost = Counter(
+            "permits_leases_lost",
+            "Leases a shared state forgot while they were held, and that could not be taken back",
+            ["limiter"],
+            registry=registry,
+        )
         self.queued: _Queued | None = None
         self.queued_gauge: Gauge | None = None
         if multiprocess():  # (a custom collector runs only in the collecting process: never read)
@@ -92,7 +99,10 @@ class PrometheusMetrics:
 class PrometheusSink:
     """The instruments' children of one limiter name, made once per result."""
 
-    __slots__ = ("_active", "_duration", "_leases", "_metrics", "_name", "_queue", "_queued", "_requests")
+    __slots__ = (
+        "__weakref__", "_active", "_duration", "_leases", "_metrics", "_name", "_queue", "_queued", "_requests",
+        "lost_key",
+    )  # fmt: skip
 
     def __init__(self, metrics: PrometheusMetrics, limiter: Any) -> None:
         self._metrics = metrics
@@ -106,6 +116,8 @@ class PrometheusSink:
             metrics.queued.limiters.add(limiter)
         gauge = metrics.queued_gauge
         self._queued = None if gauge is None else gauge.labels(name)
+        self.lost_key = metrics.lost.labels(name)
+        _lost_leases.listen(name, self)
 
     def leased(self, result: str) -> None:
         child = self._leases.get(result)
@@ -134,3 +146,6 @@ class PrometheusSink:
         if child is None:
             child = self._requests[result] = self._metrics.requests.labels(self._name, result)
         child.inc()
+
+    def lost(self, leases: int) -> None:
+        self.lost_key.inc(leases)

@@ -53,3 +53,13 @@ def test_keyed_limiter_and_both_exporters() -> None:
         )
         == 1
     )
+
+
+def test_lost_leases_are_counted() -> None:
+    from permits import _lost_leases
+
+    otel = OTel()
+    limiter = instrument(permits.ConcurrencyLimiter(1, name="lost-db"), meter=otel.meter)
+    _lost_leases.report("lost-db", 3)
+    assert otel.value("permits.leases.lost", limiter="lost-db").value == 3
+    assert limiter

@@ -262,3 +262,17 @@ def test_multiprocess_mode_exports_every_instrument(tmp_path: Path) -> None:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+
+
+def test_lost_leases_are_counted_once_per_instrument(registry: object) -> None:
+    from permits import _lost_leases
+
+    first = instrument(permits.ConcurrencyLimiter(1, name="lost-db"), registry=registry)
+    second = instrument(permits.ConcurrencyLimiter(1, name="lost-db"), registry=registry)  # the same counter
+    other = instrument(permits.ConcurrencyLimiter(1, name="lost-other"), registry=registry)
+    _lost_leases.report("lost-db", 2)  # what a store does when it finds leases of "lost-db" lost
+    with exposition(registry) as url:
+        text = scrape(url)
+        assert value(text, "permits_leases_lost_total", limiter="lost-db") == 2
+        assert value(text, "permits_leases_lost_total", limiter="lost-other") == 0
+    assert first and second and other

@@ -1,0 +1,196 @@
+// Leases the segment forgot while their process lived (Linux): a holder paused past lease_ttl is
+// judged dead and its slot reclaimed, its permits given back for others. On resuming, each lease
+// it still holds is taken back when the limit allows it, and is lost (told, and releasing nothing)
+// when it does not. Here the reclaim is what another process would do to a holder whose heartbeat
+// stopped in another pid namespace.
+#if defined(__linux__)
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "permits/shm_key_table.hpp"
+#include "permits/shm_limiters.hpp"
+#include "support.hpp"
+
+using namespace permits;
+using namespace permits::shm;
+using permits::testing::kSec;
+using permits::testing::make_clock;
+
+namespace {
+
+constexpr Nanos kHour = 3600 * kSec;
+const QueueOptions kNoQueue{0, QueueOrder::OldestFirst};
+
+struct Two {
+    std::shared_ptr<ManualClock> clock = make_clock();
+    std::string name;
+    std::shared_ptr<Store> a;
+    std::shared_ptr<Store> b;
+    explicit Two(const char* what) : name("ctest-lost-" + std::string(what) + "-" + std::to_string(::getpid())) {
+        const Segment::Options opts{64, 0600, ClockKind::Manual};
+        a = std::make_shared<Store>(Segment::open(name, opts), clock);
+        b = std::make_shared<Store>(Segment::open(name, opts), clock);
+        Segment::unlink(name);
+    }
+};
+
+/// What another process does to this one when its heartbeat stopped in another pid namespace:
+/// its slot reclaimed, its permits given back in every named limiter, its per-key entries stale.
+void judged_dead(Store& s) {
+    Segment& seg = s.segment();
+    Holding h;
+    ASSERT_TRUE(seg.current(h));
+    HolderSlot& slot = seg.header().holders[h.index];
+    // (retried: the watcher may renew the heartbeat between the two stores)
+    for (int i = 0; i < 100; ++i) {
+        slot.pid_ns.store(1);
+        slot.heartbeat.store(monotonic_now() - 10 * kSec);
+        if (seg.reclaim_holder(h.index, kSec)) {
+            return;
+        }
+    }
+    FAIL() << "the holder was never reclaimed";
+}
+
+std::shared_ptr<KeyTable> table(Store& s, std::int64_t limit, Nanos lease_ttl) {
+    KeyTable::Template tmpl{params_of_concurrency(limit, lease_ttl), kNoQueue, lease_ttl};
+    return KeyTable::open(s.shared_from_this(), "keys", tmpl, 8, kSec);
+}
+
+} // namespace
+
+TEST(ShmLostLeases, ALeaseTheSegmentForgotIsTakenBackWhenTheLimitAllows) {
+    Two t("back");
+    auto lim = t.a->concurrency("c", 2, kHour, kNoQueue);
+    const Outcome held = lim->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    judged_dead(*t.a);
+    EXPECT_EQ(lim->available_permits(), 2); // forgotten: the segment gave its permit to others
+    EXPECT_FALSE(lim->lost(held.tag));      // looked at: taken back
+    EXPECT_EQ(lim->available_permits(), 1);
+    EXPECT_EQ(lim->lost_leases(), 0);
+    auto other = t.b->concurrency("c", 2, kHour, kNoQueue);
+    EXPECT_TRUE(other->acquire(1).acquired);
+    EXPECT_FALSE(other->acquire(1).acquired); // never more than the limit
+    lim->give_back(1, held.tag);              // given back where it is held now
+    EXPECT_EQ(lim->available_permits(), 1);
+}
+
+TEST(ShmLostLeases, ALeaseWhosePermitWentToAnotherIsLostToldAndReleasesNothing) {
+    Two t("lost");
+    auto lim = t.a->concurrency("c", 1, kHour, kNoQueue);
+    auto shared = std::dynamic_pointer_cast<SharedLimiter>(lim);
+    const Outcome held = lim->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    judged_dead(*t.a);
+    const std::uint32_t seen = t.a->lost_seq(); // (the watcher's first heartbeat may find it lost too)
+    auto other = t.b->concurrency("c", 1, kHour, kNoQueue);
+    const Outcome theirs = other->acquire(1); // the permit the segment forgot, granted again
+    ASSERT_TRUE(theirs.acquired);
+    EXPECT_TRUE(lim->lost(held.tag));
+    EXPECT_TRUE(lim->lost(held.tag)); // from then on
+    EXPECT_EQ(shared->lost_leases(), 1);
+    EXPECT_NE(t.a->lost_seq(), seen);                  // told
+    EXPECT_TRUE(shared->give_back_lease(1, held.tag)); // lost: gives nothing back
+    EXPECT_EQ(lim->available_permits(), 0);            // the other holder's permit stays taken
+    other->give_back(1, theirs.tag);
+    EXPECT_EQ(lim->available_permits(), 1);
+    EXPECT_TRUE(lim->acquire(1).acquired); // and this process takes permits again as before
+}
+
+TEST(ShmLostLeases, ReleasingAForgottenLeaseTakesItBackFirstOrGivesNothing) {
+    Two t("release");
+    auto lim = t.a->concurrency("c", 2, kHour, kNoQueue);
+    auto shared = std::dynamic_pointer_cast<SharedLimiter>(lim);
+    const Outcome one = lim->acquire(1);
+    const Outcome two = lim->acquire(1);
+    ASSERT_TRUE(one.acquired && two.acquired);
+    judged_dead(*t.a);
+    auto other = t.b->concurrency("c", 2, kHour, kNoQueue);
+    const Outcome theirs = other->acquire(1);
+    ASSERT_TRUE(theirs.acquired);
+    // Two leases held under one holding, one permit left: they cannot both be taken back, and are
+    // lost together (never one of them held in the segment's stead of the other).
+    EXPECT_TRUE(shared->give_back_lease(1, one.tag));
+    EXPECT_TRUE(lim->lost(two.tag));
+    EXPECT_EQ(shared->lost_leases(), 2);
+    EXPECT_EQ(lim->available_permits(), 1);
+    EXPECT_TRUE(shared->give_back_lease(1, two.tag));
+    EXPECT_EQ(lim->available_permits(), 1);
+}
+
+TEST(ShmLostLeases, TheHeartbeatTakesForgottenLeasesBackUnasked) {
+    Two t("beat");
+    const Nanos ttl = 30 * 1000000; // heartbeats every 10 ms
+    auto lim = t.a->concurrency("c", 1, ttl, kNoQueue);
+    const Outcome held = lim->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    judged_dead(*t.a);
+    // Nothing of this process is called: its watcher's next heartbeat takes the permit back.
+    for (int i = 0; i < 500 && lim->available_permits() != 0; ++i) {
+        ::usleep(2000);
+    }
+    EXPECT_EQ(lim->available_permits(), 0);
+    EXPECT_FALSE(t.b->concurrency("c", 1, ttl, kNoQueue)->acquire(1).acquired);
+    EXPECT_FALSE(lim->lost(held.tag));
+    lim->give_back(1, held.tag);
+    EXPECT_EQ(lim->available_permits(), 1);
+}
+
+TEST(ShmLostLeases, AForgottenKeyLeaseIsTakenBackOrLost) {
+    Two t("keys");
+    auto ka = table(*t.a, 1, kHour);
+    auto kb = table(*t.b, 1, kHour);
+    auto mine = ka->limiter_for("k");
+    auto shared = std::dynamic_pointer_cast<SharedLimiter>(mine);
+    const Outcome held = mine->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    judged_dead(*t.a);
+    EXPECT_FALSE(mine->lost(held.tag)); // taken back: the key's permit was free
+    EXPECT_FALSE(kb->limiter_for("k")->acquire(1).acquired);
+    mine->give_back(1, held.tag);
+    EXPECT_EQ(kb->limiter_for("k")->available_permits(), 1);
+
+    const Outcome again = mine->acquire(1);
+    ASSERT_TRUE(again.acquired);
+    judged_dead(*t.a);
+    auto theirs_limiter = kb->limiter_for("k");
+    const Outcome theirs = theirs_limiter->acquire(1);
+    ASSERT_TRUE(theirs.acquired);
+    EXPECT_TRUE(mine->lost(again.tag));
+    EXPECT_EQ(ka->lost_leases(), 1);
+    EXPECT_TRUE(shared->give_back_lease(1, again.tag));
+    EXPECT_EQ(theirs_limiter->available_permits(), 0);
+    theirs_limiter->give_back(1, theirs.tag);
+    EXPECT_EQ(theirs_limiter->available_permits(), 1);
+}
+
+TEST(ShmLostLeases, AForkedChildNeverTakesBackItsParentsLeases) {
+    Two t("fork");
+    auto lim = t.a->concurrency("c", 2, kHour, kNoQueue);
+    const Outcome held = lim->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    judged_dead(*t.a);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        // The parent's lease, copied: not the child's to take back (which would hold a slot under
+        // the child's pid), nor to release.
+        bool ok = !lim->lost(held.tag);
+        lim->give_back(1, held.tag);
+        for (const auto& slot : t.a->segment().header().holders) {
+            ok = ok && (slot.tag() & 0xffffffffULL) != static_cast<std::uint64_t>(::getpid());
+        }
+        ::_exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_FALSE(lim->lost(held.tag)); // the parent's own: taken back
+    EXPECT_EQ(lim->available_permits(), 1);
+}
+
+#endif // __linux__
