@@ -233,81 +233,90 @@ std::uint64_t Segment::size_for(std::uint64_t capacity) noexcept {
     return round_up(sizeof(Header), kPage) + round_up(kNamedArena + capacity * kBytesPerKey, kPage);
 }
 
-std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& options) {
-    check_name(name);
-    if (options.capacity < 1 || options.capacity > kMaxCapacity) {
-        throw std::invalid_argument("capacity must be between 1 and " + std::to_string(kMaxCapacity) + ", got " +
-                                    std::to_string(options.capacity));
+namespace {
+constexpr const char* kShmDir = "/dev/shm"; // where glibc's shm_open keeps its files on Linux
+
+/// Closes `fd` keeping errno (for the error that follows).
+void close_keeping_errno(int fd) {
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+}
+
+/// Makes the file `fd` a new segment: the mode exactly as asked (whatever the umask), the size, all
+/// of its memory, then the header, published by `ready`, last. Returns its mapping; on an error
+/// throws std::system_error (`fd` stays open).
+Header* build(int fd, const std::string& name, std::uint64_t size, const Segment::Options& options) {
+    // All of its memory now (posix_fallocate): a page that /dev/shm could not give later would be a
+    // SIGBUS in whichever process touched it, where here it is an error for the creator. Some kernels'
+    // tmpfs give it up with EINTR when a signal arrives (even a stop and continue): tried again, a few
+    // times, so that a stray signal does not fail the creation.
+    int err = 0;
+    if (::fchmod(fd, static_cast<mode_t>(options.mode)) != 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+        err = errno;
     }
-    const std::string path = path_of(name);
-    const std::uint64_t size = size_for(options.capacity);
-    // The file is sparse, but a page touched beyond what /dev/shm can hold would be a SIGBUS: a
-    // capacity whose segment could not fit there at all is refused now.
-    struct statvfs fs {};
-    if (::statvfs("/dev/shm", &fs) == 0 && fs.f_blocks > 0 &&
-        size > static_cast<std::uint64_t>(fs.f_blocks) * static_cast<std::uint64_t>(fs.f_frsize)) {
-        throw std::invalid_argument("capacity=" + std::to_string(options.capacity) + " needs a segment of up to " +
-                                    std::to_string(size) + " bytes; /dev/shm holds " +
-                                    std::to_string(static_cast<std::uint64_t>(fs.f_blocks) * fs.f_frsize));
-    }
-    int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(options.mode));
-    if (fd >= 0) {
-        // The creator: the mode exactly as asked (whatever the umask), the size, then the header,
-        // published by `ready`, last.
-        // All of its memory now (posix_fallocate): a page that /dev/shm could not give later would be a
-        // SIGBUS in whichever process touched it, where here it is an error for the creator.
-        int err = 0;
-        if (::fchmod(fd, static_cast<mode_t>(options.mode)) != 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0 ||
-            (err = ::posix_fallocate(fd, 0, static_cast<off_t>(size))) != 0) {
-            if (err != 0) {
-                errno = err;
-            }
-            const int saved = errno;
-            ::close(fd);
-            ::shm_unlink(path.c_str());
-            errno = saved;
-            fail_errno("cannot create shared-memory segment '" + name + "' of " + std::to_string(size) + " bytes");
+    for (int tries = 1; err == 0; ++tries) {
+        err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+        if (err != EINTR || tries == 8) {
+            break;
         }
-        void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        ::close(fd);
-        if (map == MAP_FAILED) {
-            ::shm_unlink(path.c_str());
-            fail_errno("cannot map shared-memory segment '" + name + "'");
-        }
-        auto* h = static_cast<Header*>(map);
-        h->magic = kMagic;
-        h->version = kLayoutVersion;
-        h->header_bytes = sizeof(Header);
-        h->total_bytes = size;
-        h->capacity = options.capacity;
-        h->clock = options.clock;
-        h->pair_bytes = sizeof(AtomicPair);
-        std::random_device rd;
-        h->hash_seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-        h->arena_offset = round_up(sizeof(Header), kPage);
-        h->arena_bytes = size - h->arena_offset;
-        h->arena_used = 0;
-        RobustLock::init(&h->lock);
-        h->ready.store(1);
-        return std::shared_ptr<Segment>(new Segment(name, h, size));
+        err = 0;
     }
-    if (errno != EEXIST) {
-        fail_errno("cannot create shared-memory segment '" + name + "'");
+    if (err != 0) {
+        errno = err;
+        fail_errno("cannot create shared-memory segment '" + name + "' of " + std::to_string(size) + " bytes");
     }
-    fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        fail_errno("cannot open shared-memory segment '" + name + "'");
+    void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        fail_errno("cannot map shared-memory segment '" + name + "'");
     }
-    // Another process made it: wait (about 2 s at most) for its creator to finish.
+    auto* h = static_cast<Header*>(map);
+    h->magic = kMagic;
+    h->version = kLayoutVersion;
+    h->header_bytes = sizeof(Header);
+    h->total_bytes = size;
+    h->capacity = options.capacity;
+    h->clock = options.clock;
+    h->pair_bytes = sizeof(AtomicPair);
+    std::random_device rd;
+    h->hash_seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    h->arena_offset = round_up(sizeof(Header), kPage);
+    h->arena_bytes = size - h->arena_offset;
+    h->arena_used = 0;
+    RobustLock::init(&h->lock);
+    h->ready.store(1);
+    return h;
+}
+
+/// Gives the unnamed file `fd` (O_TMPFILE) the name `target`, if no file has it: 0, or the errno
+/// (EEXIST: another process published first).
+int publish(int fd, const std::string& target) {
+    // Through /proc (any user), else by the descriptor itself (AT_EMPTY_PATH: CAP_DAC_READ_SEARCH).
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, target.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+        return 0;
+    }
+    if (errno == EEXIST) {
+        return EEXIST;
+    }
+    const int through_proc = errno;
+    if (::linkat(fd, "", AT_FDCWD, target.c_str(), AT_EMPTY_PATH) == 0) {
+        return 0;
+    }
+    return errno == EEXIST ? EEXIST : through_proc;
+}
+
+/// Maps the existing segment file `fd` (closed here) once its creator has finished it, checked
+/// against `options`; sets `file_size`.
+Header* attach(int fd, const std::string& name, const Segment::Options& options, std::uint64_t& file_size) {
+    // A segment is published complete (see create below); one made in place, by an earlier build or
+    // where there is no O_TMPFILE, may still be under way: wait (about 2 s at most) for its creator.
     struct stat st {};
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     void* map = MAP_FAILED;
-    std::uint64_t file_size = 0;
     for (;;) {
         if (::fstat(fd, &st) != 0) {
-            const int err = errno;
-            ::close(fd);
-            errno = err;
+            close_keeping_errno(fd);
             fail_errno("cannot open shared-memory segment '" + name + "'");
         }
         file_size = static_cast<std::uint64_t>(st.st_size);
@@ -326,8 +335,12 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
         if (std::chrono::steady_clock::now() > deadline) {
             ::close(fd);
             if (file_size == 0 || file_size >= sizeof(Header)) {
+                // Nothing of this build leaves such a file: only a creator that made it in place and
+                // died. No process can tell that from one still making it, so a person removes it.
                 throw std::invalid_argument("shared-memory segment '" + name +
-                                            "' was never finished (its creator died?): unlink it");
+                                            "' was never finished (made in place by a creator that died: an "
+                                            "earlier build of permits, or a kernel without O_TMPFILE): remove " +
+                                            std::string(kShmDir) + path_of(name) + ", then open it again");
             }
             throw std::invalid_argument("shared-memory segment '" + name + "' is truncated (" +
                                         std::to_string(file_size) + " bytes)");
@@ -364,11 +377,103 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
         throw std::invalid_argument("shared-memory segment '" + name + "' " + mismatch);
     }
     map = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
+    close_keeping_errno(fd);
     if (map == MAP_FAILED) {
         fail_errno("cannot map shared-memory segment '" + name + "'");
     }
-    return std::shared_ptr<Segment>(new Segment(name, static_cast<Header*>(map), file_size));
+    return static_cast<Header*>(map);
+}
+
+enum class Made { Created, Taken, NotPublishable };
+
+/// Creates segment `name` unless some process has made it meanwhile (Taken). The segment is made
+/// as an unnamed file of /dev/shm (O_TMPFILE) and given its name only once complete (linkat, which
+/// fails if the name exists): no process ever sees it unfinished, two creators racing publish one
+/// segment (the loser's file is freed, and it opens the winner's), and a creator killed on the way
+/// leaves nothing behind (the kernel frees the file with its last descriptor). `in_place` (where
+/// that cannot be done) makes it under its name, as earlier builds did: a creator killed midway
+/// leaves it unfinished.
+Made create(const std::string& name, std::uint64_t size, const Segment::Options& options, bool in_place, Header*& out) {
+    const std::string path = path_of(name);
+    const auto mode = static_cast<mode_t>(options.mode);
+    int fd = -1;
+    if (!in_place) {
+        fd = ::open(kShmDir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+        if (fd < 0 && (errno == EISDIR || errno == EOPNOTSUPP || errno == EINVAL)) {
+            in_place = true; // a kernel (before 3.11) or file system without O_TMPFILE
+        }
+    }
+    if (in_place) {
+        fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+        if (fd < 0 && errno == EEXIST) {
+            return Made::Taken;
+        }
+    }
+    if (fd < 0) {
+        fail_errno("cannot create shared-memory segment '" + name + "'");
+    }
+    Header* h = nullptr;
+    try {
+        h = build(fd, name, size, options);
+    } catch (...) {
+        ::close(fd); // an unnamed file is freed with it
+        if (in_place) {
+            ::shm_unlink(path.c_str());
+        }
+        throw;
+    }
+    const int err = in_place ? 0 : publish(fd, kShmDir + path);
+    ::close(fd);
+    if (err != 0) {
+        ::munmap(h, size);
+        return err == EEXIST ? Made::Taken : Made::NotPublishable;
+    }
+    out = h;
+    return Made::Created;
+}
+} // namespace
+
+std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& options) {
+    check_name(name);
+    if (options.capacity < 1 || options.capacity > kMaxCapacity) {
+        throw std::invalid_argument("capacity must be between 1 and " + std::to_string(kMaxCapacity) + ", got " +
+                                    std::to_string(options.capacity));
+    }
+    const std::string path = path_of(name);
+    const std::uint64_t size = size_for(options.capacity);
+    // The file is sparse, but a page touched beyond what /dev/shm can hold would be a SIGBUS: a
+    // capacity whose segment could not fit there at all is refused now.
+    struct statvfs fs {};
+    if (::statvfs(kShmDir, &fs) == 0 && fs.f_blocks > 0 &&
+        size > static_cast<std::uint64_t>(fs.f_blocks) * static_cast<std::uint64_t>(fs.f_frsize)) {
+        throw std::invalid_argument("capacity=" + std::to_string(options.capacity) + " needs a segment of up to " +
+                                    std::to_string(size) + " bytes; /dev/shm holds " +
+                                    std::to_string(static_cast<std::uint64_t>(fs.f_blocks) * fs.f_frsize));
+    }
+    bool in_place = false;
+    // Opened if it exists, else created; a creation another process published first is opened
+    // (a name unlinked again in between is created anew: a bounded number of times).
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        const int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+        if (fd >= 0) {
+            std::uint64_t file_size = 0;
+            Header* h = attach(fd, name, options, file_size);
+            return std::shared_ptr<Segment>(new Segment(name, h, file_size));
+        }
+        if (errno != ENOENT) {
+            fail_errno("cannot open shared-memory segment '" + name + "'");
+        }
+        Header* h = nullptr;
+        const Made made = create(name, size, options, in_place, h);
+        if (made == Made::Created) {
+            return std::shared_ptr<Segment>(new Segment(name, h, size));
+        }
+        if (made == Made::NotPublishable) {
+            in_place = true; // no /proc, and no right to link by descriptor: made as earlier builds did
+        }
+    }
+    throw std::system_error(EAGAIN, std::generic_category(),
+                            "cannot open shared-memory segment '" + name + "': it was removed each time it was made");
 }
 
 bool Segment::unlink(const std::string& name) {

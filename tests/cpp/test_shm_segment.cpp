@@ -1,17 +1,26 @@
 // The shared-memory segment and its limiters (Linux): creation and attachment, parameters
 // checked, state shared by two mappings, the concurrency ledger's protocol (a change left pending
-// by a process killed between its two steps), dead holders, and the per-key table.
+// by a process killed between its two steps), dead holders, the per-key table, and creation by
+// processes that race, stall or die while creating.
 #if defined(__linux__)
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "permits/shm_key_table.hpp"
@@ -622,5 +631,244 @@ TEST(ShmDamage, ASlidingWindowHeadBeforeItsFirstSegmentIsNeverWrittenThrough) {
     sw->acquire(1);
     EXPECT_LE(sw->available_permits(), 4);
     EXPECT_EQ(outside(t.a->segment(), slot.offset, slot.offset + slot.bytes), before);
+}
+#endif // __linux__
+
+#if defined(__linux__)
+// ---- creation: a creator killed or stopped while making the segment (issue 36, item 4) ----
+
+namespace {
+/// A capacity whose segment takes its creator a while to allocate (about 400 MB: some 200 ms of
+/// posix_fallocate), made smaller where /dev/shm has less than four times that free.
+std::uint64_t slow_capacity() {
+    struct statvfs fs {};
+    std::uint64_t bytes = 400ULL << 20;
+    if (::statvfs("/dev/shm", &fs) == 0) {
+        bytes = std::min(bytes, static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize / 4);
+    }
+    return std::max<std::uint64_t>(1000, bytes / 2048);
+}
+
+/// Waits (10 s at most) until process `pid` has a file of /dev/shm open: its creation is under way.
+bool wait_until_creating(pid_t pid) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+    for (int i = 0; i < 100000; ++i) {
+        std::error_code ec;
+        for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+            const auto target = std::filesystem::read_symlink(entry.path(), ec).string();
+            if (!ec && target.rfind("/dev/shm/", 0) == 0) {
+                return true;
+            }
+        }
+        ::usleep(100);
+    }
+    return false;
+}
+
+/// The entries of /dev/shm that belong to segment `name` (the segment itself and anything made
+/// while creating it), other than the segment itself.
+std::vector<std::string> leftovers(const std::string& name) {
+    const std::string prefix = "permits." + name;
+    std::vector<std::string> out;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+        const std::string file = entry.path().filename().string();
+        if (file.rfind(prefix, 0) != 0 || file == prefix) {
+            continue;
+        }
+        const char next = file[prefix.size()];
+        if (std::isalnum(static_cast<unsigned char>(next)) == 0 && next != '_' && next != '.' && next != '-') {
+            out.push_back(file); // not another valid name that starts with this one
+        }
+    }
+    return out;
+}
+
+/// Reads exactly n bytes (false at end of file).
+bool read_all(int fd, void* out, std::size_t n) {
+    auto* p = static_cast<char*>(out);
+    while (n > 0) {
+        const ssize_t got = ::read(fd, p, n);
+        if (got <= 0) {
+            return false;
+        }
+        p += got;
+        n -= static_cast<std::size_t>(got);
+    }
+    return true;
+}
+} // namespace
+
+TEST(ShmCreation, ACreatorKilledWhileCreatingLeavesNothingAndTheNextOpenCreates) {
+    const std::string name = unique_name("killed");
+    const Segment::Options opts{slow_capacity(), 0600, ClockKind::Manual};
+    const pid_t child = ::fork();
+    if (child == 0) {
+        try {
+            Segment::open(name, opts);
+        } catch (...) {
+        }
+        ::_exit(0);
+    }
+    ASSERT_TRUE(wait_until_creating(child));
+    ::kill(child, SIGKILL); // mid-creation: posix_fallocate of hundreds of megabytes takes a while
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    // The same open, as a restarted service makes it: it creates the segment (it once waited 2 s for
+    // the dead creator, then failed until the file was removed by hand).
+    std::shared_ptr<Segment> seg;
+    ASSERT_NO_THROW(seg = Segment::open(name, opts));
+    auto store = std::make_shared<Store>(seg, make_clock());
+    auto lim = store->fixed_window("w", FixedWindowRule(1, kSec), kNoQueue);
+    EXPECT_TRUE(lim->acquire(1).acquired);
+    EXPECT_FALSE(lim->acquire(1).acquired);
+    EXPECT_EQ(leftovers(name), std::vector<std::string>{});
+    EXPECT_TRUE(Segment::unlink(name));
+}
+
+TEST(ShmCreation, AStoppedCreatorHoldsNoOneUpAndThenUsesTheSegmentMadeMeanwhile) {
+    const std::string name = unique_name("stopped");
+    const Segment::Options opts{slow_capacity(), 0600, ClockKind::Manual};
+    int report[2];
+    ASSERT_EQ(::pipe(report), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::close(report[0]);
+        std::uint64_t seed = 0;
+        char took = 'E';
+        try {
+            auto seg = Segment::open(name, opts);
+            seed = seg->header().hash_seed;
+            auto store = std::make_shared<Store>(seg, make_clock());
+            took = store->fixed_window("w", FixedWindowRule(2, kSec), kNoQueue)->acquire(1).acquired ? '1' : '0';
+        } catch (...) {
+        }
+        (void)!::write(report[1], &seed, sizeof seed);
+        (void)!::write(report[1], &took, 1);
+        ::_exit(0);
+    }
+    ::close(report[1]);
+    ASSERT_TRUE(wait_until_creating(child));
+    ::kill(child, SIGSTOP); // a creator that stalls (stopped, swapped out, starved) while creating
+    std::shared_ptr<Segment> seg;
+    EXPECT_NO_THROW(seg = Segment::open(name, opts));
+    ::kill(child, SIGCONT);
+    std::uint64_t seed = 0;
+    char took = 0;
+    const bool reported = read_all(report[0], &seed, sizeof seed) && read_all(report[0], &took, 1);
+    ::close(report[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_NE(seg, nullptr);
+    ASSERT_TRUE(reported);
+    // The stalled creator, resumed, found the name taken and opened that segment: one state for both.
+    EXPECT_EQ(seed, seg->header().hash_seed);
+    EXPECT_EQ(took, '1');
+    auto store = std::make_shared<Store>(seg, make_clock());
+    auto lim = store->fixed_window("w", FixedWindowRule(2, kSec), kNoQueue);
+    EXPECT_TRUE(lim->acquire(1).acquired);
+    EXPECT_FALSE(lim->acquire(1).acquired);
+    EXPECT_EQ(leftovers(name), std::vector<std::string>{});
+    EXPECT_TRUE(Segment::unlink(name));
+}
+
+TEST(ShmCreation, ProcessesRacingToCreateANameAllUseOneSegment) {
+    const std::string name = unique_name("race");
+    // Some 20 MB: each creation takes long enough for the others' to overlap it.
+    const Segment::Options opts{10000, 0600, ClockKind::Manual};
+    constexpr int kProcesses = 4;
+    int go[2];
+    int report[2];
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(report), 0);
+    std::vector<pid_t> pids;
+    for (int i = 0; i < kProcesses; ++i) {
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(go[1]);
+            ::close(report[0]);
+            char c = 0;
+            (void)!::read(go[0], &c, 1); // end of file: every child starts at once
+            char out[9] = {};
+            try {
+                auto seg = Segment::open(name, opts);
+                const std::uint64_t seed = seg->header().hash_seed;
+                std::memcpy(out, &seed, sizeof seed);
+                auto store = std::make_shared<Store>(seg, make_clock());
+                auto lim = store->fixed_window("w", FixedWindowRule(kProcesses, kSec), kNoQueue);
+                out[8] = lim->acquire(1).acquired ? '1' : '0';
+            } catch (...) {
+                out[8] = 'E';
+            }
+            (void)!::write(report[1], out, sizeof out); // one write of 9 bytes: never interleaved
+            ::_exit(0);
+        }
+        pids.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(report[1]);
+    ::close(go[1]);
+    std::vector<std::uint64_t> seeds;
+    std::string took;
+    char in[9];
+    while (read_all(report[0], in, sizeof in)) {
+        std::uint64_t seed = 0;
+        std::memcpy(&seed, in, sizeof seed);
+        seeds.push_back(seed);
+        took += in[8];
+    }
+    ::close(report[0]);
+    for (const pid_t pid : pids) {
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+    }
+    EXPECT_EQ(took, std::string(kProcesses, '1'));
+    auto seg = Segment::open(name, opts);
+    EXPECT_EQ(seeds, std::vector<std::uint64_t>(kProcesses, seg->header().hash_seed));
+    auto store = std::make_shared<Store>(seg, make_clock());
+    EXPECT_FALSE(store->fixed_window("w", FixedWindowRule(kProcesses, kSec), kNoQueue)->acquire(1).acquired);
+    EXPECT_EQ(leftovers(name), std::vector<std::string>{});
+    EXPECT_TRUE(Segment::unlink(name));
+}
+
+TEST(ShmCreation, ACreationThatFailsLeavesNothing) {
+    const std::string name = unique_name("nospace");
+    const pid_t child = ::fork();
+    if (child == 0) {
+        // Files of at most 1 MB for this process (as a full /dev/shm would refuse the space): the
+        // creation fails with an error, never a signal.
+        ::signal(SIGXFSZ, SIG_IGN);
+        const rlimit small{1 << 20, 1 << 20};
+        ::setrlimit(RLIMIT_FSIZE, &small);
+        try {
+            Segment::open(name, {1000, 0600, ClockKind::Manual});
+        } catch (const std::system_error&) {
+            ::_exit(0);
+        } catch (...) {
+        }
+        ::_exit(1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_EQ(leftovers(name), std::vector<std::string>{});
+    EXPECT_FALSE(Segment::unlink(name)); // the name was never made
+}
+
+TEST(ShmCreation, AnUnfinishedFileUnderTheNameIsRefusedSayingWhatToDo) {
+    // What a creator of an earlier build, which made the segment in place, leaves when killed.
+    const std::string name = unique_name("unfinished");
+    const int fd = ::open(("/dev/shm/permits." + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(Segment::size_for(10))), 0);
+    ::close(fd);
+    try {
+        Segment::open(name, {10, 0600, ClockKind::Manual});
+        ADD_FAILURE() << "no error";
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("was never finished"), std::string::npos) << message;
+        EXPECT_NE(message.find("remove /dev/shm/permits." + name), std::string::npos) << message;
+    }
+    EXPECT_TRUE(Segment::unlink(name));
 }
 #endif // __linux__

@@ -141,7 +141,10 @@ public:
         unsigned mode = 0600;
         ClockKind clock = ClockKind::Monotonic;
     };
-    /// Opens /dev/shm/permits.<name>, creating it if absent. std::invalid_argument for a bad name,
+    /// Opens /dev/shm/permits.<name>, creating it if absent: made as an unnamed file and given its
+    /// name once complete, so no process sees it unfinished, a creator killed midway leaves nothing,
+    /// and of processes creating it at once one publishes it and the others open that one.
+    /// std::invalid_argument for a bad name,
     /// a segment of another layout or clock, a foreign, truncated or corrupted file;
     /// std::system_error (errno) for what the OS refuses (EACCES: another user's segment).
     static std::shared_ptr<Segment> open(const std::string& name, const Options& options);

@@ -1,6 +1,6 @@
 """Several processes on one segment: exact totals for every kind and per key (spawn and fork),
-processes racing to create it, holders killed with SIGKILL (also in a loop while others go on
-checking the limit), and waits woken by a release in another process."""
+processes racing to create it, a creator killed while creating it, holders killed with SIGKILL (also
+in a loop while others go on checking the limit), and waits woken by a release in another process."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import multiprocessing
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -98,6 +100,45 @@ def test_processes_racing_to_create_a_segment_share_one(ctx: Any, segment_name: 
             assert sum(out) == 50
         finally:
             SharedMemoryStore(name).unlink()
+
+
+def creating(pid: int) -> bool:
+    """True once process `pid` has a file of /dev/shm open: its creation of a segment is under way."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_a_creator_killed_while_creating_holds_no_one_up(segment_name: str) -> None:
+    # A segment of about 400 MB (less where /dev/shm has less than four times that free): its
+    # creator takes some 200 ms to allocate it, and is killed meanwhile.
+    fs = os.statvfs("/dev/shm")
+    capacity = max(1000, min(400 << 20, fs.f_bavail * fs.f_frsize // 4) // 2048)
+    store = f"SharedMemoryStore({segment_name!r}, capacity={capacity})"
+    open_it = f"from permits.shm import SharedMemoryStore\nstore = {store}\n"
+    creator = subprocess.Popen([sys.executable, "-c", open_it])
+    try:
+        wait_until(lambda: creating(creator.pid) or creator.poll() is not None)
+    finally:
+        creator.kill()
+        creator.wait(SAFETY)
+    # Another process opens the store, as a restarted service does: it creates the segment (it once
+    # waited 2 s for the dead creator, then failed until the file was removed by hand).
+    use_it = open_it + "w = store.fixed_window('w', 1, 60.0)\nprint(bool(w.acquire()), bool(w.acquire()))\n"
+    done = subprocess.run([sys.executable, "-c", use_it], capture_output=True, text=True, timeout=SAFETY)
+    assert done.stdout == "True False\n", done.stdout + done.stderr
+    prefix = f"permits.{segment_name}"
+    # Nothing else of this name in /dev/shm (names that merely start with it are other segments').
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix) and f != prefix]
+    assert [f for f in left if not (f[len(prefix)].isalnum() or f[len(prefix)] in "_.-")] == []
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["named", "per_key"])
