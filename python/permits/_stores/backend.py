@@ -83,8 +83,9 @@ class Backend(Protocol):
         ``limit``); a window's or the head segment's count goes down by ``n`` if ``stamp`` is still
         the current window or segment; a concurrency lease is removed (its release)."""
 
-    def renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
-        """Concurrency: the leases' expiry becomes ``now + lease_ttl_ns`` (those still recorded)."""
+    def renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
+        """Concurrency: the leases' expiry becomes ``now + lease_ttl_ns`` (those still recorded);
+        returns the ids the server no longer records (expired, flushed, lost with a restart)."""
 
     def available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         """The permits a request would find now (for the counter: its ``available``); reads only."""
@@ -97,7 +98,9 @@ class Backend(Protocol):
         self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> None: ...
 
-    async def renew_async(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None: ...
+    async def renew_async(
+        self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None
+    ) -> list[str]: ...
 
     async def available_async(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int: ...
 

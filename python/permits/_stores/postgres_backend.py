@@ -272,16 +272,18 @@ class PostgresBackend:
             raise self._mismatch(name, rule, row[0])
         return None
 
-    def _renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> Plan[None]:
+    def _renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> Plan[list[str]]:
         if rule.kind != "concurrency":
             raise ValueError(f"only concurrency leases are renewed, not {rule.kind}")
         st = yield from self._ensure()
         params = self._params(name, rule, now_ns, ttl=rule.lease_ttl_ns)
-        params["leases"] = [_digest(lease) for lease in lease_ids]
+        digests = [_digest(lease) for lease in lease_ids]
+        params["leases"] = digests
         row = yield st.cc_renew, params
         if row is not None and row[0] is not None and row[0] != rule.signature:
             raise self._mismatch(name, rule, row[0])
-        return None
+        renewed = {bytes(lease) for lease in (row[1] if row is not None else None) or ()}
+        return [lease for lease, digest in zip(lease_ids, digests, strict=True) if digest not in renewed]
 
     def _available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> Plan[int]:
         st = yield from self._ensure()
@@ -355,8 +357,8 @@ class PostgresBackend:
     ) -> None:
         self._run(lambda: self._refund(name, rule, n, stamp, lease_id, now_ns))
 
-    def renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
-        self._run(lambda: self._renew(name, rule, lease_ids, now_ns))
+    def renew(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
+        return self._run(lambda: self._renew(name, rule, lease_ids, now_ns))
 
     def available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         return self._run(lambda: self._available(name, rule, now_ns))
@@ -371,8 +373,8 @@ class PostgresBackend:
     ) -> None:
         await self._run_async(lambda: self._refund(name, rule, n, stamp, lease_id, now_ns))
 
-    async def renew_async(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
-        await self._run_async(lambda: self._renew(name, rule, lease_ids, now_ns))
+    async def renew_async(self, name: str | bytes, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
+        return await self._run_async(lambda: self._renew(name, rule, lease_ids, now_ns))
 
     async def available_async(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         return await self._run_async(lambda: self._available(name, rule, now_ns))

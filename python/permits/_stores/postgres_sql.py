@@ -398,7 +398,8 @@ ok AS (SELECT NOT EXISTS (SELECT 1 FROM s WHERE s.sig <> %(sig)s) AS ok),
 u AS (
     UPDATE {table} t SET expires = v.now + %(ttl)s
     FROM v, ok
-    WHERE ok.ok AND t.key = %(key)s AND t.lease = ANY(%(leases)s::bytea[]) AND t.expires > v.now),
+    WHERE ok.ok AND t.key = %(key)s AND t.lease = ANY(%(leases)s::bytea[]) AND t.expires > v.now
+    RETURNING t.lease),
 w AS (
     UPDATE {table} t
     SET expires = CASE WHEN t.expires < v.now + %(ttl)s THEN v.now + 2 * %(ttl)s ELSE t.expires END
@@ -406,7 +407,7 @@ w AS (
     WHERE ok.ok AND """
     + _STATE
     + """)
-SELECT sig FROM s
+SELECT (SELECT sig FROM s), ARRAY(SELECT lease FROM u)
 """
 )
 

@@ -131,10 +131,10 @@ class RedisBackend:
         keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
         self._check(name, rule, self._run(_REFUND, keys, args))
 
-    def renew(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+    def renew(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
         self._sync_only("renew")
         keys, args = self._renew_args(name, rule, lease_ids, now_ns)
-        self._check(name, rule, self._run(_RENEW, keys, args))
+        return [_text(lid) for lid in self._check(name, rule, self._run(_RENEW, keys, args))[1:]]
 
     def available(self, name: Name, rule: Rule, now_ns: int | None) -> int:
         self._sync_only("available")
@@ -158,10 +158,10 @@ class RedisBackend:
         keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
         self._check(name, rule, await self._run_async(_REFUND, keys, args))
 
-    async def renew_async(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> None:
+    async def renew_async(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
         self._async_only("renew_async")
         keys, args = self._renew_args(name, rule, lease_ids, now_ns)
-        self._check(name, rule, await self._run_async(_RENEW, keys, args))
+        return [_text(lid) for lid in self._check(name, rule, await self._run_async(_RENEW, keys, args))[1:]]
 
     async def available_async(self, name: Name, rule: Rule, now_ns: int | None) -> int:
         self._async_only("available_async")

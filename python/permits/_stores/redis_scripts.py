@@ -404,11 +404,16 @@ return {1}
 )
 
 #: Concurrency: ARGV[9..] = lease ids, whose expiry becomes now + lease_ttl (those still recorded).
-#: Answers {1}.
+#: Answers {1, the ids not recorded (forgotten: expired, flushed, lost with a restart)...}.
 RENEW = (
     _PRELUDE
     + r"""
-if not EXISTS or KIND ~= 'concurrency' then return {1} end
+local out = {1}
+if KIND ~= 'concurrency' then return out end
+if not EXISTS then
+  for i = 9, #ARGV do out[#out + 1] = ARGV[i] end
+  return out
+end
 local held = cc_drop_expired(tonumber(F[4]), true)
 local expiry = wfmt(wadd(NOW, LEASE_TTL))
 for i = 9, #ARGV do
@@ -417,10 +422,12 @@ for i = 9, #ARGV do
   if v then
     redis.call('HSET', H, 'l' .. id, string.match(v, '^(%d+):') .. ':' .. expiry)
     redis.call('ZADD', X, expiry, id)
+  else
+    out[#out + 1] = id
   end
 end
 cc_save(held)
-return {1}
+return out
 """
 )
 

@@ -131,7 +131,9 @@ class Renewal:
             next_round = time.monotonic() + self._interval()
             for limiter, ids in self._due():
                 with _quiet("renewing leases"):  # the next round tries again
-                    self._backend.renew(limiter._state, limiter._rule, ids, self._now())
+                    forgotten = self._backend.renew(limiter._state, limiter._rule, ids, self._now())
+                    if forgotten:
+                        limiter._reassert(forgotten)
 
     def _start_task(self) -> None:
         try:
@@ -150,12 +152,23 @@ class Renewal:
                 return
             for limiter, ids in due:
                 with _quiet("renewing leases"):
-                    await self._backend.renew_async(limiter._state, limiter._rule, ids, self._now())
+                    forgotten = await self._backend.renew_async(limiter._state, limiter._rule, ids, self._now())
+                    if forgotten:
+                        await limiter._reassert_async(forgotten)
 
     def renew_now(self) -> None:
         """One round at once (tests; a process about to block for long)."""
         for limiter, ids in self._due():
-            self._backend.renew(limiter._state, limiter._rule, ids, self._now())
+            forgotten = self._backend.renew(limiter._state, limiter._rule, ids, self._now())
+            if forgotten:
+                limiter._reassert(forgotten)
+
+    async def renew_now_async(self) -> None:
+        """One round at once, with an asyncio client (tests)."""
+        for limiter, ids in self._due():
+            forgotten = await self._backend.renew_async(limiter._state, limiter._rule, ids, self._now())
+            if forgotten:
+                await limiter._reassert_async(forgotten)
 
     def stop(self) -> None:
         self._stop.set()

@@ -19,7 +19,7 @@ import secrets
 import warnings
 from typing import Any
 
-from .. import _pausing, _polling
+from .. import _lost_leases, _pausing, _polling
 from .._core import Clock, Lease
 from .._durations import timeout_ns
 from ..awaitables import LeaseWait, PolledLeaseWait
@@ -66,9 +66,18 @@ class _Held:
     def release(self) -> None:
         if not self.done:
             self.done = True
+            if self.lid in self.limiter._lost:  # the server has nothing of it: nothing to give back
+                self.limiter._lost.discard(self.lid)
+                return
             self.limiter._give_back(self.n, 0, self.lid)
 
+    def is_lost(self) -> bool:
+        return self.lid in self.limiter._lost
+
     def __del__(self) -> None:
+        if not self.done and self.lid in self.limiter._lost:
+            self.done = True
+            self.limiter._lost.discard(self.lid)
         if not self.done:
             self.done = True
             message = "a lease of %d permit(s) of %r was dropped without release(): its permits are given back now"
@@ -105,6 +114,8 @@ class StoreLimiter(RateLimiter):
         self._seen = rule.limit  # the available permits the server reported last
         #: Concurrency leases granted and not yet released: their ids, kept alive on the server.
         self.held: dict[str, int] = {}
+        #: Leases the server forgot and the limit did not let take back (their release gives nothing).
+        self._lost: set[str] = set()
         self._idle_since: int | None = self._rl_clock.now_ns()
         self._next_ask: int | None = None  # when (pause clock) the queue's head asks again
         for attribute in getattr(spec, "_attributes", ()):
@@ -137,7 +148,7 @@ class StoreLimiter(RateLimiter):
         self._idle_since = None
         self.store._renewal.watch(self)
         held = _Held(self, lid, n)
-        return Lease.granted(n, on_release=held.release, on_refund=held.release)
+        return Lease.granted(n, on_release=held.release, on_refund=held.release, lost=held.is_lost)
 
     def _failed(self, error: BackendError, n: int) -> Lease:
         if self._on_error != "raise" and not self._degraded:
@@ -189,6 +200,41 @@ class StoreLimiter(RateLimiter):
     def _undo(self, step: asyncio.Future[Outcome], n: int, lid: str | None) -> None:
         if not step.cancelled() and step.exception() is None and step.result().granted and n:
             self._give_back(n, step.result().stamp, lid)
+
+    # ---- leases the server forgot (the renewal found them gone) ----
+    def _reassert(self, forgotten: list[str]) -> None:
+        """Takes each forgotten lease again under its own id, as a new grant would take it (never
+        beyond the limit); one the limit no longer allows is lost. A failure to reach the server
+        leaves the rest for the next round."""
+        lost = 0
+        for lid in forgotten:
+            n = self.held.get(lid)
+            if n is None:
+                continue  # released meanwhile
+            out = self._backend.take(self._state, self._rule, n, lid, self._now())
+            lost += self._reasserted(lid, n, out)
+        _lost_leases.report(self.name, lost)
+
+    async def _reassert_async(self, forgotten: list[str]) -> None:
+        lost = 0
+        for lid in forgotten:
+            n = self.held.get(lid)
+            if n is None:
+                continue
+            out = await self._backend.take_async(self._state, self._rule, n, lid, self._now())
+            lost += self._reasserted(lid, n, out)
+        _lost_leases.report(self.name, lost)
+
+    def _reasserted(self, lid: str, n: int, out: Outcome) -> int:
+        """1 if the lease is lost now, else 0 (taken back; given back at once if released meanwhile)."""
+        if out.granted:
+            if lid not in self.held:
+                self.store._give_back(self, n, 0, lid)  # released while it was taken back
+            return 0
+        if self.held.pop(lid, None) is None:
+            return 0
+        self._lost.add(lid)
+        return 1
 
     def _give_back(self, n: int, stamp: int, lid: str | None) -> None:
         """A release or a refund: the server gets the permits back; this process's queue asks."""
