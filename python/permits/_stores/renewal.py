@@ -79,15 +79,31 @@ class Renewal:
                 self._thread = threading.Thread(target=self._run, name="permits-lease-renewal", daemon=True)
                 self._thread.start()
 
-    def drop(self, limiter: StoreLimiter, lid: str, n: int) -> None:
-        """A lease was dropped without release() (called from its finalizer: no I/O here)."""
-        if self._backend.is_async is True or self._stop.is_set():
-            return  # no thread to ask with: the lease, no longer renewed, expires lease_ttl later
+    def drop(self, limiter: StoreLimiter, lid: str, n: int, loop: asyncio.AbstractEventLoop | None) -> bool:
+        """A lease was dropped without release() (called from its finalizer, in any thread: no I/O
+        here): its permits are given back by the renewal thread, or (an asyncio client) by a task
+        of ``loop``, the lease's. False when nothing can: the lease, no longer renewed, expires
+        lease_ttl later."""
+        if self._stop.is_set():
+            return False
+        if self._backend.is_async is True:
+            if loop is None or loop.is_closed():
+                return False
+            try:
+                loop.call_soon_threadsafe(self._give_back_in_loop, limiter, lid, n)
+            except RuntimeError:  # closed meanwhile
+                return False
+            return True
         with self._settled:
             self._pending += 1
         self._dropped.append((limiter, lid, n))
         self._kick.set()
         self._start_thread()
+        return True
+
+    def _give_back_in_loop(self, limiter: StoreLimiter, lid: str, n: int) -> None:
+        limiter.store._give_back(limiter, n, 0, lid)  # (a task of this loop, kept until it lands)
+        limiter._queue.changed()
 
     def flush(self) -> None:
         """Waits (at most the backend's timeout, twice) until the dropped leases are given back."""
@@ -116,7 +132,7 @@ class Renewal:
         return max(0.001, min(ttls, default=3_000_000_000) / 3e9)
 
     def _due(self) -> list[tuple[StoreLimiter, list[str]]]:
-        return [(limiter, list(limiter.held)) for limiter in list(self._limiters) if limiter.held]
+        return [(limiter, list(held)) for limiter in list(self._limiters) if (held := limiter.held_here())]
 
     def _run(self) -> None:
         next_round = time.monotonic() + self._interval()

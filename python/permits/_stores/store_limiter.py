@@ -57,15 +57,20 @@ class _Held:
     without release() drops it too, and its permits are given back (by the renewal thread: no
     round trip in a finalizer, which may run anywhere, even inside the client's own locks)."""
 
-    __slots__ = ("done", "lid", "limiter", "n")
+    __slots__ = ("done", "lid", "limiter", "loop", "n", "pid")
 
     def __init__(self, limiter: StoreLimiter, lid: str, n: int) -> None:
         self.limiter, self.lid, self.n = limiter, lid, n
         self.done = False
+        self.pid = os.getpid()
+        # An asyncio client gives back in a task of the loop the lease was granted in.
+        self.loop = asyncio._get_running_loop() if limiter._backend.is_async is True else None
 
     def release(self) -> None:
         if not self.done:
             self.done = True
+            if os.getpid() != self.pid:
+                return  # a forked child's copy of its parent's lease: the parent's to give back
             if self.lid in self.limiter._lost:  # the server has nothing of it: nothing to give back
                 self.limiter._lost.discard(self.lid)
                 return
@@ -75,17 +80,24 @@ class _Held:
         return self.lid in self.limiter._lost
 
     def __del__(self) -> None:
+        if not self.done and os.getpid() != self.pid:
+            self.done = True  # (a forked child's copy: nothing of it is the child's)
         if not self.done and self.lid in self.limiter._lost:
             self.done = True
             self.limiter._lost.discard(self.lid)
         if not self.done:
             self.done = True
-            message = "a lease of %d permit(s) of %r was dropped without release(): its permits are given back now"
+            self.limiter.held.pop(self.lid, None)
+            if self.limiter.store._renewal.drop(self.limiter, self.lid, self.n, self.loop):
+                message = "a lease of %d permit(s) of %r was dropped without release(): its permits are given back now"
+            else:  # (an asyncio client whose loop is gone, a closed store: nothing can ask the server)
+                message = (
+                    "a lease of %d permit(s) of %r was dropped without release(): its permits come back "
+                    "lease_ttl after its last renewal"
+                )
             warnings.warn(message % (self.n, self.limiter.name), ResourceWarning, stacklevel=1)
             # (also logged: Python ignores a ResourceWarning by default, a service's logs are read)
             logger.warning(message, self.n, self.limiter.name)
-            self.limiter.held.pop(self.lid, None)
-            self.limiter.store._renewal.drop(self.limiter, self.lid, self.n)
 
 
 class StoreLimiter(RateLimiter):
@@ -114,6 +126,7 @@ class StoreLimiter(RateLimiter):
         self._seen = rule.limit  # the available permits the server reported last
         #: Concurrency leases granted and not yet released: their ids, kept alive on the server.
         self.held: dict[str, int] = {}
+        self._held_pid = os.getpid()  # a forked child starts with none of them (its copies are the parent's)
         #: Leases the server forgot and the limit did not let take back (their release gives nothing).
         self._lost: set[str] = set()
         self._idle_since: int | None = self._rl_clock.now_ns()
@@ -131,6 +144,14 @@ class StoreLimiter(RateLimiter):
         if n > self._rule.limit:
             raise ValueError(f"permit_count {n} exceeds the limiter's limit of {self._rule.limit}")
 
+    def held_here(self) -> dict[str, int]:
+        """``held``, emptied first in a forked child (its parent's leases are the parent's to renew)."""
+        if self._held_pid != os.getpid():
+            self._held_pid = os.getpid()
+            self.held = {}
+            self._lost = set()
+        return self.held
+
     def _lease_of(self, out: Outcome, n: int, lid: str | None) -> Lease:
         self._degraded = False
         self._seen = out.available
@@ -144,7 +165,7 @@ class StoreLimiter(RateLimiter):
         if lid is None:
             stamp = out.stamp
             return Lease.granted(n, on_refund=lambda: self._give_back(n, stamp, None))
-        self.held[lid] = n
+        self.held_here()[lid] = n
         self._idle_since = None
         self.store._renewal.watch(self)
         held = _Held(self, lid, n)

@@ -263,3 +263,29 @@ def test_a_release_outside_any_loop_comes_back_by_lease_ttl(shared_server: Serve
     assert seen.available_permits() == 1
     clock.advance(0.001)
     assert seen.available_permits() == 2
+
+
+async def test_a_lease_dropped_without_release_gives_its_permits_back_in_its_loop(
+    shared_server: Server, caplog: Any
+) -> None:
+    import gc
+    import logging
+
+    clock = permits.ManualClock()  # never advanced: nothing comes back by lease_ttl here
+    name = fresh_name("dropped")
+    async with shared_server.async_store(clock=clock) as store:
+        jobs = store.concurrency(name, 2, lease_ttl=TTL)
+        lease = await jobs.acquire_async(2)
+        assert lease
+        with caplog.at_level(logging.WARNING, logger="permits"):
+            del lease
+            gc.collect()
+        for _ in range(10):  # the give-back is scheduled on this loop, then runs as a task of it
+            await asyncio.sleep(0)
+        await settled(store)
+        reader = shared_server.store(clock=clock).concurrency(name, 2, lease_ttl=TTL)
+        assert reader.available_permits() == 2  # given back by a task of this loop, not by lease_ttl
+        assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
+            f"a lease of 2 permit(s) of {name!r} was dropped without release(): its permits are given back now"
+        ]
+        await store.aclose()

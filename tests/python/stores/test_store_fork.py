@@ -63,3 +63,37 @@ def test_a_forked_child_shares_the_limit_and_leaves_the_parents_connections(
         env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "fork_test"}
     child = run_ok(IN_FORK + SCENARIO.format(store=STORES[kind]), env=env)
     assert child.lines()[-1] == "ok"
+
+
+COPY_SCENARIO = """
+import os
+TARGET, PREFIX = os.environ["STORE_TARGET"], os.environ["STORE_PREFIX"]
+{store}
+jobs = store.concurrency("copies", 1, lease_ttl=30.0)
+held = jobs.acquire()
+assert held
+
+def child():
+    held.release()  # the parent's lease, copied by the fork: not the child's to give back
+    assert jobs.available_permits() == 0
+    store.close()
+
+in_fork(child)
+assert jobs.available_permits() == 0, "a forked child's copy of a lease gave the parent's permit back"
+assert not jobs.acquire()
+held.release()
+assert jobs.available_permits() == 1
+store.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_forked_childs_copy_of_a_lease_releases_nothing(kind: str, request: pytest.FixtureRequest) -> None:
+    env: dict[str, Any]
+    if kind.startswith("redis"):
+        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"copy-{kind}:"}
+    else:
+        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "copy_test"}
+    child = run_ok(IN_FORK + COPY_SCENARIO.format(store=STORES[kind]), env=env)
+    assert child.lines()[-1] == "ok"
