@@ -11,6 +11,7 @@ attempt returns when the server cannot be reached in time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import math
@@ -45,6 +46,18 @@ def _new_token() -> None:
 
 
 os.register_at_fork(after_in_child=_new_token)  # a child's lease ids must differ from its parent's
+
+
+_steps: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _step_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads a wait asks the server from when its deadline comes before the store's timeout
+    (a forked child makes its own: its parent's threads do not exist in it)."""
+    global _steps
+    if _steps is None or _steps[0] != os.getpid():
+        _steps = (os.getpid(), concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="permits-store-step"))
+    return _steps[1]
 
 
 def lease_id() -> str:
@@ -199,6 +212,28 @@ class StoreLimiter(RateLimiter):
             return self._failed(error, n)
         return self._lease_of(out, n, lid)
 
+    def _take_by(self, n: int, deadline: int | None) -> Lease:
+        """A wait's take, ended by the wait's deadline (on the real clock) even when the server
+        hangs: asked from a thread when the deadline comes before the store's timeout; a grant that
+        lands after the deadline is given back."""
+        if deadline is None or self._time is not None or self._backend.is_async is True:
+            return self._take(n)
+        left = (deadline - self._rl_clock.now_ns()) / 1e9
+        if left >= self.store.timeout:
+            return self._take(n)
+        if left <= 0:
+            return _polling.timed_out(n)
+        lid = lease_id() if self._rule.kind == "concurrency" and n else None
+        step = _step_threads().submit(self._backend.take, self._state, self._rule, n, lid, None)
+        try:
+            out = step.result(timeout=left)
+        except concurrent.futures.TimeoutError:
+            step.add_done_callback(lambda done: self._undo(done, n, lid))
+            return _polling.timed_out(n)
+        except BackendError as error:
+            return self._failed(error, n)
+        return self._lease_of(out, n, lid)
+
     async def _take_async(self, n: int) -> Lease:
         loop = asyncio._get_running_loop()
         backend = self._backend
@@ -218,7 +253,9 @@ class StoreLimiter(RateLimiter):
             raise
         return self._lease_of(out, n, lid)
 
-    def _undo(self, step: asyncio.Future[Outcome], n: int, lid: str | None) -> None:
+    def _undo(
+        self, step: asyncio.Future[Outcome] | concurrent.futures.Future[Outcome], n: int, lid: str | None
+    ) -> None:
         if not step.cancelled() and step.exception() is None and step.result().granted and n:
             self._give_back(n, step.result().stamp, lid)
 
@@ -311,7 +348,7 @@ class StoreLimiter(RateLimiter):
         first: Lease | None = None
         asked = clock.now_ns()  # a refusal's retry_after counts from when the server was asked
         if self._asks_at_once(n):
-            first = self._take(n)
+            first = self._take_by(n, deadline)
             if first or not self._waitable(first):
                 return first
         entry = self._queue.join(n)
@@ -331,7 +368,7 @@ class StoreLimiter(RateLimiter):
                         asked = clock.now_ns()
                         if self._past(deadline, asked):
                             return _polling.timed_out(n)
-                    lease, first = first or self._take(n), None
+                    lease, first = first or self._take_by(n, deadline), None
                     if lease or not self._waitable(lease):
                         return lease
                     until, pause, poll = self._after(lease, asked, deadline, poll)
