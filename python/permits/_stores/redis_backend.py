@@ -30,7 +30,7 @@ from ..errors import BackendError
 from . import redis_scripts
 from .backend import Backend, Outcome
 from .batch import Batch, Batching
-from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client
+from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client, unavailable_reason
 from .rules import KINDS, Rule
 
 
@@ -299,7 +299,7 @@ class RedisBackend:
             raise TypeError(f"this RedisBackend has a sync client: use {sync}, not {member}")
 
     def _unavailable(self, exc: BaseException) -> BackendError:
-        return BackendError(f"Redis could not be reached, or did not answer within {self._timeout} s: {exc!r}")
+        return BackendError(unavailable_reason(exc, self._timeout))
 
     def _sync_client(self) -> Any:
         with self._lock:

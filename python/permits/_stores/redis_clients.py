@@ -10,6 +10,7 @@ are used as given, each step under ``asyncio.timeout`` (a cancelled read closes 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -41,6 +42,35 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.OutOfMemoryError,
     OSError,  # includes TimeoutError, which asyncio.timeout raises
 )
+
+
+#: What the server said, for the errors that are answers rather than silence (most specific first).
+_SAID: tuple[tuple[type[BaseException], str], ...] = (
+    (redis.exceptions.AuthenticationError, "refused the client's credentials (authentication failed)"),
+    (redis.exceptions.AuthenticationWrongNumberOfArgsError, "refused the client's credentials (authentication failed)"),
+    (redis.exceptions.ReadOnlyError, "is a read-only replica (READONLY: the client reaches a replica, or a "
+     "failover made this server one)"),
+    (redis.exceptions.OutOfMemoryError, "is out of memory (OOM: maxmemory reached, and its policy evicts nothing)"),
+    (redis.exceptions.TryAgainError, "asked to try again (TRYAGAIN: the key's slot is moving between nodes)"),
+    (redis.exceptions.BusyLoadingError, "is loading its data set into memory"),
+)  # fmt: skip
+
+
+def unavailable_reason(exc: BaseException, timeout: float) -> str:
+    """Why a step could not be done, in words: what the server answered (credentials refused,
+    a read-only replica, out of memory, TRYAGAIN...), a TLS failure, a database it refused, or
+    silence: unreachable, or no answer within ``timeout``."""
+    for kind, said in _SAID:
+        if isinstance(exc, kind):
+            return f"Redis {said}: {exc}"
+    text = str(exc)
+    if isinstance(exc, ssl.SSLError) or "SSL" in text or "certificate" in text.lower():
+        return f"Redis could not be reached over TLS: {exc}"
+    if "Invalid Database" in text or "DB index is out of range" in text:
+        return f"Redis refused the database the client asked for: {exc}"
+    if isinstance(exc, redis.exceptions.TimeoutError | TimeoutError):
+        return f"Redis did not answer within {timeout} s: {exc!r}"
+    return f"Redis could not be reached, or did not answer within {timeout} s: {exc!r}"
 
 
 def is_async_client(client: object) -> bool:

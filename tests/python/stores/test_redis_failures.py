@@ -93,3 +93,39 @@ async def test_a_hung_server_raises_within_the_timeout_then_answers_each_step(st
     assert second.granted and second.available == 0
     refused = await steps.take("k", RULE, 1, None, 0)
     assert not refused.granted and refused.retry_after_ns == 100 * S
+
+
+def test_what_the_server_said_is_in_the_error(redis_server: Any, own_redis: Any) -> None:
+    """A refusal the server answered is told as what it said, never as silence."""
+    from permits.redis import RedisStore
+
+    wrong = RedisStore(redis_server.client(username="permits-nobody", password="wrong"), timeout=TIMEOUT)
+    with pytest.raises(BackendError, match="refused the client's credentials") as raised:
+        wrong.fixed_window("auth", 5, 1.0).acquire()
+    assert "could not be reached" not in str(raised.value)
+    wrong.close()
+
+    replica = own_redis.client()
+    replica.replicaof(redis_server.host, redis_server.port)  # (as a failover leaves an old master)
+    store = RedisStore(own_redis.client(), timeout=TIMEOUT)
+    with pytest.raises(BackendError, match="read-only replica"):
+        store.fixed_window("ro", 5, 1.0).acquire()
+    replica.replicaof("NO", "ONE")
+    assert store.fixed_window("ro", 5, 1.0).acquire()
+    store.close()
+    replica.close()
+
+
+def test_each_answer_is_named() -> None:
+    from permits._stores.redis_clients import unavailable_reason
+
+    said = {
+        redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"): "out of memory",
+        redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"): "TRYAGAIN",
+        redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"): "loading its data",
+        redis.exceptions.ConnectionError("Invalid Database"): "refused the database",
+        redis.exceptions.TimeoutError("Timeout reading from socket"): "did not answer within 0.5 s",
+        redis.exceptions.ConnectionError("Connection refused"): "could not be reached",
+    }
+    for exc, words in said.items():
+        assert words in unavailable_reason(exc, 0.5), exc
