@@ -28,17 +28,38 @@ if TYPE_CHECKING:
 logger = logging.getLogger("permits")
 
 
+#: After a round that could not reach the server, the next comes this soon (doubling up to the
+#: round's interval): renewal goes on as soon as the server answers again, so an outage shorter than
+#: lease_ttl loses no lease.
+RETRY_FIRST = 0.05
+
+
+class _Round:
+    """Whether every step of a renewal round reached the server."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    @contextlib.contextmanager
+    def quiet(self, doing: str) -> Iterator[None]:
+        """A background round never dies: a server down (BackendError), a store closed meanwhile or
+        a client library's own error (redis-py raises AttributeError on a connection closed under
+        it) ends this step only, and the round is tried again soon."""
+        try:
+            yield
+        except BackendError:
+            self.failed = True
+        except Exception:
+            self.failed = True
+            logger.debug("permits: %s failed", doing, exc_info=True)
+
+
 @contextlib.contextmanager
 def _quiet(doing: str) -> Iterator[None]:
-    """A background round never dies: a server down (BackendError), a store closed meanwhile or a
-    client library's own error (redis-py raises AttributeError on a connection closed under it)
-    ends this step only; what it did not do is retried, or expires on the server."""
-    try:
+    with _Round().quiet(doing):
         yield
-    except BackendError:
-        pass
-    except Exception:
-        logger.debug("permits: %s failed", doing, exc_info=True)
 
 
 class Renewal:
@@ -136,6 +157,7 @@ class Renewal:
 
     def _run(self) -> None:
         next_round = time.monotonic() + self._interval()
+        retry = RETRY_FIRST
         while not self._stop.is_set():
             self._kick.wait(max(0.0, next_round - time.monotonic()))
             self._kick.clear()
@@ -144,12 +166,17 @@ class Renewal:
             self._give_back_dropped()
             if time.monotonic() < next_round:
                 continue
-            next_round = time.monotonic() + self._interval()
+            attempt = _Round()
             for limiter, ids in self._due():
-                with _quiet("renewing leases"):  # the next round tries again
+                with attempt.quiet("renewing leases"):
                     forgotten = self._backend.renew(limiter._state, limiter._rule, ids, self._now())
                     if forgotten:
                         limiter._reassert(forgotten)
+            interval = self._interval()
+            if attempt.failed:  # again soon: the server may answer again any moment
+                next_round, retry = time.monotonic() + min(retry, interval), min(retry * 2, interval)
+            else:
+                next_round, retry = time.monotonic() + interval, RETRY_FIRST
 
     def _start_task(self) -> None:
         try:
@@ -161,16 +188,24 @@ class Renewal:
             self._tasks[loop] = loop.create_task(self._run_async())
 
     async def _run_async(self) -> None:
+        pause = self._interval()
+        retry = RETRY_FIRST
         while not self._stop.is_set():
-            await asyncio.sleep(self._interval())
+            await asyncio.sleep(pause)
             due = self._due()
             if not due:
                 return
+            attempt = _Round()
             for limiter, ids in due:
-                with _quiet("renewing leases"):
+                with attempt.quiet("renewing leases"):
                     forgotten = await self._backend.renew_async(limiter._state, limiter._rule, ids, self._now())
                     if forgotten:
                         await limiter._reassert_async(forgotten)
+            interval = self._interval()
+            if attempt.failed:
+                pause, retry = min(retry, interval), min(retry * 2, interval)
+            else:
+                pause, retry = interval, RETRY_FIRST
 
     def renew_now(self) -> None:
         """One round at once (tests; a process about to block for long)."""
