@@ -135,11 +135,13 @@ class ServerStore(StoreFactories):
         lease comes back by itself ``lease_ttl`` later."""
         backend, now = self._backend, limiter._now()
         args = (limiter._state, limiter._rule, n, stamp, lid, now)
-        if backend.is_async is not True:  # done when release() returns, even inside a loop
+        loop = _running_loop()
+        # A sync client's is done when release() returns, even inside a loop; a client serving both
+        # (a PostgreSQL conninfo) asks asynchronously inside a loop: never a blocking call on its thread.
+        if backend.is_async is False or (backend.is_async is None and loop is None):
             with contextlib.suppress(BackendError):
                 backend.refund(*args)
             return
-        loop = _running_loop()
         if loop is None:
             return  # an asyncio client, outside any loop: the lease expires on the server
         task = loop.create_task(_quietly(backend.refund_async(*args)))
