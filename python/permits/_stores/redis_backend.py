@@ -27,7 +27,7 @@ import redis.asyncio.cluster
 import redis.exceptions
 
 from ..errors import BackendError
-from . import redis_scripts
+from . import redis_eviction, redis_scripts
 from .backend import Backend, Outcome
 from .batch import Batch, Batching
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client, unavailable_reason
@@ -112,6 +112,8 @@ class RedisBackend:
         # (with the key_margin_ms they were made with).
         self._keys_made: dict[Name, Keys] = {}
         self._rules_made: dict[Rule, tuple[int, list[bytes], bytes]] = {}
+        self._eviction_asked = False  # (the server's maxmemory-policy, asked once: redis_eviction)
+        self._eviction_task: asyncio.Task[None] | None = None
 
     # ---- the steps ----
 
@@ -310,6 +312,9 @@ class RedisBackend:
     def _run(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         try:
             client = self._sync_client()
+            if not self._eviction_asked:
+                self._eviction_asked = True
+                redis_eviction.check(client)
             try:
                 return client.evalsha(script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
@@ -330,6 +335,9 @@ class RedisBackend:
 
     async def _run_async(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         client = self._client
+        if not self._eviction_asked:
+            self._eviction_asked = True
+            self._eviction_task = asyncio.ensure_future(redis_eviction.check_async(client, self._timeout))
         try:
             async with asyncio.timeout(self._timeout):
                 if getattr(client, "_initialize", False) and isinstance(client, redis.asyncio.cluster.RedisCluster):

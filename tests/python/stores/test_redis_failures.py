@@ -129,3 +129,32 @@ def test_each_answer_is_named() -> None:
     }
     for exc, words in said.items():
         assert words in unavailable_reason(exc, 0.5), exc
+
+
+@pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru", "noeviction"])
+def test_a_server_that_may_evict_the_limits_is_warned_about_once(
+    own_redis: Any, policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from permits.redis import RedisStore
+
+    admin = own_redis.client()
+    admin.config_set("maxmemory", 100 * 2**20)
+    admin.config_set("maxmemory-policy", policy)
+    with caplog.at_level(logging.WARNING, logger="permits"):
+        store = RedisStore(own_redis.client(), timeout=TIMEOUT)
+        window = store.fixed_window("evict", 5, 60.0)
+        assert window.acquire() and window.acquire()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not caplog.records and policy != "noeviction":
+            time.sleep(0.01)
+        time.sleep(0.2)  # (a second warning, were there one, would be in by now)
+    said = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    if policy == "noeviction":
+        assert said == []
+    else:
+        assert len(said) == 1 and policy in said[0] and "noeviction" in said[0], said
+        assert ("evicts them first" in said[0]) == policy.startswith("volatile")
+    store.close()
+    admin.close()
