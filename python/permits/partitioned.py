@@ -79,16 +79,23 @@ def _report_unraisable(errors: Sequence[BaseException], limiters: Sequence[objec
         report_unraisable(exc, limiter, "Exception ignored while closing an evicted partition")
 
 
+def _totals(stats: Statistics) -> tuple[int, int]:
+    return stats.total_successful_leases, stats.total_failed_leases
+
+
 def _close_all(
     limiters: Sequence[RateLimiter], *, report: bool, message: str = "errors while closing evicted partitions"
 ) -> None:
     """Closes every limiter, whatever the others raise; then raises an ExceptionGroup of the
-    errors, or with ``report`` hands them to sys.unraisablehook."""
+    errors, or with ``report`` hands them to sys.unraisablehook. An evicted partition whose limiter
+    has ``_close_evicted`` (a store's: its server work goes to the background) is closed by it."""
     errors: list[Exception] = []
     failed: list[RateLimiter] = []
+    evicting = message.startswith("errors while closing evicted")
     for limiter in limiters:
         try:
-            limiter.close()
+            close = getattr(limiter, "_close_evicted", None) if evicting else None
+            (close or limiter.close)()
         except Exception as exc:  # a custom limiter's close
             errors.append(exc)
             failed.append(limiter)
@@ -240,13 +247,14 @@ class PartitionedLimiter(KeyedRateLimiter):
         del self._entries[key]
         assert entry.limiter is not None
         dropped.append(entry.limiter)
+        counts = getattr(entry.limiter, "_counts", None)  # (a store's: no server round trip under the lock)
         try:
-            stats = entry.limiter.statistics()
+            successful, failed = counts() if counts is not None else _totals(entry.limiter.statistics())
         except Exception as exc:  # a custom limiter's: it is closed all the same
             self._troubles.append((exc, entry.limiter, "Exception ignored while counting an evicted partition"))
             return
-        self._evicted_successful += stats.total_successful_leases
-        self._evicted_failed += stats.total_failed_leases
+        self._evicted_successful += successful
+        self._evicted_failed += failed
 
     def _report_troubles(self) -> None:
         """What custom limiters raised while the lock was held: to sys.unraisablehook."""

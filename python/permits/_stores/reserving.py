@@ -230,11 +230,22 @@ class ReservingLimiter(StoreLimiter):
             stock = self._stock
             if stock is None:
                 return False
-            if now < stock.until and now - self._used < IDLE_NS:
+            if now < stock.until and now - self._used < IDLE_NS and not self._rl_closed:
                 return True
             self._stock = None
         self._settle(stock, now)
         return False
+
+    def _close_evicted(self) -> None:
+        """Closed as an idle partition of a per-key limiter (in a caller's acquire): its unused
+        permits go back in the returns' next round, off the caller's path."""
+        if self._rl_closed:
+            return
+        StoreLimiter.close(self)
+        with self._lock:
+            holding = self._stock is not None
+        if holding:
+            self._returns.watch(self, keep=True)
 
     def close(self) -> None:
         """Closes the limiter; its unused permits go back to the server."""

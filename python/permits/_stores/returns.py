@@ -45,6 +45,8 @@ class Returns:
         self._is_async = is_async
         self._manual = manual
         self._limiters: weakref.WeakSet[ReservingLimiter] = weakref.WeakSet()
+        #: Closed limiters whose stock still goes back (nobody else keeps them: an evicted key's).
+        self._kept: set[ReservingLimiter] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -54,10 +56,13 @@ class Returns:
         )
         _all.add(self)
 
-    def watch(self, limiter: ReservingLimiter) -> None:
-        """``limiter`` holds a stock now: make sure a round looks at it."""
+    def watch(self, limiter: ReservingLimiter, *, keep: bool = False) -> None:
+        """``limiter`` holds a stock now: make sure a round looks at it (``keep``: and keep it alive
+        until its stock is back)."""
         with self._lock:
             self._limiters.add(limiter)
+            if keep:
+                self._kept.add(limiter)
             if self._stop.is_set() or self._manual:
                 return
             if self._is_async is True:
@@ -70,7 +75,9 @@ class Returns:
     def return_now(self) -> bool:
         """One round: idle limiters give their stock back; True while some limiter still holds one."""
         holding = False
-        for limiter in list(self._limiters):
+        with self._lock:
+            limiters = set(self._limiters) | self._kept
+        for limiter in limiters:
             try:
                 kept = limiter._return_idle()
             except Exception:  # a round never dies (a store closed meanwhile...): the next one retries
@@ -82,11 +89,12 @@ class Returns:
             with self._lock:
                 if limiter._stock is None:  # (checked again: it may have taken a batch meanwhile)
                     self._limiters.discard(limiter)
+                    self._kept.discard(limiter)
         return holding
 
     def _done(self) -> bool:
         """Under the lock: no stock left to look at (a stock made since the round calls watch())."""
-        return not any(limiter._stock is not None for limiter in self._limiters)
+        return not self._kept and not any(limiter._stock is not None for limiter in self._limiters)
 
     def _run(self) -> None:
         while not self._stop.wait(ROUND_S):

@@ -303,6 +303,11 @@ class StoreLimiter(RateLimiter):
         self.store._give_back(self, n, stamp, lid)
         self._queue.changed()
 
+    def _counts(self) -> tuple[int, int]:
+        """(successful, failed) leases, as statistics() counts them, without asking the server (a
+        per-key limiter counts a partition it forgets, under its lock)."""
+        return self._rl_successful, self._rl_failed
+
     # ---- the hooks of RateLimiter ----
     def _acquire(self, permit_count: int) -> Lease:
         self._check_count(permit_count)
