@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -40,6 +41,8 @@ def _forget_stocks() -> None:
     for limiter in list(_limiters):
         limiter._lock = threading.Lock()
         limiter._stock = None
+        limiter._fetching = None  # (a parent's thread's batch: it never lands here)
+        limiter._fetching_async = weakref.WeakKeyDictionary()
 
 
 os.register_at_fork(after_in_child=_forget_stocks)
@@ -65,6 +68,12 @@ class ReservingLimiter(StoreLimiter):
         self._lock = threading.Lock()
         self._stock: Stock | None = None
         self._used = self._rl_clock.now_ns()  # when the stock was last served or filled
+        # The batch on its way: callers that find the stock empty meanwhile wait for it and share
+        # it, rather than each taking a batch of its own (the leftovers would pile up unused).
+        self._fetching: threading.Event | None = None
+        self._fetching_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[None]] = (
+            weakref.WeakKeyDictionary()
+        )
         _limiters.add(self)
 
     # ---- the stock ----
@@ -109,6 +118,11 @@ class ReservingLimiter(StoreLimiter):
                 stale = None
             elif stock is None or now >= stock.until or stamp > stock.stamp:
                 self._stock, stale = stale, stock  # a newer stamp: the server has moved on
+            kept = self._stock
+            if kept is not None and kept.count > self.reserve and stale is None:
+                # Never more than `reserve` held here: the rest goes back for the others.
+                stale = Stock(kept.count - self.reserve, kept.stamp, kept.until)
+                kept.count = self.reserve
             self._used = now
             holding = self._stock is not None
         if stale is not None:
@@ -158,6 +172,34 @@ class ReservingLimiter(StoreLimiter):
 
     # ---- a take ----
     def _take(self, n: int) -> Lease:
+        lease = self._serve(n, keep=True)[0]
+        if lease is not None:
+            return lease
+        # One batch in flight at a time: a caller that finds one on its way waits for it (at most
+        # the store's timeout) and is served from what it brings.
+        deadline = time.monotonic() + self.store.timeout
+        while True:
+            with self._lock:
+                fetching = self._fetching
+                if fetching is None:
+                    self._fetching = done = threading.Event()
+                    break
+            fetching.wait(max(0.0, deadline - time.monotonic()))
+            lease = self._serve(n, keep=True)[0]
+            if lease is not None:
+                return lease
+        try:
+            return self._take_batch(n)
+        finally:
+            with self._lock:
+                self._fetching = None
+            done.set()
+
+    def _take_by(self, n: int, deadline: int | None) -> Lease:
+        lease = self._serve(n, keep=True)[0]  # (from the stock: no I/O, whatever the deadline)
+        return lease if lease is not None else super()._take_by(n, deadline)
+
+    def _take_batch(self, n: int) -> Lease:
         lease, back = self._serve(n)
         if lease is not None:
             return lease
@@ -172,8 +214,29 @@ class ReservingLimiter(StoreLimiter):
         return self._received(batch, n, asked)
 
     async def _take_async(self, n: int) -> Lease:
-        if asyncio._get_running_loop() is None or self._backend.is_async is False:
+        loop = asyncio._get_running_loop()
+        if loop is None or self._backend.is_async is False:
             return self._take(n)
+        lease = self._serve(n, keep=True)[0]
+        if lease is not None:
+            return lease
+        while True:  # one batch in flight per loop, shared (as _take)
+            fetching = self._fetching_async.get(loop)
+            if fetching is None or fetching.done():
+                self._fetching_async[loop] = done = loop.create_future()
+                break
+            await asyncio.shield(fetching)
+            lease = self._serve(n, keep=True)[0]
+            if lease is not None:
+                return lease
+        try:
+            return await self._take_batch_async(n)
+        finally:
+            if self._fetching_async.get(loop) is done:
+                del self._fetching_async[loop]
+            done.set_result(None)
+
+    async def _take_batch_async(self, n: int) -> Lease:
         lease, back = self._serve(n)
         if lease is not None:
             return lease

@@ -476,3 +476,62 @@ async def test_a_cluster_reserves_on_each_names_node(redis_cluster: Any, mode: s
             made.close()
         else:
             await made.aclose()
+
+
+# ---- concurrent callers share batches: no hoarding ----
+
+
+def test_concurrent_async_callers_share_the_batch_in_flight(quiet_redis: RedisProcess) -> None:
+    """Limit 100, reserve=10, 30 concurrent acquire_async: all granted (the server has the
+    permits), the stock never above 10, and another process finds the rest."""
+
+    async def main() -> None:
+        client = quiet_redis.async_client()
+        store = RedisStore(client, reserve=10, prefix=fresh_prefix())
+        window = store.fixed_window("w", 100, 3600.0)
+        leases = await asyncio.gather(*(window.acquire_async() for _ in range(30)))
+        assert sum(map(bool, leases)) == 30, [lease.reason for lease in leases if not lease]
+        stock = window._stock
+        assert stock is None or stock.count <= 10
+        other = RedisStore(quiet_redis.client(), prefix=store._backend._prefix.decode())
+        assert other.fixed_window("w", 100, 3600.0).available_permits() >= 100 - 30 - 10
+        other.close()
+        await store.aclose()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_concurrent_threads_share_the_batch_in_flight(client: Any) -> None:
+    store = reserving(client, None, 10)
+    window = store.fixed_window("w", 100, 3600.0)
+    start = threading.Barrier(16)
+    granted: list[bool] = []
+
+    def one() -> None:
+        start.wait()
+        granted.append(bool(window.acquire()))
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert granted == [True] * 16
+    stock = window._stock
+    assert stock is None or stock.count <= 10
+    assert on_server(store, window, None) >= 100 - 16 - 10
+    store.close()
+
+
+def test_a_caller_is_never_refused_while_the_stock_holds_permits(client: Any, clock: permits.ManualClock) -> None:
+    store = reserving(client, clock, 10)
+    window = store.fixed_window("w", 12, 3600.0)
+    other = reserving(client, clock, 1, prefix=store._backend._prefix.decode()).fixed_window("w", 12, 3600.0)
+    assert window.acquire()  # a batch of 10: 9 in the stock, 2 left on the server
+    assert other.acquire(2)  # the server's last 2
+    for _ in range(9):  # the stock serves them all, whatever the server says
+        assert window.acquire()
+    assert not window.acquire()
+    stock = window._stock
+    assert stock is None or stock.count == 0
