@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._stores.postgres_backend import PostgresBackend
+from ._stores.postgres_purge import Purger
 from ._stores.server_store import ServerStore, check_timeout
 
 
@@ -42,6 +43,14 @@ class PostgresStore(ServerStore):
         (created, with its index and functions, on first use)."""
         self._backend = PostgresBackend(conninfo_or_pool, table=table, timeout=self.timeout)
         self._setup(on_error, clock)
+        self._purger = Purger(self._backend, self._renewal._now, manual=clock is not None)
+
+    def _housekeep(self) -> None:
+        self._purger.poke()
+
+    def close(self) -> None:
+        self._purger.stop()
+        super().close()
 
     def __repr__(self) -> str:
         return f"<PostgresStore table={self.table!r} on_error={self.on_error!r}>"

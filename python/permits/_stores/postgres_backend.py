@@ -85,6 +85,7 @@ class _Statements:
     read: bytes
     cc_held: bytes
     signature: bytes
+    purge: bytes
 
 
 def _compose(template: str, ids: dict[str, sql.Composable]) -> bytes:
@@ -182,6 +183,7 @@ class PostgresBackend:
             read=_compose(q.READ_STATE, ids),
             cc_held=_compose(q.CC_HELD, ids),
             signature=_compose(q.SIGNATURE, ids),
+            purge=_compose(q.PURGE, ids),
         )
         with self._statements_lock:
             self._statements = statements
@@ -284,6 +286,18 @@ class PostgresBackend:
             raise self._mismatch(name, rule, row[0])
         renewed = {bytes(lease) for lease in (row[1] if row is not None else None) or ()}
         return [lease for lease, digest in zip(lease_ids, digests, strict=True) if digest not in renewed]
+
+    def _purge(self, now_ns: int | None, most: int) -> Plan[int]:
+        st = yield from self._ensure()
+        row = yield st.purge, {"now": None if now_ns is None else Int8(now_ns), "most": Int8(most)}
+        return int(row[0]) if row is not None else 0
+
+    def purge(self, now_ns: int | None, most: int) -> int:
+        """Deletes up to ``most`` expired rows (housekeeping); how many."""
+        return self._run(lambda: self._purge(now_ns, most))
+
+    async def purge_async(self, now_ns: int | None, most: int) -> int:
+        return await self._run_async(lambda: self._purge(now_ns, most))
 
     def _available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> Plan[int]:
         st = yield from self._ensure()

@@ -411,6 +411,22 @@ SELECT (SELECT sig FROM s), ARRAY(SELECT lease FROM u)
 """
 )
 
+# The purge of housekeeping (postgres_purge.py): up to %(most)s expired rows of any state, oldest
+# first, never waiting for a row another step holds; answers how many went.
+PURGE: LiteralString = (
+    """
+WITH v AS (SELECT """
+    + _NOW
+    + """ AS now),
+d AS (
+    DELETE FROM {table} WHERE (key, lease) IN (
+        SELECT x.key, x.lease FROM {table} x WHERE x.expires < (SELECT v.now FROM v)
+        ORDER BY x.expires LIMIT %(most)s FOR UPDATE OF x SKIP LOCKED)
+    RETURNING 1)
+SELECT count(*) FROM d
+"""
+)
+
 # Reads: the state's row (if any) and the step's time; the client computes available.
 READ_STATE: LiteralString = (
     "WITH v AS (SELECT "

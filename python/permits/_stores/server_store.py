@@ -63,6 +63,10 @@ class ServerStore(StoreFactories):
         if self._closed:
             raise LimiterClosedError(f"the store {self!r} is closed")
 
+    def _housekeep(self) -> None:
+        """The store is in use: its background housekeeping (if any) runs. Called when a limiter is
+        made, and by each asyncio step (a task needs the running loop)."""
+
     def limiter(
         self,
         name: str,
@@ -90,6 +94,7 @@ class ServerStore(StoreFactories):
         kind = ReservingLimiter if getattr(self, "reserve", None) and rule.timed else StoreLimiter
         limiter = kind(self, name, state, rule, spec, UNBOUNDED if ql is None else ql, newest)
         self._limiters.add(limiter)
+        self._housekeep()
         return limiter
 
     def partitioned(

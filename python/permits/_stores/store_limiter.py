@@ -241,6 +241,7 @@ class StoreLimiter(RateLimiter):
             # A sync client asks from the loop's thread (one round trip, at most the store's
             # timeout): the request is decided, or queued, before the wait first suspends.
             return self._take(n)
+        self.store._housekeep()
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
         step = asyncio.ensure_future(backend.take_async(self._state, self._rule, n, lid, self._now()))
         try:

@@ -204,3 +204,50 @@ def test_a_dropped_table_is_made_again(
     assert backend.take("s", BUCKET, 1, None, 0).available == 9  # a new state in a new table
     assert backend.take("w", sw, 1, None, 0).available == 3
     backend.close()
+
+
+def test_the_purge_keeps_up_with_a_flood_of_keys(
+    postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    """2,000 keys stepped once each, then nothing: each step purged only a few rows on its way
+    (none had expired yet); the store's housekeeping round deletes every expired row, however many."""
+    import permits
+    from permits.postgres import PostgresStore
+
+    clock = permits.ManualClock()
+    table = new_table()
+    store = PostgresStore(postgres_server.conninfo, table=table, clock=clock)
+    keyed = store.partitioned(permits.specs.FixedWindow(5, 1.0), name="flood", idle_timeout=0.0)
+    for key in range(2000):
+        assert keyed.acquire(key)
+    clock.advance(10.0)  # every state expired (a window of 1 s lives one to two lifetimes)
+    count = psycopg.sql.SQL("SELECT count(*) FROM {}").format(psycopg.sql.Identifier(table))
+    before = conn.execute(count).fetchone()
+    assert before is not None and int(before[0]) == 2000
+    assert store._purger.purge_now() == 2000  # (a real clock's store runs it every second by itself)
+    after = conn.execute(count).fetchone()
+    assert after is not None and int(after[0]) == 0
+    assert keyed.acquire(0)  # a purged state is as good as new
+    store.close()
+
+
+def test_a_store_in_use_purges_by_itself(
+    postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    import time
+
+    import permits
+    from permits.postgres import PostgresStore
+
+    table = new_table()
+    store = PostgresStore(postgres_server.conninfo, table=table)  # the real clock: its own purge thread
+    keyed = store.partitioned(permits.specs.FixedWindow(5, 0.05), name="flood", idle_timeout=0.0)
+    for key in range(300):
+        assert keyed.acquire(key)
+    count = psycopg.sql.SQL("SELECT count(*) FROM {}").format(psycopg.sql.Identifier(table))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (row := conn.execute(count).fetchone()) is not None and int(row[0]):
+        time.sleep(0.05)
+    row = conn.execute(count).fetchone()
+    assert row is not None and int(row[0]) == 0  # the keys' states expired (0.1 s), and went
+    store.close()
