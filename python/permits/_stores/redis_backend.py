@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import math
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -77,6 +78,15 @@ def _shown(name: object) -> str:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+#: Seconds between two attempts of a step whose Cluster slot is moving (TRYAGAIN).
+TRY_AGAIN_PAUSE = 0.02
+
+
+def _moving(exc: BaseException) -> bool:
+    """A Cluster slot on the move: TRYAGAIN, or redis-py's retries of it run out ("TTL exhausted")."""
+    return isinstance(exc, redis.exceptions.TryAgainError) or str(exc).startswith("TTL exhausted")
 
 
 class RedisBackend:
@@ -310,15 +320,25 @@ class RedisBackend:
             return self._bounded.client
 
     def _run(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+        deadline = time.monotonic() + self._timeout
         try:
             client = self._sync_client()
             if not self._eviction_asked:
                 self._eviction_asked = True
                 redis_eviction.check(client)
-            try:
-                return client.evalsha(script.sha, len(keys), *keys, *args)
-            except redis.exceptions.NoScriptError:
-                return client.eval(script.source, len(keys), *keys, *args)
+            while True:
+                try:
+                    try:
+                        return client.evalsha(script.sha, len(keys), *keys, *args)
+                    except redis.exceptions.NoScriptError:
+                        return client.eval(script.source, len(keys), *keys, *args)
+                except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
+                    # The keys' Cluster slot is moving between nodes (TRYAGAIN; redis-py's own
+                    # retries of it end as "TTL exhausted"): asked again until the move is done,
+                    # within the call's timeout.
+                    if not _moving(exc) or deadline - time.monotonic() <= TRY_AGAIN_PAUSE:
+                        raise
+                    time.sleep(TRY_AGAIN_PAUSE)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
@@ -342,10 +362,16 @@ class RedisBackend:
             async with asyncio.timeout(self._timeout):
                 if getattr(client, "_initialize", False) and isinstance(client, redis.asyncio.cluster.RedisCluster):
                     await self._discover_slots(client)
-                try:
-                    return await client.evalsha(script.sha, len(keys), *keys, *args)
-                except redis.exceptions.NoScriptError:
-                    return await client.eval(script.source, len(keys), *keys, *args)
+                while True:
+                    try:
+                        try:
+                            return await client.evalsha(script.sha, len(keys), *keys, *args)
+                        except redis.exceptions.NoScriptError:
+                            return await client.eval(script.source, len(keys), *keys, *args)
+                    except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
+                        if not _moving(exc):
+                            raise
+                        await asyncio.sleep(TRY_AGAIN_PAUSE)  # (as _run; the timeout above ends it)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 

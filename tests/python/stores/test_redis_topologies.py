@@ -214,3 +214,56 @@ def test_a_hung_sentinel_bounds_the_masters_discovery(redis_sentinel: Any) -> No
     assert store.take("discovered", rule("fixed_window"), 2, None, 0).granted
     store.close()
     client.close()
+
+
+def test_a_step_whose_slot_is_moving_is_asked_again_until_the_move_is_done(redis_cluster: Any) -> None:
+    """While a limiter's slot migrates between two masters, the source answers TRYAGAIN (one of
+    the step's keys has moved, the other not): the step is asked again, within the store's
+    timeout, and is decided once the move is done (it failed after redis-py's own 0.4 s of retries)."""
+    import threading
+    import uuid
+
+    from permits.redis import RedisStore
+
+    client = redis_cluster.client()
+    store = RedisStore(redis_cluster.client(), prefix=f"moving-{uuid.uuid4().hex[:8]}:", timeout=5.0)
+    window = store.fixed_window("w", 100, 3600.0)
+    assert window.acquire()  # its state key exists on the slot's master; its second key does not
+    state, other = store._backend.keys_of(window._state)
+    slot = client.keyslot(state)
+    nodes = {node.port: node for node in redis_cluster.nodes}
+    ids = {}
+    for port, node in nodes.items():
+        with node.client() as c:
+            ids[port] = c.execute_command("CLUSTER", "MYID").decode()
+    source_port = client.get_node_from_key(state).port
+    target_port = next(port for port in nodes if port != source_port)
+    errors: list[BaseException] = []
+    with nodes[source_port].client() as source, nodes[target_port].client() as target:
+        source.set(other, b"moved-first", px=60_000)
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source_port])
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target_port])
+        source.execute_command("MIGRATE", "127.0.0.1", target_port, other, 0, 5000)  # one moved: TRYAGAIN
+
+        def finish() -> None:
+            try:
+                time.sleep(0.8)  # longer than redis-py's own retries
+                with nodes[source_port].client() as s:
+                    s.execute_command("MIGRATE", "127.0.0.1", target_port, state, 0, 5000)
+                for port in (target_port, source_port, *[p for p in nodes if p not in (source_port, target_port)]):
+                    with nodes[port].client() as c:
+                        c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target_port])
+            except BaseException as exc:
+                errors.append(exc)
+
+        mover = threading.Thread(target=finish)
+        mover.start()
+        try:
+            lease = window.acquire()
+        finally:
+            mover.join()
+    assert errors == []
+    assert lease, lease.reason
+    assert window.available_permits() == 98
+    store.close()
+    client.close()
