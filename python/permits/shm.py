@@ -301,7 +301,7 @@ class SharedMemoryStore(StoreFactories):
             ttl,
         )
         keyed = SharedKeyedLimiter(table, partition, name, self.clock, idle_ns / 1e9)
-        keyed.store = self  # type: ignore[attr-defined]
+        keyed.store = self
         self._limiters.add(keyed)
         if isinstance(partition.spec, specs.Concurrency):
             self._lost.add(keyed)
