@@ -100,19 +100,41 @@ class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]
         self.max_partitions: int = table.max_partitions
         """The most keys in the segment at once (by default the store's capacity); a new key beyond it
         takes the place of an idle one, else gets a failed lease, reason ``"partition_limit"``."""
+        self._wrappers: dict[tuple[type, object], _KeyLimiter] = {}
 
     @property
     def _lost_leases(self) -> int:
         """Leases of this limiter's keys found lost in this process so far."""
         return int(self._table._lost_leases)
 
+    #: Python objects of key limiters kept (the waits' path), the oldest made first out. Each holds
+    #: its engine limiter, which the engine therefore keeps as the key's own (never dropped while
+    #: anything else holds it): the one acquire(key) sends a request to while requests are queued
+    #: in it.
+    _WRAPPERS = 4096
+
     def _limiter(self, resource: object) -> _KeyLimiter:
         """The key's limiter of this process (made on first need, kept with the key): its requests
-        queue there. A new Python object on the same engine limiter each time."""
+        queue there."""
         self._check_open()
+        # A str, bytes or int is a key of its own type; a tuple is checked as the engine encodes it
+        # (("a", True) is refused there, though equal to ("a", 1)).
+        cache_key = (tuple, _core._key_bytes(resource)) if type(resource) is tuple else (type(resource), resource)
+        wrappers = self._wrappers
+        try:
+            cached: _KeyLimiter = wrappers[cache_key]
+            return cached
+        except KeyError:
+            pass
+        except TypeError:  # unhashable: the engine's own message for a key of that type
+            _core._key_bytes(resource)
+            raise
         limiter = _KeyLimiter.__new__(_KeyLimiter)
         RateLimiter.__init__(limiter, name=self.name, clock=self._rl_clock)
         _core.SharedLimiter.__init__(limiter, self, resource)
+        if len(wrappers) >= self._WRAPPERS:
+            del wrappers[next(iter(wrappers))]
+        wrappers[cache_key] = limiter
         return limiter
 
     # ---- the seam's hooks (chains and custom code reach a key through them; _try_now is the
@@ -187,6 +209,7 @@ class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]
             return
         self._rl_closed = True
         _core.ShmKeyed._close(self)
+        self._wrappers.clear()
 
     async def aclose(self) -> None:
         """``close()`` for async code; ``async with limiter:`` calls it on exit."""

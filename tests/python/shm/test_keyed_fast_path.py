@@ -100,6 +100,17 @@ def test_statistics_add_up_across_the_keys_kept_and_dropped(segment_name: str) -
     assert keyed.partition_count == 5000  # the segment's keys are not this process's to drop
 
 
+def test_the_waits_limiters_are_bounded_too(segment_name: str) -> None:
+    keyed = SharedMemoryStore(segment_name, capacity=6000).partitioned("1/hour", name="waited")
+    for i in range(5000):  # each through the key's limiter (and its Python object)
+        assert keyed.wait(f"k{i}", timeout=0)
+    assert len(keyed._wrappers) == 4096
+    # The engine keeps the keys whose limiters a Python object holds, and drops the others.
+    assert 4096 <= keyed._keys_kept < 2 * 4096
+    assert keyed.statistics() == permits.Statistics(0, 0, 5000, 0)
+    assert not keyed.acquire("k4999") and not keyed.acquire("k0")
+
+
 def test_idle_keys_make_room_for_new_ones_at_the_bound(segment_name: str) -> None:
     clock = permits.ManualClock()
     keyed = SharedMemoryStore(segment_name, clock=clock).partitioned(
