@@ -6,7 +6,7 @@ segment's bytes per key.
     python benchmarks/bench_shm.py --quick             # a smoke run, a few seconds
     python benchmarks/bench_shm.py --processes 1,2,4 --json FILE
 
-Four parts, one table each:
+Five parts, one table each:
 
 1. One check from Python, in this process: ``acquire()`` on each kind of store limiter against the
    in-process limiter of the same parameters (huge limits, so every check is a grant; a token
@@ -26,6 +26,11 @@ Four parts, one table each:
 4. The segment's bytes per key for a per-key token bucket and a ``"10/second"`` (sliding window)
    partitioned limiter: the table's own bytes over its keys (the segment takes its memory when it
    is made), with how much of ``/dev/shm/permits.<name>`` is in use (``st_blocks``).
+5. New keys: a new key's first ``acquire(key)`` in a ``store.partitioned(...)`` table against
+   ``PartitionedLimiter.per_key`` of the same spec, below the table's bound and at it (the table
+   full of idle keys, so that each new key evicts one), and a known key's ``acquire(key)``; ns per
+   key over passes of fresh keys (``--new-keys`` a pass), the passes of the two sides taken in
+   turn, best and median of them; the bound ``--bound`` keys (1,000).
 
 Parts 2 and 3 run in a pool of worker processes started once: for each round every worker taking
 part is told one start time on the monotonic clock (shared by every process on the host) and
@@ -46,6 +51,7 @@ import json
 import multiprocessing
 import os
 import platform
+import random
 import shlex
 import statistics
 import sys
@@ -156,8 +162,11 @@ def _release_ok(lim: Any) -> Callable[[], bool]:
     return probe
 
 
-def part1_cases(store: Any, pairs: list[Pair]) -> Callable[[], Iterator[Case]]:
-    """The cases of part 1, in-process and store limiter of each kind side by side; fills ``pairs``."""
+def part1_cases(store: Any, held_store: Any, pairs: list[Pair], held: list[Any]) -> Callable[[], Iterator[Case]]:
+    """The cases of part 1, in-process and store limiter of each kind side by side; fills ``pairs``,
+    and ``held`` with the leases the cases hold throughout (released once they are timed), taken
+    in ``held_store``: a segment of their own, since a process keeps its holder slot of a segment
+    while it holds any permit of it."""
 
     def source() -> Iterator[Case]:
         serial = iter(range(10**6))
@@ -242,6 +251,35 @@ def part1_cases(store: Any, pairs: list[Pair]) -> Callable[[], Iterator[Case]]:
             Pair("concurrency: acquire().release()", "local_concurrency_release", "shm_concurrency_release", True)
         )
 
+        # The same with another lease of the process held throughout: the shared limiter's holder
+        # slot stays claimed, so its pin and unpin are one compare-and-swap each (without it, each
+        # acquire claims a slot and each release frees it).
+        held_local = [permits.ConcurrencyLimiter(2) for _ in range(INSTANCES)]
+        held_shm = [held_store.concurrency(named("c"), permit_limit=2, lease_ttl=60.0) for _ in range(INSTANCES)]
+        for side, lims in (("in-process", held_local), ("shared memory", held_shm)):
+            kept = [lim.acquire() for lim in lims]
+            assert all(kept)
+            held.extend(kept)
+            yield Case(
+                f"{side} concurrency, a lease held: acquire().release() ok",
+                "permits",
+                "lim.acquire().release()",
+                {"lim": lims[0], "kept": kept},
+                probe=_release_ok(lims[0]),
+                expect=True,
+                note=f"permit_limit 2, one lease held throughout; fastest of {INSTANCES} limiters",
+                key=f"{'local' if side == 'in-process' else 'shm'}_concurrency_held_release",
+                alternates=[{"lim": lim, "kept": kept} for lim in lims[1:]],
+            )
+        pairs.append(
+            Pair(
+                "concurrency, another lease held: acquire().release()",
+                "local_concurrency_held_release",
+                "shm_concurrency_held_release",
+                False,
+            )
+        )
+
         spec_huge = _huge_value(lambda n: permits.specs.TokenBucket(n, n, 1.0))
         spec = permits.specs.TokenBucket(spec_huge, spec_huge, 1.0)
         keyed_local = permits.PartitionedLimiter.per_key(spec, idle_timeout=60.0)
@@ -264,14 +302,20 @@ def part1_cases(store: Any, pairs: list[Pair]) -> Callable[[], Iterator[Case]]:
 
 def run_part1(segments: Segments, s: Settings, verbose: bool) -> dict[str, Any]:
     pairs: list[Pair] = []
+    held: list[Any] = []
     try:
         store = segments.open("p1", capacity=1_000)
+        held_store = segments.open("p1-held", capacity=10)
     except NotInstalled as exc:
         return {"status": f"not installed ({exc})"}
     except Exception as exc:
         return {"status": f"error: {type(exc).__name__}: {exc}"}
     before = single_threaded()
-    results = collect_phase([("part 1", "permits", part1_cases(store, pairs))], s, verbose)
+    try:
+        results = collect_phase([("part 1", "permits", part1_cases(store, held_store, pairs, held))], s, verbose)
+    finally:
+        for lease in held:
+            lease.release()
     by_key = {r.key: r for r in results}
     rows = []
     for pair in pairs:
@@ -878,6 +922,180 @@ def print_part4(data: dict[str, Any]) -> list[dict[str, Any]]:
     return goals
 
 
+# --------------------------------------------------------------------------- part 5: new keys
+
+
+TARGET_NEW_KEY = 3.5
+"""A new key's first acquire in a store's per-key table / in PartitionedLimiter.per_key: at most."""
+TARGET_KNOWN_KEY = 3.0
+"""A known key's acquire, the same: at most."""
+BOUND = 1_000
+"""max_partitions of the tables timed at their bound (--bound)."""
+
+
+def _pass_ns(check: Callable[[str], Any], keys: list[str]) -> tuple[float, int]:
+    """ns per key of one pass of ``check`` over ``keys``, and how many were refused."""
+    refused = 0
+    start = time.perf_counter()
+    for key in keys:
+        if not check(key):
+            refused += 1
+    return (time.perf_counter() - start) / len(keys) * 1e9, refused
+
+
+def run_part5(segments: Segments, repeats: int, keys_per_pass: int, bound: int = BOUND) -> dict[str, Any]:
+    """A new key's first acquire, below the table's bound and at it, and a known key's acquire:
+    the store's per-key table against ``PartitionedLimiter.per_key`` of the same spec, each pass
+    of one side followed by the same pass of the other."""
+    huge = _huge_value(lambda v: permits.specs.TokenBucket(v, v, 0.000001))
+    # Replenished every microsecond: a key is fully idle again a microsecond after its grant, so
+    # that at the bound every key but the newest can make room for the next.
+    spec = permits.specs.TokenBucket(huge, huge, 0.000001)
+    below_bound = keys_per_pass * (repeats + 1)
+    try:
+        store = segments.open("p5", capacity=below_bound + 3 * bound)
+    except NotInstalled as exc:
+        return {"status": f"not installed ({exc})"}
+    except Exception as exc:
+        return {"status": f"error: {type(exc).__name__}: {exc}"}
+    per_key = permits.PartitionedLimiter.per_key
+    sides: dict[str, dict[str, Any]] = {
+        "below": {
+            "local": per_key(spec, idle_timeout=3600.0, max_partitions=below_bound),
+            "shm": store.partitioned(spec, name="below", max_partitions=below_bound, idle_timeout=3600.0),
+        },
+        # In process a key fully idle, however briefly, makes room at the bound (and idle_timeout
+        # only times its eviction by the engine's timer: an hour, so none runs); in the store a
+        # key makes room once idle for idle_timeout: 0.
+        "bound": {
+            "local": per_key(spec, idle_timeout=3600.0, max_partitions=bound),
+            "shm": store.partitioned(spec, name="bound", max_partitions=bound, idle_timeout=0.0),
+        },
+        "known": {
+            "local": per_key(spec, idle_timeout=3600.0, max_partitions=bound),
+            "shm": store.partitioned(spec, name="known", max_partitions=bound, idle_timeout=3600.0),
+        },
+    }
+    fill = {case: [f"{case}-fill-{i}" for i in range(bound)] for case in ("bound", "known")}
+    for case, keys in fill.items():
+        for lim in sides[case].values():
+            for key in keys:
+                if not lim.acquire(key):
+                    return {"status": f"error: the first check of {key!r} ({case}) was refused"}
+    known_order = fill["known"] * max(1, -(-keys_per_pass // bound))
+    random.Random(7).shuffle(known_order)
+    times: dict[tuple[str, str], list[float]] = {(c, side): [] for c in sides for side in ("local", "shm")}
+    refused: dict[tuple[str, str], int] = dict.fromkeys(times, 0)
+    gc.collect()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(repeats):
+            new_keys = {case: [f"{case}-{r}-{i}" for i in range(keys_per_pass)] for case in ("below", "bound")}
+            # Each side's pass after the other's: in turn, the first side alternating per repeat.
+            order = ("local", "shm") if r % 2 == 0 else ("shm", "local")
+            for case in sides:
+                keys = known_order if case == "known" else new_keys[case]
+                for side in order:
+                    ns, no = _pass_ns(sides[case][side].acquire, keys)
+                    times[case, side].append(ns)
+                    refused[case, side] += no
+    finally:
+        if gc_was:
+            gc.enable()
+    sizes = {case: {side: lim.partition_count for side, lim in pair.items()} for case, pair in sides.items()}
+    for pair in sides.values():
+        for lim in pair.values():
+            lim.close()
+    rows = []
+    for case in sides:
+        local, shm = times[case, "local"], times[case, "shm"]
+        rows.append(
+            {
+                "case": case,
+                "local_best_ns": min(local),
+                "local_median_ns": statistics.median(local),
+                "shm_best_ns": min(shm),
+                "shm_median_ns": statistics.median(shm),
+                "ratio": min(shm) / min(local),
+                "median_ratio": statistics.median(shm) / statistics.median(local),
+                "refused_local": refused[case, "local"],
+                "refused_shm": refused[case, "shm"],
+                "partitions": sizes[case],
+            }
+        )
+    return {
+        "status": "ok",
+        "repeats": repeats,
+        "keys_per_pass": keys_per_pass,
+        "bound": bound,
+        "limit": huge,
+        "single_threaded": single_threaded(),
+        "rows": rows,
+    }
+
+
+def _part5_labels(bound: int) -> dict[str, str]:
+    return {
+        "below": "a new key's first acquire, below the bound",
+        "bound": f"a new key's first acquire, at the bound ({bound:,} idle keys: each new key evicts one)",
+        "known": f"a known key's acquire ({bound:,} keys in turn)",
+    }
+
+
+def print_part5(data: dict[str, Any]) -> list[dict[str, Any]]:
+    print("\n### 5. New keys: a store's per-key table against `PartitionedLimiter.per_key`\n")
+    goals: list[dict[str, Any]] = []
+    if data["status"] != "ok":
+        print(f"not measured: {data['status']}")
+        return [{"name": f"shared / in-process, {label}", "value": None} for label in _part5_labels(BOUND).values()]
+    labels = _part5_labels(data["bound"])
+    print(
+        "| case | in-process ns (best / median) | shared memory ns (best / median) | shm / in-process "
+        "(best; medians) | goal | met |"
+    )
+    print("|---|---:|---:|---:|---|---|")
+    for row in data["rows"]:
+        label = labels[row["case"]]
+        target = TARGET_KNOWN_KEY if row["case"] == "known" else TARGET_NEW_KEY
+        refusals = row["refused_local"] + row["refused_shm"]
+        met = row["ratio"] <= target and refusals == 0
+        print(
+            f"| {label} | {_fmt_ns(row['local_best_ns'])} / {_fmt_ns(row['local_median_ns'])} | "
+            f"{_fmt_ns(row['shm_best_ns'])} / {_fmt_ns(row['shm_median_ns'])} | {row['ratio']:.2f}x; "
+            f"{row['median_ratio']:.2f}x | <= {target:g}x | {'yes' if met else '**no**'} |"
+        )
+        goals.append(
+            {
+                "name": f"shared / in-process, {label}",
+                "value": row["ratio"],
+                "target": f"<= {target:g}x",
+                "met": met,
+            }
+        )
+    refused = [
+        f"{labels[row['case']]}: {row['refused_local']:,} in process, {row['refused_shm']:,} shared"
+        for row in data["rows"]
+        if row["refused_local"] or row["refused_shm"]
+    ]
+    print(
+        f"\nA token bucket of {data['limit']:,} permits replenished every microsecond (every check a grant, "
+        "and every key fully idle a microsecond after it); ns per key over passes of "
+        f"{data['keys_per_pass']:,} keys, {data['repeats']} passes of each side taken in turn, keys made "
+        "before the pass (new keys: fresh ones each pass; known keys: the table's keys shuffled). Below "
+        "the bound: max_partitions room for every pass. At the bound: max_partitions "
+        f"{data['bound']:,}, filled first; the store's table with idle_timeout=0 (its keys make room once "
+        "idle that long), the in-process one with an hour (a fully idle key makes room there however "
+        "briefly idle; the hour keeps its eviction timer from running). Partitions after the run: "
+        + ", ".join(
+            f"{row['case']} {row['partitions']['local']:,} / {row['partitions']['shm']:,}" for row in data["rows"]
+        )
+        + " (in process / shared). "
+        + ("Refused: " + "; ".join(refused) + "." if refused else "No check was refused.")
+    )
+    return goals
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -920,10 +1138,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs (a few seconds in all; noisier)")
     parser.add_argument("--processes", type=_counts, default=[1, 2, 4], help="process counts (default 1,2,4)")
-    parser.add_argument("--parts", type=_counts, default=[1, 2, 3, 4], help="which parts to run (default 1,2,3,4)")
+    parser.add_argument("--parts", type=_counts, default=[1, 2, 3, 4, 5], help="which parts to run (default 1,2,3,4,5)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per case (part 1) or rounds (parts 2, 3)")
     parser.add_argument("--duration", type=float, default=None, help="seconds per round in parts 2 and 3")
     parser.add_argument("--keys", type=int, default=10_000, help="keys for part 4 (default 10,000)")
+    parser.add_argument("--new-keys", type=int, default=None, help="keys per pass in part 5 (default 2,000)")
+    parser.add_argument(
+        "--bound", type=int, default=BOUND, help=f"max_partitions of part 5's tables at their bound (default {BOUND:,})"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(args_list)
@@ -1001,6 +1223,11 @@ def main(argv: list[str] | None = None) -> int:
             progress("part 4: bytes per key")
             out["part4"] = run_part4(segments, args.keys)
             goals += print_part4(out["part4"])
+        if 5 in args.parts:
+            progress("part 5: new keys")
+            new_keys = args.new_keys or (500 if args.quick else 2_000)
+            out["part5"] = run_part5(segments, max(3, s.repeats), new_keys, args.bound)
+            goals += print_part5(out["part5"])
     finally:
         if pool is not None:
             pool.close()

@@ -8,13 +8,16 @@
 #include <system_error>
 
 #include "args.hpp"
+#include "fastcall.hpp"
 #include "gil.hpp"
 #include "key_encoding.hpp"
+#include "lease_type.hpp"
 #include "self.hpp"
 #include "spec.hpp"
 
 #if defined(__linux__)
 #include "permits/shm_key_table.hpp"
+#include "permits/shm_keyed.hpp"
 #include "permits/shm_limiters.hpp"
 #endif
 
@@ -58,6 +61,60 @@ shm::Params template_params(const EngineSpec& spec, Nanos lease_ttl) {
             [&](const ConcurrencyRule& r) { return shm::params_of_concurrency(r.permit_limit(), lease_ttl); },
         },
         spec);
+}
+
+py::tuple statistics_tuple(const Statistics& s) {
+    return py::make_tuple(s.current_available_permits, s.current_queued_count, s.total_successful_leases,
+                          s.total_failed_leases);
+}
+
+// The lease of a shared key's outcome: the key's Limiter's when it decided, else the record's.
+PyObject* lease_of(const shm::KeyedLimiter::Result& r, shm::KeyedLimiter& keyed, PyObject* key, PyObject* self) {
+    if (r.limiter) {
+        return py_lease::from_outcome(r.outcome, r.limiter.get(), self);
+    }
+    return py_lease::from_shm_key_outcome(r.outcome, keyed, key, self);
+}
+
+// acquire(resource, permit_count=1) and _try_now on a shared per-key table, as METH_FASTCALL
+// methods: a time-based key's grant from its record, with no Python call and no Limiter per key.
+// Checked in the order SharedKeyedLimiter always checked: closed, the key, the count.
+template <FastCall kind>
+PyObject* keyed_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs < 1 || nargs + nkw > 2) {
+        PyErr_SetString(PyExc_TypeError, "takes a resource and at most a permit_count");
+        return nullptr;
+    }
+    if (!only_permit_count_keyword(kwnames)) {
+        return nullptr;
+    }
+    return guarded([&]() -> PyObject* {
+        const auto* keyed = holder_of<shm::KeyedLimiter>(self);
+        if (keyed == nullptr) {
+            return nullptr;
+        }
+        if ((*keyed)->closed()) {
+            throw ClosedError();
+        }
+        KeyBuffer key;
+        if (!encode_key(args[0], key)) {
+            return nullptr;
+        }
+        const std::int64_t n = nargs + nkw == 2 ? int_arg(args[1], "permit_count") : 1;
+        if constexpr (kind == FastCall::Acquire) {
+            return lease_of((*keyed)->acquire(key.view(), n), **keyed, args[0], self);
+        } else {
+            const auto r = (*keyed)->try_now(key.view(), n);
+            return r ? lease_of(*r, **keyed, args[0], self) : Py_NewRef(Py_None);
+        }
+    });
+}
+
+template <FastCall kind> void install_keyed(py::handle cls, const char* name, const char* doc) {
+    static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&keyed_call<kind>)),
+                              METH_FASTCALL | METH_KEYWORDS, doc};
+    install_method(cls, def);
 }
 
 } // namespace
@@ -138,10 +195,11 @@ void bind_shm(py::module_& m) {
                }),
                "__init__(self, store, name, spec, queue_limit, newest_first, lease_ttl_ns)\n--\n\n"
                "A named concurrency limiter of the store.");
-    shared.def(py::init([](const std::shared_ptr<shm::KeyTable>& table, py::handle resource) {
-                   return table->limiter_for(key_of(resource));
+    shared.def(py::init([](const std::shared_ptr<shm::KeyedLimiter>& keyed, py::handle resource) {
+                   return keyed->limiter(key_of(resource));
                }),
-               "__init__(self, table, resource)\n--\n\nThis process's limiter for one key of a per-key table.");
+               "__init__(self, keyed, resource)\n--\n\nThis process's limiter for one key of a per-key table (the "
+               "one its requests queue in, made on first need).");
     shared.def_property_readonly(
         "_lost_leases", [](py::handle self) { return self_of<shm::SharedLimiter>(self).lost_leases(); },
         "Leases of this limiter found lost in this process so far.");
@@ -170,6 +228,41 @@ void bind_shm(py::module_& m) {
         .def(
             "evict_idle", [](py::handle self) { return self_of<shm::KeyTable>(self).evict_idle(); },
             "evict_idle(self, /)\n--\n\nDrops every key idle for longer than the idle timeout; how many.");
+
+    auto keyed =
+        py::class_<shm::KeyedLimiter, std::shared_ptr<shm::KeyedLimiter>>(m, "ShmKeyed")
+            .def(py::init([](const std::shared_ptr<shm::KeyTable>& table) {
+                     return std::make_shared<shm::KeyedLimiter>(table);
+                 }),
+                 py::arg("table"), "__init__(self, table)\n--\n\nThis process's side of a per-key table.")
+            .def(
+                "_statistics",
+                [](py::handle self, py::handle resource) {
+                    return statistics_tuple(self_of<shm::KeyedLimiter>(self).statistics(key_of(resource)));
+                },
+                "_statistics(self, resource, /)\n--\n\nThe key's statistics tuple.")
+            .def(
+                "_totals", [](py::handle self) { return statistics_tuple(self_of<shm::KeyedLimiter>(self).totals()); },
+                "_totals(self, /)\n--\n\nThe statistics over the keys this process keeps, with those it dropped.")
+            .def(
+                "_close", [](py::handle self) { self_of<shm::KeyedLimiter>(self).close(); },
+                "_close(self, /)\n--\n\nFails every key's queued requests with reason 'closed'; later calls raise.")
+            .def_property_readonly("closed", [](py::handle self) { return self_of<shm::KeyedLimiter>(self).closed(); })
+            .def_property_readonly("_keys_kept",
+                                   [](py::handle self) { return self_of<shm::KeyedLimiter>(self).kept(); })
+            .def_property_readonly("_key_limiters",
+                                   [](py::handle self) { return self_of<shm::KeyedLimiter>(self).limiters(); });
+    install_keyed<FastCall::Acquire>(keyed, "acquire",
+                                     "acquire($self, resource, /, permit_count=1)\n--\n\nTakes ``permit_count`` of "
+                                     "``resource``'s permits now, or returns a failed lease (reason "
+                                     "``\"limit_reached\"``, ``\"partition_limit\"`` when there is no room for a "
+                                     "new key, or ``\"process_limit\"`` when a concurrency key has as many holding "
+                                     "processes as it records); never waits. Raises ``TypeError`` for a key that is "
+                                     "not a ``str``, ``bytes``, ``int`` or a tuple of them, ``ValueError`` for a bad "
+                                     "``permit_count``, ``LimiterClosedError`` after ``close()``.");
+    install_keyed<FastCall::TryNow>(keyed, "_try_now",
+                                    "_try_now($self, resource, /, permit_count=1)\n--\n\nA wait's immediate grant, "
+                                    "or None.");
 }
 #else
 void bind_shm(py::module_&) {} // Linux only: permits.shm says so

@@ -7,6 +7,7 @@
 #include "raised_error.hpp"
 
 #if defined(__linux__)
+#include "permits/shm_keyed.hpp"
 #include "permits/shm_limiters.hpp"
 #endif
 
@@ -149,6 +150,17 @@ void give_back_permits(LeaseObject* self) {
         return;
     }
     const bind::Target t = bind::find_target(self->target);
+#if defined(__linux__)
+    if (t.shm_keyed) {
+        bind::KeyBuffer key;
+        if (bind::encode_key(self->key, key)) { // it was encoded once already: it cannot fail
+            t.shm_keyed->give_back(key.view(), self->permit_count, self->tag);
+        } else {
+            PyErr_Clear();
+        }
+        return;
+    }
+#endif
     if (t.limiter) {
         t.limiter->give_back(self->permit_count, self->tag);
     } else if (t.per_key) {
@@ -166,6 +178,11 @@ bool owner_closed(const LeaseObject* self) {
         return self->owner->closed();
     }
     const bind::Target t = bind::find_target(self->target);
+#if defined(__linux__)
+    if (t.shm_keyed) {
+        return t.shm_keyed->closed();
+    }
+#endif
     return t.limiter ? t.limiter->closed() : !t.per_key || t.per_key->closed();
 }
 
@@ -717,6 +734,26 @@ PyObject* from_per_key_outcome(const Outcome& o, PerKeyLimiter& per_key, PyObjec
     }
     return reinterpret_cast<PyObject*>(self);
 }
+
+#if defined(__linux__)
+PyObject* from_shm_key_outcome(const Outcome& o, shm::KeyedLimiter& keyed, PyObject* key, PyObject* source) {
+    LeaseObject* self = alloc_lease();
+    if (self == nullptr) {
+        return nullptr;
+    }
+    self->acquired = o.acquired;
+    self->permit_count = o.permits;
+    self->tag = o.tag;
+    if (o.acquired) {
+        self->target = bind::target_of(keyed); // (a time-based grant: given back only by a refund)
+        self->key = Py_NewRef(key);
+    } else if (!set_failure(self, o, source)) {
+        Py_DECREF(self);
+        return nullptr;
+    }
+    return reinterpret_cast<PyObject*>(self);
+}
+#endif
 
 std::uint64_t allocations() noexcept {
     return allocator_calls;

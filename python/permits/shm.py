@@ -27,9 +27,11 @@ from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_cou
 
 _shared_clock: MonotonicClock | None = None
 
-# The engine's shared limiter class: absent where the extension has no shared memory (not Linux),
-# where this module still imports and SharedMemoryStore() says why it cannot be.
+# The engine's shared limiter class and this process's side of a per-key table: absent where the
+# extension has no shared memory (not Linux), where this module still imports and
+# SharedMemoryStore() says why it cannot be.
 _SharedLimiter: Any = getattr(_core, "SharedLimiter", object)
+_ShmKeyed: Any = getattr(_core, "ShmKeyed", object)
 
 
 def _monotonic() -> MonotonicClock:
@@ -73,18 +75,22 @@ class SharedConcurrencyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[
 
 
 class _KeyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[misc]
-    """This process's limiter for one key of a shared per-key table."""
+    """This process's limiter for one key of a shared per-key table: where its requests queue."""
 
 
-class SharedKeyedLimiter(KeyedRateLimiter):
+class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]
     """A limit per key whose every key's state lives in the store's segment (a table bounded by
-    ``max_partitions``; a key idle for ``idle_timeout`` makes room for a new one)."""
+    ``max_partitions``; a key idle for ``idle_timeout`` makes room for a new one).
 
-    #: Key limiters this process keeps (each holds its key's queue); past it, idle ones are dropped.
-    _CACHE = 4096
+    ``acquire(key)`` takes a time-based key's permits from its record in the segment directly,
+    with no Python call and no limiter object per key; a key gets a limiter of this process (its
+    queue) when one of its requests waits, and a concurrency key at its first request (it keeps
+    track of the process's leases). This process keeps the 4,096 keys it used last, with its
+    counts for each (``statistics``)."""
 
     def __init__(self, table: Any, template: Partition, name: str, clock: Any, idle_timeout: float) -> None:
         KeyedRateLimiter.__init__(self, name=name, clock=clock)
+        _core.ShmKeyed.__init__(self, table)
         self._table = table
         self.spec = template.spec
         """Every key's limit, as a value (``permits.specs.TokenBucket(...)`` and the like)."""
@@ -94,60 +100,55 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         self.max_partitions: int = table.max_partitions
         """The most keys in the segment at once (by default the store's capacity); a new key beyond it
         takes the place of an idle one, else gets a failed lease, reason ``"partition_limit"``."""
-        self._keys: dict[tuple[type, object], Any] = {}
-        self._dropped = [0, 0]
+        self._wrappers: dict[tuple[type, object], _KeyLimiter] = {}
 
     @property
     def _lost_leases(self) -> int:
         """Leases of this limiter's keys found lost in this process so far."""
         return int(self._table._lost_leases)
 
+    #: Python objects of key limiters kept (the waits' path), the oldest made first out. Each holds
+    #: its engine limiter, which the engine therefore keeps as the key's own (never dropped while
+    #: anything else holds it): the one acquire(key) sends a request to while requests are queued
+    #: in it.
+    _WRAPPERS = 4096
+
     def _limiter(self, resource: object) -> _KeyLimiter:
+        """The key's limiter of this process (made on first need, kept with the key): its requests
+        queue there."""
         self._check_open()
         # A str, bytes or int is a key of its own type; a tuple is checked as the engine encodes it
         # (("a", True) is refused there, though equal to ("a", 1)).
         cache_key = (tuple, _core._key_bytes(resource)) if type(resource) is tuple else (type(resource), resource)
+        wrappers = self._wrappers
         try:
-            cached: _KeyLimiter = self._keys[cache_key]
+            cached: _KeyLimiter = wrappers[cache_key]
             return cached
         except KeyError:
             pass
         except TypeError:  # unhashable: the engine's own message for a key of that type
             _core._key_bytes(resource)
             raise
-        if len(self._keys) >= self._CACHE:
-            for k, lim in list(self._keys.items()):
-                if lim.statistics().current_queued_count == 0:
-                    stats = lim.statistics()
-                    self._dropped[0] += stats.total_successful_leases
-                    self._dropped[1] += stats.total_failed_leases
-                    del self._keys[k]
         limiter = _KeyLimiter.__new__(_KeyLimiter)
         RateLimiter.__init__(limiter, name=self.name, clock=self._rl_clock)
-        _core.SharedLimiter.__init__(limiter, self._table, resource)
-        self._keys[cache_key] = limiter
+        _core.SharedLimiter.__init__(limiter, self, resource)
+        if len(wrappers) >= self._WRAPPERS:
+            del wrappers[next(iter(wrappers))]
+        wrappers[cache_key] = limiter
         return limiter
 
-    # ---- the seam's hooks (chains and custom code reach a key through them) ----
+    # ---- the seam's hooks (chains and custom code reach a key through them; _try_now is the
+    # engine's own) ----
     def _acquire(self, resource: object, permit_count: int) -> Lease:
-        return self._limiter(resource).acquire(permit_count)
-
-    def _try_now(self, resource: object, permit_count: int) -> Lease | None:
-        return self._limiter(resource)._try_now(permit_count)
+        lease: Lease = self.acquire(resource, permit_count)
+        return lease
 
     async def _wait_async(self, resource: object, permit_count: int) -> Lease:
         lease: Lease = await self._limiter(resource).wait_async(permit_count)
         return lease
 
-    # ---- the public members, straight to the key's engine limiter ----
-    def acquire(self, resource: object, permit_count: int = 1) -> Lease:
-        """Takes ``permit_count`` of ``resource``'s permits now, or returns a failed lease (reason
-        ``"limit_reached"``, ``"partition_limit"`` when there is no room for a new key, or
-        ``"process_limit"`` when a concurrency key has as many holding processes as it records); never
-        waits. Raises ``TypeError`` for a key that is not a ``str``, ``bytes``, ``int`` or a tuple of
-        them, ``ValueError`` for a bad ``permit_count``, ``LimiterClosedError`` after ``close()``."""
-        return self._limiter(resource).acquire(permit_count)
-
+    # ---- the public members: acquire is the engine's (the key's record, or its limiter while
+    # requests are queued in it); the others go to the key's limiter ----
     def acquire_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """``acquire(resource, permit_count)`` as an awaitable of its lease: it never queues. Also an
         async context manager that releases the lease on exit. Raises as ``acquire()``."""
@@ -174,25 +175,22 @@ class SharedKeyedLimiter(KeyedRateLimiter):
     def available_permits(self, resource: object) -> int:
         """The permits a request for ``resource`` could take now, every process's grants counted (0
         for a new key when there is no room for it). Raises as ``acquire()``."""
-        return int(self._limiter(resource).available_permits())
+        self._check_open()
+        return int(self._statistics_of(resource)[0])
+
+    def _statistics_of(self, resource: object) -> tuple[int, int, int, int]:
+        stats: tuple[int, int, int, int] = _core.ShmKeyed._statistics(self, resource)
+        return stats
 
     def statistics(self, resource: object = None) -> Statistics:
         """``resource``'s counters, or with no resource the totals over the keys this process has
         used (other processes' keys are not known here). Permits available count every process's
         grants; queued requests and the lease totals are this process's. Raises as ``acquire()``."""
-        if resource is not None:
-            return self._limiter(resource).statistics()
         self._check_open()
-        # The keys this process uses (another's are not known here), with the counts of keys dropped.
-        available, queued = 0, 0
-        successful, failed = self._dropped
-        for limiter in self._keys.values():
-            stats = limiter.statistics()
-            available += stats.current_available_permits
-            queued += stats.current_queued_count
-            successful += stats.total_successful_leases
-            failed += stats.total_failed_leases
-        return Statistics(available, queued, successful, failed)
+        if resource is not None:
+            return Statistics(*self._statistics_of(resource))
+        # The keys this process keeps (another's are not known here), with the counts of keys dropped.
+        return Statistics(*_core.ShmKeyed._totals(self))
 
     @property
     def partition_count(self) -> int:
@@ -210,8 +208,8 @@ class SharedKeyedLimiter(KeyedRateLimiter):
         if self._rl_closed:
             return
         self._rl_closed = True
-        for limiter in self._keys.values():
-            limiter.close()
+        _core.ShmKeyed._close(self)
+        self._wrappers.clear()
 
     async def aclose(self) -> None:
         """``close()`` for async code; ``async with limiter:`` calls it on exit."""
@@ -326,7 +324,7 @@ class SharedMemoryStore(StoreFactories):
             ttl,
         )
         keyed = SharedKeyedLimiter(table, partition, name, self.clock, idle_ns / 1e9)
-        keyed.store = self  # type: ignore[attr-defined]
+        keyed.store = self
         self._limiters.add(keyed)
         if isinstance(partition.spec, specs.Concurrency):
             self._lost.add(keyed)

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "permits/shm_key_table.hpp"
+#include "permits/shm_keyed.hpp"
 #include "permits/shm_limiters.hpp"
 #endif
 
@@ -730,6 +731,80 @@ void shm_processes() {
 #endif
 #endif
 
+#if defined(__linux__)
+// This process's side of a shared per-key table (KeyedLimiter) on two mappings: threads acquire keys
+// from their records, wait in the keys' Limiters (made and dropped meanwhile: two keys kept of
+// six), and take and release a concurrency key through its Limiter. Every key grants exactly its
+// limit over both paths; the concurrency key never has more holders than its limit, and every
+// permit of it comes back.
+void shm_keyed() {
+    using namespace permits::shm;
+    const std::string name = "stress-keyed-" + std::to_string(::getpid());
+    auto clock = std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
+    const Segment::Options opts{256, 0600, ClockKind::Monotonic};
+    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
+                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
+    Segment::unlink(name);
+    const Nanos hour = 3'600'000'000'000;
+    const QueueOptions queue{64, QueueOrder::OldestFirst};
+    std::array<std::shared_ptr<KeyedLimiter>, 2> keyed;
+    std::array<std::shared_ptr<KeyedLimiter>, 2> conc;
+    for (int i = 0; i < 2; ++i) {
+        keyed[i] = std::make_shared<KeyedLimiter>(
+            KeyTable::open(stores[i], "keys", {params_of(FixedWindowRule(100, hour)), queue, hour}, 64, hour), 2);
+        conc[i] = std::make_shared<KeyedLimiter>(
+            KeyTable::open(stores[i], "ckeys", {params_of_concurrency(2, hour), queue, hour}, 8, hour), 2);
+    }
+    std::array<std::atomic<long>, 6> per_key{};
+    std::atomic<int> holders{0};
+    run_threads(kThreads, [&](int t) {
+        KeyedLimiter& k = *keyed[t % 2];
+        KeyedLimiter& c = *conc[t % 2];
+        std::mt19937 rng(static_cast<unsigned>(t));
+        for (int i = 0; i < 2000; ++i) {
+            const int key = static_cast<int>(rng() % 6);
+            const std::string bytes = "key-" + std::to_string(key);
+            bool granted = false;
+            if (i % 5 == 0) {
+                auto q = k.limiter(bytes)->enqueue(1, 1'000'000);
+                if (q.waiter) {
+                    while (!q.waiter->wait_for(1'000'000'000)) {
+                    }
+                    granted = q.waiter->outcome().acquired;
+                } else {
+                    granted = q.outcome.acquired;
+                }
+            } else if (i % 5 == 1) {
+                const auto r = k.try_now(bytes, 1);
+                granted = r && r->outcome.acquired;
+            } else {
+                granted = k.acquire(bytes, 1).outcome.acquired;
+            }
+            if (granted) {
+                per_key[key].fetch_add(1);
+            }
+            const auto held = c.acquire("hot" + std::to_string(i % 2), 1);
+            if (held.outcome.acquired) {
+                check(holders.fetch_add(1) < 4, "shm keyed: more holders of two concurrency keys than their limits");
+                holders.fetch_sub(1);
+                held.limiter->give_back_lease(1, held.outcome.tag);
+            }
+            if (i % 97 == 0) {
+                static_cast<void>(k.totals());
+            }
+        }
+    });
+    for (const auto& n : per_key) {
+        check(n.load() == 100, "shm keyed: a key granted other than its limit over both paths");
+    }
+    for (const char* hot : {"hot0", "hot1"}) {
+        check(conc[0]->statistics(hot).current_available_permits == 2,
+              "shm keyed: a concurrency permit did not come back");
+    }
+    std::printf("shm keyed: 6 keys exact over records and queues, concurrency keys all back\n");
+}
+#endif
+
 int main() {
 #if defined(__linux__)
 #if defined(PERMITS_UNDER_TSAN)
@@ -743,6 +818,7 @@ int main() {
 #endif
     shm_limiters();
     shm_lost_leases();
+    shm_keyed();
 #endif
     concurrency_holders();
     token_bucket_exact();

@@ -15,9 +15,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
+from permits import Lease, Partition
 from permits.shm import SharedMemoryStore
 
 SAFETY = 60.0
@@ -30,6 +32,7 @@ if os.environ.get("CI") != "true" and (os.geteuid() != 0 or shutil.which("unshar
 HOLDER = """
 import json, logging, sys, time
 from prometheus_client import CollectorRegistry
+from permits import Partition
 from permits.metrics import instrument
 from permits.shm import SharedMemoryStore
 
@@ -40,17 +43,25 @@ class Kept(logging.Handler):
 logging.getLogger("permits").addHandler(Kept())
 
 registry = CollectorRegistry()
-db = instrument(SharedMemoryStore(sys.argv[1]).concurrency("db", int(sys.argv[2]), lease_ttl=0.5), registry=registry)
-lease = db.acquire()
+store = SharedMemoryStore(sys.argv[1])
+if sys.argv[4] == "keyed":  # a key of a per-key concurrency limit: its lease from keyed.acquire(key)
+    keyed = store.partitioned(Partition.concurrency(None, int(sys.argv[2])), name="db", lease_ttl=0.5)
+    db = instrument(keyed, registry=registry)
+    lease = db.acquire("k")
+    available_permits = lambda: db.available_permits("k")
+else:
+    db = instrument(store.concurrency("db", int(sys.argv[2]), lease_ttl=0.5), registry=registry)
+    lease = db.acquire()
+    available_permits = db.available_permits
 print(bool(lease), flush=True)
 sys.stdin.readline()  # resumed: told to look
 expect_lost = sys.argv[3] == "lost"
 deadline = time.monotonic() + 20
 # Unasked, its heartbeat finds the lease forgotten; a lost one is reported from a thread of its own.
-while time.monotonic() < deadline and (bool(warnings) != expect_lost or db.available_permits() != 0):
+while time.monotonic() < deadline and (bool(warnings) != expect_lost or available_permits() != 0):
     time.sleep(0.01)
 lost = lease.metadata.get("lost", False)
-available = db.available_permits()
+available = available_permits()
 counted = registry.get_sample_value("permits_leases_lost_total", {"limiter": "db"})
 lease.release()
 after = lease.metadata.get("lost", False)
@@ -59,9 +70,9 @@ print(json.dumps({"lost": lost, "available": available, "after_release": after, 
 """
 
 
-def start_holder(name: str, limit: int, expect: str) -> subprocess.Popen[str]:
+def start_holder(name: str, limit: int, expect: str, kind: str) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
-        ["unshare", "--pid", "--fork", sys.executable, "-c", textwrap.dedent(HOLDER), name, str(limit), expect],
+        ["unshare", "--pid", "--fork", sys.executable, "-c", textwrap.dedent(HOLDER), name, str(limit), expect, kind],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -87,13 +98,46 @@ def resume_and_read(holder: subprocess.Popen[str]) -> dict[str, object]:
     return report
 
 
-def test_a_paused_holder_whose_permit_went_to_another_is_told_its_lease_is_lost(segment_name: str) -> None:
-    db = SharedMemoryStore(segment_name).concurrency("db", 1, lease_ttl=0.5)
-    holder = start_holder(segment_name, 1, "lost")
+class Db:
+    """This test's side of the holder's limit: the named concurrency limiter "db", or the key "k" of
+    the per-key concurrency limit "db"."""
+
+    def __init__(self, segment: str, limit: int, kind: str) -> None:
+        self.kind, self.segment, self.limit = kind, segment, limit
+        self.lim = self.open()
+
+    def open(self) -> Any:
+        store = SharedMemoryStore(self.segment)
+        if self.kind == "keyed":
+            return store.partitioned(Partition.concurrency(None, self.limit), name="db", lease_ttl=0.5)
+        return store.concurrency("db", self.limit, lease_ttl=0.5)
+
+    def args(self) -> tuple[object, ...]:
+        return ("k",) if self.kind == "keyed" else ()
+
+    def wait(self, permits: int = 1) -> Lease:
+        lease: Lease = self.lim.wait(*self.args(), permits, timeout=20)
+        return lease
+
+    def acquire(self) -> Lease:
+        lease: Lease = self.lim.acquire(*self.args())
+        return lease
+
+    def available_permits(self) -> int:
+        return int(self.lim.available_permits(*self.args()))
+
+
+KINDS = pytest.mark.parametrize("kind", ["named", "keyed"])
+
+
+@KINDS
+def test_a_paused_holder_whose_permit_went_to_another_is_told_its_lease_is_lost(segment_name: str, kind: str) -> None:
+    db = Db(segment_name, 1, kind)
+    holder = start_holder(segment_name, 1, "lost", kind)
     try:
         os.killpg(holder.pid, signal.SIGSTOP)
         # Paused past lease_ttl, it beats no more: its permit is given to a process that asks.
-        mine = db.wait(timeout=20)
+        mine = db.wait()
         assert mine, mine.reason
         report = resume_and_read(holder)
     finally:
@@ -106,17 +150,19 @@ def test_a_paused_holder_whose_permit_went_to_another_is_told_its_lease_is_lost(
     assert isinstance(warnings, list) and len(warnings) == 1 and "'db'" in warnings[0] and "lost 1 lease" in warnings[0]
     # Its release gave nothing back: the permit is this process's, and the limit of 1 held once.
     assert db.available_permits() == 0
-    assert not SharedMemoryStore(segment_name).concurrency("db", 1, lease_ttl=0.5).acquire()
+    other = Db(segment_name, 1, kind)
+    assert not other.acquire()
     mine.release()
     assert db.available_permits() == 1
 
 
-def test_a_paused_holder_takes_its_permit_back_when_the_limit_allows(segment_name: str) -> None:
-    db = SharedMemoryStore(segment_name).concurrency("db", 2, lease_ttl=0.5)
-    holder = start_holder(segment_name, 2, "kept")
+@KINDS
+def test_a_paused_holder_takes_its_permit_back_when_the_limit_allows(segment_name: str, kind: str) -> None:
+    db = Db(segment_name, 2, kind)
+    holder = start_holder(segment_name, 2, "kept", kind)
     try:
         os.killpg(holder.pid, signal.SIGSTOP)
-        both = db.wait(2, timeout=20)  # granted once the paused holder is judged dead
+        both = db.wait(2)  # granted once the paused holder is judged dead
         assert both, both.reason
         both.release()  # its permit is free again when it resumes
         one = db.acquire()
