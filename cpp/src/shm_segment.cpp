@@ -110,7 +110,7 @@ void check_header(const Header& h, std::uint64_t file_size, const std::string& n
                                     std::to_string(file_size));
     }
     if (h.total_bytes != Segment::size_for(h.capacity) || h.arena_offset != round_up(sizeof(Header), kPage) ||
-        h.arena_offset + h.arena_bytes != h.total_bytes || h.arena_used > h.arena_bytes) {
+        h.arena_offset + h.arena_bytes != h.total_bytes || h.arena_used > h.arena_bytes || h.arena_used % 64 != 0) {
         throw std::invalid_argument(where + "is corrupted: its sizes do not add up");
     }
     if (h.clock != ClockKind::Monotonic && h.clock != ClockKind::Manual) {
@@ -428,9 +428,15 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
                 throw std::invalid_argument(message);
             }
         }
+        // (every slot's data starts on a 64-byte boundary: a state word elsewhere is no state word,
+        // and a 16-byte compare-and-swap on it faults)
         if (slot.count != params.count || slot.offset < header_->arena_offset || slot.bytes != bytes ||
-            slot.offset > size_ || slot.bytes > size_ - slot.offset) {
+            slot.offset > size_ || slot.bytes > size_ - slot.offset || slot.offset % 64 != 0) {
             throw std::invalid_argument(where + "is corrupted (its slot's sizes do not add up)");
+        }
+        if (slot.anchor < 0 || slot.anchor > kMaxTime) {
+            throw std::invalid_argument(where + "is corrupted (its slot's anchor, " + std::to_string(slot.anchor) +
+                                        " ns, is outside time)");
         }
         return slot;
     };
@@ -462,7 +468,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
     }
     const std::uint64_t need = round_up(bytes, 64);
     if (header_->arena_used > header_->arena_bytes || need > header_->arena_bytes - header_->arena_used ||
-        header_->arena_offset + header_->arena_bytes != size_) {
+        header_->arena_offset + header_->arena_bytes != size_ || header_->arena_used % 64 != 0) {
         // (a damaged header's sizes are never followed out of the segment)
         throw std::invalid_argument("segment '" + name_ + "' has no room left for '" + std::string(name) + "' (" +
                                     std::to_string(bytes) + " bytes): open it with a larger capacity (now " +

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace permits {
 
@@ -237,6 +239,42 @@ void SlidingWindowState::archive(Pair h) const noexcept {
             return;
         }
     }
+}
+
+std::string SlidingWindowState::damage() const {
+    // The ring first, then the head: a slot is only ever written with a segment the head was in,
+    // so a head read after it is never behind it, whatever other processes do meanwhile.
+    std::vector<Pair> slots(static_cast<std::size_t>(segments));
+    for (std::int64_t i = 0; i < segments; ++i) {
+        slots[static_cast<std::size_t>(i)] = ring[i].load();
+    }
+    const Pair h = head->load();
+    const auto show = [](Pair p) { return "{" + std::to_string(p.a) + ", " + std::to_string(p.b) + "}"; };
+    if (!head_sound(h)) {
+        return "its head " + show(h) + " says segment " + std::to_string(h.a) + " with " +
+               std::to_string(current_of(h)) + " + " + std::to_string(older_of(h)) +
+               " permits taken in its window (a segment before its first or past the end of time, or more than its "
+               "permit_limit of " +
+               std::to_string(limit) + ")";
+    }
+    for (std::int64_t i = 0; i < segments; ++i) {
+        const Pair r = slots[static_cast<std::size_t>(i)];
+        if (r.b < 0 || r.b > limit) {
+            return "its ring slot " + std::to_string(i) + " " + show(r) + " has a count not between 0 and its " +
+                   "permit_limit of " + std::to_string(limit);
+        }
+        if (r.a >= 0 && (r.a % segments != i || r.a > h.a)) {
+            return "its ring slot " + std::to_string(i) + " " + show(r) + " holds segment " + std::to_string(r.a) +
+                   ", not one of that slot's up to its head's segment " + std::to_string(h.a);
+        }
+    }
+    return {};
+}
+
+bool SlidingWindowState::head_sound(Pair h) const noexcept {
+    const std::int64_t current = current_of(h);
+    const std::int64_t older = older_of(h); // (both 32 bits: never below zero)
+    return h.a >= 0 && h.a <= segment_index(kMaxTime) && current <= limit && older <= limit - current;
 }
 
 bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noexcept {

@@ -108,6 +108,17 @@ Nanos SlidingWindowCounterRule::full_at(Pair s, Nanos anchor) const noexcept {
     return window_start(anchor, c.previous > 0 ? s.a + 1 : s.a);
 }
 
+const char* SlidingWindowCounterRule::damage(Pair s, Nanos anchor) const noexcept {
+    const Counts c = counts_at(s, s.a); // (both counts are 32 bits: never below zero)
+    if (c.previous > limit_ || c.current > limit_) {
+        return "a count is beyond its permit_limit";
+    }
+    if (s.a < 0 || s.a > window_index(anchor, kMaxTime)) {
+        return "its window is before its first or past the end of time";
+    }
+    return nullptr;
+}
+
 struct SlidingWindowCounterRule::Proj final : Projection {
     const SlidingWindowCounterRule& sw;
     const Nanos anchor;

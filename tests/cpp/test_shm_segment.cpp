@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "permits/shm_key_table.hpp"
@@ -623,4 +625,162 @@ TEST(ShmDamage, ASlidingWindowHeadBeforeItsFirstSegmentIsNeverWrittenThrough) {
     EXPECT_LE(sw->available_permits(), 4);
     EXPECT_EQ(outside(t.a->segment(), slot.offset, slot.offset + slot.bytes), before);
 }
+#endif // __linux__
+
+#if defined(__linux__)
+// ---- every named kind's state is checked as it is opened (issue 36, item 2) ----
+
+namespace {
+/// `what` opened from the second mapping is refused as corrupted, naming the segment and `name`.
+template <class Open> void expect_refused(const Two& t, const char* name, Open open, const char* shown = nullptr) {
+    try {
+        open();
+        ADD_FAILURE() << "a damaged '" << name << "' was opened";
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("'" + t.name + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("'" + std::string(name) + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("corrupted"), std::string::npos) << message;
+        if (shown != nullptr) {
+            EXPECT_NE(message.find(shown), std::string::npos) << message;
+        }
+    }
+}
+
+/// A sliding window counter's state: its window, then its previous and current counts.
+Pair counter_word(std::int64_t window, std::uint32_t previous, std::uint32_t current) {
+    return {window, static_cast<std::int64_t>((static_cast<std::uint64_t>(previous) << 32) | current)};
+}
+
+/// A sliding window's head: its segment, then the permits taken in it and in the older segments of its window.
+Pair head_word(std::int64_t segment, std::uint32_t current, std::uint32_t older) {
+    return {segment, static_cast<std::int64_t>((static_cast<std::uint64_t>(older) << 32) | current)};
+}
+
+constexpr std::int64_t kEndOfTime = std::numeric_limits<std::int64_t>::max();
+} // namespace
+
+TEST(ShmDamage, ATokenBucketStateBeyondItsLimitIsRefused) {
+    Two t("tbdamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "tb").offset);
+    const auto open = [&] { t.b->token_bucket("tb", rule, kNoQueue); };
+    overwrite(word, Pair{0, 1000}); // 1000 tokens in a bucket of 5
+    expect_refused(t, "tb", open, "1000");
+    overwrite(word, Pair{0, -1}); // fewer than none
+    expect_refused(t, "tb", open);
+    overwrite(word, Pair{kEndOfTime, 5}); // a period past the end of time (its next period overflows)
+    expect_refused(t, "tb", open);
+    overwrite(word, Pair{-1, 5}); // a period before its first
+    expect_refused(t, "tb", open);
+    overwrite(word, Pair{3, 2});
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, AFixedWindowCountOutsideItsLimitIsRefused) {
+    Two t("fwdamage");
+    const FixedWindowRule rule(4, kSec);
+    t.a->fixed_window("fw", rule, kNoQueue);
+    AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "fw").offset);
+    const auto open = [&] { t.b->fixed_window("fw", rule, kNoQueue); };
+    overwrite(word, Pair{0, -1000}); // a count below zero: 1004 more permits in its window
+    expect_refused(t, "fw", open, "-1000");
+    overwrite(word, Pair{0, 5});
+    expect_refused(t, "fw", open);
+    overwrite(word, Pair{kEndOfTime, 0});
+    expect_refused(t, "fw", open);
+    overwrite(word, Pair{2, 4});
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, ASlidingWindowCounterCountBeyondItsLimitIsRefused) {
+    Two t("swcdamage");
+    const SlidingWindowCounterRule rule(4, kSec);
+    t.a->sliding_window_counter("swc", rule, kNoQueue);
+    AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "swc").offset);
+    const auto open = [&] { t.b->sliding_window_counter("swc", rule, kNoQueue); };
+    overwrite(word, counter_word(0, 0, 1000));
+    expect_refused(t, "swc", open);
+    overwrite(word, counter_word(0, 1000, 0));
+    expect_refused(t, "swc", open);
+    overwrite(word, counter_word(-5, 0, 0));
+    expect_refused(t, "swc", open);
+    overwrite(word, counter_word(7, 4, 4)); // each count within the limit (the previous one decays)
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, ASlidingWindowWhoseHeadOrRingBreaksItsInvariantsIsRefused) {
+    Two t("swdamage");
+    t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    auto* words = t.a->segment().at<AtomicPair>(slot_of(*t.a, "sw").offset); // the head, then 4 ring slots
+    const auto open = [&] { t.b->sliding_window("sw", 4, kSec, 4, kNoQueue); };
+    const auto clean = [&] {
+        overwrite(words[0], head_word(6, 1, 2));
+        for (int i = 1; i <= 4; ++i) {
+            overwrite(words[i], Pair{-5, 0});
+        }
+        overwrite(words[1 + 5 % 4], Pair{5, 2}); // segment 5 took 2
+    };
+    clean();
+    EXPECT_NO_THROW(open());
+    overwrite(words[0], head_word(6, 3, 3)); // 6 taken in a window of 4
+    expect_refused(t, "sw", open);
+    overwrite(words[0], head_word(-3, 1, 0)); // before its first segment
+    expect_refused(t, "sw", open);
+    overwrite(words[0], head_word(kEndOfTime, 0, 0)); // past the end of time
+    expect_refused(t, "sw", open);
+    clean();
+    overwrite(words[1 + 5 % 4], Pair{5, -1000}); // a segment that gave back more than was ever taken
+    expect_refused(t, "sw", open, "-1000");
+    clean();
+    overwrite(words[1 + 5 % 4], Pair{5, 1000});
+    expect_refused(t, "sw", open);
+    clean();
+    overwrite(words[1 + 9 % 4], Pair{9, 1}); // a segment after the head's
+    expect_refused(t, "sw", open);
+    clean();
+    overwrite(words[1 + 3 % 4], Pair{2, 1}); // segment 2 in segment 3's slot
+    expect_refused(t, "sw", open);
+}
+
+TEST(ShmDamage, ANamedSlotAnchoredOutsideTimeOrMisplacedIsRefused) {
+    Two t("slotdamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    NamedSlot& slot = slot_of(*t.a, "tb");
+    const auto open = [&] { t.b->token_bucket("tb", rule, kNoQueue); };
+    const Nanos anchor = slot.anchor;
+    slot.anchor = std::numeric_limits<Nanos>::min(); // every period index from it overflows
+    expect_refused(t, "tb", open);
+    slot.anchor = anchor;
+    slot.offset += 8; // inside the segment, but no state word is there (and a 16-byte CAS there faults)
+    expect_refused(t, "tb", open);
+    slot.offset -= 8;
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, AConcurrencyLedgerThatDoesNotAddUpIsRefused) {
+    Two t("sumdamage");
+    auto lim = t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    const Outcome held = lim->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot_of(*t.a, "c").offset), 2);
+    const auto open = [&] { t.b->concurrency("c", 2, 3600 * kSec, kNoQueue); };
+    EXPECT_NO_THROW(open());
+    // Another holder said to hold the permit that is available: once it is found dead and its
+    // permits given back, 3 would be available of 2.
+    overwrite(v.entry(9), Pair{1, 0});
+    expect_refused(t, "c", open);
+    overwrite(v.entry(9), Pair{0, 0});
+    EXPECT_NO_THROW(open());
+    // An entry that says it has seen changes the state has not made yet: the next ones would not be
+    // applied to it.
+    overwrite(v.entry(9), Pair{0, 1000});
+    expect_refused(t, "c", open);
+    overwrite(v.entry(9), Pair{0, 0});
+    lim->give_back(1, held.tag);
+    EXPECT_EQ(lim->available_permits(), 2);
+}
+
 #endif // __linux__

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "permits/atomic_pair.hpp"
 #include "permits/limiter.hpp"
@@ -59,6 +60,14 @@ struct SlidingWindowState : SlidingWindowShape {
     /// Segment j's count in the ring (0 when its slot holds another segment).
     std::int64_t ring_count(std::int64_t j) const noexcept;
     void archive(Pair h) const noexcept;
+
+    /// What breaks the state's invariants (a count below zero or beyond the limit, a segment before
+    /// the first or past the end of time, a ring slot holding another slot's segment or one the head
+    /// has not reached), with the values; empty when nothing does. Reads every slot. (A head and ring
+    /// in memory other processes share may be damaged.)
+    std::string damage() const;
+    /// True when head h keeps its invariants (its segment within time, its counts within the limit).
+    bool head_sound(Pair h) const noexcept;
 };
 
 class SlidingWindow final : public Limiter {

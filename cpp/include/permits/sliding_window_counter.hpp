@@ -24,6 +24,7 @@ public:
                    Pair& next) const noexcept override;
     Nanos full_at(Pair s, Nanos anchor) const noexcept override;
     std::unique_ptr<Projection> project(Pair s, Nanos anchor) const override;
+    const char* damage(Pair s, Nanos anchor) const noexcept override;
 
 private:
     struct Proj;
