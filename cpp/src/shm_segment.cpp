@@ -35,6 +35,8 @@ constexpr std::uint64_t kReclaiming = 0xffffffffULL; // a holder slot's pid whil
 constexpr std::uint64_t kNamedArena = 1ULL << 20;    // named limiters (a sliding window's ring included)
 constexpr std::uint64_t kBytesPerKey = 2048;         // room per key of capacity: records of two tables and slack
 constexpr std::uint64_t kMaxCapacity = 1ULL << 28;   // 256 Mi keys: far beyond what one host's memory holds
+constexpr std::uint64_t kPidLimit = 1ULL << 22;          // PID_MAX_LIMIT: every Linux pid is below it
+constexpr std::int64_t kMaxUses = std::int64_t{1} << 62; // more permits than any process could hold
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
     return (n + to - 1) / to * to;
@@ -382,10 +384,46 @@ bool Segment::unlink(const std::string& name) {
     fail_errno("cannot unlink shared-memory segment '" + name + "'");
 }
 
+namespace {
+/// What is impossible in a holder slot's word (it is only ever free with no uses, reserved for a
+/// reclaim with none, or a real pid's with its uses, -1 while being freed); nullptr when nothing is.
+/// One word: other processes' changes never make a sound slot look damaged.
+const char* holder_damage(Pair word) {
+    const std::uint64_t pid = pid_of(static_cast<std::uint64_t>(word.a));
+    if (word.b < -1) {
+        return "its uses are below the -1 that marks a slot being freed";
+    }
+    if (word.b > kMaxUses) {
+        return "its uses are beyond any count of permits";
+    }
+    if ((pid == 0 || pid == kReclaiming) && word.b != 0) {
+        return "it is free (or being reclaimed), yet in use";
+    }
+    if (pid >= kPidLimit && pid != kReclaiming) {
+        return "its pid is beyond any Linux pid";
+    }
+    return nullptr;
+}
+} // namespace
+
 Segment::Segment(std::string name, Header* header, std::uint64_t size)
-    : name_(std::move(name)), header_(header), size_(size) {}
+    : name_(std::move(name)), header_(header), size_(size) {
+    for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+        const Pair word = header_->holders[i].word.load();
+        if (const char* what = holder_damage(word)) {
+            release_mapping();
+            throw std::invalid_argument("shared-memory segment '" + name_ + "' is corrupted: holder " +
+                                        std::to_string(i) + "'s slot {" + std::to_string(word.a) + ", " +
+                                        std::to_string(word.b) + "}: " + what + " (unlink it)");
+        }
+    }
+}
 
 Segment::~Segment() {
+    release_mapping();
+}
+
+void Segment::release_mapping() noexcept {
     ::munmap(header_, size_);
 }
 

@@ -783,4 +783,32 @@ TEST(ShmDamage, AConcurrencyLedgerThatDoesNotAddUpIsRefused) {
     EXPECT_EQ(lim->available_permits(), 2);
 }
 
+TEST(ShmDamage, AHolderSlotInAnImpossibleStateIsRefusedAsTheSegmentOpens) {
+    const std::string name = unique_name("holderdamage");
+    const Segment::Options opts{64, 0600, ClockKind::Manual};
+    auto seg = Segment::open(name, opts);
+    HolderSlot& slot = seg->header().holders[7];
+    const auto expect_refused_open = [&] {
+        try {
+            Segment::open(name, opts);
+            ADD_FAILURE() << "a damaged holder table was opened";
+        } catch (const std::invalid_argument& e) {
+            const std::string message = e.what();
+            EXPECT_NE(message.find("'" + name + "'"), std::string::npos) << message;
+            EXPECT_NE(message.find("holder 7"), std::string::npos) << message;
+        }
+    };
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(::getpid()), -7}); // uses below the freeing marker
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(::getpid()), kEndOfTime}); // one more overflows
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>((3ULL << 32) | 0), 2}); // free, yet in use
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(0x7fffff00), 1}); // no such pid on Linux
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(::getpid()), -1}); // being freed: fine
+    EXPECT_NO_THROW(Segment::open(name, opts));
+    Segment::unlink(name);
+}
+
 #endif // __linux__
