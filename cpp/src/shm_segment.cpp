@@ -35,6 +35,9 @@ constexpr std::uint64_t kReclaiming = 0xffffffffULL; // a holder slot's pid whil
 constexpr std::uint64_t kNamedArena = 1ULL << 20;    // named limiters (a sliding window's ring included)
 constexpr std::uint64_t kBytesPerKey = 2048;         // room per key of capacity: records of two tables and slack
 constexpr std::uint64_t kMaxCapacity = 1ULL << 28;   // 256 Mi keys: far beyond what one host's memory holds
+// Inaccessible address space on either side of a mapping: an index that escaped the checks (a
+// 16-bit holder or segment index reaches about 1 MiB) faults rather than writing into a neighbour.
+constexpr std::uint64_t kGuardBytes = 1ULL << 20;
 constexpr std::uint64_t kPidLimit = 1ULL << 22;          // PID_MAX_LIMIT: every Linux pid is below it
 constexpr std::int64_t kMaxUses = std::int64_t{1} << 62; // more permits than any process could hold
 
@@ -408,6 +411,18 @@ const char* holder_damage(Pair word) {
 
 Segment::Segment(std::string name, Header* header, std::uint64_t size)
     : name_(std::move(name)), header_(header), size_(size) {
+    // Moved into the middle of a reservation of inaccessible pages; where that fails, it stays put.
+    const std::uint64_t span = size_ + 2 * kGuardBytes;
+    void* reserved = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserved != MAP_FAILED) {
+        char* middle = static_cast<char*>(reserved) + kGuardBytes;
+        if (::mremap(header_, size_, size_, MREMAP_MAYMOVE | MREMAP_FIXED, middle) == middle) {
+            header_ = reinterpret_cast<Header*>(middle);
+            guarded_ = true;
+        } else {
+            ::munmap(reserved, span);
+        }
+    }
     for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
         const Pair word = header_->holders[i].word.load();
         if (const char* what = holder_damage(word)) {
@@ -424,7 +439,11 @@ Segment::~Segment() {
 }
 
 void Segment::release_mapping() noexcept {
-    ::munmap(header_, size_);
+    if (guarded_) {
+        ::munmap(base() - kGuardBytes, size_ + 2 * kGuardBytes);
+    } else {
+        ::munmap(header_, size_);
+    }
 }
 
 NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,

@@ -811,4 +811,20 @@ TEST(ShmDamage, AHolderSlotInAnImpossibleStateIsRefusedAsTheSegmentOpens) {
     Segment::unlink(name);
 }
 
+TEST(ShmDamage, TheSegmentLiesBetweenGuardPages) {
+    // An access just outside the mapping faults rather than landing in whatever is mapped next to it.
+    Two t("guards");
+    Segment& seg = t.a->segment();
+    for (char* at : {seg.base() + seg.size(), seg.base() - 1, seg.base() + seg.size() + 4096 * 16 - 1}) {
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            *reinterpret_cast<volatile char*>(at) = 1;
+            ::_exit(0);
+        }
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) << "status " << status;
+    }
+}
+
 #endif // __linux__

@@ -200,13 +200,14 @@ public:
     void wait_epoch(std::uint32_t seen, Nanos timeout) noexcept;
 
 private:
-    /// Takes over the mapping `header` (`size` bytes), then checks its table of holders
-    /// (std::invalid_argument, the mapping let go, when a slot's state is impossible).
+    /// Takes over the mapping `header` (`size` bytes): moves it between guard pages, then checks its
+    /// table of holders (std::invalid_argument, the mapping let go, when a slot's state is impossible).
     Segment(std::string name, Header* header, std::uint64_t size);
     std::string name_;
     Header* header_;
     std::uint64_t size_;
-    /// Unmaps the segment.
+    bool guarded_ = false; ///< the mapping lies between guard pages of its own (unmapped with it)
+    /// Unmaps the segment (and its guard pages).
     void release_mapping() noexcept;
     /// Ends the freeing of slot `index` (seen as `releasing`: its uses -1): clears it, then frees it.
     void finish_release(std::uint32_t index, Pair releasing) noexcept;
