@@ -64,6 +64,10 @@ const char* FixedWindowRule::damage(Pair s, Nanos anchor) const noexcept {
     return nullptr;
 }
 
+Pair FixedWindowRule::exhausted(Nanos anchor, Nanos now) const noexcept {
+    return {window_index(anchor, now), limit_};
+}
+
 struct FixedWindowRule::Proj final : Projection {
     const FixedWindowRule& fw;
     const Nanos anchor;

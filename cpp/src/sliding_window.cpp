@@ -221,7 +221,10 @@ std::int64_t SlidingWindowState::used_at(Pair h, std::int64_t p) const noexcept 
 
 std::int64_t SlidingWindowState::ring_count(std::int64_t j) const noexcept {
     const Pair r = ring[j % segments].load();
-    return r.a == j ? r.b : 0;
+    if (r.a != j) {
+        return 0;
+    }
+    return r.b < 0 || r.b > limit ? limit : r.b; // (a damaged count never makes room)
 }
 
 void SlidingWindowState::archive(Pair h) const noexcept {
@@ -233,8 +236,9 @@ void SlidingWindowState::archive(Pair h) const noexcept {
     AtomicPair& slot = ring[h.a % segments];
     Pair r = slot.load();
     // Atomic max on (segment, count): an archiver that lost the race to a newer segment
-    // or a larger count of the same segment writes nothing.
-    while (r.a < entry.a || (r.a == entry.a && r.b < entry.b)) {
+    // or a larger count of the same segment writes nothing. A slot holding a segment the head has
+    // not reached is damaged shared memory, not a newer archive: it would hide this count for good.
+    while (r.a < entry.a || (r.a == entry.a && r.b < entry.b) || (r.a > entry.a && r.a > head->load().a)) {
         if (slot.compare_exchange(r, entry)) {
             return;
         }
@@ -275,6 +279,12 @@ bool SlidingWindowState::head_sound(Pair h) const noexcept {
     const std::int64_t current = current_of(h);
     const std::int64_t older = older_of(h); // (both 32 bits: never below zero)
     return h.a >= 0 && h.a <= segment_index(kMaxTime) && current <= limit && older <= limit - current;
+}
+
+void SlidingWindowState::exhaust(Nanos now) noexcept {
+    Pair h = head->load();
+    while (!head->compare_exchange(h, Pair{segment_index(now), pack(limit, 0)})) {
+    }
 }
 
 bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noexcept {

@@ -119,6 +119,10 @@ const char* SlidingWindowCounterRule::damage(Pair s, Nanos anchor) const noexcep
     return nullptr;
 }
 
+Pair SlidingWindowCounterRule::exhausted(Nanos anchor, Nanos now) const noexcept {
+    return {window_index(anchor, now), pack_counts(0, limit_)};
+}
+
 struct SlidingWindowCounterRule::Proj final : Projection {
     const SlidingWindowCounterRule& sw;
     const Nanos anchor;

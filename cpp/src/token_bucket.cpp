@@ -83,6 +83,10 @@ const char* TokenBucketRule::damage(Pair s, Nanos anchor) const noexcept {
     return nullptr;
 }
 
+Pair TokenBucketRule::exhausted(Nanos anchor, Nanos now) const noexcept {
+    return {period_index(anchor, now), 0};
+}
+
 struct TokenBucketRule::Proj final : Projection {
     const TokenBucketRule& tb;
     const Nanos anchor;

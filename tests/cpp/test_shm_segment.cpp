@@ -827,4 +827,137 @@ TEST(ShmDamage, TheSegmentLiesBetweenGuardPages) {
     }
 }
 
+// ---- a per-key record's damage is repaired to the safe side as it is used (issue 36, item 2) ----
+
+namespace {
+/// The record of `key` in the table "keys", found by its key's bytes (at offset 32 of the record's
+/// 64-byte head; its state words follow the head).
+char* record_of(Store& s, const std::string& key) {
+    const NamedSlot& slot = slot_of(s, "keys");
+    char* data = s.segment().at<char>(slot.offset);
+    const std::string_view bytes(data, slot.bytes);
+    const auto at = bytes.find(key);
+    if (at == std::string_view::npos || bytes.find(key, at + 1) != std::string_view::npos || at < 32) {
+        throw std::logic_error("no single record of that key");
+    }
+    return data + at - 32;
+}
+AtomicPair& record_word(Store& s, const std::string& key, std::size_t i = 0) {
+    return reinterpret_cast<AtomicPair*>(record_of(s, key) + 64)[i];
+}
+/// A concurrency record's holder entry i: {tag, count}.
+std::atomic<std::int64_t>* record_entry(Store& s, const std::string& key, std::size_t i) {
+    return reinterpret_cast<std::atomic<std::int64_t>*>(record_of(s, key) + 64 + 16 * i);
+}
+int granted(Limiter& l, int tries) {
+    int n = 0;
+    for (int i = 0; i < tries; ++i) {
+        n += l.acquire(1).acquired ? 1 : 0;
+    }
+    return n;
+}
+} // namespace
+
+TEST(ShmKeyDamage, AConcurrencyCountBelowZeroCountsAsTheWholeLimit) {
+    Two t("kcneg");
+    auto keys = table(*t.a, params_of_concurrency(2, 3600 * kSec), 8, kSec);
+    auto k = keys->limiter_for("damaged-key");
+    const Outcome held = k->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    record_entry(*t.a, "damaged-key", 0)[1].store(-5); // our own entry's count
+    EXPECT_EQ(granted(*k, 10), 0); // (the old code took every one: a count of -5 + n read as nothing held)
+    EXPECT_EQ(k->available_permits(), 0);
+    // Its holder gives back what it really held: its holder slot is freed, and the entry goes with it.
+    k->give_back(1, held.tag);
+    EXPECT_EQ(k->available_permits(), 2);
+}
+
+TEST(ShmKeyDamage, ConcurrencyCountsThatWouldOverflowNeverGrantBeyondTheLimit) {
+    Two t("kcover");
+    auto keys = table(*t.a, params_of_concurrency(4, 3600 * kSec), 8, kSec);
+    auto k = keys->limiter_for("damaged-key");
+    const Outcome held = k->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    // Two entries of live holders (holder slots i + 19, said to be this process's): their counts
+    // added overflowed, and the old code read the sum as room for 5 more.
+    for (std::size_t i : {2U, 3U}) {
+        overwrite(t.a->segment().header().holders[i + 19].word, Pair{static_cast<std::int64_t>(::getpid()), 1});
+        std::atomic<std::int64_t>* e = record_entry(*t.a, "damaged-key", i);
+        e[0].store(static_cast<std::int64_t>(i + 20)); // holder i + 19, generation 0
+        e[1].store(std::numeric_limits<std::int64_t>::max());
+    }
+    EXPECT_EQ(granted(*k, 10), 0); // each counts as the whole limit
+    EXPECT_EQ(k->available_permits(), 0);
+    k->give_back(1, held.tag);
+}
+
+TEST(ShmKeyDamage, ATokenBucketKeyWithMoreTokensThanItsLimitIsExhausted) {
+    Two t("ktb");
+    auto keys = table(*t.a, params_of(TokenBucketRule(5, 2, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    overwrite(record_word(*t.a, "damaged-key"), Pair{0, 1000});
+    EXPECT_EQ(granted(*k, 20), 0); // repaired as though its whole limit were just taken
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 2); // then it refills at its rate
+}
+
+TEST(ShmKeyDamage, AFixedWindowKeyCountBelowZeroIsExhausted) {
+    Two t("kfw");
+    auto keys = table(*t.a, params_of(FixedWindowRule(3, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    overwrite(record_word(*t.a, "damaged-key"), Pair{0, -1000});
+    EXPECT_EQ(granted(*k, 20), 0);
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 3);
+}
+
+TEST(ShmKeyDamage, AKeyAnchoredOutsideTimeIsExhausted) {
+    Two t("kanchor");
+    auto keys = table(*t.a, params_of(FixedWindowRule(3, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    t.clock->advance(kSec / 2);
+    ASSERT_TRUE(k->acquire(1).acquired);
+    // Its anchor (at offset 16 of the record): every window index from it overflowed.
+    reinterpret_cast<Nanos*>(record_of(*t.a, "damaged-key") + 16)[0] = std::numeric_limits<Nanos>::min();
+    EXPECT_EQ(granted(*k, 20), 0);
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 3);
+}
+
+TEST(ShmKeyDamage, ASlidingWindowKeyHeadPastTheEndOfTimeIsExhausted) {
+    Two t("kswhead");
+    auto keys = table(*t.a, params_of_sliding(4, kSec, 4), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    overwrite(record_word(*t.a, "damaged-key"), head_word(kEndOfTime - 1, 0, 0));
+    EXPECT_EQ(granted(*k, 20), 0); // (the old code granted 4 at the end of time, then never again)
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 4);
+}
+
+TEST(ShmKeyDamage, ASlidingWindowKeyRingCountBelowZeroNeverGrantsBeyondTheLimit) {
+    Two t("kswring");
+    auto keys = table(*t.a, params_of_sliding(4, kSec, 4), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    const Nanos segment = kSec / 4;
+    ASSERT_EQ(granted(*k, 2), 2); // segment 0
+    t.clock->advance(segment);
+    ASSERT_EQ(granted(*k, 1), 1); // segment 1: segment 0's 2 go to the ring
+    overwrite(record_word(*t.a, "damaged-key", 1), Pair{0, -100});
+    t.clock->advance(segment);
+    // Segments 0 to 3 make one window: 3 were taken in it, one more is all it has (the old code read
+    // segment 0 as -100 taken: 103 more).
+    EXPECT_FALSE(k->acquire(2).acquired);
+    EXPECT_LE(granted(*k, 20), 1);
+}
+
+TEST(ShmKeyDamage, ATableCountBelowZeroReadsAsNoKeys) {
+    Two t("kcount");
+    auto keys = table(*t.a, params_of(FixedWindowRule(3, kSec)), 8, 3600 * kSec);
+    ASSERT_TRUE(keys->limiter_for("a")->acquire(1).acquired);
+    t.a->segment().at<std::atomic<std::int64_t>>(slot_of(*t.a, "keys").offset)->store(-5); // the table's count
+    EXPECT_GE(keys->size(), 0);
+}
 #endif // __linux__

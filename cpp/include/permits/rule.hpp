@@ -63,6 +63,9 @@ public:
     /// a count beyond the limit or below zero, an index before the first period or past the end of
     /// time; nullptr when nothing does. (A state in memory other processes share may be damaged.)
     virtual const char* damage(Pair /*s*/, Nanos /*anchor*/) const noexcept { return nullptr; }
+    /// The state with its whole limit taken at `now`: what a damaged state is repaired to (what it
+    /// really held is unknown; from here it never grants more than its limit allows).
+    virtual Pair exhausted(Nanos anchor, Nanos /*now*/) const noexcept { return initial(anchor); }
 };
 
 } // namespace permits
