@@ -531,6 +531,18 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
                                     std::to_string(bytes) + " bytes): open it with a larger capacity (now " +
                                     std::to_string(header_->capacity) + ")");
     }
+    // Every name placed before lies in the arena's used part (its use grows before a name is
+    // published, under this lock): a use that says less is damaged, and would place this name over
+    // another's data. (A slot whose data is not even inside the segment is no name's: never used.)
+    for (const auto& slot : header_->named) {
+        if (slot.ready.load() != 0 && slot.offset >= header_->arena_offset && slot.offset <= size_ &&
+            slot.bytes <= size_ - slot.offset &&
+            slot.offset + slot.bytes > header_->arena_offset + header_->arena_used) {
+            throw std::invalid_argument("segment '" + name_ +
+                                        "' is corrupted: its arena's use ends before the data of '" +
+                                        std::string(slot.name, ::strnlen(slot.name, kNameBytes)) + "' (unlink it)");
+        }
+    }
     // Reserve first, publish last: a process killed in between leaks the bytes, never shares them.
     const std::uint64_t offset = header_->arena_offset + header_->arena_used;
     header_->arena_used += need;

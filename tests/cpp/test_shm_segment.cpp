@@ -760,6 +760,27 @@ TEST(ShmDamage, ANamedSlotAnchoredOutsideTimeOrMisplacedIsRefused) {
     EXPECT_NO_THROW(open());
 }
 
+TEST(ShmDamage, ANewNameIsNeverPlacedOverAnotherNamesData) {
+    // (found by fuzz_shm_segment: a new concurrency limiter's ledger was written over the names
+    // before it, which were then refused as corrupted)
+    Two t("arenadamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    const AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "tb").offset);
+    const Pair before = word.load();
+    t.a->segment().header().arena_used = 0; // the arena said unused: the next name would go over "tb"
+    try {
+        t.b->concurrency("c", 2, 3600 * kSec, kNoQueue);
+        ADD_FAILURE() << "a new name was placed";
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("'" + t.name + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("corrupted"), std::string::npos) << message;
+    }
+    EXPECT_EQ(word.load(), before);
+    EXPECT_NO_THROW(t.b->token_bucket("tb", rule, kNoQueue));
+}
+
 TEST(ShmDamage, AConcurrencyLedgerThatDoesNotAddUpIsRefused) {
     Two t("sumdamage");
     auto lim = t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
