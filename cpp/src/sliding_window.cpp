@@ -64,6 +64,17 @@ Nanos time_until_with(const SlidingWindowShape& w, Pair h, std::int64_t needed, 
     if (available >= needed) {
         return 0;
     }
+    if (p == h.a) {
+        // The walk starts from the segments' own counts, as a take in every later segment reads them:
+        // the head's sum of the older ones (what a take within its segment reads) can say less than
+        // they do (a refund that raced an archive, or a damaged shared ring), and a walk from it
+        // would free what it never counted.
+        std::int64_t counted = 0;
+        for (std::int64_t j = std::max<std::int64_t>(p - w.segments + 1, 0); j <= p; ++j) {
+            counted += count_with(w, h, j, before);
+        }
+        available = std::min(available, w.limit - counted);
+    }
     // Walk forward: at the start of segment p+i, segment p+i-S expires and frees its permits.
     for (std::int64_t i = 1; i <= w.segments; ++i) {
         available += count_with(w, h, p + i - w.segments, before);

@@ -744,6 +744,26 @@ TEST(ShmDamage, ASlidingWindowWhoseHeadOrRingBreaksItsInvariantsIsRefused) {
     expect_refused(t, "sw", open);
 }
 
+TEST(ShmDamage, ASlidingWindowsRetryAfterIsEnoughWhenItsRingSaysMoreThanItsHead) {
+    // (found by fuzz_shm_segment) A ring slot saying more for a segment than the head's sum of the
+    // older segments counted for it: a state a refund racing an archive leaves too, so not refused.
+    // retry_after counted the ring's 2 coming back, where the take only ever counted 1 for it.
+    Two t("swretry");
+    auto sw = t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    auto* words = t.a->segment().at<AtomicPair>(slot_of(*t.a, "sw").offset); // the head, then the ring
+    ASSERT_TRUE(sw->acquire(1).acquired);                                    // segment 0
+    t.clock->advance(kSec / 4);
+    ASSERT_TRUE(sw->acquire(1).acquired); // segment 1: segment 0's 1 archived, and in the head's sum
+    overwrite(words[1], Pair{0, 2});
+    EXPECT_NO_THROW(t.b->sliding_window("sw", 4, kSec, 4, kNoQueue));
+    ASSERT_TRUE(sw->acquire(2).acquired);
+    const Outcome refused = sw->acquire(2);
+    ASSERT_FALSE(refused.acquired);
+    ASSERT_GT(refused.retry_after, 0);
+    t.clock->advance(refused.retry_after);
+    EXPECT_TRUE(sw->acquire(2).acquired);
+}
+
 TEST(ShmDamage, ANamedSlotAnchoredOutsideTimeOrMisplacedIsRefused) {
     Two t("slotdamage");
     const TokenBucketRule rule(5, 5, kSec);
