@@ -20,13 +20,15 @@
 //      would: each may be refused with std::invalid_argument (a damaged header or state) or
 //      std::system_error, and nothing else may be thrown. A name or table refused is used no more;
 //   4. runs a program of up to 64 operations on what was accepted, through either mapping's limiter
-//      (the first one's holds the permits of step 1): acquire, try_now, a release or refund of an
+//      (the first one's holds the permits of step 1; it is used only while no patch changed what says
+//      which state a name or key is: see identity()): acquire, try_now, a release or refund of an
 //      earlier grant, clock advances (a few ns, a segment, a window, past the idle timeout),
 //      available_permits, statistics, idle_duration, evict_idle, and a probe of retry_after;
 //   5. opens every name accepted again from a third mapping: a state the engine left is never refused.
 //
-// Invariants (a failure is __builtin_trap()): this process never holds more concurrency permits of a
-// name or key than its limit; the windowed kinds never grant, less what was refunded, more than twice
+// Invariants (a failure is __builtin_trap()), on what is granted after the damage (what a damaged state
+// forgot cannot be told from what it never had): a concurrency name or key never has more of those
+// permits held than its limit; the windowed kinds never grant, less what was refunded, more than twice
 // their limit in any window-long interval, and a token bucket more than its limit plus one period's
 // tokens (from any state within its invariants); available permits are within 0..limit; a refusal's
 // retry_after, with nothing queued, is enough; no exception but at open. AddressSanitizer and UBSan
@@ -346,8 +348,8 @@ private:
     /// True when byte `at` helps say which state a name or key is: the header (the hash seed, the
     /// named directory, the holder slots: a generation or pid), a record's bookkeeping and key, a
     /// concurrency key's entry's tag. Damage there can, without breaking any invariant, have one
-    /// mapping use another state than the other, or forget whose permits are held: then only each
-    /// mapping's own grants are bounded, not both mappings' together.
+    /// mapping use another state than the other, or forget whose permits are held: then the first
+    /// mapping is used no more, and only the second one's grants are bounded.
     bool identity(std::uint64_t at) const {
         if (at < sizeof(shm::Header)) {
             return true;
@@ -612,18 +614,12 @@ private:
         clock_->advance(delta);
     }
 
-    /// True when what the limiter through this mapping does is checked: the second mapping's state was
-    /// checked as it opened, and so was the first's while the damage left the states' identity alone
-    /// (else the first may run on a state no check has seen: only memory errors count there).
-    bool checked(bool second) const { return second || same_state_; }
-
-    void check_available(Target& t, Limiter& l, bool second) {
+    void check_available(Target& t, Limiter& l) {
         const std::int64_t a = l.available_permits();
         const permits::Statistics s = l.statistics();
         trace("%s available %lld\n", t.label.c_str(), ll(a));
-        CHECK(!checked(second) || (a >= 0 && a <= limit_of(t.what)));
-        CHECK(!checked(second) ||
-              (s.current_available_permits >= 0 && s.current_available_permits <= limit_of(t.what)));
+        CHECK(a >= 0 && a <= limit_of(t.what));
+        CHECK(s.current_available_permits >= 0 && s.current_available_permits <= limit_of(t.what));
     }
 
     /// Counts n (a grant, or -n: a release or refund) in `tally`; the bound is checked after a grant.
@@ -652,7 +648,7 @@ private:
     /// through its mapping, and through both while the damage left the state's identity alone.
     void granted(Target& t, const Outcome& o, bool second = false) {
         t.grants.push_back({o.permits, o.tag, second, damaged_});
-        if (damaged_ && checked(second)) {
+        if (damaged_) {
             count(t, t.mapping[second ? 1 : 0], o.permits, second ? "second" : "first");
             if (same_state_) {
                 count(t, t.both, o.permits, "both");
@@ -662,7 +658,7 @@ private:
 
     /// A release (concurrency: only one counted) or refund (time-based: any, as though it gave back).
     void given_back(Target& t, const Grant& g) {
-        if ((t.what == What::Concurrency && !g.program) || !checked(g.second)) {
+        if (t.what == What::Concurrency && !g.program) {
             return;
         }
         count(t, t.mapping[g.second ? 1 : 0], -g.n, g.second ? "second" : "first");
@@ -681,7 +677,10 @@ private:
         if (!t.second) {
             return; // refused at open
         }
-        const bool second = in_.ConsumeBool();
+        // The first mapping's limiter only while the damage left the state's identity alone: else it
+        // may run on a state no check has seen (damage that comes to a limiter already open is not
+        // what the checks are for, and its arithmetic is not made for any bytes at all).
+        const bool second = !same_state_ || in_.ConsumeBool();
         Limiter& l = second ? *t.second : *t.first;
         const std::int64_t limit = limit_of(t.what);
         switch (op) {
@@ -715,13 +714,16 @@ private:
             }
             const std::size_t i = in_.ConsumeIntegralInRange<std::size_t>(0, t.grants.size() - 1);
             const Grant g = t.grants[i];
+            if (!g.second && !same_state_) {
+                break; // (the first mapping's: see above)
+            }
             t.grants.erase(t.grants.begin() + static_cast<std::ptrdiff_t>(i));
             trace("%s give_back(%lld, tag %lld)\n", t.label.c_str(), ll(g.n), ll(g.tag));
             (g.second ? *t.second : *t.first).give_back(g.n, g.tag);
             given_back(t, g); // (a refund counted as given back whether or not it was)
             break;
         }
-        case 5: check_available(t, l, second); break;
+        case 5: check_available(t, l); break;
         case 6: (void)l.idle_duration(); break;
         case 7: { // evict_idle
             const std::size_t i = in_.ConsumeIntegralInRange<std::size_t>(0, tables_.size() - 1);
@@ -748,11 +750,11 @@ private:
             advance(o.retry_after);
             const Outcome again = l.acquire(n);
             trace("%s after retry_after: %d\n", t.label.c_str(), again.acquired);
-            CHECK(again.acquired || !checked(second));
+            CHECK(again.acquired);
             granted(t, again, second);
             break;
         }
-        default: check_available(t, l, second); break;
+        default: check_available(t, l); break;
         }
     }
 
