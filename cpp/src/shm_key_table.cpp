@@ -353,10 +353,14 @@ void KeyTable::repair_locked(Record& r, Nanos now) const noexcept {
     if (damaged) {
         r.anchor = now; // (its every index computed from it would overflow)
     }
+    // (the state word's hint, a take's first guess, is set to the value checked when it differs)
     if (tmpl_.params.kind == Kind::SlidingWindow) {
         SlidingWindowState w = window_of(r);
-        if (damaged || !w.head_sound(w.head->load())) {
+        const Pair h = w.head->load();
+        if (damaged || !w.head_sound(h)) {
             w.exhaust(now);
+        } else if (!(w.head->hint() == h)) {
+            w.head->rehint();
         }
         return;
     }
@@ -365,6 +369,8 @@ void KeyTable::repair_locked(Record& r, Nanos now) const noexcept {
     if (damaged || rule_->damage(s, r.anchor) != nullptr) {
         while (!word.compare_exchange(s, rule_->exhausted(r.anchor, now))) {
         }
+    } else if (!(word.hint() == s)) {
+        word.rehint();
     }
 }
 

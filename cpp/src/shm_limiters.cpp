@@ -289,8 +289,8 @@ std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& ru
                                             [&](char* data, Nanos a) { new (data) AtomicPair(rule.initial(a)); });
     ExternalState ext{store.segment().at<AtomicPair>(slot.offset), slot.anchor, store.shared_from_this()};
     // Damaged state is refused, never used (a single word: no other process's change can make a
-    // sound state look damaged).
-    const Pair s = ext.word->load();
+    // sound state look damaged); its hint, a take's first guess, becomes the value checked.
+    const Pair s = ext.word->rehint();
     if (const char* what = rule.damage(s, ext.anchor)) {
         refuse(where_of(name, store.segment()),
                "its state {" + std::to_string(s.a) + ", " + std::to_string(s.b) + "}: " + what);
@@ -359,6 +359,7 @@ std::shared_ptr<SlidingWindow> Store::sliding_window(std::string_view name, std:
     if (const std::string what = state.damage(); !what.empty()) {
         refuse(where_of(name, segment()), what);
     }
+    ext.word->rehint(); // (a take's first guess: the head as it is, not a hint no check has seen)
     return std::make_shared<SlidingWindow>(clock(), permit_limit, window, segments, queue, ext);
 }
 

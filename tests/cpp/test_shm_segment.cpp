@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -658,6 +659,30 @@ Pair head_word(std::int64_t segment, std::uint32_t current, std::uint32_t older)
 }
 
 constexpr std::int64_t kEndOfTime = std::numeric_limits<std::int64_t>::max();
+
+/// Writes `hint` where `word` keeps its hint (found by its bytes, whatever the build's layout), its
+/// value left as it was.
+void damage_hint(AtomicPair& word, Pair hint) {
+    const Pair old = word.load();
+    const std::int64_t a = 0x1234567890abcdefLL;
+    const std::int64_t b = 0x0fedcba987654321LL;
+    overwrite(word, Pair{a, b}); // (a successful compare-and-swap writes the hint too)
+    auto* bytes = reinterpret_cast<char*>(&word);
+    std::size_t at_a = 0;
+    std::size_t at_b = 0;
+    for (std::size_t at = 16; at + sizeof(std::int64_t) <= sizeof(AtomicPair); at += sizeof(std::int64_t)) {
+        std::int64_t v = 0;
+        std::memcpy(&v, bytes + at, sizeof v);
+        at_a = v == a ? at : at_a;
+        at_b = v == b ? at : at_b;
+    }
+    overwrite(word, old);
+    if (at_a == 0 || at_b == 0) {
+        throw std::logic_error("no hint found");
+    }
+    std::memcpy(bytes + at_a, &hint.a, sizeof hint.a);
+    std::memcpy(bytes + at_b, &hint.b, sizeof hint.b);
+}
 } // namespace
 
 TEST(ShmDamage, ATokenBucketStateBeyondItsLimitIsRefused) {
@@ -762,6 +787,25 @@ TEST(ShmDamage, ASlidingWindowsRetryAfterIsEnoughWhenItsRingSaysMoreThanItsHead)
     ASSERT_GT(refused.retry_after, 0);
     t.clock->advance(refused.retry_after);
     EXPECT_TRUE(sw->acquire(2).acquired);
+}
+
+TEST(ShmDamage, ADamagedHintIsNeverAFirstGuess) {
+    // (found by fuzz_shm_segment: a take's first guess, a state word's hint read without a
+    // compare-and-swap, is no value the checks looked at; a token bucket's period of -2**63 + 1
+    // overflowed in tokens_at before the compare-and-swap corrected it)
+    Two t("hintdamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    AtomicPair& tb = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "tb").offset);
+    AtomicPair& sw = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "sw").offset);
+    damage_hint(tb, Pair{std::numeric_limits<std::int64_t>::min() + 1, 5});
+    damage_hint(sw, head_word(std::numeric_limits<std::int64_t>::min(), 0, 0));
+    ASSERT_FALSE(tb.hint() == tb.load());
+    t.b->token_bucket("tb", rule, kNoQueue);
+    t.b->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    EXPECT_EQ(tb.hint(), tb.load()); // set to the value checked as it opened
+    EXPECT_EQ(sw.hint(), sw.load());
 }
 
 TEST(ShmDamage, ANamedSlotAnchoredOutsideTimeOrMisplacedIsRefused) {
@@ -992,6 +1036,17 @@ TEST(ShmKeyDamage, ASlidingWindowKeyRingCountBelowZeroNeverGrantsBeyondTheLimit)
     // segment 0 as -100 taken: 103 more).
     EXPECT_FALSE(k->acquire(2).acquired);
     EXPECT_LE(granted(*k, 20), 1);
+}
+
+TEST(ShmKeyDamage, ADamagedHintIsNeverAFirstGuess) {
+    Two t("khint");
+    auto keys = table(*t.a, params_of(TokenBucketRule(5, 2, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    AtomicPair& word = record_word(*t.a, "damaged-key");
+    damage_hint(word, Pair{std::numeric_limits<std::int64_t>::min() + 1, 5});
+    EXPECT_EQ(k->available_permits(), 4);
+    EXPECT_EQ(word.hint(), word.load()); // set to the value checked as the record was found
 }
 
 TEST(ShmKeyDamage, ATableCountBelowZeroReadsAsNoKeys) {
