@@ -414,36 +414,38 @@ void ConcurrencyView::check(const std::string& where) const {
     } else if (delta_of(s) > limit || delta_of(s) < -limit) {
         what = "its state's pending change of " + std::to_string(delta_of(s)) + " permits exceeds its limit of " +
                std::to_string(limit);
-    } else {
-        for (std::uint32_t i = 0; i < kMaxHolders && what.empty(); ++i) {
-            const std::int64_t held = entry(i).load().a;
-            if (held < 0 || held > limit) {
-                what = "its ledger says holder " + std::to_string(i) + " holds " + std::to_string(held) +
-                       " permits, beyond its limit of " + std::to_string(limit);
-            }
-        }
     }
-    // The ledger against the state, on a snapshot no change went through (every change bumps the
-    // state's seq): the permits held and those available add up to the limit, and no entry has
-    // applied a change the state has not made yet. While other processes keep changing it, this
-    // part is left unchecked rather than judged on a torn view.
+    // The ledger, with a change left pending applied first (as any take would). Each entry within the
+    // limit; and on a snapshot no change went through (every change bumps the state's seq), the
+    // permits held and those available add up to the limit, and no entry has applied a change the
+    // state has not made yet. While other processes keep changing it, that part is left unchecked
+    // rather than judged on a torn view.
     for (int attempt = 0; attempt < 16 && what.empty(); ++attempt) {
         const Pair before = settled();
-        std::int64_t held = 0; // (each entry within the limit, checked above: no overflow)
-        std::uint32_t ahead = kMaxHolders;
+        std::int64_t held = 0;
+        std::uint32_t beyond = kMaxHolders; // the first entry outside 0..limit
+        std::int64_t beyond_held = 0;
+        std::uint32_t ahead = kMaxHolders; // the first entry ahead of the state
         std::int64_t ahead_seq = 0;
         for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
             const Pair e = entry(i).load();
-            held += e.a;
+            if ((e.a < 0 || e.a > limit) && beyond == kMaxHolders) {
+                beyond = i;
+                beyond_held = e.a;
+            }
+            held += std::clamp<std::int64_t>(e.a, 0, limit); // (no overflow, whatever an entry says)
             if (e.b > seq_of(before) && ahead == kMaxHolders) {
                 ahead = i;
                 ahead_seq = e.b;
             }
         }
-        if (!(state->load() == before)) {
+        const bool quiet = state->load() == before;
+        if (beyond != kMaxHolders) {
+            what = "its ledger says holder " + std::to_string(beyond) + " holds " + std::to_string(beyond_held) +
+                   " permits, beyond its limit of " + std::to_string(limit);
+        } else if (!quiet) {
             continue;
-        }
-        if (available_of(before) + held != limit) {
+        } else if (available_of(before) + held != limit) {
             what = "its ledger says " + std::to_string(held) + " permits held and its state " +
                    std::to_string(available_of(before)) + " available, not its limit of " + std::to_string(limit);
         } else if (ahead != kMaxHolders) {
