@@ -4,9 +4,9 @@
 //
 // Once per process the harness makes a real segment (/dev/shm/permits.fuzz-shm-<pid>, a ManualClock
 // one) with a name of each kind (token bucket, fixed window, sliding window, sliding window counter,
-// concurrency) and a per-key table of each kind with three keys, takes permits in each (a concurrency
-// permit of the name and of two keys are still held, by a holder that stays alive), and keeps the
-// file's bytes as the image. Each input then:
+// concurrency) and a per-key table of each kind with three keys, takes permits in each (two of the
+// concurrency name and of each concurrency key are still held, by a holder that stays alive: this
+// process), and keeps the file's bytes as the image. Each input then:
 //
 //   1. restores the image, opens it (the first mapping) with every name and key, and takes a permit
 //      of each: this process's holder slot and ledger and key entries now exist, to be damaged too;
@@ -213,8 +213,9 @@ Image& image() {
                     keep.push_back(tables.back()->limiter_for(k));
                 }
             }
-            // Some of every state used: a permit of each, a segment later another, and a concurrency
-            // permit of the name and of key "a" still held as the image is taken.
+            // Some of every state used: a permit of each, a segment later another, a window later one
+            // more of each key's time-based state; the concurrency permits still held as the image is
+            // taken.
             for (auto& l : keep) {
                 l->acquire(1);
             }
@@ -298,6 +299,7 @@ struct Grant {
     bool second;  ///< granted through the second mapping (given back through the one that granted it)
     bool program; ///< granted after the damage
 };
+
 /// What was granted after the damage: the permits held (concurrency), or the grants (+n) and refunds
 /// (-n) of the last window (time-based).
 struct Tally {
