@@ -54,6 +54,20 @@ Nanos FixedWindowRule::full_at(Pair s, Nanos anchor) const noexcept {
     return window_start(anchor, s.b == 0 ? s.a : s.a + 1);
 }
 
+const char* FixedWindowRule::damage(Pair s, Nanos anchor) const noexcept {
+    if (s.b < 0 || s.b > limit_) {
+        return "its count is not between 0 and its permit_limit";
+    }
+    if (s.a < 0 || s.a > window_index(anchor, kMaxTime)) {
+        return "its window is before its first or past the end of time";
+    }
+    return nullptr;
+}
+
+Pair FixedWindowRule::exhausted(Nanos anchor, Nanos now) const noexcept {
+    return {window_index(anchor, now), limit_};
+}
+
 struct FixedWindowRule::Proj final : Projection {
     const FixedWindowRule& fw;
     const Nanos anchor;

@@ -214,8 +214,10 @@ std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, st
 KeyTable::KeyTable(std::shared_ptr<Store> store, char* data, const Template& tmpl, std::int64_t max_partitions,
                    Nanos idle_timeout)
     : store_(std::move(store)), data_(data), tmpl_(tmpl), max_(max_partitions), idle_(idle_timeout),
-      shards_(head_of(data).shards), slots_(head_of(data).slots), record_(head_of(data).record_bytes),
-      entries_(entries_of(tmpl.params)) {
+      record_(record_bytes(tmpl.params)), entries_(entries_of(tmpl.params)) {
+    // The geometry as this process computes it (open() checked the segment's against it): what
+    // the segment says is never what bounds an index.
+    geometry(max_partitions, shards_, slots_);
     const auto& v = tmpl_.params.values;
     switch (tmpl_.params.kind) {
     case Kind::TokenBucket: rule_ = std::make_shared<TokenBucketRule>(v[0], v[1], v[2]); break;
@@ -232,7 +234,8 @@ std::uint64_t KeyTable::bytes() const noexcept {
 }
 
 std::int64_t KeyTable::size() const noexcept {
-    return head_of(data_).size.load();
+    // (a count damaged in shared memory reads as one the table's slots could hold)
+    return std::clamp<std::int64_t>(head_of(data_).size.load(), 0, static_cast<std::int64_t>(shards_) * slots_);
 }
 
 std::uint32_t KeyTable::shard_of(const Key& key) const noexcept {
@@ -317,6 +320,7 @@ KeyTable::Record* KeyTable::find_locked(std::uint32_t shard, const Key& key, Nan
             continue;
         }
         if (r.hash == key.hash && r.key_len == len && std::memcmp(r.key, key.stored.data(), len) == 0) {
+            repair_locked(r, now);
             return &r;
         }
     }
@@ -353,13 +357,43 @@ void KeyTable::drop_locked(Record& r) noexcept {
     head_of(data_).size.fetch_sub(1);
 }
 
+void KeyTable::repair_locked(Record& r, Nanos now) const noexcept {
+    if (tmpl_.params.kind == Kind::Concurrency) {
+        return; // (its counts are read, and repaired, by held_locked)
+    }
+    bool damaged = r.anchor < 0 || r.anchor > kMaxTime;
+    if (damaged) {
+        r.anchor = now; // (its every index computed from it would overflow)
+    }
+    // (the state word's hint, a take's first guess, is set to the value checked when it differs)
+    if (tmpl_.params.kind == Kind::SlidingWindow) {
+        SlidingWindowState w = window_of(r);
+        const Pair h = w.head->load();
+        if (damaged || !w.head_sound(h)) {
+            w.exhaust(now);
+        } else if (!(w.head->hint() == h)) {
+            w.head->rehint();
+        }
+        return;
+    }
+    AtomicPair& word = r.word();
+    Pair s = word.load();
+    if (damaged || rule_->damage(s, r.anchor) != nullptr) {
+        while (!word.compare_exchange(s, rule_->exhausted(r.anchor, now))) {
+        }
+    } else if (!(word.hint() == s)) {
+        word.rehint();
+    }
+}
+
 std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) const {
     Segment& seg = store_->segment();
+    const std::int64_t limit = tmpl_.params.values[0];
     std::int64_t held = 0;
     for (std::size_t i = 0; i < entries_; ++i) {
         HolderEntry& e = r.entry(i);
-        const std::int64_t c = e.count.load();
-        if (c <= 0) {
+        std::int64_t c = e.count.load();
+        if (c == 0) {
             continue;
         }
         const std::uint64_t tag = e.tag.load();
@@ -376,12 +410,19 @@ std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) cons
             e.tag.store(0);
             continue;
         }
-        held += c;
+        if (c < 0 || c > limit) {
+            // Damaged: what its holder really holds is unknown, so it counts as the whole limit until
+            // that holder gives its permits back or is found dead (never a grant beyond the limit).
+            c = limit;
+            e.count.store(c);
+        }
+        held += c; // (at most kKeyHolders * kMaxPermits: no overflow)
     }
     return held;
 }
 
 bool KeyTable::idle_locked(Record& r, Nanos now) const {
+    repair_locked(r, now); // (a damaged state is never judged idle on what it says)
     const Nanos limit = now - idle_;
     switch (tmpl_.params.kind) {
     case Kind::Concurrency: return held_locked(r, monotonic_now(), true) == 0 && r.touched.load() <= limit;

@@ -292,6 +292,14 @@ void Store::watch(const std::shared_ptr<Watched>& w, Nanos heartbeat_every) {
 // ---- the named limiters ----
 
 namespace {
+std::string where_of(std::string_view name, const Segment& segment) {
+    return "'" + std::string(name) + "' in shared-memory segment '" + segment.name() + "'";
+}
+
+[[noreturn]] void refuse(const std::string& where, const std::string& what) {
+    throw std::invalid_argument(where + " is corrupted: " + what + " (unlink the segment)");
+}
+
 template <class L, class R>
 std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& rule, Params params, QueueOptions queue) {
     detail::check_queue(queue);
@@ -299,6 +307,13 @@ std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& ru
                                             // NOLINTNEXTLINE(readability-non-const-parameter): built in place
                                             [&](char* data, Nanos a) { new (data) AtomicPair(rule.initial(a)); });
     ExternalState ext{store.segment().at<AtomicPair>(slot.offset), slot.anchor, store.shared_from_this()};
+    // Damaged state is refused, never used (a single word: no other process's change can make a
+    // sound state look damaged); its hint, a take's first guess, becomes the value checked.
+    const Pair s = ext.word->rehint();
+    if (const char* what = rule.damage(s, ext.anchor)) {
+        refuse(where_of(name, store.segment()),
+               "its state {" + std::to_string(s.a) + ", " + std::to_string(s.b) + "}: " + what);
+    }
     return std::make_shared<L>(store.clock(), rule, queue, std::move(ext));
 }
 } // namespace
@@ -359,6 +374,11 @@ std::shared_ptr<SlidingWindow> Store::sliding_window(std::string_view name, std:
                                           SlidingWindowState::init_storage(w, segments);
                                       });
     ExternalState ext{segment().at<AtomicPair>(slot.offset), slot.anchor, shared_from_this()};
+    const SlidingWindowState state = SlidingWindowState::over(permit_limit, window, segments, ext.anchor, ext.word);
+    if (const std::string what = state.damage(); !what.empty()) {
+        refuse(where_of(name, segment()), what);
+    }
+    ext.word->rehint(); // (a take's first guess: the head as it is, not a hint no check has seen)
     return std::make_shared<SlidingWindow>(clock(), permit_limit, window, segments, queue, ext);
 }
 
@@ -373,7 +393,7 @@ std::shared_ptr<SharedLimiter> Store::concurrency(std::string_view name, std::in
         segment().named(name, params_of_concurrency(permit_limit, lease_ttl), ConcurrencyView::bytes(), now(),
                         [&](char* data, Nanos a) { ConcurrencyView::over(data, permit_limit).init(a); });
     const ConcurrencyView view = ConcurrencyView::over(segment().at<char>(slot.offset), permit_limit);
-    view.check("'" + std::string(name) + "' in shared-memory segment '" + segment().name() + "'");
+    view.check(where_of(name, segment()));
     return std::make_shared<SharedConcurrency>(shared_from_this(), view, lease_ttl, queue);
 }
 
@@ -413,17 +433,49 @@ void ConcurrencyView::check(const std::string& where) const {
     } else if (delta_of(s) > limit || delta_of(s) < -limit) {
         what = "its state's pending change of " + std::to_string(delta_of(s)) + " permits exceeds its limit of " +
                std::to_string(limit);
-    } else {
-        for (std::uint32_t i = 0; i < kMaxHolders && what.empty(); ++i) {
-            const std::int64_t held = entry(i).load().a;
-            if (held < 0 || held > limit) {
-                what = "its ledger says holder " + std::to_string(i) + " holds " + std::to_string(held) +
-                       " permits, beyond its limit of " + std::to_string(limit);
+    }
+    // The ledger, with a change left pending applied first (as any take would). Each entry within the
+    // limit; and on a snapshot no change went through (every change bumps the state's seq), the
+    // permits held and those available add up to the limit, and no entry has applied a change the
+    // state has not made yet. While other processes keep changing it, that part is left unchecked
+    // rather than judged on a torn view.
+    for (int attempt = 0; attempt < 16 && what.empty(); ++attempt) {
+        const Pair before = settled();
+        std::int64_t held = 0;
+        std::uint32_t beyond = kMaxHolders; // the first entry outside 0..limit
+        std::int64_t beyond_held = 0;
+        std::uint32_t ahead = kMaxHolders; // the first entry ahead of the state
+        std::int64_t ahead_seq = 0;
+        for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+            const Pair e = entry(i).load();
+            if ((e.a < 0 || e.a > limit) && beyond == kMaxHolders) {
+                beyond = i;
+                beyond_held = e.a;
+            }
+            held += std::clamp<std::int64_t>(e.a, 0, limit); // (no overflow, whatever an entry says)
+            if (e.b > seq_of(before) && ahead == kMaxHolders) {
+                ahead = i;
+                ahead_seq = e.b;
             }
         }
+        const bool quiet = state->load() == before;
+        if (beyond != kMaxHolders) {
+            what = "its ledger says holder " + std::to_string(beyond) + " holds " + std::to_string(beyond_held) +
+                   " permits, beyond its limit of " + std::to_string(limit);
+        } else if (!quiet) {
+            continue;
+        } else if (available_of(before) + held != limit) {
+            what = "its ledger says " + std::to_string(held) + " permits held and its state " +
+                   std::to_string(available_of(before)) + " available, not its limit of " + std::to_string(limit);
+        } else if (ahead != kMaxHolders) {
+            what = "its ledger's entry for holder " + std::to_string(ahead) + " has applied change " +
+                   std::to_string(ahead_seq) + ", which its state has not made yet (at " +
+                   std::to_string(seq_of(before)) + ")";
+        }
+        break;
     }
     if (!what.empty()) {
-        throw std::invalid_argument(where + " is corrupted: " + what + " (unlink the segment)");
+        refuse(where, what);
     }
 }
 

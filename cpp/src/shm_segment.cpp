@@ -35,6 +35,11 @@ constexpr std::uint64_t kReclaiming = 0xffffffffULL; // a holder slot's pid whil
 constexpr std::uint64_t kNamedArena = 1ULL << 20;    // named limiters (a sliding window's ring included)
 constexpr std::uint64_t kBytesPerKey = 2048;         // room per key of capacity: records of two tables and slack
 constexpr std::uint64_t kMaxCapacity = 1ULL << 28;   // 256 Mi keys: far beyond what one host's memory holds
+// Inaccessible address space on either side of a mapping: an index that escaped the checks (a
+// 16-bit holder or segment index reaches about 1 MiB) faults rather than writing into a neighbour.
+constexpr std::uint64_t kGuardBytes = 1ULL << 20;
+constexpr std::uint64_t kPidLimit = 1ULL << 22;          // PID_MAX_LIMIT: every Linux pid is below it
+constexpr std::int64_t kMaxUses = std::int64_t{1} << 62; // more permits than any process could hold
 
 std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
     return (n + to - 1) / to * to;
@@ -110,7 +115,7 @@ void check_header(const Header& h, std::uint64_t file_size, const std::string& n
                                     std::to_string(file_size));
     }
     if (h.total_bytes != Segment::size_for(h.capacity) || h.arena_offset != round_up(sizeof(Header), kPage) ||
-        h.arena_offset + h.arena_bytes != h.total_bytes || h.arena_used > h.arena_bytes) {
+        h.arena_offset + h.arena_bytes != h.total_bytes || h.arena_used > h.arena_bytes || h.arena_used % 64 != 0) {
         throw std::invalid_argument(where + "is corrupted: its sizes do not add up");
     }
     if (h.clock != ClockKind::Monotonic && h.clock != ClockKind::Manual) {
@@ -487,11 +492,63 @@ bool Segment::unlink(const std::string& name) {
     fail_errno("cannot unlink shared-memory segment '" + name + "'");
 }
 
+namespace {
+/// What is impossible in a holder slot's word (it is only ever free with no uses, reserved for a
+/// reclaim with none, or a real pid's with its uses, -1 while being freed); nullptr when nothing is.
+/// One word: other processes' changes never make a sound slot look damaged.
+const char* holder_damage(Pair word) {
+    const std::uint64_t pid = pid_of(static_cast<std::uint64_t>(word.a));
+    if (word.b < -1) {
+        return "its uses are below the -1 that marks a slot being freed";
+    }
+    if (word.b > kMaxUses) {
+        return "its uses are beyond any count of permits";
+    }
+    if ((pid == 0 || pid == kReclaiming) && word.b != 0) {
+        return "it is free (or being reclaimed), yet in use";
+    }
+    if (pid >= kPidLimit && pid != kReclaiming) {
+        return "its pid is beyond any Linux pid";
+    }
+    return nullptr;
+}
+} // namespace
+
 Segment::Segment(std::string name, Header* header, std::uint64_t size)
-    : name_(std::move(name)), header_(header), size_(size) {}
+    : name_(std::move(name)), header_(header), size_(size) {
+    // Moved into the middle of a reservation of inaccessible pages; where that fails, it stays put.
+    const std::uint64_t span = size_ + 2 * kGuardBytes;
+    void* reserved = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserved != MAP_FAILED) {
+        char* middle = static_cast<char*>(reserved) + kGuardBytes;
+        if (::mremap(header_, size_, size_, MREMAP_MAYMOVE | MREMAP_FIXED, middle) == middle) {
+            header_ = reinterpret_cast<Header*>(middle);
+            guarded_ = true;
+        } else {
+            ::munmap(reserved, span);
+        }
+    }
+    for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+        const Pair word = header_->holders[i].word.load();
+        if (const char* what = holder_damage(word)) {
+            release_mapping();
+            throw std::invalid_argument("shared-memory segment '" + name_ + "' is corrupted: holder " +
+                                        std::to_string(i) + "'s slot {" + std::to_string(word.a) + ", " +
+                                        std::to_string(word.b) + "}: " + what + " (unlink it)");
+        }
+    }
+}
 
 Segment::~Segment() {
-    ::munmap(header_, size_);
+    release_mapping();
+}
+
+void Segment::release_mapping() noexcept {
+    if (guarded_) {
+        ::munmap(base() - kGuardBytes, size_ + 2 * kGuardBytes);
+    } else {
+        ::munmap(header_, size_);
+    }
 }
 
 NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
@@ -533,9 +590,15 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
                 throw std::invalid_argument(message);
             }
         }
+        // (every slot's data starts on a 64-byte boundary: a state word elsewhere is no state word,
+        // and a 16-byte compare-and-swap on it faults)
         if (slot.count != params.count || slot.offset < header_->arena_offset || slot.bytes != bytes ||
-            slot.offset > size_ || slot.bytes > size_ - slot.offset) {
+            slot.offset > size_ || slot.bytes > size_ - slot.offset || slot.offset % 64 != 0) {
             throw std::invalid_argument(where + "is corrupted (its slot's sizes do not add up)");
+        }
+        if (slot.anchor < 0 || slot.anchor > kMaxTime) {
+            throw std::invalid_argument(where + "is corrupted (its slot's anchor, " + std::to_string(slot.anchor) +
+                                        " ns, is outside time)");
         }
         return slot;
     };
@@ -567,11 +630,23 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
     }
     const std::uint64_t need = round_up(bytes, 64);
     if (header_->arena_used > header_->arena_bytes || need > header_->arena_bytes - header_->arena_used ||
-        header_->arena_offset + header_->arena_bytes != size_) {
+        header_->arena_offset + header_->arena_bytes != size_ || header_->arena_used % 64 != 0) {
         // (a damaged header's sizes are never followed out of the segment)
         throw std::invalid_argument("segment '" + name_ + "' has no room left for '" + std::string(name) + "' (" +
                                     std::to_string(bytes) + " bytes): open it with a larger capacity (now " +
                                     std::to_string(header_->capacity) + ")");
+    }
+    // Every name placed before lies in the arena's used part (its use grows before a name is
+    // published, under this lock): a use that says less is damaged, and would place this name over
+    // another's data. (A slot whose data is not even inside the segment is no name's: never used.)
+    for (const auto& slot : header_->named) {
+        if (slot.ready.load() != 0 && slot.offset >= header_->arena_offset && slot.offset <= size_ &&
+            slot.bytes <= size_ - slot.offset &&
+            slot.offset + slot.bytes > header_->arena_offset + header_->arena_used) {
+            throw std::invalid_argument("segment '" + name_ +
+                                        "' is corrupted: its arena's use ends before the data of '" +
+                                        std::string(slot.name, ::strnlen(slot.name, kNameBytes)) + "' (unlink it)");
+        }
     }
     // Reserve first, publish last: a process killed in between leaks the bytes, never shares them.
     const std::uint64_t offset = header_->arena_offset + header_->arena_used;

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace permits {
 
@@ -61,6 +63,17 @@ Nanos time_until_with(const SlidingWindowShape& w, Pair h, std::int64_t needed, 
     std::int64_t available = w.limit - used_with(w, h, p, before);
     if (available >= needed) {
         return 0;
+    }
+    if (p == h.a) {
+        // The walk starts from the segments' own counts, as a take in every later segment reads them:
+        // the head's sum of the older ones (what a take within its segment reads) can say less than
+        // they do (a refund that raced an archive, or a damaged shared ring), and a walk from it
+        // would free what it never counted.
+        std::int64_t counted = 0;
+        for (std::int64_t j = std::max<std::int64_t>(p - w.segments + 1, 0); j <= p; ++j) {
+            counted += count_with(w, h, j, before);
+        }
+        available = std::min(available, w.limit - counted);
     }
     // Walk forward: at the start of segment p+i, segment p+i-S expires and frees its permits.
     for (std::int64_t i = 1; i <= w.segments; ++i) {
@@ -219,7 +232,10 @@ std::int64_t SlidingWindowState::used_at(Pair h, std::int64_t p) const noexcept 
 
 std::int64_t SlidingWindowState::ring_count(std::int64_t j) const noexcept {
     const Pair r = ring[j % segments].load();
-    return r.a == j ? r.b : 0;
+    if (r.a != j) {
+        return 0;
+    }
+    return r.b < 0 || r.b > limit ? limit : r.b; // (a damaged count never makes room)
 }
 
 void SlidingWindowState::archive(Pair h) const noexcept {
@@ -231,11 +247,54 @@ void SlidingWindowState::archive(Pair h) const noexcept {
     AtomicPair& slot = ring[h.a % segments];
     Pair r = slot.load();
     // Atomic max on (segment, count): an archiver that lost the race to a newer segment
-    // or a larger count of the same segment writes nothing.
-    while (r.a < entry.a || (r.a == entry.a && r.b < entry.b)) {
+    // or a larger count of the same segment writes nothing. A slot holding a segment the head has
+    // not reached is damaged shared memory, not a newer archive: it would hide this count for good.
+    while (r.a < entry.a || (r.a == entry.a && r.b < entry.b) || (r.a > entry.a && r.a > head->load().a)) {
         if (slot.compare_exchange(r, entry)) {
             return;
         }
+    }
+}
+
+std::string SlidingWindowState::damage() const {
+    // The ring first, then the head: a slot is only ever written with a segment the head was in,
+    // so a head read after it is never behind it, whatever other processes do meanwhile.
+    std::vector<Pair> slots(static_cast<std::size_t>(segments));
+    for (std::int64_t i = 0; i < segments; ++i) {
+        slots[static_cast<std::size_t>(i)] = ring[i].load();
+    }
+    const Pair h = head->load();
+    const auto show = [](Pair p) { return "{" + std::to_string(p.a) + ", " + std::to_string(p.b) + "}"; };
+    if (!head_sound(h)) {
+        return "its head " + show(h) + " says segment " + std::to_string(h.a) + " with " +
+               std::to_string(current_of(h)) + " + " + std::to_string(older_of(h)) +
+               " permits taken in its window (a segment before its first or past the end of time, or more than its "
+               "permit_limit of " +
+               std::to_string(limit) + ")";
+    }
+    for (std::int64_t i = 0; i < segments; ++i) {
+        const Pair r = slots[static_cast<std::size_t>(i)];
+        if (r.b < 0 || r.b > limit) {
+            return "its ring slot " + std::to_string(i) + " " + show(r) + " has a count not between 0 and its " +
+                   "permit_limit of " + std::to_string(limit);
+        }
+        if (r.a >= 0 && (r.a % segments != i || r.a > h.a)) {
+            return "its ring slot " + std::to_string(i) + " " + show(r) + " holds segment " + std::to_string(r.a) +
+                   ", not one of that slot's up to its head's segment " + std::to_string(h.a);
+        }
+    }
+    return {};
+}
+
+bool SlidingWindowState::head_sound(Pair h) const noexcept {
+    const std::int64_t current = current_of(h);
+    const std::int64_t older = older_of(h); // (both 32 bits: never below zero)
+    return h.a >= 0 && h.a <= segment_index(kMaxTime) && current <= limit && older <= limit - current;
+}
+
+void SlidingWindowState::exhaust(Nanos now) noexcept {
+    Pair h = head->load();
+    while (!head->compare_exchange(h, Pair{segment_index(now), pack(limit, 0)})) {
     }
 }
 

@@ -108,6 +108,21 @@ Nanos SlidingWindowCounterRule::full_at(Pair s, Nanos anchor) const noexcept {
     return window_start(anchor, c.previous > 0 ? s.a + 1 : s.a);
 }
 
+const char* SlidingWindowCounterRule::damage(Pair s, Nanos anchor) const noexcept {
+    const Counts c = counts_at(s, s.a); // (both counts are 32 bits: never below zero)
+    if (c.previous > limit_ || c.current > limit_) {
+        return "a count is beyond its permit_limit";
+    }
+    if (s.a < 0 || s.a > window_index(anchor, kMaxTime)) {
+        return "its window is before its first or past the end of time";
+    }
+    return nullptr;
+}
+
+Pair SlidingWindowCounterRule::exhausted(Nanos anchor, Nanos now) const noexcept {
+    return {window_index(anchor, now), pack_counts(0, limit_)};
+}
+
 struct SlidingWindowCounterRule::Proj final : Projection {
     const SlidingWindowCounterRule& sw;
     const Nanos anchor;

@@ -73,6 +73,20 @@ Nanos TokenBucketRule::full_at(Pair s, Nanos anchor) const noexcept {
     return period_start(anchor, s.a + ceil_div(limit_ - s.b, per_period_));
 }
 
+const char* TokenBucketRule::damage(Pair s, Nanos anchor) const noexcept {
+    if (s.b < 0 || s.b > limit_) {
+        return "its tokens are not between 0 and its token_limit";
+    }
+    if (s.a < 0 || s.a > period_index(anchor, kMaxTime)) {
+        return "its period is before its first or past the end of time";
+    }
+    return nullptr;
+}
+
+Pair TokenBucketRule::exhausted(Nanos anchor, Nanos now) const noexcept {
+    return {period_index(anchor, now), 0};
+}
+
 struct TokenBucketRule::Proj final : Projection {
     const TokenBucketRule& tb;
     const Nanos anchor;

@@ -17,9 +17,11 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -870,5 +872,433 @@ TEST(ShmCreation, AnUnfinishedFileUnderTheNameIsRefusedSayingWhatToDo) {
         EXPECT_NE(message.find("remove /dev/shm/permits." + name), std::string::npos) << message;
     }
     EXPECT_TRUE(Segment::unlink(name));
+}
+
+// ---- every named kind's state is checked as it is opened (issue 36, item 2) ----
+
+namespace {
+/// `what` opened from the second mapping is refused as corrupted, naming the segment and `name`.
+template <class Open> void expect_refused(const Two& t, const char* name, Open open, const char* shown = nullptr) {
+    try {
+        open();
+        ADD_FAILURE() << "a damaged '" << name << "' was opened";
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("'" + t.name + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("'" + std::string(name) + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("corrupted"), std::string::npos) << message;
+        if (shown != nullptr) {
+            EXPECT_NE(message.find(shown), std::string::npos) << message;
+        }
+    }
+}
+
+/// A sliding window counter's state: its window, then its previous and current counts.
+Pair counter_word(std::int64_t window, std::uint32_t previous, std::uint32_t current) {
+    return {window, static_cast<std::int64_t>((static_cast<std::uint64_t>(previous) << 32) | current)};
+}
+
+/// A sliding window's head: its segment, then the permits taken in it and in the older segments of its window.
+Pair head_word(std::int64_t segment, std::uint32_t current, std::uint32_t older) {
+    return {segment, static_cast<std::int64_t>((static_cast<std::uint64_t>(older) << 32) | current)};
+}
+
+constexpr std::int64_t kEndOfTime = std::numeric_limits<std::int64_t>::max();
+
+/// Writes `hint` where `word` keeps its hint (found by its bytes, whatever the build's layout), its
+/// value left as it was.
+void damage_hint(AtomicPair& word, Pair hint) {
+    const Pair old = word.load();
+    const std::int64_t a = 0x1234567890abcdefLL;
+    const std::int64_t b = 0x0fedcba987654321LL;
+    overwrite(word, Pair{a, b}); // (a successful compare-and-swap writes the hint too)
+    auto* bytes = reinterpret_cast<char*>(&word);
+    std::size_t at_a = 0;
+    std::size_t at_b = 0;
+    for (std::size_t at = 16; at + sizeof(std::int64_t) <= sizeof(AtomicPair); at += sizeof(std::int64_t)) {
+        std::int64_t v = 0;
+        std::memcpy(&v, bytes + at, sizeof v);
+        at_a = v == a ? at : at_a;
+        at_b = v == b ? at : at_b;
+    }
+    overwrite(word, old);
+    if (at_a == 0 || at_b == 0) {
+        throw std::logic_error("no hint found");
+    }
+    std::memcpy(bytes + at_a, &hint.a, sizeof hint.a);
+    std::memcpy(bytes + at_b, &hint.b, sizeof hint.b);
+}
+} // namespace
+
+TEST(ShmDamage, ATokenBucketStateBeyondItsLimitIsRefused) {
+    Two t("tbdamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "tb").offset);
+    const auto open = [&] { t.b->token_bucket("tb", rule, kNoQueue); };
+    overwrite(word, Pair{0, 1000}); // 1000 tokens in a bucket of 5
+    expect_refused(t, "tb", open, "1000");
+    overwrite(word, Pair{0, -1}); // fewer than none
+    expect_refused(t, "tb", open);
+    overwrite(word, Pair{kEndOfTime, 5}); // a period past the end of time (its next period overflows)
+    expect_refused(t, "tb", open);
+    overwrite(word, Pair{-1, 5}); // a period before its first
+    expect_refused(t, "tb", open);
+    overwrite(word, Pair{3, 2});
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, AFixedWindowCountOutsideItsLimitIsRefused) {
+    Two t("fwdamage");
+    const FixedWindowRule rule(4, kSec);
+    t.a->fixed_window("fw", rule, kNoQueue);
+    AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "fw").offset);
+    const auto open = [&] { t.b->fixed_window("fw", rule, kNoQueue); };
+    overwrite(word, Pair{0, -1000}); // a count below zero: 1004 more permits in its window
+    expect_refused(t, "fw", open, "-1000");
+    overwrite(word, Pair{0, 5});
+    expect_refused(t, "fw", open);
+    overwrite(word, Pair{kEndOfTime, 0});
+    expect_refused(t, "fw", open);
+    overwrite(word, Pair{2, 4});
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, ASlidingWindowCounterCountBeyondItsLimitIsRefused) {
+    Two t("swcdamage");
+    const SlidingWindowCounterRule rule(4, kSec);
+    t.a->sliding_window_counter("swc", rule, kNoQueue);
+    AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "swc").offset);
+    const auto open = [&] { t.b->sliding_window_counter("swc", rule, kNoQueue); };
+    overwrite(word, counter_word(0, 0, 1000));
+    expect_refused(t, "swc", open);
+    overwrite(word, counter_word(0, 1000, 0));
+    expect_refused(t, "swc", open);
+    overwrite(word, counter_word(-5, 0, 0));
+    expect_refused(t, "swc", open);
+    overwrite(word, counter_word(7, 4, 4)); // each count within the limit (the previous one decays)
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, ASlidingWindowWhoseHeadOrRingBreaksItsInvariantsIsRefused) {
+    Two t("swdamage");
+    t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    auto* words = t.a->segment().at<AtomicPair>(slot_of(*t.a, "sw").offset); // the head, then 4 ring slots
+    const auto open = [&] { t.b->sliding_window("sw", 4, kSec, 4, kNoQueue); };
+    const auto clean = [&] {
+        overwrite(words[0], head_word(6, 1, 2));
+        for (int i = 1; i <= 4; ++i) {
+            overwrite(words[i], Pair{-5, 0});
+        }
+        overwrite(words[1 + 5 % 4], Pair{5, 2}); // segment 5 took 2
+    };
+    clean();
+    EXPECT_NO_THROW(open());
+    overwrite(words[0], head_word(6, 3, 3)); // 6 taken in a window of 4
+    expect_refused(t, "sw", open);
+    overwrite(words[0], head_word(-3, 1, 0)); // before its first segment
+    expect_refused(t, "sw", open);
+    overwrite(words[0], head_word(kEndOfTime, 0, 0)); // past the end of time
+    expect_refused(t, "sw", open);
+    clean();
+    overwrite(words[1 + 5 % 4], Pair{5, -1000}); // a segment that gave back more than was ever taken
+    expect_refused(t, "sw", open, "-1000");
+    clean();
+    overwrite(words[1 + 5 % 4], Pair{5, 1000});
+    expect_refused(t, "sw", open);
+    clean();
+    overwrite(words[1 + 9 % 4], Pair{9, 1}); // a segment after the head's
+    expect_refused(t, "sw", open);
+    clean();
+    overwrite(words[1 + 3 % 4], Pair{2, 1}); // segment 2 in segment 3's slot
+    expect_refused(t, "sw", open);
+}
+
+TEST(ShmDamage, ASlidingWindowsRetryAfterIsEnoughWhenItsRingSaysMoreThanItsHead) {
+    // (found by fuzz_shm_segment) A ring slot saying more for a segment than the head's sum of the
+    // older segments counted for it: a state a refund racing an archive leaves too, so not refused.
+    // retry_after counted the ring's 2 coming back, where the take only ever counted 1 for it.
+    Two t("swretry");
+    auto sw = t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    auto* words = t.a->segment().at<AtomicPair>(slot_of(*t.a, "sw").offset); // the head, then the ring
+    ASSERT_TRUE(sw->acquire(1).acquired);                                    // segment 0
+    t.clock->advance(kSec / 4);
+    ASSERT_TRUE(sw->acquire(1).acquired); // segment 1: segment 0's 1 archived, and in the head's sum
+    overwrite(words[1], Pair{0, 2});
+    EXPECT_NO_THROW(t.b->sliding_window("sw", 4, kSec, 4, kNoQueue));
+    ASSERT_TRUE(sw->acquire(2).acquired);
+    const Outcome refused = sw->acquire(2);
+    ASSERT_FALSE(refused.acquired);
+    ASSERT_GT(refused.retry_after, 0);
+    t.clock->advance(refused.retry_after);
+    EXPECT_TRUE(sw->acquire(2).acquired);
+}
+
+TEST(ShmDamage, ADamagedHintIsNeverAFirstGuess) {
+    // (found by fuzz_shm_segment: a take's first guess, a state word's hint read without a
+    // compare-and-swap, is no value the checks looked at; a token bucket's period of -2**63 + 1
+    // overflowed in tokens_at before the compare-and-swap corrected it)
+    Two t("hintdamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    t.a->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    AtomicPair& tb = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "tb").offset);
+    AtomicPair& sw = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "sw").offset);
+    damage_hint(tb, Pair{std::numeric_limits<std::int64_t>::min() + 1, 5});
+    damage_hint(sw, head_word(std::numeric_limits<std::int64_t>::min(), 0, 0));
+    ASSERT_FALSE(tb.hint() == tb.load());
+    t.b->token_bucket("tb", rule, kNoQueue);
+    t.b->sliding_window("sw", 4, kSec, 4, kNoQueue);
+    EXPECT_EQ(tb.hint(), tb.load()); // set to the value checked as it opened
+    EXPECT_EQ(sw.hint(), sw.load());
+}
+
+TEST(ShmDamage, ANamedSlotAnchoredOutsideTimeOrMisplacedIsRefused) {
+    Two t("slotdamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    NamedSlot& slot = slot_of(*t.a, "tb");
+    const auto open = [&] { t.b->token_bucket("tb", rule, kNoQueue); };
+    const Nanos anchor = slot.anchor;
+    slot.anchor = std::numeric_limits<Nanos>::min(); // every period index from it overflows
+    expect_refused(t, "tb", open);
+    slot.anchor = anchor;
+    slot.offset += 8; // inside the segment, but no state word is there (and a 16-byte CAS there faults)
+    expect_refused(t, "tb", open);
+    slot.offset -= 8;
+    EXPECT_NO_THROW(open());
+}
+
+TEST(ShmDamage, ANewNameIsNeverPlacedOverAnotherNamesData) {
+    // (found by fuzz_shm_segment: a new concurrency limiter's ledger was written over the names
+    // before it, which were then refused as corrupted)
+    Two t("arenadamage");
+    const TokenBucketRule rule(5, 5, kSec);
+    t.a->token_bucket("tb", rule, kNoQueue);
+    const AtomicPair& word = *t.a->segment().at<AtomicPair>(slot_of(*t.a, "tb").offset);
+    const Pair before = word.load();
+    t.a->segment().header().arena_used = 0; // the arena said unused: the next name would go over "tb"
+    try {
+        t.b->concurrency("c", 2, 3600 * kSec, kNoQueue);
+        ADD_FAILURE() << "a new name was placed";
+    } catch (const std::invalid_argument& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("'" + t.name + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("corrupted"), std::string::npos) << message;
+    }
+    EXPECT_EQ(word.load(), before);
+    EXPECT_NO_THROW(t.b->token_bucket("tb", rule, kNoQueue));
+}
+
+TEST(ShmDamage, AConcurrencyLedgerThatDoesNotAddUpIsRefused) {
+    Two t("sumdamage");
+    auto lim = t.a->concurrency("c", 2, 3600 * kSec, kNoQueue);
+    const Outcome held = lim->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    const ConcurrencyView v = ConcurrencyView::over(t.a->segment().at<char>(slot_of(*t.a, "c").offset), 2);
+    const auto open = [&] { t.b->concurrency("c", 2, 3600 * kSec, kNoQueue); };
+    EXPECT_NO_THROW(open());
+    // Another holder said to hold the permit that is available: once it is found dead and its
+    // permits given back, 3 would be available of 2.
+    overwrite(v.entry(9), Pair{1, 0});
+    expect_refused(t, "c", open);
+    overwrite(v.entry(9), Pair{0, 0});
+    EXPECT_NO_THROW(open());
+    // An entry that says it has seen changes the state has not made yet: the next ones would not be
+    // applied to it.
+    overwrite(v.entry(9), Pair{0, 1000});
+    expect_refused(t, "c", open);
+    overwrite(v.entry(9), Pair{0, 0});
+    lim->give_back(1, held.tag);
+    EXPECT_EQ(lim->available_permits(), 2);
+}
+
+TEST(ShmDamage, AHolderSlotInAnImpossibleStateIsRefusedAsTheSegmentOpens) {
+    const std::string name = unique_name("holderdamage");
+    const Segment::Options opts{64, 0600, ClockKind::Manual};
+    auto seg = Segment::open(name, opts);
+    HolderSlot& slot = seg->header().holders[7];
+    const auto expect_refused_open = [&] {
+        try {
+            Segment::open(name, opts);
+            ADD_FAILURE() << "a damaged holder table was opened";
+        } catch (const std::invalid_argument& e) {
+            const std::string message = e.what();
+            EXPECT_NE(message.find("'" + name + "'"), std::string::npos) << message;
+            EXPECT_NE(message.find("holder 7"), std::string::npos) << message;
+        }
+    };
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(::getpid()), -7}); // uses below the freeing marker
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(::getpid()), kEndOfTime}); // one more overflows
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>((3ULL << 32) | 0), 2}); // free, yet in use
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(0x7fffff00), 1}); // no such pid on Linux
+    expect_refused_open();
+    overwrite(slot.word, Pair{static_cast<std::int64_t>(::getpid()), -1}); // being freed: fine
+    EXPECT_NO_THROW(Segment::open(name, opts));
+    Segment::unlink(name);
+}
+
+TEST(ShmDamage, TheSegmentLiesBetweenGuardPages) {
+    // An access just outside the mapping faults rather than landing in whatever is mapped next to it.
+    Two t("guards");
+    Segment& seg = t.a->segment();
+    for (char* at : {seg.base() + seg.size(), seg.base() - 1, seg.base() + seg.size() + 4096 * 16 - 1}) {
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            *reinterpret_cast<volatile char*>(at) = 1;
+            ::_exit(0);
+        }
+        int status = 0;
+        ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) << "status " << status;
+    }
+}
+
+// ---- a per-key record's damage is repaired to the safe side as it is used (issue 36, item 2) ----
+
+namespace {
+/// The record of `key` in the table "keys", found by its key's bytes (at offset 32 of the record's
+/// 64-byte head; its state words follow the head).
+char* record_of(Store& s, const std::string& key) {
+    const NamedSlot& slot = slot_of(s, "keys");
+    char* data = s.segment().at<char>(slot.offset);
+    const std::string_view bytes(data, slot.bytes);
+    const auto at = bytes.find(key);
+    if (at == std::string_view::npos || bytes.find(key, at + 1) != std::string_view::npos || at < 32) {
+        throw std::logic_error("no single record of that key");
+    }
+    return data + at - 32;
+}
+AtomicPair& record_word(Store& s, const std::string& key, std::size_t i = 0) {
+    return reinterpret_cast<AtomicPair*>(record_of(s, key) + 64)[i];
+}
+/// A concurrency record's holder entry i: {tag, count}.
+std::atomic<std::int64_t>* record_entry(Store& s, const std::string& key, std::size_t i) {
+    return reinterpret_cast<std::atomic<std::int64_t>*>(record_of(s, key) + 64 + 16 * i);
+}
+int granted(Limiter& l, int tries) {
+    int n = 0;
+    for (int i = 0; i < tries; ++i) {
+        n += l.acquire(1).acquired ? 1 : 0;
+    }
+    return n;
+}
+} // namespace
+
+TEST(ShmKeyDamage, AConcurrencyCountBelowZeroCountsAsTheWholeLimit) {
+    Two t("kcneg");
+    auto keys = table(*t.a, params_of_concurrency(2, 3600 * kSec), 8, kSec);
+    auto k = keys->limiter_for("damaged-key");
+    const Outcome held = k->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    record_entry(*t.a, "damaged-key", 0)[1].store(-5); // our own entry's count
+    EXPECT_EQ(granted(*k, 10), 0); // (the old code took every one: a count of -5 + n read as nothing held)
+    EXPECT_EQ(k->available_permits(), 0);
+    // Its holder gives back what it really held: its holder slot is freed, and the entry goes with it.
+    k->give_back(1, held.tag);
+    EXPECT_EQ(k->available_permits(), 2);
+}
+
+TEST(ShmKeyDamage, ConcurrencyCountsThatWouldOverflowNeverGrantBeyondTheLimit) {
+    Two t("kcover");
+    auto keys = table(*t.a, params_of_concurrency(4, 3600 * kSec), 8, kSec);
+    auto k = keys->limiter_for("damaged-key");
+    const Outcome held = k->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    // Two entries of live holders (holder slots i + 19, said to be this process's): their counts
+    // added overflowed, and the old code read the sum as room for 5 more.
+    for (std::size_t i : {2U, 3U}) {
+        overwrite(t.a->segment().header().holders[i + 19].word, Pair{static_cast<std::int64_t>(::getpid()), 1});
+        std::atomic<std::int64_t>* e = record_entry(*t.a, "damaged-key", i);
+        e[0].store(static_cast<std::int64_t>(i + 20)); // holder i + 19, generation 0
+        e[1].store(std::numeric_limits<std::int64_t>::max());
+    }
+    EXPECT_EQ(granted(*k, 10), 0); // each counts as the whole limit
+    EXPECT_EQ(k->available_permits(), 0);
+    k->give_back(1, held.tag);
+}
+
+TEST(ShmKeyDamage, ATokenBucketKeyWithMoreTokensThanItsLimitIsExhausted) {
+    Two t("ktb");
+    auto keys = table(*t.a, params_of(TokenBucketRule(5, 2, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    overwrite(record_word(*t.a, "damaged-key"), Pair{0, 1000});
+    EXPECT_EQ(granted(*k, 20), 0); // repaired as though its whole limit were just taken
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 2); // then it refills at its rate
+}
+
+TEST(ShmKeyDamage, AFixedWindowKeyCountBelowZeroIsExhausted) {
+    Two t("kfw");
+    auto keys = table(*t.a, params_of(FixedWindowRule(3, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    overwrite(record_word(*t.a, "damaged-key"), Pair{0, -1000});
+    EXPECT_EQ(granted(*k, 20), 0);
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 3);
+}
+
+TEST(ShmKeyDamage, AKeyAnchoredOutsideTimeIsExhausted) {
+    Two t("kanchor");
+    auto keys = table(*t.a, params_of(FixedWindowRule(3, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    t.clock->advance(kSec / 2);
+    ASSERT_TRUE(k->acquire(1).acquired);
+    // Its anchor (at offset 16 of the record): every window index from it overflowed.
+    reinterpret_cast<Nanos*>(record_of(*t.a, "damaged-key") + 16)[0] = std::numeric_limits<Nanos>::min();
+    EXPECT_EQ(granted(*k, 20), 0);
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 3);
+}
+
+TEST(ShmKeyDamage, ASlidingWindowKeyHeadPastTheEndOfTimeIsExhausted) {
+    Two t("kswhead");
+    auto keys = table(*t.a, params_of_sliding(4, kSec, 4), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    overwrite(record_word(*t.a, "damaged-key"), head_word(kEndOfTime - 1, 0, 0));
+    EXPECT_EQ(granted(*k, 20), 0); // (the old code granted 4 at the end of time, then never again)
+    t.clock->advance(kSec);
+    EXPECT_EQ(granted(*k, 20), 4);
+}
+
+TEST(ShmKeyDamage, ASlidingWindowKeyRingCountBelowZeroNeverGrantsBeyondTheLimit) {
+    Two t("kswring");
+    auto keys = table(*t.a, params_of_sliding(4, kSec, 4), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    const Nanos segment = kSec / 4;
+    ASSERT_EQ(granted(*k, 2), 2); // segment 0
+    t.clock->advance(segment);
+    ASSERT_EQ(granted(*k, 1), 1); // segment 1: segment 0's 2 go to the ring
+    overwrite(record_word(*t.a, "damaged-key", 1), Pair{0, -100});
+    t.clock->advance(segment);
+    // Segments 0 to 3 make one window: 3 were taken in it, one more is all it has (the old code read
+    // segment 0 as -100 taken: 103 more).
+    EXPECT_FALSE(k->acquire(2).acquired);
+    EXPECT_LE(granted(*k, 20), 1);
+}
+
+TEST(ShmKeyDamage, ADamagedHintIsNeverAFirstGuess) {
+    Two t("khint");
+    auto keys = table(*t.a, params_of(TokenBucketRule(5, 2, kSec)), 8, 3600 * kSec);
+    auto k = keys->limiter_for("damaged-key");
+    ASSERT_TRUE(k->acquire(1).acquired);
+    AtomicPair& word = record_word(*t.a, "damaged-key");
+    damage_hint(word, Pair{std::numeric_limits<std::int64_t>::min() + 1, 5});
+    EXPECT_EQ(k->available_permits(), 4);
+    EXPECT_EQ(word.hint(), word.load()); // set to the value checked as the record was found
+}
+
+TEST(ShmKeyDamage, ATableCountBelowZeroReadsAsNoKeys) {
+    Two t("kcount");
+    auto keys = table(*t.a, params_of(FixedWindowRule(3, kSec)), 8, 3600 * kSec);
+    ASSERT_TRUE(keys->limiter_for("a")->acquire(1).acquired);
+    t.a->segment().at<std::atomic<std::int64_t>>(slot_of(*t.a, "keys").offset)->store(-5); // the table's count
+    EXPECT_GE(keys->size(), 0);
 }
 #endif // __linux__

@@ -1,6 +1,6 @@
-// What the two libFuzzer targets share (fuzz_engine.cpp, fuzz_per_key.cpp): the verbose switch for
-// triage, the trace and CHECK macros, the limiter kinds, and the entry point's body. Each target is one
-// translation unit that includes this header once.
+// What the libFuzzer targets share (fuzz_engine.cpp, fuzz_per_key.cpp, fuzz_shm_segment.cpp): the verbose
+// switch for triage, the trace and CHECK macros, the limiter kinds, and the entry point's body. Each target
+// is one translation unit that includes this header once.
 #pragma once
 
 #include <fuzzer/FuzzedDataProvider.h>

@@ -89,6 +89,15 @@ public:
         return false;
     }
 
+    /// Sets the hint to the current value (a compare-and-swap that changes nothing), and returns that
+    /// value: a hint kept in memory other processes share may be damaged, a value no check has seen.
+    Pair rehint() noexcept {
+        Pair seen = load();
+        while (!compare_exchange(seen, seen)) {
+        }
+        return seen;
+    }
+
     /// On failure `expected` is updated to the current value.
     bool compare_exchange(Pair& expected, Pair desired) noexcept {
         Raw seen = pack(expected);

@@ -23,6 +23,8 @@ public:
                    Pair& next) const noexcept override;
     Nanos full_at(Pair s, Nanos anchor) const noexcept override;
     std::unique_ptr<Projection> project(Pair s, Nanos anchor) const override;
+    const char* damage(Pair s, Nanos anchor) const noexcept override;
+    Pair exhausted(Nanos anchor, Nanos now) const noexcept override;
 
 private:
     struct Proj;

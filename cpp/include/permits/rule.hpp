@@ -58,6 +58,14 @@ public:
     virtual Nanos full_at(Pair s, Nanos anchor) const noexcept = 0;
     /// A projection of the state; nullptr when time does not bring permits back.
     virtual std::unique_ptr<Projection> project(Pair s, Nanos anchor) const = 0;
+
+    /// What breaks the invariants this rule keeps in `s`, anchored at `anchor` (within 0..kMaxTime):
+    /// a count beyond the limit or below zero, an index before the first period or past the end of
+    /// time; nullptr when nothing does. (A state in memory other processes share may be damaged.)
+    virtual const char* damage(Pair /*s*/, Nanos /*anchor*/) const noexcept { return nullptr; }
+    /// The state with its whole limit taken at `now`: what a damaged state is repaired to (what it
+    /// really held is unknown; from here it never grants more than its limit allows).
+    virtual Pair exhausted(Nanos anchor, Nanos /*now*/) const noexcept { return initial(anchor); }
 };
 
 } // namespace permits

@@ -103,6 +103,9 @@ private:
     /// Under the shard's lock: the key's record, created if absent when `create` (nullptr at the bound).
     Record* find_locked(std::uint32_t shard, const Key& key, Nanos now, bool create);
     bool idle_locked(Record& r, Nanos now) const;
+    /// Under the shard's lock: a record whose anchor or state breaks its invariants (damaged shared
+    /// memory) is repaired to the safe side: its whole limit taken at `now` (concurrency: see held_locked).
+    void repair_locked(Record& r, Nanos now) const noexcept;
     void drop_locked(Record& r) noexcept;
     void init_record(Record& r, const Key& key, Nanos anchor) const;
     std::int64_t held_locked(Record& r, Nanos mono_now, bool reclaim) const;

@@ -180,7 +180,9 @@ struct ConcurrencyView {
     std::int64_t held_by(std::uint32_t holder) const noexcept;
     /// std::invalid_argument (`where`: the segment and the name) unless the state keeps its
     /// invariants: available and every holder's count within [0, limit], a pending change's holder
-    /// within the ledger and its delta within the limit. Read as it is, never repaired here.
+    /// within the ledger and its delta within the limit, and (on a snapshot no other process changed)
+    /// the ledger adding up to the limit with what is available, no entry ahead of the state. A
+    /// change left pending is applied first, as any take would; nothing is repaired here.
     void check(const std::string& where) const;
     /// Applies a pending change (if any) to the ledger and clears it (one naming no holder of the
     /// ledger, a damaged state, is cleared without touching the ledger).

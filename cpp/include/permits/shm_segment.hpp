@@ -203,10 +203,15 @@ public:
     void wait_epoch(std::uint32_t seen, Nanos timeout) noexcept;
 
 private:
+    /// Takes over the mapping `header` (`size` bytes): moves it between guard pages, then checks its
+    /// table of holders (std::invalid_argument, the mapping let go, when a slot's state is impossible).
     Segment(std::string name, Header* header, std::uint64_t size);
     std::string name_;
     Header* header_;
     std::uint64_t size_;
+    bool guarded_ = false; ///< the mapping lies between guard pages of its own (unmapped with it)
+    /// Unmaps the segment (and its guard pages).
+    void release_mapping() noexcept;
     /// Ends the freeing of slot `index` (seen as `releasing`: its uses -1): clears it, then frees it.
     void finish_release(std::uint32_t index, Pair releasing) noexcept;
     /// pid << 32 | holder index + 1 of the slot this process last claimed (a hint: the slot's own

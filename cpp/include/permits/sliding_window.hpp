@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "permits/atomic_pair.hpp"
 #include "permits/limiter.hpp"
@@ -56,9 +57,20 @@ struct SlidingWindowState : SlidingWindowShape {
     std::int64_t count_in(Pair h, std::int64_t j) const noexcept;
     /// Permits held in the window ending with segment p.
     std::int64_t used_at(Pair h, std::int64_t p) const noexcept;
-    /// Segment j's count in the ring (0 when its slot holds another segment).
+    /// Segment j's count in the ring (0 when its slot holds another segment; the whole limit when
+    /// the count is not between 0 and the limit: damaged shared memory, read on the safe side).
     std::int64_t ring_count(std::int64_t j) const noexcept;
     void archive(Pair h) const noexcept;
+
+    /// What breaks the state's invariants (a count below zero or beyond the limit, a segment before
+    /// the first or past the end of time, a ring slot holding another slot's segment or one the head
+    /// has not reached), with the values; empty when nothing does. Reads every slot. (A head and ring
+    /// in memory other processes share may be damaged.)
+    std::string damage() const;
+    /// True when head h keeps its invariants (its segment within time, its counts within the limit).
+    bool head_sound(Pair h) const noexcept;
+    /// Makes the head say its whole limit was taken in the segment of `now`: a damaged head's repair.
+    void exhaust(Nanos now) noexcept;
 };
 
 class SlidingWindow final : public Limiter {

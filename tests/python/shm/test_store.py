@@ -412,3 +412,18 @@ def test_a_concurrency_state_beyond_its_limit_is_refused_naming_the_segment_and_
     rewrite(segment_name, at, (1000 << 32).to_bytes(8, "little"))  # "1000 available" for a limit of 2
     with pytest.raises(ValueError, match=rf"'db' in shared-memory segment '{segment_name}' is corrupted: .*1000"):
         SharedMemoryStore(segment_name, capacity=10).concurrency("db", 2)
+
+
+def test_a_token_bucket_state_beyond_its_limit_is_refused_naming_the_segment_and_the_name(segment_name: str) -> None:
+    SharedMemoryStore(segment_name, capacity=10).token_bucket("api", 7777, 1, 1.0)
+    # The state word {period 0, 7777 tokens} as first written (stored low word first), then its two
+    # hints (period, tokens): 32 bytes found once.
+    tokens, period = (7777).to_bytes(8, "little"), bytes(8)
+    word = tokens + period + period + tokens
+    with open(path(segment_name), "rb") as f:
+        image = f.read()
+    at = image.find(word)
+    assert at > 0 and image.find(word, at + 1) == -1
+    rewrite(segment_name, at, (100_000).to_bytes(8, "little"))  # 100,000 tokens in a bucket of 7,777
+    with pytest.raises(ValueError, match=rf"'api' in shared-memory segment '{segment_name}' is corrupted: .*100000"):
+        SharedMemoryStore(segment_name, capacity=10).token_bucket("api", 7777, 1, 1.0)
