@@ -109,7 +109,8 @@ def test_dropped_unawaited_it_takes_nothing_and_logs_nothing(
             limiter.acquire_async(2)  # dropped at once
         gc.collect()
     assert limiter.available_permits() == 2
-    assert not [r for r in caplog.records if "without release" in r.getMessage()]
+    # (the engine's record: a store's lease another test dropped may be collected meanwhile)
+    assert not [r.getMessage() for r in caplog.records if "garbage-collected without release" in r.getMessage()]
 
 
 @pytest.mark.parametrize("subject", SUBJECTS)

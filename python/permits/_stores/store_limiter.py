@@ -18,6 +18,7 @@ import math
 import os
 import secrets
 import warnings
+import weakref
 from typing import Any
 
 from .. import _lost_leases, _pausing, _polling
@@ -76,8 +77,11 @@ class _Held:
         self.limiter, self.lid, self.n = limiter, lid, n
         self.done = False
         self.pid = os.getpid()
-        # An asyncio client gives back in a task of the loop the lease was granted in.
-        self.loop = asyncio._get_running_loop() if limiter._backend.is_async is True else None
+        # An asyncio client gives back in a task of the loop the lease was granted in (weakly held:
+        # the loop may hold the task whose frame holds the lease, and a cycle would keep a dropped
+        # lease alive until some later collection).
+        loop = asyncio._get_running_loop() if limiter._backend.is_async is True else None
+        self.loop = None if loop is None else weakref.ref(loop)
 
     def release(self) -> None:
         if not self.done:
@@ -101,7 +105,8 @@ class _Held:
         if not self.done:
             self.done = True
             self.limiter.held.pop(self.lid, None)
-            if self.limiter.store._renewal.drop(self.limiter, self.lid, self.n, self.loop):
+            loop = None if self.loop is None else self.loop()
+            if self.limiter.store._renewal.drop(self.limiter, self.lid, self.n, loop):
                 message = "a lease of %d permit(s) of %r was dropped without release(): its permits are given back now"
             else:  # (an asyncio client whose loop is gone, a closed store: nothing can ask the server)
                 message = (
