@@ -76,11 +76,20 @@ bool SharedLimiter::keep_locked(Group& g) {
 }
 
 bool SharedLimiter::take(std::int64_t n, Nanos now, std::int64_t& tag) {
-    if (!take_held(n, now, tag)) {
-        return false;
-    }
-    if (releases_permits()) {
+    for (;;) {
+        if (!take_held(n, now, tag)) {
+            return false;
+        }
+        if (!releases_permits()) {
+            return true;
+        }
         Guard guard(*this);
+        if (!still_held(tag, n)) {
+            // Judged dead as it took (a stalled process): what it took went back with its holding. A
+            // lease is never tracked under a holding already forgotten, whose group may have been
+            // taken back to another holding since (joining it would count permits not held there).
+            continue;
+        }
         if (Group* g = find_locked(tag)) {
             g->permits += n;
             ++g->leases;
@@ -94,8 +103,8 @@ bool SharedLimiter::take(std::int64_t n, Nanos now, std::int64_t& tag) {
             // (none free: kGroups holdings with leases at once, after as many take-backs; the lease
             // goes untracked, given back under its own holding, as before there was any tracking)
         }
+        return true;
     }
-    return true;
 }
 
 void SharedLimiter::give_back_at(std::int64_t n, std::int64_t tag, Nanos now) {

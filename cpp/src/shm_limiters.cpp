@@ -71,18 +71,18 @@ protected:
             if (!seg.pin(n, lease_ttl_, h)) {
                 return false; // kMaxHolders other processes hold permits of this segment now
             }
-            if (!view_.take(h.index, n)) {
+            if (!view_.take_as(seg, h, n)) {
+                if (!seg.holds(h)) {
+                    continue; // our slot was judged dead before we took (a stalled process): a new one
+                }
                 seg.unpin(h, n);
                 if (reclaim()) {
                     continue; // a dead holder's permits came back: try again
                 }
                 return false;
             }
-            if (!seg.holds(h)) {
-                // Our slot was judged dead as we took (a stalled process): undo, take under a new one.
-                view_.give_back(h.index, n, state_now());
-                continue;
-            }
+            // (judged dead after it took: its permits go back with the slot, and SharedLimiter::take,
+            // finding the holding forgotten, takes anew)
             watch(*store_, lease_ttl_ / 3, false);
             tag = holder_tag(h.index, h.generation);
             return true;
@@ -103,7 +103,7 @@ protected:
         if (!seg.holds(h)) {
             return; // a forked child's copy of the parent's lease, or permits reclaimed meanwhile
         }
-        const std::int64_t given = view_.give_back(h.index, n, now);
+        const std::int64_t given = view_.give_back_as(seg, h, n, now);
         seg.unpin(h, given); // (after: the slot is freed only once the ledger says it holds nothing)
         if (given > 0) {
             seg.notify();
@@ -509,7 +509,41 @@ Pair ConcurrencyView::settled() const noexcept {
     }
 }
 
+namespace {
+/// The tag of holder slot h.index while it is this process's holding h.
+std::uint64_t tag_of(Holding h) {
+    return (static_cast<std::uint64_t>(h.generation) << 32) | current_pid();
+}
+} // namespace
+
 bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept {
+    return take_if(holder, n, nullptr, 0);
+}
+
+bool ConcurrencyView::take_as(const Segment& segment, Holding h, std::int64_t n) const noexcept {
+    return h.index < kMaxHolders && take_if(h.index, n, &segment.header().holders[h.index], tag_of(h));
+}
+
+std::int64_t ConcurrencyView::give_back(std::uint32_t holder, std::int64_t n, Nanos now) const noexcept {
+    return give_back_if(holder, n, now, nullptr, 0);
+}
+
+std::int64_t ConcurrencyView::give_back_as(const Segment& segment, Holding h, std::int64_t n,
+                                           Nanos now) const noexcept {
+    return h.index < kMaxHolders ? give_back_if(h.index, n, now, &segment.header().holders[h.index], tag_of(h)) : 0;
+}
+
+std::int64_t ConcurrencyView::drain(std::uint32_t holder, const HolderSlot& slot, std::uint64_t reserved,
+                                    Nanos now) const noexcept {
+    return give_back_if(holder, limit, now, &slot, reserved);
+}
+
+// The holding is checked after the state `s` was read and before the compare-and-swap made on it: a
+// reclaim reserves the slot before it drains the ledger (a change of the state), so a swap that
+// succeeds on a state read after the drain sees the slot reserved or freed, and one made before the
+// drain is drained with the rest. (A hint read is acquire, and written release after its swap.)
+bool ConcurrencyView::take_if(std::uint32_t holder, std::int64_t n, const HolderSlot* slot,
+                              std::uint64_t tag) const noexcept {
     Pair s = state->hint();
     for (;;) {
         if (pending_of(s) != 0) {
@@ -524,6 +558,9 @@ bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept 
             }
             return false;
         }
+        if (slot != nullptr && slot->tag() != tag) {
+            return false;
+        }
         const Pair next = make_state(seq_of(s) + 1, holder + 1, available - n, n);
         if (state->compare_exchange(s, next)) {
             settle(next);
@@ -532,13 +569,14 @@ bool ConcurrencyView::take(std::uint32_t holder, std::int64_t n) const noexcept 
     }
 }
 
-std::int64_t ConcurrencyView::give_back(std::uint32_t holder, std::int64_t n, Nanos now) const noexcept {
+std::int64_t ConcurrencyView::give_back_if(std::uint32_t holder, std::int64_t n, Nanos now, const HolderSlot* slot,
+                                           std::uint64_t tag) const noexcept {
     Pair s = settled();
     for (;;) {
         // With nothing pending, every change up to this state is in the ledger; a change after it
         // fails the compare-and-swap below.
         const std::int64_t give = std::min(n, entry(holder).load().a);
-        if (give <= 0) {
+        if (give <= 0 || (slot != nullptr && slot->tag() != tag)) {
             return 0; // reclaimed meanwhile: nothing of it is held any more
         }
         const std::int64_t available = std::min(limit, available_of(s) + give);
@@ -564,7 +602,7 @@ std::int64_t ConcurrencyView::held_by(std::uint32_t holder) const noexcept {
     return entry(holder).load().a;
 }
 
-void drain_holder(Segment& segment, std::uint32_t index) {
+void drain_holder(Segment& segment, std::uint32_t index, std::uint64_t reserved) {
     for (const auto& slot : segment.header().named) {
         if (slot.ready.load() != 1) {
             continue;
@@ -575,7 +613,7 @@ void drain_holder(Segment& segment, std::uint32_t index) {
             slot.offset <= segment.size() - slot.bytes) {
             // (the caller, reclaim_holder, wakes the waiters once)
             ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0])
-                .give_back(index, slot.values[0], monotonic_now());
+                .drain(index, segment.header().holders[index], reserved, monotonic_now());
         }
     }
 }

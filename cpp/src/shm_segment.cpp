@@ -26,7 +26,7 @@
 namespace permits::shm {
 
 // The claimer of a holder slot with none free drains a dead holder's permits first (shm_limiters.cpp).
-void drain_holder(Segment& segment, std::uint32_t index);
+void drain_holder(Segment& segment, std::uint32_t index, std::uint64_t reserved);
 
 namespace {
 
@@ -794,13 +794,14 @@ bool Segment::reclaim_holder(std::uint32_t index, Nanos ttl) {
     if (pid_of(tag) == 0 || !holder_dead(slot, ttl, monotonic_now())) {
         return false;
     }
-    // Reserved first: no one claims it while it is drained, and one reclaimer drains a holder at a
-    // time (a reclaimer that died here leaves it reserved: the next one takes it over).
+    // Reserved first: no one claims it while it is drained (a reclaimer that died here leaves it
+    // reserved: the next one takes it over; two alive at once both drain, each only while the slot is
+    // still reserved, so the later never drains the slot's next holder).
     const std::uint64_t reserved = (generation_of(tag) << 32) | kReclaiming;
     if (!slot.word.compare_exchange(s, Pair{static_cast<std::int64_t>(reserved), 0})) {
         return false;
     }
-    drain_holder(*this, index); // the named limiters' ledgers; per-key entries go stale with the generation
+    drain_holder(*this, index, reserved); // the named limiters' ledgers; per-key entries go stale with the generation
     free_holder(index, reserved);
     notify();
     return true;

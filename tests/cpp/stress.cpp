@@ -817,11 +817,7 @@ int main() {
     shm_processes();
 #endif
     shm_limiters();
-#if !defined(PERMITS_FORCE_ATOMIC_FALLBACK)
-    // Known open (issue 36): on the spinlock fallback, under ThreadSanitizer, a holder slot was once
-    // left in use after every lease was released while the holder was reclaimed again and again.
     shm_lost_leases();
-#endif
     shm_keyed();
 #endif
     concurrency_holders();

@@ -169,6 +169,71 @@ TEST(ShmLostLeases, AForgottenKeyLeaseIsTakenBackOrLost) {
     EXPECT_EQ(theirs_limiter->available_permits(), 1);
 }
 
+// The ledger of a named limiter counts by holder slot, not by generation: a release (or a take) by
+// a holding reclaimed between its check and its change would land on the slot's next holder, here
+// another thread of the same process (that holder's permits freed under it, its slot kept for good).
+// The change itself refuses a holding that is no longer the slot's.
+TEST(ShmLostLeases, AReclaimedHoldingNeverChangesTheLedgerOfItsSlotsNextHolder) {
+    Two t("ledger");
+    const Nanos ttl = kHour;
+    auto lim = t.a->concurrency("c", 3, ttl, kNoQueue);
+    const Outcome old_lease = lim->acquire(1);
+    ASSERT_TRUE(old_lease.acquired);
+    Segment& seg = t.a->segment();
+    Holding old_holding;
+    ASSERT_TRUE(seg.current(old_holding));
+    judged_dead(*t.a);
+    const Outcome next = lim->acquire(1); // the next holding of this process
+    ASSERT_TRUE(next.acquired);
+    Holding now_holding;
+    ASSERT_TRUE(seg.current(now_holding));
+    ASSERT_EQ(now_holding.index, old_holding.index); // (the reclaimed slot, the first free, again)
+    ASSERT_NE(now_holding.generation, old_holding.generation);
+    const NamedSlot& slot =
+        seg.named("c", params_of_concurrency(3, ttl), ConcurrencyView::bytes(), 0, [](char*, Nanos) {});
+    const ConcurrencyView view = ConcurrencyView::over(seg.at<char>(slot.offset), 3);
+    EXPECT_EQ(view.give_back_as(seg, old_holding, 1, 0), 0);
+    EXPECT_FALSE(view.take_as(seg, old_holding, 1));
+    EXPECT_EQ(view.held_by(now_holding.index), 1);
+    EXPECT_EQ(view.available(), 2);
+    EXPECT_EQ(view.give_back_as(seg, now_holding, 1, 0), 1); // the holding the slot is: as before
+    EXPECT_EQ(view.available(), 3);
+    EXPECT_TRUE(view.take_as(seg, now_holding, 1));
+    EXPECT_EQ(view.available(), 2);
+    lim->give_back(1, next.tag);
+    EXPECT_EQ(view.available(), 3);
+    Holding none;
+    EXPECT_FALSE(seg.current(none)); // nothing held: no slot kept
+}
+
+// Two reclaimers of one dead holder: the second takes the first's reservation over (the first may
+// have died there). Should the first have drained and freed the slot meanwhile, and a new holder
+// taken it, the second's drain must not give back the new holder's permits.
+TEST(ShmLostLeases, ALateDrainOfAReclaimedSlotLeavesItsNextHolderAlone) {
+    Two t("drain");
+    const Nanos ttl = kHour;
+    auto lim = t.a->concurrency("c", 3, ttl, kNoQueue);
+    ASSERT_TRUE(lim->acquire(1).acquired);
+    Segment& seg = t.a->segment();
+    Holding old_holding;
+    ASSERT_TRUE(seg.current(old_holding));
+    judged_dead(*t.a);
+    const Outcome next = lim->acquire(2); // the slot's next holder
+    ASSERT_TRUE(next.acquired);
+    Holding now_holding;
+    ASSERT_TRUE(seg.current(now_holding));
+    ASSERT_EQ(now_holding.index, old_holding.index);
+    const std::uint64_t old_reservation = (static_cast<std::uint64_t>(old_holding.generation) << 32) | 0xffffffffULL;
+    const NamedSlot& slot =
+        seg.named("c", params_of_concurrency(3, ttl), ConcurrencyView::bytes(), 0, [](char*, Nanos) {});
+    const ConcurrencyView view = ConcurrencyView::over(seg.at<char>(slot.offset), 3);
+    EXPECT_EQ(view.drain(old_holding.index, seg.header().holders[old_holding.index], old_reservation, 0), 0);
+    EXPECT_EQ(view.held_by(now_holding.index), 2);
+    EXPECT_EQ(view.available(), 1);
+    lim->give_back(2, next.tag);
+    EXPECT_EQ(view.available(), 3);
+}
+
 TEST(ShmLostLeases, AForkedChildNeverTakesBackItsParentsLeases) {
     Two t("fork");
     auto lim = t.a->concurrency("c", 2, kHour, kNoQueue);

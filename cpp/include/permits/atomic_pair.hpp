@@ -75,7 +75,9 @@ public:
     /// loop with (one cmpxchg16b instead of two when uncontended; benchmarks/cpp/bench_engine.cpp).
     /// It may be stale or mixed from two writes; compare_exchange() and confirm() correct it.
     Pair hint() const noexcept {
-        return {hint_a_.load(std::memory_order_relaxed), hint_b_.load(std::memory_order_relaxed)};
+        // (acquire, written release: a swap made on a hint follows the swap that wrote it, and what
+        // preceded that one; a plain load and store on x86-64)
+        return {hint_a_.load(std::memory_order_acquire), hint_b_.load(std::memory_order_acquire)};
     }
 
     /// True if `seen` is the current value; else false with `seen` updated to it. A decision
@@ -102,8 +104,8 @@ public:
     bool compare_exchange(Pair& expected, Pair desired) noexcept {
         Raw seen = pack(expected);
         if (cas(seen, pack(desired))) {
-            hint_a_.store(desired.a, std::memory_order_relaxed);
-            hint_b_.store(desired.b, std::memory_order_relaxed);
+            hint_a_.store(desired.a, std::memory_order_release);
+            hint_b_.store(desired.b, std::memory_order_release);
             return true;
         }
         expected = unpack(seen);

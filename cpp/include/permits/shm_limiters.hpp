@@ -176,6 +176,13 @@ struct ConcurrencyView {
     bool take(std::uint32_t holder, std::int64_t n) const noexcept;
     /// Gives back up to n permits of `holder` (no more than its ledger holds); the count given.
     std::int64_t give_back(std::uint32_t holder, std::int64_t n, Nanos now) const noexcept;
+    /// As take and give_back for this process's holding `h` (its slot index is the ledger's holder),
+    /// doing nothing (false, 0) once `segment` says the slot is no longer that holding. Checked at the
+    /// step that changes the state: the ledger counts by slot, not by generation, so a holding
+    /// reclaimed before that step (its permits drained) must not touch the slot's next holder's count,
+    /// and one reclaimed after it has its change drained with the rest.
+    bool take_as(const Segment& segment, Holding h, std::int64_t n) const noexcept;
+    std::int64_t give_back_as(const Segment& segment, Holding h, std::int64_t n, Nanos now) const noexcept;
     std::int64_t available() const noexcept;
     std::int64_t held_by(std::uint32_t holder) const noexcept;
     /// std::invalid_argument (`where`: the segment and the name) unless the state keeps its
@@ -189,12 +196,23 @@ struct ConcurrencyView {
     void settle(Pair s) const noexcept;
     /// The state word with nothing pending (settling what is), as it really is: never a hint.
     Pair settled() const noexcept;
+
+    /// Gives back every permit of `holder` while its slot (`slot`) is still reserved as `reserved` by
+    /// the reclaim draining it: a second reclaimer that took the reservation over drains nothing of
+    /// the slot's next holder, should the first have freed it meanwhile. The count given.
+    std::int64_t drain(std::uint32_t holder, const HolderSlot& slot, std::uint64_t reserved, Nanos now) const noexcept;
+
+private:
+    /// (with `slot`: only while the slot's tag is `tag`, checked at the step that changes the state)
+    bool take_if(std::uint32_t holder, std::int64_t n, const HolderSlot* slot, std::uint64_t tag) const noexcept;
+    std::int64_t give_back_if(std::uint32_t holder, std::int64_t n, Nanos now, const HolderSlot* slot,
+                              std::uint64_t tag) const noexcept;
 };
 
 /// Gives back every permit holder `index` holds in every named concurrency limiter of the segment (it
-/// is dead and its slot reserved: it is about to be freed; per-key entries go stale with the slot's
-/// generation, without a scan of the tables).
-void drain_holder(Segment& segment, std::uint32_t index);
+/// is dead and its slot reserved as `reserved`: it is about to be freed; per-key entries go stale with
+/// the slot's generation, without a scan of the tables).
+void drain_holder(Segment& segment, std::uint32_t index, std::uint64_t reserved);
 
 /// Parameters of a slot, with their names for messages.
 Params params_of(const TokenBucketRule& rule);
