@@ -3,13 +3,13 @@ handler's limit), with the options of ``permits.asgi``'s middleware."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web
 
+from ._aiohttp_leaving import disconnected
 from ._core import Lease
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
@@ -28,10 +28,6 @@ from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-#: How often a queued request looks whether its client is still connected: aiohttp tells a handler
-#: nothing of a disconnect (unless the server runs with ``handler_cancellation=True``, which
-#: cancels the handler, and so the wait, at once).
-DISCONNECT_POLL = 0.05
 #: The status of the response to a client that left while queued (it reads none); nginx's
 #: "client closed request".
 CLIENT_CLOSED_REQUEST = 499
@@ -44,18 +40,10 @@ HANDOFF: Any = web.RequestKey("permits.handoff", Handoff) if hasattr(web, "Reque
 GRANTED: Any = web.RequestKey("permits.granted", list) if hasattr(web, "RequestKey") else "permits.granted"
 
 
-async def _disconnected(request: web.Request) -> None:
-    while True:
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            return
-        await asyncio.sleep(DISCONNECT_POLL)
-
-
 async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
     if policy.wait:
         lease = policy.at_once(key)
-        return lease if lease is not None else await policy.wait_queued(key, lambda: _disconnected(request))
+        return lease if lease is not None else await policy.wait_queued(key, lambda: disconnected(request))
     return await policy.acquire(key)
 
 
