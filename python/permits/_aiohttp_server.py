@@ -40,6 +40,57 @@ HANDOFF: Any = web.RequestKey("permits.handoff", Handoff) if hasattr(web, "Reque
 GRANTED: Any = web.RequestKey("permits.granted", list) if hasattr(web, "RequestKey") else "permits.granted"
 
 
+class _Global:
+    """A request's lease of the middleware's limiter, which a route's queue gives back while the
+    request waits there (so that queued requests hold none of the global concurrency), taken
+    again when the route grants."""
+
+    __slots__ = ("key", "lease", "policy")
+
+    def __init__(self, policy: Policy, key: object, lease: Lease) -> None:
+        self.policy = policy
+        self.key = key
+        self.lease = lease
+
+
+#: Where the middleware leaves the request's ``_Global``.
+GLOBAL: Any = web.RequestKey("permits.global", _Global) if hasattr(web, "RequestKey") else "permits.global"
+
+
+def _full(policy: Policy) -> bool:
+    """Whether a request that must queue would be refused at once (``max_queued`` wait already)."""
+    return policy.max_queued is not None and policy.waiting >= policy.max_queued
+
+
+async def _route_lease(policy: Policy, key: object, request: web.Request) -> Lease | web.StreamResponse | None:
+    """A route's lease; None when the client left while queued. A request that must queue gives
+    its global permit back while it waits, and takes it again once the route grants: then the
+    global limiter's refusal is the answer (a response), the route's permit given back."""
+    held = request.get(GLOBAL)
+    if not policy.wait or held is None:
+        return await _acquire(policy, key, request)
+    lease = policy.at_once(key)
+    if lease is not None:
+        return lease
+    if _full(policy):
+        return policy.refused("queue_full")
+    held.lease._refund()
+    lease = await policy.wait_queued(key, lambda: disconnected(request))
+    if not lease:  # (a timeout, or the client left: the request holds neither)
+        return lease
+    again = await _acquire(held.policy, held.key, request)
+    if again:
+        held.lease = again
+        return lease
+    lease._refund()
+    if again is None:
+        return None
+    handoff = request.get(HANDOFF)
+    if isinstance(handoff, Handoff):
+        handoff.route_rejected = "global_limiter"
+    return await _rejection(held.policy, request, again, held.policy.quota(held.key, again))
+
+
 async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
     if policy.wait:
         lease = policy.at_once(key)
@@ -142,6 +193,7 @@ def rate_limit_middleware(
             return web.Response(status=CLIENT_CLOSED_REQUEST)
         handoff = Handoff()
         request[HANDOFF] = handoff
+        held = request[GLOBAL] = _Global(policy, key, lease)  # (a route's queue may swap its lease)
         try:
             quota = policy.quota(key, lease)
             if not lease:
@@ -164,7 +216,7 @@ def rate_limit_middleware(
                 _add_headers(response, best.headers())
             return await _sent(response, request)
         finally:
-            lease.release()
+            held.lease.release()
             for route_lease in handoff.route_leases:
                 route_lease.release()
 
@@ -184,9 +236,11 @@ def limit(
     headers: bool = True,
 ) -> Callable[[Handler], Handler]:
     """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``. Runs after the
-    middleware's global limiter; a request it rejects still counts against the global limit.
-    ``timeout`` and ``max_queued`` bound its ``wait=True`` as the middleware's (``max_queued``:
-    the requests waiting in this decorator's limit, over every handler it decorates)."""
+    middleware's global limiter; a request it rejects at once still counts against the global
+    limit. ``timeout`` and ``max_queued`` bound its ``wait=True`` as the middleware's
+    (``max_queued``: the requests waiting in this decorator's limit, over every handler it
+    decorates); a request queued here gives its global permit back while it waits, and takes it
+    again when this limit grants."""
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
@@ -199,11 +253,13 @@ def limit(
         @functools.wraps(handler)
         async def limited(request: web.Request) -> web.StreamResponse:
             key = await policy.key_of(request)
-            lease = await _acquire(policy, key, request)
+            lease = await _route_lease(policy, key, request)
             if lease is None:
                 if isinstance(handoff := request.get(HANDOFF), Handoff):
                     handoff.route_rejected = "client_left"
                 return web.Response(status=CLIENT_CLOSED_REQUEST)
+            if isinstance(lease, web.StreamResponse):  # the global limiter refused once the route granted
+                return lease
             handoff = request.get(HANDOFF)
             granted: list[Lease] = request.setdefault(GRANTED, [])
             try:

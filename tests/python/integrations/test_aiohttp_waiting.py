@@ -1,7 +1,7 @@
 """Requests queued by aiohttp's middleware or ``@limit(wait=True)``, on a real server on loopback:
 a queued request costs nothing while it waits (no timer, no wakeup: the connection's loss is an
 event), yet a client that leaves is noticed at once; the queue's bounds answer as the other
-integrations'."""
+integrations'; and a request queued on a route holds no global permit while it waits."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -132,3 +133,79 @@ async def test_a_client_that_leaves_frees_its_place_and_the_bounds_answer_with_t
         held.release()
         assert await (await Raw.get(url, "/hello")).status() == 200
     assert limiter.available_permits() == 1
+
+
+def route_app(global_limiter: Any, route: Any, **global_options: Any) -> web.Application:
+    app = web.Application(middlewares=[rate_limit_middleware(global_limiter, **global_options)])
+    app.router.add_get("/", hello)
+    app.router.add_get("/route", limit(route, wait=True, timeout=None)(hello))
+    return app
+
+
+async def get(session: aiohttp.ClientSession, url: str) -> int:
+    async with session.get(url) as response:
+        await response.read()
+        return response.status
+
+
+@pytest.mark.timeout(30)
+async def test_requests_queued_on_a_route_hold_no_global_permit(serve_aiohttp: Any, clock: permits.ManualClock) -> None:
+    # The issue's case: 4 requests queued on a 1-per-30 s route, a global limit of 4 at once.
+    global_limiter = permits.ConcurrencyLimiter(4, clock=clock, name="global")
+    route = permits.FixedWindowLimiter(1, 30, clock=clock, name="route")
+    async with serve_aiohttp(route_app(global_limiter, route)) as url, aiohttp.ClientSession() as session:
+        assert await get(session, url + "/route") == 200
+        waiting = [asyncio.create_task(get(session, url + "/route")) for _ in range(4)]
+        await eventually(queued(route, 4))
+        assert global_limiter.available_permits() == 4  # (before: 0, each queued request held one)
+        assert [await get(session, url + "/") for _ in range(5)] == [200] * 5
+        for n in range(4):
+            clock.advance(30)  # the route grants the next: it takes its global permit then
+            await eventually(lambda n=n: sum(task.done() for task in waiting) == n + 1)
+        assert await asyncio.gather(*waiting) == [200] * 4
+    await eventually(lambda: global_limiter.available_permits() == 4)
+    # The first request's, the 4 queued ones' twice (given back on queuing, taken on the route's
+    # grant), and the 5 of "/".
+    assert global_limiter.statistics().total_successful_leases == 1 + 4 * 2 + 5
+
+
+@pytest.mark.timeout(30)
+async def test_a_route_grant_the_global_limit_then_refuses_is_the_global_rejection(
+    serve_aiohttp: Any, clock: permits.ManualClock
+) -> None:
+    global_limiter = permits.ConcurrencyLimiter(1, clock=clock, name="global")
+    route = permits.FixedWindowLimiter(1, 30, clock=clock, name="route")
+    async with serve_aiohttp(route_app(global_limiter, route)) as url, aiohttp.ClientSession() as session:
+        assert await get(session, url + "/route") == 200
+        waiting = asyncio.create_task(session.get(url + "/route"))
+        await eventually(queued(route, 1))
+        taken = global_limiter.acquire()  # the permit it gave back is someone else's now
+        assert taken
+        clock.advance(30)
+        async with await waiting as refused:
+            assert (refused.status, await refused.text()) == (429, "Too Many Requests (limiter: global)")
+        taken.release()
+        assert route.available_permits() == 1  # the route's permit went back with the refusal
+        assert await get(session, url + "/route") == 200
+    await eventually(lambda: global_limiter.available_permits() == 1)
+
+
+@pytest.mark.timeout(30)
+async def test_a_route_grant_waits_for_the_global_permit_when_the_middleware_waits(
+    serve_aiohttp: Any, clock: permits.ManualClock
+) -> None:
+    global_limiter = permits.ConcurrencyLimiter(1, clock=clock, name="global")
+    route = permits.FixedWindowLimiter(1, 30, clock=clock, name="route")
+    app = route_app(global_limiter, route, wait=True)
+    async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
+        assert await get(session, url + "/route") == 200
+        waiting = asyncio.create_task(get(session, url + "/route"))
+        await eventually(queued(route, 1))
+        taken = global_limiter.acquire()
+        assert taken
+        clock.advance(30)
+        await eventually(queued(global_limiter, 1))  # granted by the route, now queued globally
+        assert not waiting.done()
+        taken.release()
+        assert await waiting == 200
+    await eventually(lambda: global_limiter.available_permits() == 1)
