@@ -108,17 +108,23 @@ async def _sent(response: web.StreamResponse, request: web.Request) -> web.Strea
     """Sends the response now, so that the lease is held until it has been sent (aiohttp would
     send it after the middleware returns)."""
     if not response.prepared:
-        await response.prepare(request)
-        await response.write_eof()
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            # The client left while it was sent: aiohttp's own sending takes that as no error
+            # (no "Error handling request", no 500), and neither does this.
+            return _Sent(response)
         if isinstance(response, web.FileResponse):
             return _Sent(response)
     return response
 
 
 class _Sent(web.StreamResponse):
-    """What aiohttp gets for a file response this module has sent: aiohttp prepares the response a
-    handler returns, and a ``FileResponse``'s ``prepare`` would send the file again (it fails on
-    a finished response), where a sent ``StreamResponse``'s does nothing."""
+    """What aiohttp gets for a file response this module has sent (or a response its client left
+    during): aiohttp prepares the response a handler returns, and a ``FileResponse``'s ``prepare``
+    would send the file again (it fails on a finished response), where a sent
+    ``StreamResponse``'s does nothing."""
 
     def __init__(self, sent: web.StreamResponse) -> None:
         super().__init__(status=sent.status, reason=sent.reason, headers=sent.headers)
