@@ -4,10 +4,12 @@ handler's limit), with the options of ``permits.asgi``'s middleware."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+import inspect
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.abc import AbstractView
 
 from ._aiohttp_leaving import disconnected
 from ._core import Lease
@@ -28,6 +30,8 @@ from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: What ``limit`` decorates, and returns as it was typed: a handler, a view's method or a ``web.View`` class.
+H = TypeVar("H")
 #: The status of the response to a client that left while queued (it reads none); nginx's
 #: "client closed request".
 CLIENT_CLOSED_REQUEST = 499
@@ -55,6 +59,13 @@ class _Global:
 
 #: Where the middleware leaves the request's ``_Global``.
 GLOBAL: Any = web.RequestKey("permits.global", _Global) if hasattr(web, "RequestKey") else "permits.global"
+
+
+async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
+    if policy.wait:
+        lease = policy.at_once(key)
+        return lease if lease is not None else await policy.wait_queued(key, lambda: disconnected(request))
+    return await policy.acquire(key)
 
 
 def _full(policy: Policy) -> bool:
@@ -89,13 +100,6 @@ async def _route_lease(policy: Policy, key: object, request: web.Request) -> Lea
     if isinstance(handoff, Handoff):
         handoff.route_rejected = "global_limiter"
     return await _rejection(held.policy, request, again, held.policy.quota(held.key, again))
-
-
-async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
-    if policy.wait:
-        lease = policy.at_once(key)
-        return lease if lease is not None else await policy.wait_queued(key, lambda: disconnected(request))
-    return await policy.acquire(key)
 
 
 def _add_headers(response: web.StreamResponse, headers: list[tuple[str, str]]) -> None:
@@ -240,58 +244,89 @@ def limit(
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool = True,
-) -> Callable[[Handler], Handler]:
-    """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``. Runs after the
-    middleware's global limiter; a request it rejects at once still counts against the global
-    limit. ``timeout`` and ``max_queued`` bound its ``wait=True`` as the middleware's
-    (``max_queued``: the requests waiting in this decorator's limit, over every handler it
-    decorates); a request queued here gives its global permit back while it waits, and takes it
-    again when this limit grants."""
+) -> Callable[[H], H]:
+    """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``, on a
+    ``web.View`` class (every method) or on a view's method. Runs after the middleware's global
+    limiter; a request it rejects at once still counts against the global limit. ``timeout`` and
+    ``max_queued`` bound its ``wait=True`` as the middleware's (``max_queued``: the requests
+    waiting in this decorator's limit, over every handler it decorates); a request queued here
+    gives its global permit back while it waits, and takes it again when this limit grants."""
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
     )  # fmt: skip
 
-    def decorate(handler: Handler) -> Handler:
+    def decorate(handler: Any) -> Any:
+        if inspect.isclass(handler):
+            if not issubclass(handler, AbstractView):
+                raise TypeError(f"limit() decorates a handler or a web.View class, got class {handler.__name__}")
+            dispatch = handler.__await__
+
+            def limited_view(view: AbstractView) -> Generator[Any, None, web.StreamResponse]:
+                return _limited(policy, view.request, lambda: _Awaiting(dispatch(view))).__await__()
+
+            handler.__await__ = limited_view  # type: ignore[method-assign,assignment]
+            return handler
         if not callable(handler):
-            raise TypeError(f"limit() decorates a handler, got {type(handler).__name__}")
+            raise TypeError(f"limit() decorates a handler or a web.View class, got {type(handler).__name__}")
 
         @functools.wraps(handler)
-        async def limited(request: web.Request) -> web.StreamResponse:
-            key = await policy.key_of(request)
-            lease = await _route_lease(policy, key, request)
-            if lease is None:
-                if isinstance(handoff := request.get(HANDOFF), Handoff):
-                    handoff.route_rejected = "client_left"
-                return web.Response(status=CLIENT_CLOSED_REQUEST)
-            if isinstance(lease, web.StreamResponse):  # the global limiter refused once the route granted
-                return lease
-            handoff = request.get(HANDOFF)
-            granted: list[Lease] = request.setdefault(GRANTED, [])
-            try:
-                quota = policy.quota(key, lease)
-            except BaseException:
-                lease.release()
-                raise
-            if not lease:
-                refund_before_rejection(granted, handoff, lease)
-                return await _rejection(policy, request, lease, quota)
-            granted.append(lease)
-            if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
-                handoff.route_leases.append(lease)
-                handoff.quotas.append(quota)
-                return await handler(request)
-            try:
-                response = await handler(request)
-                if quota is not None:
-                    _add_headers(response, quota.headers())
-                return await _sent(response, request)
-            finally:
-                lease.release()
+        async def limited(first: Any) -> web.StreamResponse:
+            # A handler's request; a view's method (``async def get(self)``) gets the view.
+            request = first.request if isinstance(first, AbstractView) else first
+            return await _limited(policy, request, lambda: handler(first))
 
         return limited
 
     return decorate
+
+
+class _Awaiting:
+    """An awaitable of an ``__await__`` iterator (a view's own dispatch)."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, steps: Generator[Any, None, web.StreamResponse]) -> None:
+        self._steps = steps
+
+    def __await__(self) -> Generator[Any, None, web.StreamResponse]:
+        return self._steps
+
+
+async def _limited(
+    policy: Policy, request: web.Request, call: Callable[[], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """A handler's call under a route's limit."""
+    key = await policy.key_of(request)
+    lease = await _route_lease(policy, key, request)
+    if lease is None:
+        if isinstance(handoff := request.get(HANDOFF), Handoff):
+            handoff.route_rejected = "client_left"
+        return web.Response(status=CLIENT_CLOSED_REQUEST)
+    if isinstance(lease, web.StreamResponse):  # the global limiter refused once the route granted
+        return lease
+    handoff = request.get(HANDOFF)
+    granted: list[Lease] = request.setdefault(GRANTED, [])
+    try:
+        quota = policy.quota(key, lease)
+    except BaseException:
+        lease.release()
+        raise
+    if not lease:
+        refund_before_rejection(granted, handoff, lease)
+        return await _rejection(policy, request, lease, quota)
+    granted.append(lease)
+    if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
+        handoff.route_leases.append(lease)
+        handoff.quotas.append(quota)
+        return await call()
+    try:
+        response = await call()
+        if quota is not None:
+            _add_headers(response, quota.headers())
+        return await _sent(response, request)
+    finally:
+        lease.release()
 
 
 __all__ = ["limit", "rate_limit_middleware"]
