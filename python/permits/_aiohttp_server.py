@@ -12,6 +12,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractView
 
 from ._aiohttp_leaving import disconnected
+from ._aiohttp_paths import route_path
 from ._core import Lease
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
@@ -193,7 +194,7 @@ def rate_limit_middleware(
 
     @web.middleware
     async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if is_exempt(request.path, prefixes, request.raw_path):
+        if prefixes and is_exempt(route_path(request), prefixes, request.raw_path):
             return await handler(request)
         key = await policy.key_of(request)
         lease = await _acquire(policy, key, request)

@@ -312,3 +312,37 @@ async def test_a_client_that_resets_mid_body_is_no_error(
     assert answers == [200] * 3
     assert limiter.available_permits() == 1
     assert [record.getMessage() for record in caplog.records] == []
+
+
+async def test_exempt_paths_of_a_sub_applications_middleware_are_the_ones_it_routes_on(
+    serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    # The middleware of a sub-application mounted at /api (and of one mounted below it, at
+    # /api/v1) exempts paths as its routes are written; the root's middleware sees the full path.
+    # (Before, "/health" exempted nothing in a sub-application: /api/health never matched it.)
+    def limited_app(limiter: Any, exempt: list[str]) -> web.Application:
+        app = web.Application(middlewares=[rate_limit_middleware(limiter, exempt=exempt)])
+        app.router.add_get("/health", _hello)
+        app.router.add_get("/hello", _hello)
+        return app
+
+    root_limiter = permits.FixedWindowLimiter(1, 60, clock=clock, name="root")
+    api_limiter = permits.FixedWindowLimiter(1, 60, clock=clock, name="api")
+    v1_limiter = permits.FixedWindowLimiter(1, 60, clock=clock, name="v1")
+    root = limited_app(root_limiter, ["/api/health", "/api/v1/health"])
+    api = limited_app(api_limiter, ["/health", "/v1/health"])
+    v1 = limited_app(v1_limiter, ["/health"])
+    api.add_subapp("/v1", v1)
+    root.add_subapp("/api", api)
+    async with serve_aiohttp(root) as url, aiohttp.ClientSession() as session:
+        assert await codes(session, url, *["/api/health"] * 3, *["/api/v1/health"] * 3) == [200] * 6
+        assert await codes(session, url, "/api/hello", "/api/hello") == [200, 429]  # refused by api's
+        assert api_limiter.available_permits() == 0
+        assert v1_limiter.available_permits() == 1
+        assert root_limiter.available_permits() == 0  # /api/hello's
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, raw_status, url, "/api/health/../hello") == 429  # (never exempt)
+
+
+async def _hello(request: web.Request) -> web.Response:
+    return web.Response(text="hello")
