@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
 from . import specs
@@ -135,31 +135,65 @@ def throttle(
     """Yields the items of ``iterable`` no faster than ``limiter`` allows, ``permit_count``
     permits per item: a plain iterable gives a generator, an async iterable an async iterator.
 
-    Each item's lease is held while the consumer has it, until it asks for the next one (so a
-    concurrency limit of 1 holds one item at a time). With a ``KeyedRateLimiter``, ``key`` is a
-    resource or a callable given the item that returns one. ``limiter`` may also be a spec or a
-    rate such as ``"2/second"``, as for ``limit``.
+    It waits for an item's permits before it takes the item from the source, so a source whose
+    every step is a call (a paginating API client) makes no call ahead of its permit; the step that
+    finds the source exhausted takes its permits too (it may have been a call: the last, empty
+    page). A sequence (list, tuple, range, str: its items are there already) is read first, and its
+    end costs no wait. Each item's lease is held while the consumer has it, until it asks for the
+    next one (so a concurrency limit of 1 holds one item at a time). With a ``KeyedRateLimiter``,
+    ``key`` is a resource or a callable given the item that returns one (the item must then be
+    taken before its wait). ``limiter`` may also be a spec or a rate such as ``"2/second"``, as for
+    ``limit``.
     """
     limiter = _limiter_of(limiter)
     pacer = Pacer(limiter)
     n = check_permit_count(permit_count)
     _check_key(limiter, key)
-    key_of: Callable[[Any], Any] = key if callable(key) else (lambda item: key)
     if isinstance(iterable, AsyncIterable):
-        return _athrottle(iterable, pacer, n, key_of)
+        if callable(key):
+            return _athrottle_keyed(iterable, pacer, n, key)
+        return _athrottle(iterable, pacer, n, key)
     if isinstance(iterable, Iterable):
-        return _throttle(iterable, pacer, n, key_of)
+        if callable(key):
+            return _throttle_keyed(iterable, pacer, n, key)
+        if isinstance(iterable, Sequence):
+            return _throttle_keyed(iterable, pacer, n, lambda item: key)
+        return _throttle(iterable, pacer, n, key)
     raise TypeError(f"throttle needs an iterable or an async iterable, got {type(iterable).__name__}")
 
 
-def _throttle(iterable: Iterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]) -> Iterator[T]:
+def _throttle(iterable: Iterable[T], pacer: Pacer, n: int, key: object) -> Iterator[T]:
+    """Waits, then takes the item (the source's step is paced too)."""
+    items = iter(iterable)
+    while True:
+        with pacer.wait(key, n):
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            yield item
+
+
+def _throttle_keyed(iterable: Iterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]) -> Iterator[T]:
+    """Takes the item, then waits: its key, or the source's items there already."""
     for item in iterable:
         lease: Lease = pacer.wait(_plain(key_of(item)), n)
         with lease:
             yield item
 
 
-async def _athrottle(
+async def _athrottle(iterable: AsyncIterable[T], pacer: Pacer, n: int, key: object) -> AsyncIterator[T]:
+    items = aiter(iterable)
+    while True:
+        with await pacer.wait_async(key, n):
+            try:
+                item = await anext(items)
+            except StopAsyncIteration:
+                return
+            yield item
+
+
+async def _athrottle_keyed(
     iterable: AsyncIterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]
 ) -> AsyncIterator[T]:
     async for item in iterable:
