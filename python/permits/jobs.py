@@ -14,7 +14,7 @@ import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
-from . import specs
+from . import _blocking_jobs, specs
 from ._core import Lease
 from ._pacing import Pacer, check_permit_count
 from .keyed_limiter import KeyedRateLimiter
@@ -30,6 +30,9 @@ _NOT_ASYNC = (
 )
 T = TypeVar("T")
 """The items of the iterable ``throttle`` paces, which it yields unchanged."""
+#: What a sync job's wait on a running event loop's thread says to use instead (``_blocking_jobs``).
+_ASYNC_LIMIT = "@permits.limit on an async def, awaited"
+_ASYNC_THROTTLE = "async for over permits.throttle of an async iterable"
 
 
 def _limiter_of(limiter: object) -> object:
@@ -67,6 +70,7 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
     def decorate(fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"@limit decorates a function, got {type(fn).__name__}")
+        what = f"@permits.limit: {getattr(fn, '__qualname__', repr(fn))}"  # (the job, as an error names it)
         wrapper: Callable[..., Any]
         if inspect.isasyncgenfunction(fn):
 
@@ -87,14 +91,14 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
         elif inspect.isgeneratorfunction(fn):
 
             def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-                with pacer.wait(_plain(key_of(*args, **kwargs)), n):
+                with _blocking_jobs.wait(pacer, _plain(key_of(*args, **kwargs)), n, what, _ASYNC_LIMIT):
                     return (yield from fn(*args, **kwargs))
 
             wrapper = gen_wrapper
         else:
 
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                lease = pacer.wait(_plain(key_of(*args, **kwargs)), n)
+                lease = _blocking_jobs.wait(pacer, _plain(key_of(*args, **kwargs)), n, what, _ASYNC_LIMIT)
                 with lease:
                     result = fn(*args, **kwargs)
                     if inspect.iscoroutine(result):
@@ -166,7 +170,7 @@ def _throttle(iterable: Iterable[T], pacer: Pacer, n: int, key: object) -> Itera
     """Waits, then takes the item (the source's step is paced too)."""
     items = iter(iterable)
     while True:
-        with pacer.wait(key, n):
+        with _blocking_jobs.wait(pacer, key, n, "permits.throttle", _ASYNC_THROTTLE):
             try:
                 item = next(items)
             except StopIteration:
@@ -177,7 +181,7 @@ def _throttle(iterable: Iterable[T], pacer: Pacer, n: int, key: object) -> Itera
 def _throttle_keyed(iterable: Iterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]) -> Iterator[T]:
     """Takes the item, then waits: its key, or the source's items there already."""
     for item in iterable:
-        lease: Lease = pacer.wait(_plain(key_of(item)), n)
+        lease: Lease = _blocking_jobs.wait(pacer, _plain(key_of(item)), n, "permits.throttle", _ASYNC_THROTTLE)
         with lease:
             yield item
 
