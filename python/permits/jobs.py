@@ -59,7 +59,8 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
     With a ``KeyedRateLimiter``, ``key`` is a resource, or a callable given the call's arguments
     that returns one (it may be a coroutine function for an async function). ``limiter`` may
     also be a spec, or a rate such as ``"2/second"`` (``permits.specs.parse``): the decorator
-    then makes a limiter of it, its own.
+    then makes a limiter of it, its own. Either is one process's limit: worker processes each
+    count apart, unless the limiter is a shared one (``permits.shm``, ``permits.redis``).
     """
     limiter = _limiter_of(limiter)
     pacer = Pacer(limiter)
