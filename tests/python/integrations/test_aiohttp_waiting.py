@@ -170,7 +170,7 @@ async def test_requests_queued_on_a_route_hold_no_global_permit(serve_aiohttp: A
 
 
 @pytest.mark.timeout(30)
-async def test_a_route_grant_the_global_limit_then_refuses_is_the_global_rejection(
+async def test_a_global_refusal_after_the_routes_grant_is_the_global_rejection(
     serve_aiohttp: Any, clock: permits.ManualClock
 ) -> None:
     global_limiter = permits.ConcurrencyLimiter(1, clock=clock, name="global")
