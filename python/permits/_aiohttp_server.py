@@ -3,13 +3,16 @@ handler's limit), with the options of ``permits.asgi``'s middleware."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+import inspect
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.abc import AbstractView
 
+from ._aiohttp_leaving import disconnected
+from ._aiohttp_paths import route_path
 from ._core import Lease
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
@@ -28,10 +31,8 @@ from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-#: How often a queued request looks whether its client is still connected: aiohttp tells a handler
-#: nothing of a disconnect (unless the server runs with ``handler_cancellation=True``, which
-#: cancels the handler, and so the wait, at once).
-DISCONNECT_POLL = 0.05
+#: What ``limit`` decorates, and returns as it was typed: a handler, a view's method or a ``web.View`` class.
+H = TypeVar("H")
 #: The status of the response to a client that left while queued (it reads none); nginx's
 #: "client closed request".
 CLIENT_CLOSED_REQUEST = 499
@@ -44,19 +45,62 @@ HANDOFF: Any = web.RequestKey("permits.handoff", Handoff) if hasattr(web, "Reque
 GRANTED: Any = web.RequestKey("permits.granted", list) if hasattr(web, "RequestKey") else "permits.granted"
 
 
-async def _disconnected(request: web.Request) -> None:
-    while True:
-        transport = request.transport
-        if transport is None or transport.is_closing():
-            return
-        await asyncio.sleep(DISCONNECT_POLL)
+class _Global:
+    """A request's lease of the middleware's limiter, which a route's queue gives back while the
+    request waits there (so that queued requests hold none of the global concurrency), taken
+    again when the route grants."""
+
+    __slots__ = ("key", "lease", "policy")
+
+    def __init__(self, policy: Policy, key: object, lease: Lease) -> None:
+        self.policy = policy
+        self.key = key
+        self.lease = lease
+
+
+#: Where the middleware leaves the request's ``_Global``.
+GLOBAL: Any = web.RequestKey("permits.global", _Global) if hasattr(web, "RequestKey") else "permits.global"
 
 
 async def _acquire(policy: Policy, key: object, request: web.Request) -> Lease | None:
     if policy.wait:
         lease = policy.at_once(key)
-        return lease if lease is not None else await policy.wait_queued(key, lambda: _disconnected(request))
+        return lease if lease is not None else await policy.wait_queued(key, lambda: disconnected(request))
     return await policy.acquire(key)
+
+
+def _full(policy: Policy) -> bool:
+    """Whether a request that must queue would be refused at once (``max_queued`` wait already)."""
+    return policy.max_queued is not None and policy.waiting >= policy.max_queued
+
+
+async def _route_lease(policy: Policy, key: object, request: web.Request) -> Lease | web.StreamResponse | None:
+    """A route's lease; None when the client left while queued. A request that must queue gives
+    its global permit back while it waits, and takes it again once the route grants: then the
+    global limiter's refusal is the answer (a response), the route's permit given back."""
+    held = request.get(GLOBAL)
+    if not policy.wait or held is None:
+        return await _acquire(policy, key, request)
+    lease = policy.at_once(key)
+    if lease is not None:
+        return lease
+    if _full(policy):
+        return policy.refused("queue_full")
+    held.lease._refund()
+    lease = await policy.wait_queued(key, lambda: disconnected(request))
+    if not lease:  # (a timeout, or the client left: the request holds neither)
+        return lease
+    again = await _acquire(held.policy, held.key, request)
+    if again:
+        held.lease = again
+        return lease
+    lease._refund()
+    if again is None:
+        return None
+    handoff = request.get(HANDOFF)
+    if isinstance(handoff, Handoff):
+        handoff.route_rejected = "global_limiter"
+    return await _rejection(held.policy, request, again, held.policy.quota(held.key, again))
 
 
 def _add_headers(response: web.StreamResponse, headers: list[tuple[str, str]]) -> None:
@@ -69,17 +113,23 @@ async def _sent(response: web.StreamResponse, request: web.Request) -> web.Strea
     """Sends the response now, so that the lease is held until it has been sent (aiohttp would
     send it after the middleware returns)."""
     if not response.prepared:
-        await response.prepare(request)
-        await response.write_eof()
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            # The client left while it was sent: aiohttp's own sending takes that as no error
+            # (no "Error handling request", no 500), and neither does this.
+            return _Sent(response)
         if isinstance(response, web.FileResponse):
             return _Sent(response)
     return response
 
 
 class _Sent(web.StreamResponse):
-    """What aiohttp gets for a file response this module has sent: aiohttp prepares the response a
-    handler returns, and a ``FileResponse``'s ``prepare`` would send the file again (it fails on
-    a finished response), where a sent ``StreamResponse``'s does nothing."""
+    """What aiohttp gets for a file response this module has sent (or a response its client left
+    during): aiohttp prepares the response a handler returns, and a ``FileResponse``'s ``prepare``
+    would send the file again (it fails on a finished response), where a sent
+    ``StreamResponse``'s does nothing."""
 
     def __init__(self, sent: web.StreamResponse) -> None:
         super().__init__(status=sent.status, reason=sent.reason, headers=sent.headers)
@@ -144,7 +194,7 @@ def rate_limit_middleware(
 
     @web.middleware
     async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if is_exempt(request.path, prefixes, request.raw_path):
+        if prefixes and is_exempt(route_path(request), prefixes, request.raw_path):
             return await handler(request)
         key = await policy.key_of(request)
         lease = await _acquire(policy, key, request)
@@ -154,6 +204,7 @@ def rate_limit_middleware(
             return web.Response(status=CLIENT_CLOSED_REQUEST)
         handoff = Handoff()
         request[HANDOFF] = handoff
+        held = request[GLOBAL] = _Global(policy, key, lease)  # (a route's queue may swap its lease)
         try:
             quota = policy.quota(key, lease)
             if not lease:
@@ -176,7 +227,7 @@ def rate_limit_middleware(
                 _add_headers(response, best.headers())
             return await _sent(response, request)
         finally:
-            lease.release()
+            held.lease.release()
             for route_lease in handoff.route_leases:
                 route_lease.release()
 
@@ -194,54 +245,89 @@ def limit(
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool = True,
-) -> Callable[[Handler], Handler]:
-    """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``. Runs after the
-    middleware's global limiter; a request it rejects still counts against the global limit.
-    ``timeout`` and ``max_queued`` bound its ``wait=True`` as the middleware's (``max_queued``:
-    the requests waiting in this decorator's limit, over every handler it decorates)."""
+) -> Callable[[H], H]:
+    """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``, on a
+    ``web.View`` class (every method) or on a view's method. Runs after the middleware's global
+    limiter; a request it rejects at once still counts against the global limit. ``timeout`` and
+    ``max_queued`` bound its ``wait=True`` as the middleware's (``max_queued``: the requests
+    waiting in this decorator's limit, over every handler it decorates); a request queued here
+    gives its global permit back while it waits, and takes it again when this limit grants."""
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
     )  # fmt: skip
 
-    def decorate(handler: Handler) -> Handler:
+    def decorate(handler: Any) -> Any:
+        if inspect.isclass(handler):
+            if not issubclass(handler, AbstractView):
+                raise TypeError(f"limit() decorates a handler or a web.View class, got class {handler.__name__}")
+            dispatch = handler.__await__
+
+            def limited_view(view: AbstractView) -> Generator[Any, None, web.StreamResponse]:
+                return _limited(policy, view.request, lambda: _Awaiting(dispatch(view))).__await__()
+
+            handler.__await__ = limited_view  # type: ignore[method-assign,assignment]
+            return handler
         if not callable(handler):
-            raise TypeError(f"limit() decorates a handler, got {type(handler).__name__}")
+            raise TypeError(f"limit() decorates a handler or a web.View class, got {type(handler).__name__}")
 
         @functools.wraps(handler)
-        async def limited(request: web.Request) -> web.StreamResponse:
-            key = await policy.key_of(request)
-            lease = await _acquire(policy, key, request)
-            if lease is None:
-                if isinstance(handoff := request.get(HANDOFF), Handoff):
-                    handoff.route_rejected = "client_left"
-                return web.Response(status=CLIENT_CLOSED_REQUEST)
-            handoff = request.get(HANDOFF)
-            granted: list[Lease] = request.setdefault(GRANTED, [])
-            try:
-                quota = policy.quota(key, lease)
-            except BaseException:
-                lease.release()
-                raise
-            if not lease:
-                refund_before_rejection(granted, handoff, lease)
-                return await _rejection(policy, request, lease, quota)
-            granted.append(lease)
-            if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
-                handoff.route_leases.append(lease)
-                handoff.quotas.append(quota)
-                return await handler(request)
-            try:
-                response = await handler(request)
-                if quota is not None:
-                    _add_headers(response, quota.headers())
-                return await _sent(response, request)
-            finally:
-                lease.release()
+        async def limited(first: Any) -> web.StreamResponse:
+            # A handler's request; a view's method (``async def get(self)``) gets the view.
+            request = first.request if isinstance(first, AbstractView) else first
+            return await _limited(policy, request, lambda: handler(first))
 
         return limited
 
     return decorate
+
+
+class _Awaiting:
+    """An awaitable of an ``__await__`` iterator (a view's own dispatch)."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, steps: Generator[Any, None, web.StreamResponse]) -> None:
+        self._steps = steps
+
+    def __await__(self) -> Generator[Any, None, web.StreamResponse]:
+        return self._steps
+
+
+async def _limited(
+    policy: Policy, request: web.Request, call: Callable[[], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """A handler's call under a route's limit."""
+    key = await policy.key_of(request)
+    lease = await _route_lease(policy, key, request)
+    if lease is None:
+        if isinstance(handoff := request.get(HANDOFF), Handoff):
+            handoff.route_rejected = "client_left"
+        return web.Response(status=CLIENT_CLOSED_REQUEST)
+    if isinstance(lease, web.StreamResponse):  # the global limiter refused once the route granted
+        return lease
+    handoff = request.get(HANDOFF)
+    granted: list[Lease] = request.setdefault(GRANTED, [])
+    try:
+        quota = policy.quota(key, lease)
+    except BaseException:
+        lease.release()
+        raise
+    if not lease:
+        refund_before_rejection(granted, handoff, lease)
+        return await _rejection(policy, request, lease, quota)
+    granted.append(lease)
+    if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
+        handoff.route_leases.append(lease)
+        handoff.quotas.append(quota)
+        return await call()
+    try:
+        response = await call()
+        if quota is not None:
+            _add_headers(response, quota.headers())
+        return await _sent(response, request)
+    finally:
+        lease.release()
 
 
 __all__ = ["limit", "rate_limit_middleware"]

@@ -679,7 +679,9 @@ class Handoff:
         been sent."""
         self.route_rejected: str | None = None
         """What ``metrics=`` counts for a request a route's limit did not admit: ``"route_limiter"``
-        (refused) or ``"client_left"`` (its client left while queued); None while admitted."""
+        (refused), ``"client_left"`` (its client left while queued) or ``"global_limiter"`` (aiohttp:
+        the global limit, given back while the request queued on the route, refused it once the
+        route granted); None while admitted."""
         self.quotas: list[Quota | None] = []
         """The route's limits' figures for the ``RateLimit`` headers: the response carries those of
         the limit with the fewest permits left."""

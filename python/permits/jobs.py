@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
-from . import specs
+from . import _blocking_jobs, specs
 from ._core import Lease
 from ._pacing import Pacer, check_permit_count
 from .keyed_limiter import KeyedRateLimiter
@@ -30,6 +30,9 @@ _NOT_ASYNC = (
 )
 T = TypeVar("T")
 """The items of the iterable ``throttle`` paces, which it yields unchanged."""
+#: What a sync job's wait on a running event loop's thread says to use instead (``_blocking_jobs``).
+_ASYNC_LIMIT = "@permits.limit on an async def, awaited"
+_ASYNC_THROTTLE = "async for over permits.throttle of an async iterable"
 
 
 def _limiter_of(limiter: object) -> object:
@@ -56,7 +59,8 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
     With a ``KeyedRateLimiter``, ``key`` is a resource, or a callable given the call's arguments
     that returns one (it may be a coroutine function for an async function). ``limiter`` may
     also be a spec, or a rate such as ``"2/second"`` (``permits.specs.parse``): the decorator
-    then makes a limiter of it, its own.
+    then makes a limiter of it, its own. Either is one process's limit: worker processes each
+    count apart, unless the limiter is a shared one (``permits.shm``, ``permits.redis``).
     """
     limiter = _limiter_of(limiter)
     pacer = Pacer(limiter)
@@ -67,6 +71,7 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
     def decorate(fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"@limit decorates a function, got {type(fn).__name__}")
+        what = f"@permits.limit: {getattr(fn, '__qualname__', repr(fn))}"  # (the job, as an error names it)
         wrapper: Callable[..., Any]
         if inspect.isasyncgenfunction(fn):
 
@@ -87,14 +92,14 @@ def limit(limiter: object, permit_count: int = 1, *, key: object = None) -> Call
         elif inspect.isgeneratorfunction(fn):
 
             def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-                with pacer.wait(_plain(key_of(*args, **kwargs)), n):
+                with _blocking_jobs.wait(pacer, _plain(key_of(*args, **kwargs)), n, what, _ASYNC_LIMIT):
                     return (yield from fn(*args, **kwargs))
 
             wrapper = gen_wrapper
         else:
 
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                lease = pacer.wait(_plain(key_of(*args, **kwargs)), n)
+                lease = _blocking_jobs.wait(pacer, _plain(key_of(*args, **kwargs)), n, what, _ASYNC_LIMIT)
                 with lease:
                     result = fn(*args, **kwargs)
                     if inspect.iscoroutine(result):
@@ -135,31 +140,65 @@ def throttle(
     """Yields the items of ``iterable`` no faster than ``limiter`` allows, ``permit_count``
     permits per item: a plain iterable gives a generator, an async iterable an async iterator.
 
-    Each item's lease is held while the consumer has it, until it asks for the next one (so a
-    concurrency limit of 1 holds one item at a time). With a ``KeyedRateLimiter``, ``key`` is a
-    resource or a callable given the item that returns one. ``limiter`` may also be a spec or a
-    rate such as ``"2/second"``, as for ``limit``.
+    It waits for an item's permits before it takes the item from the source, so a source whose
+    every step is a call (a paginating API client) makes no call ahead of its permit; the step that
+    finds the source exhausted takes its permits too (it may have been a call: the last, empty
+    page). A sequence (list, tuple, range, str: its items are there already) is read first, and its
+    end costs no wait. Each item's lease is held while the consumer has it, until it asks for the
+    next one (so a concurrency limit of 1 holds one item at a time). With a ``KeyedRateLimiter``,
+    ``key`` is a resource or a callable given the item that returns one (the item must then be
+    taken before its wait). ``limiter`` may also be a spec or a rate such as ``"2/second"``, as for
+    ``limit``.
     """
     limiter = _limiter_of(limiter)
     pacer = Pacer(limiter)
     n = check_permit_count(permit_count)
     _check_key(limiter, key)
-    key_of: Callable[[Any], Any] = key if callable(key) else (lambda item: key)
     if isinstance(iterable, AsyncIterable):
-        return _athrottle(iterable, pacer, n, key_of)
+        if callable(key):
+            return _athrottle_keyed(iterable, pacer, n, key)
+        return _athrottle(iterable, pacer, n, key)
     if isinstance(iterable, Iterable):
-        return _throttle(iterable, pacer, n, key_of)
+        if callable(key):
+            return _throttle_keyed(iterable, pacer, n, key)
+        if isinstance(iterable, Sequence):
+            return _throttle_keyed(iterable, pacer, n, lambda item: key)
+        return _throttle(iterable, pacer, n, key)
     raise TypeError(f"throttle needs an iterable or an async iterable, got {type(iterable).__name__}")
 
 
-def _throttle(iterable: Iterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]) -> Iterator[T]:
+def _throttle(iterable: Iterable[T], pacer: Pacer, n: int, key: object) -> Iterator[T]:
+    """Waits, then takes the item (the source's step is paced too)."""
+    items = iter(iterable)
+    while True:
+        with _blocking_jobs.wait(pacer, key, n, "permits.throttle", _ASYNC_THROTTLE):
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            yield item
+
+
+def _throttle_keyed(iterable: Iterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]) -> Iterator[T]:
+    """Takes the item, then waits: its key, or the source's items there already."""
     for item in iterable:
-        lease: Lease = pacer.wait(_plain(key_of(item)), n)
+        lease: Lease = _blocking_jobs.wait(pacer, _plain(key_of(item)), n, "permits.throttle", _ASYNC_THROTTLE)
         with lease:
             yield item
 
 
-async def _athrottle(
+async def _athrottle(iterable: AsyncIterable[T], pacer: Pacer, n: int, key: object) -> AsyncIterator[T]:
+    items = aiter(iterable)
+    while True:
+        with await pacer.wait_async(key, n):
+            try:
+                item = await anext(items)
+            except StopAsyncIteration:
+                return
+            yield item
+
+
+async def _athrottle_keyed(
     iterable: AsyncIterable[T], pacer: Pacer, n: int, key_of: Callable[[Any], Any]
 ) -> AsyncIterator[T]:
     async for item in iterable:

@@ -4,6 +4,9 @@ aiohttp clients; time on a ManualClock."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
+import struct
 from typing import Any
 
 import aiohttp
@@ -263,3 +266,83 @@ async def test_a_rejection_by_one_of_stacked_limits_refunds_the_others(
     async with serve_aiohttp(app) as url, aiohttp.ClientSession() as session:
         assert await codes(session, url, "/both", "/both", "/both") == [200, 429, 429]
     assert wide.available_permits() == 4
+
+
+#: A response body larger than what loopback's socket buffers hold: its sending is still under way
+#: when the client resets the connection.
+LARGE = 32 * 1024 * 1024
+
+
+@pytest.mark.parametrize("where", ["plain", "middleware", "limit"])
+async def test_a_client_that_resets_mid_body_is_no_error(
+    where: str, serve_aiohttp, clock: permits.ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # (Before: "Error handling request" with a traceback, and a 500 in the access log, 5 of 5 with
+    # the middleware or @limit; never for the plain app, whose sending aiohttp does itself.)
+    limiter = permits.ConcurrencyLimiter(1, clock=clock)
+    answers: list[object] = []  # what the application answered aiohttp: a status, or an exception
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except Exception as exc:
+            answers.append(type(exc).__name__)  # (aiohttp logs it, and sends a 500 if it still can)
+            raise
+        answers.append(response.status)
+        return response
+
+    async def large(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * LARGE)
+
+    middlewares = [observe, rate_limit_middleware(limiter)] if where == "middleware" else [observe]
+    app = web.Application(middlewares=middlewares)
+    app.router.add_get("/large", limit(limiter)(large) if where == "limit" else large)
+    caplog.set_level(logging.ERROR)
+    async with serve_aiohttp(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        for n in range(1, 4):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /large HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert (await reader.readexactly(12)) == b"HTTP/1.1 200"
+            await reader.readexactly(64 * 1024)  # mid-body
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()  # a reset (RST), not a close
+            await eventually(lambda n=n: len(answers) == n)
+    assert answers == [200] * 3
+    assert limiter.available_permits() == 1
+    assert [record.getMessage() for record in caplog.records] == []
+
+
+async def test_exempt_paths_of_a_sub_applications_middleware_are_the_ones_it_routes_on(
+    serve_aiohttp, clock: permits.ManualClock
+) -> None:
+    # The middleware of a sub-application mounted at /api (and of one mounted below it, at
+    # /api/v1) exempts paths as its routes are written; the root's middleware sees the full path.
+    # (Before, "/health" exempted nothing in a sub-application: /api/health never matched it.)
+    def limited_app(limiter: Any, exempt: list[str]) -> web.Application:
+        app = web.Application(middlewares=[rate_limit_middleware(limiter, exempt=exempt)])
+        app.router.add_get("/health", _hello)
+        app.router.add_get("/hello", _hello)
+        return app
+
+    root_limiter = permits.FixedWindowLimiter(1, 60, clock=clock, name="root")
+    api_limiter = permits.FixedWindowLimiter(1, 60, clock=clock, name="api")
+    v1_limiter = permits.FixedWindowLimiter(1, 60, clock=clock, name="v1")
+    root = limited_app(root_limiter, ["/api/health", "/api/v1/health"])
+    api = limited_app(api_limiter, ["/health", "/v1/health"])
+    v1 = limited_app(v1_limiter, ["/health"])
+    api.add_subapp("/v1", v1)
+    root.add_subapp("/api", api)
+    async with serve_aiohttp(root) as url, aiohttp.ClientSession() as session:
+        assert await codes(session, url, *["/api/health"] * 3, *["/api/v1/health"] * 3) == [200] * 6
+        assert await codes(session, url, "/api/hello", "/api/hello") == [200, 429]  # refused by api's
+        assert api_limiter.available_permits() == 0
+        assert v1_limiter.available_permits() == 1
+        assert root_limiter.available_permits() == 0  # /api/hello's
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, raw_status, url, "/api/health/../hello") == 429  # (never exempt)
+
+
+async def _hello(request: web.Request) -> web.Response:
+    return web.Response(text="hello")

@@ -242,6 +242,43 @@ async def test_throttle_an_async_iterable(clock: permits.ManualClock):
     assert seen == [("a", 0.0), ("b", 0.5), ("c", 1.0), ("d", 1.5)]
 
 
+def test_throttle_waits_for_the_permit_before_it_pulls_from_the_source(clock: permits.ManualClock):
+    # A paginating source: each step is a call. (Before: the item was pulled, then its permit
+    # waited for, so 4 calls ran in the first second under 3 a second.)
+    limiter = permits.FixedWindowLimiter(3, 1.0, clock=clock)
+    calls: list[float] = []
+
+    def pages() -> Iterator[int]:
+        for page in range(6):
+            calls.append(clock.now())
+            yield page
+        calls.append(clock.now())  # the last call, an empty page: it waits its turn too
+
+    assert list(throttle(pages(), limiter)) == list(range(6))
+    assert calls == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0]
+
+
+async def test_throttle_waits_for_the_permit_before_it_pulls_from_an_async_source(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(3, 1.0, queue_limit=0, clock=clock)
+    calls: list[float] = []
+
+    async def pages() -> AsyncIterator[int]:
+        for page in range(6):
+            calls.append(clock.now())
+            yield page
+        calls.append(clock.now())
+
+    assert [page async for page in throttle(pages(), limiter)] == list(range(6))
+    assert calls == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0]
+
+
+def test_throttle_reads_a_sequence_first_and_waits_for_no_item_past_its_end(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(2, 1.0, clock=clock)
+    assert [(item, clock.now()) for item in throttle([1, 2, 3, 4], limiter)] == [(1, 0.0), (2, 0.0), (3, 1.0), (4, 1.0)]
+    assert clock.now() == 1.0  # (an iterator's end is one more step: it would have waited until 2.0)
+    assert limiter.statistics().total_successful_leases == 4
+
+
 def test_throttle_holds_each_items_lease_until_the_next_is_asked_for():
     limiter = permits.ConcurrencyLimiter(1)
     seen = []
@@ -321,7 +358,8 @@ def test_under_trio(clock: permits.ManualClock):
                 seen.append(clock.now())
         return seen
 
-    assert trio.run(main) == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0]
+    # (throttle's step that finds items() exhausted took the last permit of second 2)
+    assert trio.run(main) == [0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 3.0]
 
 
 async def test_a_plain_function_returning_a_coroutine_is_refused_at_the_first_call(clock: permits.ManualClock):
