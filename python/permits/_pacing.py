@@ -28,6 +28,7 @@ from email.utils import parsedate_to_datetime
 
 from . import _foreign
 from ._core import Lease, LimiterClosedError
+from ._pause_table import PauseTable
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -44,8 +45,6 @@ MAX_RETRY_AFTER = 3600.0
 PAUSE = 0.01
 #: delta-seconds (RFC 9110 says digits; a fraction or a minus sign is read too, not worse).
 _DELTA = re.compile(r"-?[0-9]+(?:\.[0-9]*)?")
-#: Expired pauses are dropped on the way when more keys than this are paused.
-_PRUNE_AT = 1024
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -104,7 +103,7 @@ class Pacer:
     def __init__(self, limiter: object, *, sleep: Sleep | None = None, sleep_async: AsyncSleep | None = None) -> None:
         self._limiter = check_limiter(limiter)
         self._clock = self._limiter._rl_clock
-        self._paused: dict[object, int] = {}  # key -> the clock's time (ns) its pause ends
+        self._paused = PauseTable()
         clock = self._clock
         self._manual = isinstance(clock, ManualClock)
         if isinstance(clock, ManualClock):
@@ -123,22 +122,13 @@ class Pacer:
         # In the clock's integer nanoseconds, rounded up: a sleep of what is left then ends the
         # pause exactly (on a ManualClock too), with no rounding left over to sleep again for.
         now = self._clock.now_ns()
-        if len(self._paused) >= _PRUNE_AT:
-            self._paused = {k: t for k, t in self._paused.items() if t > now}
-        until = now + math.ceil(seconds * 1e9)
-        if until > self._paused.get(key, now):
-            self._paused[key] = until
+        self._paused.extend(key, now + math.ceil(seconds * 1e9), now)
 
     def paused_for(self, key: object) -> float:
         """Seconds left of ``key``'s pause (0 when it is not paused)."""
-        until = self._paused.get(key)
-        if until is None:
-            return 0.0
-        left = until - self._clock.now_ns()
-        if left <= 0:
-            self._paused.pop(key, None)
-            return 0.0
-        return left / 1e9
+        now = self._clock.now_ns()
+        until = self._paused.until_ns(key, now)
+        return 0.0 if until is None else (until - now) / 1e9
 
     def _ask(self, key: object, permit_count: int) -> Lease:
         limiter = self._limiter
