@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from ._core import Lease
+from ._hosts import host_key
 from ._pacing import Pacer
 from ._retry import check_key, check_retries, retry_delay
 
@@ -62,7 +63,8 @@ class _RateLimit:
         self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
     ) -> aiohttp.ClientResponse:
         if self._key is None:
-            key: object = request.url.host
+            host = request.url.host
+            key: object = None if host is None else host_key(host)
         else:
             key = self._key(request)
             if inspect.isawaitable(key):

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from ._core import Lease
+from ._hosts import host_key
 from ._pacing import Pacer
 from ._retry import check_key, check_retries, retry_delay
 
@@ -30,7 +31,7 @@ __all__ = ["AsyncRateLimitedTransport", "RateLimitedTransport"]
 
 
 def _host(request: httpx.Request) -> str:
-    return request.url.host
+    return host_key(request.url.host)
 
 
 def _replayable(request: httpx.Request) -> bool:
