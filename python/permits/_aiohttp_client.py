@@ -78,6 +78,8 @@ class _RateLimit:
                 lease.release()
                 raise
             delay = retry_delay(response.status, response.headers.get("Retry-After"))
+            if delay is not None:  # every request for the key waits it out, whether this one retries or not
+                self._pacer.pause(key, delay)
             if delay is None or attempt >= self._retries:
                 _hold_until_released(response, lease)
                 return response
@@ -85,7 +87,6 @@ class _RateLimit:
                 response.close()
             finally:
                 lease.release()
-            self._pacer.pause(key, delay)
             attempt += 1
 
 

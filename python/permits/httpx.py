@@ -6,10 +6,11 @@ extension point, it sees every request once per attempt (redirects included), wh
 options are used.
 
 Each request waits for a permit (the key is the request's host unless ``key(request)`` says
-otherwise). A 429 or 503 answered with a ``Retry-After`` pauses that key until then and retries,
-up to ``max_retries`` times (a retry takes a permit like any request); once the retries are used
-up, the last response is returned. Only requests whose body is in memory are retried (a body read
-from a generator or a file cannot be sent twice). The lease is held until the response is closed,
+otherwise). A 429 or 503 answered with a ``Retry-After`` pauses that key until then, for every
+request (whether this one is retried or not), and retries, up to ``max_retries`` times (a retry
+takes a permit like any request); once the retries are used up, the last response is returned.
+Only requests whose body is in memory are retried (a body read from a generator or a file cannot
+be sent twice). The lease is held until the response is closed,
 streamed responses included, and released if sending fails or is cancelled.
 """
 
@@ -134,13 +135,14 @@ class RateLimitedTransport(httpx.BaseTransport):
                 lease.release()
                 raise
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
+            if delay is not None:  # every request for the key waits it out, whether this one retries or not
+                self._pacer.pause(key, delay)
             if delay is None or attempt >= retries:
                 return _hold(response, lease)
             try:  # closed unread: a refusal's body may be large (the connection is not reused)
                 response.close()
             finally:
                 lease.release()
-            self._pacer.pause(key, delay)
             attempt += 1
 
     def close(self) -> None:
@@ -198,13 +200,14 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
                 lease.release()
                 raise
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
+            if delay is not None:
+                self._pacer.pause(key, delay)
             if delay is None or attempt >= retries:
                 return _hold_async(response, lease)
             try:  # closed unread, as above
                 await response.aclose()
             finally:
                 lease.release()
-            self._pacer.pause(key, delay)
             attempt += 1
 
     async def aclose(self) -> None:
