@@ -39,7 +39,8 @@ def RateLimitedSession(  # the contract's name: it makes a session, as a class w
     """An ``aiohttp.ClientSession(**session_kwargs)`` whose every request first waits for a
     permit of ``limiter`` (keyed by ``key(request)``, sync or async, which receives the
     ``aiohttp.ClientRequest``; by default the request's host). A 429 or 503 with a
-    ``Retry-After`` pauses that key until then and retries, up to ``max_retries`` times."""
+    ``Retry-After`` pauses that key until then and retries, up to ``max_retries`` times, when its
+    body can be sent again (not a stream: an async iterator, another request's ``content``)."""
     if not hasattr(aiohttp, "ClientMiddlewareType"):
         raise RuntimeError("permits.aiohttp.RateLimitedSession needs aiohttp 3.12 or later (client middlewares)")
     middleware = _RateLimit(Pacer(limiter), check_key(key, allow_async=True), check_retries(retry_429, max_retries))
@@ -80,7 +81,7 @@ class _RateLimit:
             delay = retry_delay(response.status, response.headers.get("Retry-After"))
             if delay is not None:  # every request for the key waits it out, whether this one retries or not
                 self._pacer.pause(key, delay)
-            if delay is None or attempt >= self._retries:
+            if delay is None or attempt >= self._retries or not _replayable(request):
                 _hold_until_released(response, lease)
                 return response
             try:  # closed unread: a refusal's body may be large (the connection is not reused)
@@ -88,6 +89,19 @@ class _RateLimit:
             finally:
                 lease.release()
             attempt += 1
+
+
+def _replayable(request: aiohttp.ClientRequest) -> bool:
+    """Whether the request's body can be sent again. Bytes, form data and seekable files can; an
+    async iterator or a stream (another request's ``content``) is consumed by the first attempt,
+    which would send 0 bytes the second time (aiohttp refuses to follow a redirect then, too)."""
+    body = request.body
+    if isinstance(body, bytes):  # b"": no body at all
+        return True
+    consumed = getattr(body, "consumed", None)
+    if consumed is None:  # an aiohttp whose payloads do not say: only bytes are sure
+        return isinstance(body, aiohttp.payload.BytesPayload)
+    return not consumed
 
 
 def _hold_until_released(response: aiohttp.ClientResponse, lease: Lease) -> None:

@@ -5,7 +5,8 @@ Paths:
 - ``/ok``: 200 "ok".
 - ``/busy/<id>?times=N&status=429&after=S&form=seconds|date|none``: the first N requests for
   ``<id>`` get ``status`` with ``Retry-After`` (S seconds, or that many seconds ahead as an HTTP
-  date, or no header); later ones get 200.
+  date, or no header); later ones get 200. Each reads the request's body: ``bodies[<id>]`` lists
+  the bytes each request for ``<id>`` sent.
 - ``/stream``: sends a first chunk, then the rest once :meth:`Upstream.finish_streams` is called.
 - ``/hang``: answers once :meth:`Upstream.finish_streams` is called.
 
@@ -30,6 +31,7 @@ class Upstream:
     def __init__(self) -> None:
         self.hits: collections.Counter[str] = collections.Counter()
         self.hosts: list[str] = []
+        self.bodies: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
         self.arrived = threading.Event()  # set by every request to /stream or /hang
         self._busy: collections.Counter[str] = collections.Counter()
         self._loop = asyncio.new_event_loop()
@@ -55,6 +57,7 @@ class Upstream:
     async def _busy_handler(self, request: web.Request) -> web.Response:
         self._count(request)
         ident = request.match_info["id"]
+        self.bodies[ident].append(len(await request.read()))
         self._busy[ident] += 1
         if self._busy[ident] > int(request.query.get("times", "1")):
             return web.Response(text="ok")

@@ -60,9 +60,7 @@ async def test_async_httpx(upstream: Upstream, clock: permits.ManualClock, optio
         assert clock.now() == next_at
 
 
-@pytest.mark.parametrize(
-    ("options", "streamed", "refused_at", "next_at"), [c for c in CASES if c.id != "streamed-body"]
-)
+@pytest.mark.parametrize(("options", "streamed", "refused_at", "next_at"), CASES)
 async def test_aiohttp(upstream: Upstream, clock: permits.ManualClock, options, streamed, refused_at, next_at):
     async with RateLimitedSession(limiter(clock), **options) as session:
         body = achunks() if streamed else b"x"
