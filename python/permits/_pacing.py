@@ -95,6 +95,14 @@ def check_permit_count(permit_count: object) -> int:
     return int(permit_count)
 
 
+class PauseOutlasts(Exception):
+    """A key's pause ends after the caller's deadline: waiting it out is pointless."""
+
+    def __init__(self, left: float) -> None:
+        super().__init__(f"paused by a Retry-After for another {left:g} s")
+        self.left = left
+
+
 class Pacer:
     """Waits for one limiter's permits, per key, and keeps the keys' pauses."""
 
@@ -117,6 +125,10 @@ class Pacer:
     def limiter(self) -> RateLimiter | KeyedRateLimiter:
         return self._limiter
 
+    def now_ns(self) -> int:
+        """The limiter's clock (what pauses and deadlines are measured on)."""
+        return self._clock.now_ns()
+
     def pause(self, key: object, seconds: float) -> None:
         """No permit is asked for ``key`` for the next ``seconds`` (a longer pause already set stays)."""
         # In the clock's integer nanoseconds, rounded up: a sleep of what is left then ends the
@@ -130,35 +142,62 @@ class Pacer:
         until = self._paused.until_ns(key, now)
         return 0.0 if until is None else (until - now) / 1e9
 
-    def _ask(self, key: object, permit_count: int) -> Lease:
+    def _pause_left(self, key: object, deadline_ns: int | None) -> float:
+        """As ``paused_for``; raises ``PauseOutlasts`` when the pause ends after ``deadline_ns``."""
+        now = self._clock.now_ns()
+        until = self._paused.until_ns(key, now)
+        if until is None:
+            return 0.0
+        if deadline_ns is not None and until > deadline_ns:
+            raise PauseOutlasts((until - now) / 1e9)
+        return (until - now) / 1e9
+
+    def acquire_now(self, key: object, permit_count: int = 1) -> Lease:
+        """The limiter's answer now, never waiting (its ``acquire``)."""
         limiter = self._limiter
         if isinstance(limiter, KeyedRateLimiter):
-            return limiter.acquire(key, permit_count) if self._manual else limiter.wait(key, permit_count)
-        return limiter.acquire(permit_count) if self._manual else limiter.wait(permit_count)
+            return limiter.acquire(key, permit_count)
+        return limiter.acquire(permit_count)
 
-    def wait(self, key: object, permit_count: int = 1) -> Lease:
-        """Blocks until ``key`` is not paused and the limiter grants ``permit_count`` permits."""
+    def _ask(self, key: object, permit_count: int) -> Lease:
+        if self._manual:
+            return self.acquire_now(key, permit_count)
+        limiter = self._limiter
+        if isinstance(limiter, KeyedRateLimiter):
+            return limiter.wait(key, permit_count)
+        return limiter.wait(permit_count)
+
+    def sleep_out_pause(self, key: object, deadline_ns: int | None = None) -> None:
+        """Blocks until ``key`` is not paused; ``PauseOutlasts`` at once when its pause ends after
+        ``deadline_ns`` (on the limiter's clock)."""
+        while (left := self._pause_left(key, deadline_ns)) > 0:
+            self._sleep(left)
+
+    async def sleep_out_pause_async(self, key: object, deadline_ns: int | None = None) -> None:
+        """As ``sleep_out_pause``, sleeping in the event loop."""
+        while (left := self._pause_left(key, deadline_ns)) > 0:
+            await self._sleep_async(left)
+
+    def take(self, key: object, permit_count: int = 1) -> Lease | None:
+        """Waits for ``permit_count`` permits as ``wait`` does, but gives up (holding nothing) and
+        returns None as soon as ``key`` is paused, before or after the limiter grants them."""
         while True:
-            left = self.paused_for(key)
-            if left > 0:
-                self._sleep(left)
-                continue
+            if self.paused_for(key) > 0:
+                return None
             lease = self._ask(key, permit_count)
             if lease:
                 if self.paused_for(key) > 0:  # paused while this request was queued
                     lease._refund()
-                    continue
+                    return None
                 return lease
             self._sleep(_pause(lease))
 
-    async def wait_async(self, key: object, permit_count: int = 1) -> Lease:
-        """As ``wait``, never blocking the event loop (``wait_async`` and async sleeps only)."""
+    async def take_async(self, key: object, permit_count: int = 1) -> Lease | None:
+        """As ``take``, never blocking the event loop (``wait_async`` and async sleeps only)."""
         limiter = self._limiter
         while True:
-            left = self.paused_for(key)
-            if left > 0:
-                await self._sleep_async(left)
-                continue
+            if self.paused_for(key) > 0:
+                return None
             if isinstance(limiter, KeyedRateLimiter):
                 lease = await limiter.wait_async(key, permit_count)
             else:
@@ -166,9 +205,26 @@ class Pacer:
             if lease:
                 if self.paused_for(key) > 0:
                     lease._refund()
-                    continue
+                    return None
                 return lease
             await self._sleep_async(_pause(lease))
+
+    def wait(self, key: object, permit_count: int = 1, *, deadline_ns: int | None = None) -> Lease:
+        """Blocks until ``key`` is not paused and the limiter grants ``permit_count`` permits.
+        A pause that ends after ``deadline_ns`` raises ``PauseOutlasts`` at once."""
+        while True:
+            self.sleep_out_pause(key, deadline_ns)
+            lease = self.take(key, permit_count)
+            if lease is not None:
+                return lease
+
+    async def wait_async(self, key: object, permit_count: int = 1, *, deadline_ns: int | None = None) -> Lease:
+        """As ``wait``, never blocking the event loop (``wait_async`` and async sleeps only)."""
+        while True:
+            await self.sleep_out_pause_async(key, deadline_ns)
+            lease = await self.take_async(key, permit_count)
+            if lease is not None:
+                return lease
 
 
 def _pause(lease: Lease) -> float:
@@ -195,4 +251,4 @@ def _advance_async(clock: ManualClock) -> AsyncSleep:
     return sleep
 
 
-__all__ = ["MAX_RETRY_AFTER", "Pacer", "parse_retry_after"]
+__all__ = ["MAX_RETRY_AFTER", "Pacer", "PauseOutlasts", "parse_retry_after"]

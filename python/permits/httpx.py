@@ -10,13 +10,16 @@ otherwise). A 429 or 503 answered with a ``Retry-After`` pauses that key until t
 request (whether this one is retried or not), and retries, up to ``max_retries`` times (a retry
 takes a permit like any request); once the retries are used up, the last response is returned.
 Only requests whose body is in memory are retried (a body read from a generator or a file cannot
-be sent twice). The lease is held until the response is closed,
+be sent twice). Pauses are bounded by the request's pool timeout (httpx's wait before sending): a
+retry that would have to wait past it returns the 429 at once, and a request for a key paused past
+it raises ``httpx.PoolTimeout`` at once. The lease is held until the response is closed,
 streamed responses included, and released if sending fails or is cancelled.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
 from typing import Any
@@ -25,7 +28,7 @@ import httpx
 
 from ._core import Lease
 from ._hosts import host_key
-from ._pacing import Pacer
+from ._pacing import Pacer, PauseOutlasts
 from ._retry import check_key, check_retries, retry_delay
 
 __all__ = ["AsyncRateLimitedTransport", "RateLimitedTransport"]
@@ -37,6 +40,26 @@ def _host(request: httpx.Request) -> str:
 
 def _replayable(request: httpx.Request) -> bool:
     return isinstance(request.stream, httpx.ByteStream)
+
+
+def _deadline_ns(request: httpx.Request, pacer: Pacer) -> int | None:
+    """When this request's pauses must be over, on the limiter's clock: its pool timeout from now.
+    (httpx has no timeout for a whole request. A pause is a wait before the request can be sent,
+    as the wait for a free connection is: the pool timeout bounds both, and raising it lets a
+    client wait out a long Retry-After without waiting longer on a silent network.)"""
+    timeouts = request.extensions.get("timeout")
+    pool = timeouts.get("pool") if isinstance(timeouts, dict) else None
+    if not isinstance(pool, int | float):
+        return None
+    return pacer.now_ns() + math.ceil(pool * 1e9)
+
+
+def _outlasts(pacer: Pacer, seconds: float, deadline_ns: int | None) -> bool:
+    return deadline_ns is not None and pacer.now_ns() + math.ceil(seconds * 1e9) > deadline_ns
+
+
+def _timed_out(request: httpx.Request, paused: PauseOutlasts) -> httpx.PoolTimeout:
+    return httpx.PoolTimeout(f"{paused}, longer than what is left of the request's pool timeout", request=request)
 
 
 class _LeasedStream(httpx.SyncByteStream):
@@ -116,19 +139,25 @@ class RateLimitedTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Blocks until ``request``'s key has a permit (and is not paused), then sends the request
         through the wrapped transport. A 429 or 503 with a ``Retry-After`` pauses the key that long
-        and sends the request again, up to ``max_retries`` times when its body is in memory. Returns
-        the last response; its permit is held until it is closed. Raises ``TypeError`` when ``key``
-        returns an awaitable, ``LimiterClosedError`` when the limiter is closed, and what the wrapped
-        transport raises (the permit is released then)."""
+        and sends the request again, up to ``max_retries`` times when its body is in memory and the
+        pause ends within the request's pool timeout. Returns the last response; its permit is held
+        until it is closed. Raises ``TypeError`` when ``key`` returns an awaitable,
+        ``LimiterClosedError`` when the limiter is closed, ``httpx.PoolTimeout`` when the key is
+        paused past the pool timeout, and what the wrapped transport raises (the permit is released
+        then)."""
         key = self._key(request)
         if inspect.isawaitable(key):
             if inspect.iscoroutine(key):
                 key.close()  # never awaited: no "never awaited" warning on top of the error
             raise TypeError("key returned an awaitable: use AsyncRateLimitedTransport for an async key")
         retries = self._retries if _replayable(request) else 0
+        deadline_ns = _deadline_ns(request, self._pacer)
         attempt = 0
         while True:
-            lease = self._pacer.wait(key)
+            try:
+                lease = self._pacer.wait(key, deadline_ns=deadline_ns)
+            except PauseOutlasts as paused:
+                raise _timed_out(request, paused) from None
             try:
                 response = self._transport.handle_request(request)
             except BaseException:
@@ -137,7 +166,7 @@ class RateLimitedTransport(httpx.BaseTransport):
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is not None:  # every request for the key waits it out, whether this one retries or not
                 self._pacer.pause(key, delay)
-            if delay is None or attempt >= retries:
+            if delay is None or attempt >= retries or _outlasts(self._pacer, delay, deadline_ns):
                 return _hold(response, lease)
             try:  # closed unread: a refusal's body may be large (the connection is not reused)
                 response.close()
@@ -191,9 +220,13 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
         if inspect.isawaitable(key):
             key = await key
         retries = self._retries if _replayable(request) else 0
+        deadline_ns = _deadline_ns(request, self._pacer)
         attempt = 0
         while True:
-            lease = await self._pacer.wait_async(key)
+            try:
+                lease = await self._pacer.wait_async(key, deadline_ns=deadline_ns)
+            except PauseOutlasts as paused:
+                raise _timed_out(request, paused) from None
             try:
                 response = await self._transport.handle_async_request(request)
             except BaseException:
@@ -202,7 +235,7 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is not None:
                 self._pacer.pause(key, delay)
-            if delay is None or attempt >= retries:
+            if delay is None or attempt >= retries or _outlasts(self._pacer, delay, deadline_ns):
                 return _hold_async(response, lease)
             try:  # closed unread, as above
                 await response.aclose()

@@ -74,7 +74,10 @@ async def test_aiohttp(upstream: Upstream, clock: permits.ManualClock, options, 
 
 def test_a_pause_holds_the_other_threads_requests_too(upstream: Upstream, clock: permits.ManualClock):
     transport = RateLimitedTransport(limiter(clock), retry_429=False)
-    with httpx.Client(transport=transport) as first, httpx.Client(transport=transport) as second:
+    with (
+        httpx.Client(transport=transport, timeout=None) as first,
+        httpx.Client(transport=transport, timeout=None) as second,
+    ):
         assert first.get(upstream.url("/busy/t?after=7")).status_code == 429
         assert second.get(upstream.url("/ok", "localhost")).status_code == 200  # another host: at once
         assert clock.now() == 0.0

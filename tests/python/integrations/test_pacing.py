@@ -11,7 +11,7 @@ from email.utils import formatdate
 import pytest
 
 import permits
-from permits._pacing import MAX_RETRY_AFTER, Pacer, parse_retry_after
+from permits._pacing import MAX_RETRY_AFTER, Pacer, PauseOutlasts, parse_retry_after
 from permits.specs import FixedWindow
 
 NOW = 1_000_000_000.0  # a wall-clock time for the dates
@@ -238,3 +238,44 @@ def test_a_longer_pause_of_one_key_replaces_its_shorter_one(clock: permits.Manua
     clock.advance(0.5)
     pacer.pause("other", 1.0)
     assert len(pacer._paused) == 1
+
+
+# ---- deadlines, and taking a permit only while the key is not paused ----
+def test_a_pause_past_the_deadline_raises_at_once(clock: permits.ManualClock):
+    pacer = Pacer(permits.FixedWindowLimiter(10, 1.0, clock=clock))
+    pacer.pause("k", 5.0)
+    with pytest.raises(PauseOutlasts, match="5 s") as raised:
+        pacer.wait("k", deadline_ns=4_999_999_999)
+    assert raised.value.left == 5.0 and clock.now() == 0.0
+    assert pacer.wait("k", deadline_ns=5_000_000_000) and clock.now() == 5.0
+
+
+async def test_an_async_pause_past_the_deadline_raises_at_once(clock: permits.ManualClock):
+    pacer = Pacer(permits.FixedWindowLimiter(10, 1.0, queue_limit=0, clock=clock))
+    pacer.pause("k", 2.0)
+    with pytest.raises(PauseOutlasts):
+        await pacer.wait_async("k", deadline_ns=1_000_000_000)
+    assert await pacer.wait_async("other", deadline_ns=0)  # another key is not paused
+    assert clock.now() == 0.0
+
+
+def test_take_gives_up_on_a_paused_key(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(10, 1.0, clock=clock)
+    pacer = Pacer(limiter)
+    pacer.pause("k", 1.0)
+    assert pacer.take("k") is None
+    assert pacer.take("other")
+    assert limiter.statistics().total_successful_leases == 1 and clock.now() == 0.0
+
+
+async def test_take_async_gives_back_a_permit_granted_to_a_key_paused_meanwhile(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(1, 1.0, clock=clock, queue_limit=1)
+    pacer = Pacer(limiter)
+    assert await pacer.take_async("k")
+    queued = asyncio.create_task(pacer.take_async("k"))
+    while limiter.statistics().current_queued_count == 0:
+        await asyncio.sleep(0)
+    pacer.pause("k", 5.0)
+    clock.advance(1.0)  # grants the queued request: it gives the permit back and returns None
+    assert await queued is None
+    assert limiter.available_permits() == 1
