@@ -7,6 +7,13 @@ is what a retry after ``Retry-After`` needs; aiohttp discourages subclassing Cli
 warns), and a wrapper would have to mirror the session's whole API. What the caller gets is
 thus a real ``ClientSession``, with every option and method aiohttp gives it.
 
+The middleware runs before aiohttp asks its connector for a connection; the session's trace
+signals tell the attempt when a new connection is opened for its request
+(``on_connection_create_start``) and when it is written (``on_request_headers_sent``, which
+aiohttp awaits just before it writes the headers), so that the limiter counts the request once it
+has its connection (see ``_sending``). A context variable carries the attempt from the
+middleware to the signal: both run in the request's task.
+
 A request's lease is held until its connection is released: when the body has been read, or
 the response released or closed (a websocket: until it closes). A ``middlewares=`` argument
 given to one request replaces the session's middlewares, this one included, for that request.
@@ -14,6 +21,7 @@ given to one request replaces the session's middlewares, this one included, for 
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,10 +30,13 @@ import aiohttp
 
 from ._core import Lease
 from ._hosts import host_key
-from ._pacing import Pacer
 from ._retry import check_key, check_retries, retry_delay
+from ._sending import Attempt, Repaused, Sender
 
 __all__ = ["RateLimitedSession"]
+
+#: The attempt whose request the running task is sending.
+_sending: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("permits_aiohttp_sending", default=None)
 
 
 def RateLimitedSession(  # the contract's name: it makes a session, as a class would
@@ -43,20 +54,27 @@ def RateLimitedSession(  # the contract's name: it makes a session, as a class w
     body can be sent again (not a stream: an async iterator, another request's ``content``)."""
     if not hasattr(aiohttp, "ClientMiddlewareType"):
         raise RuntimeError("permits.aiohttp.RateLimitedSession needs aiohttp 3.12 or later (client middlewares)")
-    middleware = _RateLimit(Pacer(limiter), check_key(key, allow_async=True), check_retries(retry_429, max_retries))
+    middleware = _RateLimit(Sender(limiter), check_key(key, allow_async=True), check_retries(retry_429, max_retries))
     given = session_kwargs.pop("middlewares", ())
     if not isinstance(given, Sequence):
         raise TypeError(f"middlewares must be a sequence, got {type(given).__name__}")
-    return aiohttp.ClientSession(middlewares=(middleware, *given), **session_kwargs)
+    traces = session_kwargs.pop("trace_configs", None) or []
+    if not isinstance(traces, Sequence):
+        raise TypeError(f"trace_configs must be a sequence or None, got {type(traces).__name__}")
+    hooks = aiohttp.TraceConfig()
+    hooks.on_connection_create_start.append(middleware.connecting)
+    hooks.on_request_headers_sent.append(middleware.writing)
+    # (last: the caller's own traces of the headers run before the permit, not between it and the write)
+    return aiohttp.ClientSession(middlewares=(middleware, *given), trace_configs=[*traces, hooks], **session_kwargs)
 
 
 class _RateLimit:
     """The client middleware: a permit per attempt, retries after ``Retry-After``."""
 
-    __slots__ = ("_key", "_pacer", "_retries")
+    __slots__ = ("_key", "_retries", "_sender")
 
-    def __init__(self, pacer: Pacer, key: Callable[[aiohttp.ClientRequest], Any] | None, retries: int) -> None:
-        self._pacer = pacer
+    def __init__(self, sender: Sender, key: Callable[[aiohttp.ClientRequest], Any] | None, retries: int) -> None:
+        self._sender = sender
         self._key = key
         self._retries = retries
 
@@ -70,17 +88,16 @@ class _RateLimit:
             key = self._key(request)
             if inspect.isawaitable(key):
                 key = await key
+        pacer = self._sender.pacer
         attempt = 0
         while True:
-            lease = await self._pacer.wait_async(key)
             try:
-                response = await handler(request)
-            except BaseException:
-                lease.release()
-                raise
+                response, lease = await self._send(request, handler, key)
+            except Repaused:  # paused while it waited for its connection: it waits the pause out
+                continue
             delay = retry_delay(response.status, response.headers.get("Retry-After"))
             if delay is not None:  # every request for the key waits it out, whether this one retries or not
-                self._pacer.pause(key, delay)
+                pacer.pause(key, delay)
             if delay is None or attempt >= self._retries or not _replayable(request):
                 _hold_until_released(response, lease)
                 return response
@@ -89,6 +106,33 @@ class _RateLimit:
             finally:
                 lease.release()
             attempt += 1
+
+    async def _send(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType, key: object
+    ) -> tuple[aiohttp.ClientResponse, Lease]:
+        attempt = self._sender.attempt(key, at_write=True)
+        await attempt.begin_async(None)  # (aiohttp's ClientTimeout bounds the pauses: it cancels)
+        token = _sending.set(attempt)
+        try:
+            response = await handler(request)
+        except BaseException:
+            attempt.abandon()
+            raise
+        finally:
+            _sending.reset(token)
+        return response, attempt.finish()
+
+    async def connecting(self, session: object, context: object, params: object) -> None:
+        """The trace signal: a new connection is being opened for the task's attempt."""
+        attempt = _sending.get()
+        if attempt is not None and attempt.sender is self._sender:
+            attempt.connecting()
+
+    async def writing(self, session: object, context: object, params: object) -> None:
+        """The trace signal: the request of the task's attempt is about to be written."""
+        attempt = _sending.get()
+        if attempt is not None and attempt.sender is self._sender:
+            await attempt.writing_async()
 
 
 def _replayable(request: aiohttp.ClientRequest) -> bool:
