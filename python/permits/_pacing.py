@@ -6,7 +6,10 @@ fails at once; waiting then means sleeping for the failed lease's ``retry_after`
 A closed limiter ends every wait with ``permits.LimiterClosedError``.
 
 A server's ``Retry-After`` pauses one key: requests for it wait until the pause is over before
-they ask for a permit (so a paused key holds no permits while it waits).
+they ask for a permit (so a paused key holds no permits while it waits). A wait given a deadline
+(the httpx transports' timeouts) raises ``PauseOutlasts`` at once when the pause ends after it;
+``take`` gives up, holding nothing, as soon as the key is paused (the clients then wait the pause
+out away from their connection pool).
 
 Sleeping goes through a function given to ``Pacer``. By default it is the real sleep, except
 for a limiter on a ``permits.ManualClock``: time there moves only when someone advances it,

@@ -134,3 +134,24 @@ async def test_aiohttp_the_callers_trace_configs_still_run(upstream: Upstream, c
 def test_aiohttp_trace_configs_must_be_a_sequence():
     with pytest.raises(TypeError, match="trace_configs"):
         RateLimitedSession(permits.NoLimiter(), trace_configs=3)
+
+
+def test_async_httpx_under_trio(upstream: Upstream):
+    trio = pytest.importorskip("trio")
+    per_host = permits.PartitionedLimiter.per_key(FixedWindow(2, 0.2))  # real time: a few waits
+    statuses: list[int] = []
+
+    async def main() -> None:
+        inner = httpx.AsyncHTTPTransport(limits=ONE_CONNECTION)
+        async with httpx.AsyncClient(transport=AsyncRateLimitedTransport(per_host, transport=inner)) as client:
+
+            async def get() -> None:
+                statuses.append((await client.get(upstream.url("/paced?wait=0.02"))).status_code)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(get)
+
+    trio.run(main)
+    assert statuses == [200] * 6
+    assert upstream.hits["/paced"] == 6
