@@ -1,10 +1,11 @@
 """An async scraper that stays inside a site's rate limit.
 
 It fetches ``--pages`` pages, ``<base-url>/page/1`` to ``<base-url>/page/N``, all at once with
-httpx; a client-side limiter lets at most ``--rate`` requests (default ``5/second``) reach each
-host, in *any* window of that length. When the site still answers ``429 Too Many Requests`` (or
-``503``) with ``Retry-After``, every request to that host pauses for that long and the refused
-request is sent again (up to ``--max-retries`` times).
+httpx; a client-side limiter lets at most ``--rate`` requests (default ``5/second``) go to each
+host, in *any* window of that length (the site counts them as they arrive, a little later: to be
+sure of its count, pace with a margin, docs/clients.md, "What a server sees"). When the site
+still answers ``429 Too Many Requests`` (or ``503``) with ``Retry-After``, every request to that
+host pauses for that long and the refused request is sent again (up to ``--max-retries`` times).
 
 Run it (``pip install "permits[httpx]"``) against a site that allows you 5 requests a second::
 
@@ -32,8 +33,8 @@ async def fetch(client: httpx.AsyncClient, url: str) -> tuple[str, int, int]:
 
 
 async def scrape(base_url: str, pages: int, rate: str, max_retries: int) -> int:
-    # One limit per host (the transport's default key): "5/second" never lets 6 requests through
-    # within one second, however the site counts its seconds.
+    # One limit per host (the transport's default key): "5/second" never takes a 6th permit within
+    # one second, however the second is counted; a request is counted once it has its connection.
     per_host = permits.PartitionedLimiter.per_key(rate)
     transport = AsyncRateLimitedTransport(per_host, max_retries=max_retries)
     started = time.monotonic()

@@ -6,7 +6,10 @@ fails at once; waiting then means sleeping for the failed lease's ``retry_after`
 A closed limiter ends every wait with ``permits.LimiterClosedError``.
 
 A server's ``Retry-After`` pauses one key: requests for it wait until the pause is over before
-they ask for a permit (so a paused key holds no permits while it waits).
+they ask for a permit (so a paused key holds no permits while it waits). A wait given a deadline
+(the httpx transports' timeouts) raises ``PauseOutlasts`` at once when the pause ends after it;
+``take`` gives up, holding nothing, as soon as the key is paused (the clients then wait the pause
+out away from their connection pool).
 
 Sleeping goes through a function given to ``Pacer``. By default it is the real sleep, except
 for a limiter on a ``permits.ManualClock``: time there moves only when someone advances it,
@@ -28,6 +31,7 @@ from email.utils import parsedate_to_datetime
 
 from . import _foreign
 from ._core import Lease, LimiterClosedError
+from ._pause_table import PauseTable
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter
@@ -44,8 +48,6 @@ MAX_RETRY_AFTER = 3600.0
 PAUSE = 0.01
 #: delta-seconds (RFC 9110 says digits; a fraction or a minus sign is read too, not worse).
 _DELTA = re.compile(r"-?[0-9]+(?:\.[0-9]*)?")
-#: Expired pauses are dropped on the way when more keys than this are paused.
-_PRUNE_AT = 1024
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -96,6 +98,14 @@ def check_permit_count(permit_count: object) -> int:
     return int(permit_count)
 
 
+class PauseOutlasts(Exception):
+    """A key's pause ends after the caller's deadline: waiting it out is pointless."""
+
+    def __init__(self, left: float) -> None:
+        super().__init__(f"paused by a Retry-After for another {left:g} s")
+        self.left = left
+
+
 class Pacer:
     """Waits for one limiter's permits, per key, and keeps the keys' pauses."""
 
@@ -104,7 +114,7 @@ class Pacer:
     def __init__(self, limiter: object, *, sleep: Sleep | None = None, sleep_async: AsyncSleep | None = None) -> None:
         self._limiter = check_limiter(limiter)
         self._clock = self._limiter._rl_clock
-        self._paused: dict[object, int] = {}  # key -> the clock's time (ns) its pause ends
+        self._paused = PauseTable()
         clock = self._clock
         self._manual = isinstance(clock, ManualClock)
         if isinstance(clock, ManualClock):
@@ -118,57 +128,79 @@ class Pacer:
     def limiter(self) -> RateLimiter | KeyedRateLimiter:
         return self._limiter
 
+    def now_ns(self) -> int:
+        """The limiter's clock (what pauses and deadlines are measured on)."""
+        return self._clock.now_ns()
+
     def pause(self, key: object, seconds: float) -> None:
         """No permit is asked for ``key`` for the next ``seconds`` (a longer pause already set stays)."""
         # In the clock's integer nanoseconds, rounded up: a sleep of what is left then ends the
         # pause exactly (on a ManualClock too), with no rounding left over to sleep again for.
         now = self._clock.now_ns()
-        if len(self._paused) >= _PRUNE_AT:
-            self._paused = {k: t for k, t in self._paused.items() if t > now}
-        until = now + math.ceil(seconds * 1e9)
-        if until > self._paused.get(key, now):
-            self._paused[key] = until
+        self._paused.extend(key, now + math.ceil(seconds * 1e9), now)
 
     def paused_for(self, key: object) -> float:
         """Seconds left of ``key``'s pause (0 when it is not paused)."""
-        until = self._paused.get(key)
+        now = self._clock.now_ns()
+        until = self._paused.until_ns(key, now)
+        return 0.0 if until is None else (until - now) / 1e9
+
+    def _pause_left(self, key: object, deadline_ns: int | None) -> float:
+        """As ``paused_for``; raises ``PauseOutlasts`` when the pause ends after ``deadline_ns``."""
+        now = self._clock.now_ns()
+        until = self._paused.until_ns(key, now)
         if until is None:
             return 0.0
-        left = until - self._clock.now_ns()
-        if left <= 0:
-            self._paused.pop(key, None)
-            return 0.0
-        return left / 1e9
+        if deadline_ns is not None and until > deadline_ns:
+            raise PauseOutlasts((until - now) / 1e9)
+        return (until - now) / 1e9
 
-    def _ask(self, key: object, permit_count: int) -> Lease:
+    def acquire_now(self, key: object, permit_count: int = 1) -> Lease:
+        """The limiter's answer now, never waiting (its ``acquire``)."""
         limiter = self._limiter
         if isinstance(limiter, KeyedRateLimiter):
-            return limiter.acquire(key, permit_count) if self._manual else limiter.wait(key, permit_count)
-        return limiter.acquire(permit_count) if self._manual else limiter.wait(permit_count)
+            return limiter.acquire(key, permit_count)
+        return limiter.acquire(permit_count)
 
-    def wait(self, key: object, permit_count: int = 1) -> Lease:
-        """Blocks until ``key`` is not paused and the limiter grants ``permit_count`` permits."""
+    def _ask(self, key: object, permit_count: int) -> Lease:
+        if self._manual:
+            return self.acquire_now(key, permit_count)
+        limiter = self._limiter
+        if isinstance(limiter, KeyedRateLimiter):
+            return limiter.wait(key, permit_count)
+        return limiter.wait(permit_count)
+
+    def sleep_out_pause(self, key: object, deadline_ns: int | None = None) -> None:
+        """Blocks until ``key`` is not paused; ``PauseOutlasts`` at once when its pause ends after
+        ``deadline_ns`` (on the limiter's clock)."""
+        while (left := self._pause_left(key, deadline_ns)) > 0:
+            self._sleep(left)
+
+    async def sleep_out_pause_async(self, key: object, deadline_ns: int | None = None) -> None:
+        """As ``sleep_out_pause``, sleeping in the event loop."""
+        while (left := self._pause_left(key, deadline_ns)) > 0:
+            await self._sleep_async(left)
+
+    def take(self, key: object, permit_count: int = 1) -> Lease | None:
+        """Waits for ``permit_count`` permits as ``wait`` does, but gives up (holding nothing) and
+        returns None as soon as ``key`` is paused, before or after the limiter grants them."""
         while True:
-            left = self.paused_for(key)
-            if left > 0:
-                self._sleep(left)
-                continue
+            if self.paused_for(key) > 0:
+                return None
             lease = self._ask(key, permit_count)
             if lease:
                 if self.paused_for(key) > 0:  # paused while this request was queued
                     lease._refund()
-                    continue
+                    return None
                 return lease
             self._sleep(_pause(lease))
 
-    async def wait_async(self, key: object, permit_count: int = 1) -> Lease:
-        """As ``wait``, never blocking the event loop (``wait_async`` and async sleeps only)."""
+    async def take_async(self, key: object, permit_count: int = 1) -> Lease | None:
+        """As ``take``, never blocking the event loop (``wait_async`` and async sleeps only)."""
         limiter = self._limiter
         while True:
-            left = self.paused_for(key)
-            if left > 0:
-                await self._sleep_async(left)
-                continue
+            if self.paused_for(key) > 0:
+                return None
             if isinstance(limiter, KeyedRateLimiter):
                 lease = await limiter.wait_async(key, permit_count)
             else:
@@ -176,9 +208,26 @@ class Pacer:
             if lease:
                 if self.paused_for(key) > 0:
                     lease._refund()
-                    continue
+                    return None
                 return lease
             await self._sleep_async(_pause(lease))
+
+    def wait(self, key: object, permit_count: int = 1, *, deadline_ns: int | None = None) -> Lease:
+        """Blocks until ``key`` is not paused and the limiter grants ``permit_count`` permits.
+        A pause that ends after ``deadline_ns`` raises ``PauseOutlasts`` at once."""
+        while True:
+            self.sleep_out_pause(key, deadline_ns)
+            lease = self.take(key, permit_count)
+            if lease is not None:
+                return lease
+
+    async def wait_async(self, key: object, permit_count: int = 1, *, deadline_ns: int | None = None) -> Lease:
+        """As ``wait``, never blocking the event loop (``wait_async`` and async sleeps only)."""
+        while True:
+            await self.sleep_out_pause_async(key, deadline_ns)
+            lease = await self.take_async(key, permit_count)
+            if lease is not None:
+                return lease
 
 
 def _pause(lease: Lease) -> float:
@@ -205,4 +254,4 @@ def _advance_async(clock: ManualClock) -> AsyncSleep:
     return sleep
 
 
-__all__ = ["MAX_RETRY_AFTER", "Pacer", "parse_retry_after"]
+__all__ = ["MAX_RETRY_AFTER", "Pacer", "PauseOutlasts", "parse_retry_after"]

@@ -6,88 +6,44 @@ extension point, it sees every request once per attempt (redirects included), wh
 options are used.
 
 Each request waits for a permit (the key is the request's host unless ``key(request)`` says
-otherwise). A 429 or 503 answered with a ``Retry-After`` pauses that key until then and retries,
-up to ``max_retries`` times (a retry takes a permit like any request); once the retries are used
-up, the last response is returned. Only requests whose body is in memory are retried (a body read
-from a generator or a file cannot be sent twice). The lease is held until the response is closed,
-streamed responses included, and released if sending fails or is cancelled.
+otherwise). With httpx's own transport (the default) the limiter counts the request once it has
+its connection, not before its wait for one (see ``_sending``). A 429 or 503 answered with a
+``Retry-After`` pauses that key until then, for every request (whether this one is retried or
+not), and retries, up to ``max_retries`` times (a retry takes a permit like any request); once the
+retries are used up, the last response is returned. Only requests whose body is in memory are
+retried (a body read from a generator or a file cannot be sent twice). Pauses are bounded by the
+request's pool timeout (httpx's wait before sending): a retry that would have to wait past it
+returns the 429 at once, and a request for a key paused past it raises ``httpx.PoolTimeout`` at
+once. The lease is held until the response is closed, streamed responses included, and released
+if sending fails or is cancelled.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from ._core import Lease
-from ._pacing import Pacer
+from ._httpx_parts import (
+    deadline_ns,
+    hold,
+    hold_async,
+    host,
+    outlasts,
+    replayable,
+    timed_out,
+    tracing,
+    tracing_async,
+)
+from ._pacing import PauseOutlasts
 from ._retry import check_key, check_retries, retry_delay
+from ._sending import Repaused, Sender
 
 __all__ = ["AsyncRateLimitedTransport", "RateLimitedTransport"]
-
-
-def _host(request: httpx.Request) -> str:
-    return request.url.host
-
-
-def _replayable(request: httpx.Request) -> bool:
-    return isinstance(request.stream, httpx.ByteStream)
-
-
-class _LeasedStream(httpx.SyncByteStream):
-    """A response body that releases its request's lease when the response is closed."""
-
-    def __init__(self, stream: httpx.SyncByteStream, lease: Lease) -> None:
-        self._stream = stream
-        self._lease = lease
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield from self._stream
-
-    def close(self) -> None:
-        try:
-            self._stream.close()
-        finally:
-            self._lease.release()
-
-
-class _AsyncLeasedStream(httpx.AsyncByteStream):
-    def __init__(self, stream: httpx.AsyncByteStream, lease: Lease) -> None:
-        self._stream = stream
-        self._lease = lease
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
-
-    async def aclose(self) -> None:
-        try:
-            await self._stream.aclose()
-        finally:
-            self._lease.release()
-
-
-def _hold(response: httpx.Response, lease: Lease) -> httpx.Response:
-    """The response, releasing ``lease`` when it is closed (at once if it already is: a
-    transport may hand back a response read in full, such as httpx.MockTransport's)."""
-    if response.is_closed:
-        lease.release()
-    else:
-        assert isinstance(response.stream, httpx.SyncByteStream)
-        response.stream = _LeasedStream(response.stream, lease)
-    return response
-
-
-def _hold_async(response: httpx.Response, lease: Lease) -> httpx.Response:
-    if response.is_closed:
-        lease.release()
-    else:
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _AsyncLeasedStream(response.stream, lease)
-    return response
 
 
 class RateLimitedTransport(httpx.BaseTransport):
@@ -104,43 +60,65 @@ class RateLimitedTransport(httpx.BaseTransport):
         retry_429: bool = True,
         max_retries: int = 3,
     ) -> None:
-        self._pacer = Pacer(limiter)
-        self._key = check_key(key, allow_async=False) or _host
+        self._sender = Sender(limiter)
+        self._pacer = self._sender.pacer
+        self._key = check_key(key, allow_async=False) or host
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
             raise TypeError(f"transport must be an httpx.BaseTransport or None, got {type(transport).__name__}")
         self._retries = check_retries(retry_429, max_retries)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
+        # httpx's own transport says when it writes a request (httpcore's trace); another (a
+        # MockTransport, your own) is handed the request with its permit already taken.
+        self._at_write = isinstance(self._transport, httpx.HTTPTransport)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Blocks until ``request``'s key has a permit (and is not paused), then sends the request
         through the wrapped transport. A 429 or 503 with a ``Retry-After`` pauses the key that long
-        and sends the request again, up to ``max_retries`` times when its body is in memory. Returns
-        the last response; its permit is held until it is closed. Raises ``TypeError`` when ``key``
-        returns an awaitable, ``LimiterClosedError`` when the limiter is closed, and what the wrapped
-        transport raises (the permit is released then)."""
+        and sends the request again, up to ``max_retries`` times when its body is in memory and the
+        pause ends within the request's pool timeout. Returns the last response; its permit is held
+        until it is closed. Raises ``TypeError`` when ``key`` returns an awaitable,
+        ``LimiterClosedError`` when the limiter is closed, ``httpx.PoolTimeout`` when the key is
+        paused past the pool timeout, and what the wrapped transport raises (the permit is released
+        then)."""
         key = self._key(request)
         if inspect.isawaitable(key):
             if inspect.iscoroutine(key):
                 key.close()  # never awaited: no "never awaited" warning on top of the error
             raise TypeError("key returned an awaitable: use AsyncRateLimitedTransport for an async key")
-        retries = self._retries if _replayable(request) else 0
+        retries = self._retries if replayable(request) else 0
+        deadline = deadline_ns(request, self._pacer)
         attempt = 0
         while True:
-            lease = self._pacer.wait(key)
             try:
-                response = self._transport.handle_request(request)
-            except BaseException:
-                lease.release()
-                raise
+                response, lease = self._send(request, key, deadline)
+            except Repaused:  # paused while it waited for its connection: it waits the pause out
+                continue
+            except PauseOutlasts as paused:
+                raise timed_out(request, paused) from None
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
-            if delay is None or attempt >= retries:
-                return _hold(response, lease)
+            if delay is not None:  # every request for the key waits it out, whether this one retries or not
+                self._pacer.pause(key, delay)
+            if delay is None or attempt >= retries or outlasts(self._pacer, delay, deadline):
+                return hold(response, lease)
             try:  # closed unread: a refusal's body may be large (the connection is not reused)
                 response.close()
             finally:
                 lease.release()
-            self._pacer.pause(key, delay)
             attempt += 1
+
+    def _send(self, request: httpx.Request, key: object, deadline: int | None) -> tuple[httpx.Response, Lease]:
+        attempt = self._sender.attempt(key, at_write=self._at_write)
+        attempt.begin(deadline)
+        try:
+            if self._at_write:
+                with tracing(request, attempt):
+                    response = self._transport.handle_request(request)
+            else:
+                response = self._transport.handle_request(request)
+        except BaseException:
+            attempt.abandon()
+            raise
+        return response, attempt.finish()
 
     def close(self) -> None:
         """Closes the wrapped transport; the limiter stays open (it may be shared)."""
@@ -173,12 +151,14 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
         retry_429: bool = True,
         max_retries: int = 3,
     ) -> None:
-        self._pacer = Pacer(limiter)
-        self._key = check_key(key, allow_async=True) or _host
+        self._sender = Sender(limiter)
+        self._pacer = self._sender.pacer
+        self._key = check_key(key, allow_async=True) or host
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             raise TypeError(f"transport must be an httpx.AsyncBaseTransport or None, got {type(transport).__name__}")
         self._retries = check_retries(retry_429, max_retries)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._at_write = isinstance(self._transport, httpx.AsyncHTTPTransport)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """As ``RateLimitedTransport.handle_request``, waiting with ``wait_async`` and async sleeps
@@ -187,24 +167,40 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
         key = self._key(request)
         if inspect.isawaitable(key):
             key = await key
-        retries = self._retries if _replayable(request) else 0
+        retries = self._retries if replayable(request) else 0
+        deadline = deadline_ns(request, self._pacer)
         attempt = 0
         while True:
-            lease = await self._pacer.wait_async(key)
             try:
-                response = await self._transport.handle_async_request(request)
-            except BaseException:
-                lease.release()
-                raise
+                response, lease = await self._send(request, key, deadline)
+            except Repaused:
+                continue
+            except PauseOutlasts as paused:
+                raise timed_out(request, paused) from None
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
-            if delay is None or attempt >= retries:
-                return _hold_async(response, lease)
+            if delay is not None:
+                self._pacer.pause(key, delay)
+            if delay is None or attempt >= retries or outlasts(self._pacer, delay, deadline):
+                return hold_async(response, lease)
             try:  # closed unread, as above
                 await response.aclose()
             finally:
                 lease.release()
-            self._pacer.pause(key, delay)
             attempt += 1
+
+    async def _send(self, request: httpx.Request, key: object, deadline: int | None) -> tuple[httpx.Response, Lease]:
+        attempt = self._sender.attempt(key, at_write=self._at_write)
+        await attempt.begin_async(deadline)
+        try:
+            if self._at_write:
+                with tracing_async(request, attempt):
+                    response = await self._transport.handle_async_request(request)
+            else:
+                response = await self._transport.handle_async_request(request)
+        except BaseException:
+            attempt.abandon()
+            raise
+        return response, attempt.finish()
 
     async def aclose(self) -> None:
         """Closes the wrapped transport; the limiter stays open (it may be shared)."""

@@ -3,11 +3,14 @@ in a thread of its own (so that both blocking and asyncio clients can talk to it
 
 Paths:
 - ``/ok``: 200 "ok".
-- ``/busy/<id>?times=N&status=429&after=S&form=seconds|date|none``: the first N requests for
-  ``<id>`` get ``status`` with ``Retry-After`` (S seconds, or that many seconds ahead as an HTTP
-  date, or no header); later ones get 200.
+- ``/busy/<id>?times=N&status=429&after=S&form=seconds|date|none&wait=W``: the first N requests
+  for ``<id>`` get ``status`` with ``Retry-After`` (S seconds, or that many seconds ahead as an
+  HTTP date, or no header), W seconds after they arrive (default 0); later ones get 200. Each
+  reads the request's body: ``bodies[<id>]`` lists the bytes each request for ``<id>`` sent.
 - ``/stream``: sends a first chunk, then the rest once :meth:`Upstream.finish_streams` is called.
 - ``/hang``: answers once :meth:`Upstream.finish_streams` is called.
+- ``/paced?wait=S``: notes when it arrived (``arrivals``, ``time.monotonic()``), then answers
+  200 after S seconds (default 0).
 
 Every request is counted per path (``hits``) and its Host header kept (``hosts``).
 """
@@ -30,7 +33,9 @@ class Upstream:
     def __init__(self) -> None:
         self.hits: collections.Counter[str] = collections.Counter()
         self.hosts: list[str] = []
-        self.arrived = threading.Event()  # set by every request to /stream or /hang
+        self.bodies: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
+        self.arrived = threading.Event()  # set by every request to /stream, /hang or /paced
+        self.arrivals: list[float] = []
         self._busy: collections.Counter[str] = collections.Counter()
         self._loop = asyncio.new_event_loop()
         self._finish = asyncio.Event()
@@ -55,9 +60,11 @@ class Upstream:
     async def _busy_handler(self, request: web.Request) -> web.Response:
         self._count(request)
         ident = request.match_info["id"]
+        self.bodies[ident].append(len(await request.read()))
         self._busy[ident] += 1
         if self._busy[ident] > int(request.query.get("times", "1")):
             return web.Response(text="ok")
+        await asyncio.sleep(float(request.query.get("wait", "0")))
         after = int(request.query.get("after", "1"))
         form = request.query.get("form", "seconds")
         headers = {}
@@ -78,6 +85,13 @@ class Upstream:
         await response.write_eof()
         return response
 
+    async def _paced(self, request: web.Request) -> web.Response:
+        self.arrivals.append(time.monotonic())  # first: as near its arrival as the handler gets
+        self._count(request)
+        self.arrived.set()
+        await asyncio.sleep(float(request.query.get("wait", "0")))
+        return web.Response(text="ok")
+
     async def _hang(self, request: web.Request) -> web.Response:
         self._count(request)
         self.arrived.set()
@@ -91,6 +105,7 @@ class Upstream:
         app.router.add_route("*", "/busy/{id}", self._busy_handler)
         app.router.add_get("/stream", self._stream)
         app.router.add_get("/hang", self._hang)
+        app.router.add_get("/paced", self._paced)
         runner = web.AppRunner(app, shutdown_timeout=0.1)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -18,12 +18,16 @@ from permits.specs import FixedWindow
 upstream = _upstream.upstream  # the server fixture
 
 
+#: No pool timeout: it bounds the Retry-After pauses (test_client_timeouts), and these wait longer.
+TIMEOUT = httpx.Timeout(5.0, pool=None)
+
+
 def client(limiter: object, **options: object) -> httpx.Client:
-    return httpx.Client(transport=RateLimitedTransport(limiter, **options))  # type: ignore[arg-type]
+    return httpx.Client(transport=RateLimitedTransport(limiter, **options), timeout=TIMEOUT)  # type: ignore[arg-type]
 
 
 def aclient(limiter: object, **options: object) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=AsyncRateLimitedTransport(limiter, **options))  # type: ignore[arg-type]
+    return httpx.AsyncClient(transport=AsyncRateLimitedTransport(limiter, **options), timeout=TIMEOUT)  # type: ignore[arg-type]
 
 
 # ---- a permit per request ----
@@ -162,7 +166,7 @@ def test_no_retry(upstream: Upstream, clock: permits.ManualClock, options: dict[
 def test_a_pause_holds_only_its_key(upstream: Upstream, clock: permits.ManualClock):
     limiter = permits.PartitionedLimiter.per_key(FixedWindow(100, 1.0), clock=clock)
     transport = RateLimitedTransport(limiter, max_retries=0)
-    with httpx.Client(transport=transport) as http:
+    with httpx.Client(transport=transport, timeout=TIMEOUT) as http:
         assert http.get(upstream.url("/busy/p?after=30")).status_code == 429
         transport._pacer.pause("127.0.0.1", 30.0)  # as a retry would
         assert http.get(upstream.url("/ok", "localhost")).status_code == 200

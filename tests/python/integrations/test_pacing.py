@@ -4,13 +4,14 @@ on a ManualClock, which the wait advances), with one, per-key pauses and Retry-A
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from email.utils import formatdate
 
 import pytest
 
 import permits
-from permits._pacing import MAX_RETRY_AFTER, Pacer, parse_retry_after
+from permits._pacing import MAX_RETRY_AFTER, Pacer, PauseOutlasts, parse_retry_after
 from permits.specs import FixedWindow
 
 NOW = 1_000_000_000.0  # a wall-clock time for the dates
@@ -191,3 +192,90 @@ async def test_a_pause_set_while_queued_is_kept(clock: permits.ManualClock):
     assert await queued
     assert clock.now() == 5.0
     assert limiter.statistics().total_successful_leases == 3  # the first, the refunded one, the kept one
+
+
+# ---- the pause table: cheap however many keys are paused ----
+def _seconds_per_pause(paused: int, added: int = 100) -> float:
+    """Seconds per ``pause`` of a new key when ``paused`` keys are paused already (none ends: the
+    clock does not move), the best of a few runs."""
+    best = math.inf
+    for _ in range(5):
+        pacer = Pacer(permits.FixedWindowLimiter(1, 1.0, clock=permits.ManualClock()))
+        for i in range(paused):
+            pacer.pause(("old", i), 60.0)
+        start = time.perf_counter()
+        for i in range(added):
+            pacer.pause(("new", i), 60.0)
+        best = min(best, (time.perf_counter() - start) / added)
+    return best
+
+
+def test_a_pause_costs_about_as_much_with_16k_keys_paused_as_with_900():
+    # O(log n): 16k keys cost a little more than 900 (a deeper heap), never a rebuild of the table
+    # per pause (that was 1,000 times as much). A ratio, not a time: the machine may be loaded.
+    ratio = _seconds_per_pause(16_000) / _seconds_per_pause(900)
+    assert ratio < 20, f"a pause costs {ratio:.0f} times as much with 16k keys paused"
+
+
+def test_ended_pauses_are_dropped(clock: permits.ManualClock):
+    pacer = Pacer(permits.FixedWindowLimiter(1, 1.0, clock=clock))
+    for i in range(5_000):
+        pacer.pause(i, 1.0)
+    pacer.pause("long", 60.0)
+    clock.advance(2.0)
+    pacer.pause("new", 1.0)  # drops the ended ones on its way
+    assert len(pacer._paused) == 2
+    assert pacer.paused_for(0) == 0.0 and pacer.paused_for("long") == 58.0
+
+
+def test_a_longer_pause_of_one_key_replaces_its_shorter_one(clock: permits.ManualClock):
+    pacer = Pacer(permits.FixedWindowLimiter(1, 1.0, clock=clock))
+    for seconds in range(1, 1_000):  # each one longer: stale heap entries, compacted on the way
+        pacer.pause("k", float(seconds))
+    assert len(pacer._paused._heap) <= 2 * 1 + 64 + 1
+    clock.advance(998.5)
+    assert pacer.paused_for("k") == 0.5
+    clock.advance(0.5)
+    pacer.pause("other", 1.0)
+    assert len(pacer._paused) == 1
+
+
+# ---- deadlines, and taking a permit only while the key is not paused ----
+def test_a_pause_past_the_deadline_raises_at_once(clock: permits.ManualClock):
+    pacer = Pacer(permits.FixedWindowLimiter(10, 1.0, clock=clock))
+    pacer.pause("k", 5.0)
+    with pytest.raises(PauseOutlasts, match="5 s") as raised:
+        pacer.wait("k", deadline_ns=4_999_999_999)
+    assert raised.value.left == 5.0 and clock.now() == 0.0
+    assert pacer.wait("k", deadline_ns=5_000_000_000) and clock.now() == 5.0
+
+
+async def test_an_async_pause_past_the_deadline_raises_at_once(clock: permits.ManualClock):
+    pacer = Pacer(permits.FixedWindowLimiter(10, 1.0, queue_limit=0, clock=clock))
+    pacer.pause("k", 2.0)
+    with pytest.raises(PauseOutlasts):
+        await pacer.wait_async("k", deadline_ns=1_000_000_000)
+    assert await pacer.wait_async("other", deadline_ns=0)  # another key is not paused
+    assert clock.now() == 0.0
+
+
+def test_take_gives_up_on_a_paused_key(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(10, 1.0, clock=clock)
+    pacer = Pacer(limiter)
+    pacer.pause("k", 1.0)
+    assert pacer.take("k") is None
+    assert pacer.take("other")
+    assert limiter.statistics().total_successful_leases == 1 and clock.now() == 0.0
+
+
+async def test_take_async_gives_back_a_permit_granted_to_a_key_paused_meanwhile(clock: permits.ManualClock):
+    limiter = permits.FixedWindowLimiter(1, 1.0, clock=clock, queue_limit=1)
+    pacer = Pacer(limiter)
+    assert await pacer.take_async("k")
+    queued = asyncio.create_task(pacer.take_async("k"))
+    while limiter.statistics().current_queued_count == 0:
+        await asyncio.sleep(0)
+    pacer.pause("k", 5.0)
+    clock.advance(1.0)  # grants the queued request: it gives the permit back and returns None
+    assert await queued is None
+    assert limiter.available_permits() == 1
