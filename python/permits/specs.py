@@ -246,8 +246,10 @@ def parse(text: str) -> SlidingWindow:
     second, minute, hour or day, singular or plural, any case).
 
     The spec never grants more than the count in any interval of that length (``"10/second"``: at
-    most 10 in any second, wherever the second starts), so a client pacing itself with it never
-    trips a server enforcing the same rate, whatever algorithm the server uses. A ``FixedWindow``
+    most 10 in any second, wherever the second starts), whatever algorithm a server enforcing the
+    same rate uses. That is counted when the permits are granted: a server counts arrivals, which
+    the network shifts by a varying delay, so a client keeps a margin below the server's limit
+    (docs/clients.md, "What a server sees"). A ``FixedWindow``
     or a ``TokenBucket`` of the same numbers does not promise that: either can grant the count at
     the end of one window (or from a full bucket) and the count again just after, twice the count
     in a moment.
