@@ -66,15 +66,6 @@ pthread_mutex_t* lock_of(char* data, std::uint32_t shard) {
     return reinterpret_cast<pthread_mutex_t*>(data + kTableHead + shard * kLockBytes);
 }
 
-std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
-    return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
-}
-
-Holding holding_of(std::int64_t tag) {
-    return {static_cast<std::uint32_t>(tag & 0xffff),
-            static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
-}
-
 std::uint64_t entry_tag(std::uint32_t holder, std::uint32_t generation) {
     return (static_cast<std::uint64_t>(generation) << 32) | (holder + 1);
 }

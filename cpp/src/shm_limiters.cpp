@@ -37,17 +37,6 @@ Pair make_state(std::int64_t seq, std::uint32_t pending, std::int64_t available,
                                       static_cast<std::uint32_t>(static_cast<std::int32_t>(delta)))};
 }
 
-/// A lease's tag: the holder slot and its generation, so that only the process holding the lease
-/// (not a forked child's copy, nor a holder reclaimed meanwhile) gives its permits back.
-std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
-    return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
-}
-
-Holding holding_of(std::int64_t tag) {
-    return {static_cast<std::uint32_t>(tag & 0xffff),
-            static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
-}
-
 /// A named concurrency limiter: the engine's Limiter (queue, leases, waits) over a ConcurrencyView.
 class SharedConcurrency final : public SharedLimiter {
 public:

@@ -13,30 +13,19 @@
 
 #include "permits/shm_key_table.hpp"
 #include "permits/shm_limiters.hpp"
+#include "shm_support.hpp"
 #include "support.hpp"
 
 using namespace permits;
 using namespace permits::shm;
 using permits::testing::kSec;
 using permits::testing::make_clock;
+using permits::testing::Two;
 
 namespace {
 
 constexpr Nanos kHour = 3600 * kSec;
 const QueueOptions kNoQueue{0, QueueOrder::OldestFirst};
-
-struct Two {
-    std::shared_ptr<ManualClock> clock = make_clock();
-    std::string name;
-    std::shared_ptr<Store> a;
-    std::shared_ptr<Store> b;
-    explicit Two(const char* what) : name("ctest-lost-" + std::string(what) + "-" + std::to_string(::getpid())) {
-        const Segment::Options opts{64, 0600, ClockKind::Manual};
-        a = std::make_shared<Store>(Segment::open(name, opts), clock);
-        b = std::make_shared<Store>(Segment::open(name, opts), clock);
-        Segment::unlink(name);
-    }
-};
 
 /// What another process does to this one when its heartbeat stopped in another pid namespace:
 /// its slot reclaimed, its permits given back in every named limiter, its per-key entries stale.

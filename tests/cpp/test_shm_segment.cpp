@@ -27,33 +27,17 @@
 
 #include "permits/shm_key_table.hpp"
 #include "permits/shm_limiters.hpp"
+#include "shm_support.hpp"
 #include "support.hpp"
 
 using namespace permits;
 using namespace permits::shm;
 using permits::testing::kSec;
 using permits::testing::make_clock;
+using permits::testing::Two;
+using permits::testing::unique_name;
 
 namespace {
-
-std::string unique_name(const char* what) {
-    static std::atomic<int> n{0};
-    return std::string("ctest-") + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(n.fetch_add(1));
-}
-
-/// A segment opened twice (two mappings, as two processes have), its name removed at once.
-struct Two {
-    std::shared_ptr<ManualClock> clock = make_clock();
-    std::string name;
-    std::shared_ptr<Store> a;
-    std::shared_ptr<Store> b;
-    explicit Two(const char* what, std::uint64_t capacity = 64) : name(unique_name(what)) {
-        const Segment::Options opts{capacity, 0600, ClockKind::Manual};
-        a = std::make_shared<Store>(Segment::open(name, opts), clock);
-        b = std::make_shared<Store>(Segment::open(name, opts), clock);
-        Segment::unlink(name);
-    }
-};
 
 const QueueOptions kNoQueue{0, QueueOrder::OldestFirst};
 

@@ -93,6 +93,18 @@ struct Holding {
     std::uint32_t generation = 0;
 };
 
+/// A lease's tag: the holder slot and its generation, so that only the process holding the lease
+/// (not a forked child's copy, nor a holder reclaimed meanwhile) gives its permits back.
+inline std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
+    return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
+}
+
+/// The holding a lease's tag names.
+inline Holding holding_of(std::int64_t tag) {
+    return {static_cast<std::uint32_t>(tag & 0xffff),
+            static_cast<std::uint32_t>(static_cast<std::uint64_t>(tag) >> 16)};
+}
+
 struct Header {
     std::uint64_t magic;
     std::uint32_t version;
