@@ -1,6 +1,10 @@
-"""The store limiters' backend on Redis: each step one Lua script (redis_scripts.py), run by
-EVALSHA and loaded again (EVAL) where the server answers NOSCRIPT (a restart, SCRIPT FLUSH, a
-Cluster node that never saw it).
+"""The store limiters' backend on Redis: each step one Lua function (redis_scripts.py). A single
+server or Sentinel-managed master runs the steps as Redis Functions (FCALL; the library is loaded by
+FUNCTION LOAD where the server answers "Function not found": a restart, FUNCTION FLUSH, a new server).
+Servers without FUNCTION (Redis < 7, or a user not allowed it) and Cluster clients run them as
+scripts by EVALSHA, loaded again (EVAL) where the server answers NOSCRIPT: redis-py asks a Cluster node
+for an FCALL's keys (COMMAND GETKEYS) before every call, a second round trip, while it reads an
+EVALSHA's keys itself.
 
 Keys: a name's state is a hash ``<prefix>{<tag>}:<name>`` and, for the sliding window and
 concurrency, a second key ``<prefix>{<tag>}~<name>``. ``<tag>`` is 16 hex digits of a hash of the
@@ -38,17 +42,35 @@ from .rules import KINDS, Rule
 class _Script(NamedTuple):
     source: str
     sha: str
+    function: str  # its name in the library
 
 
-def _script(source: str) -> _Script:
-    return _Script(source, hashlib.sha1(source.encode()).hexdigest())
+def _script(op: str, source: str) -> _Script:
+    return _Script(source, hashlib.sha1(source.encode()).hexdigest(), redis_scripts.FUNCTIONS[op])
 
 
-_TAKE = _script(redis_scripts.TAKE)
-_TAKE_BATCH = _script(redis_scripts.TAKE_BATCH)
-_REFUND = _script(redis_scripts.REFUND)
-_RENEW = _script(redis_scripts.RENEW)
-_AVAILABLE = _script(redis_scripts.AVAILABLE)
+_TAKE = _script("take", redis_scripts.TAKE)
+_TAKE_BATCH = _script("take_batch", redis_scripts.TAKE_BATCH)
+_REFUND = _script("refund", redis_scripts.REFUND)
+_RENEW = _script("renew", redis_scripts.RENEW)
+_AVAILABLE = _script("available", redis_scripts.AVAILABLE)
+
+
+def _no_functions(exc: redis.exceptions.ResponseError) -> bool:
+    """The server has no FUNCTION/FCALL (Redis < 7), or this user may not use them."""
+    text = str(exc)
+    return isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("unknown command")
+
+
+def _function_missing(exc: redis.exceptions.ResponseError) -> bool:
+    """FCALL of a function the server does not have (never loaded, FUNCTION FLUSH, a restart)."""
+    return str(exc).startswith("Function not found")
+
+
+def _already_loaded(exc: redis.exceptions.ResponseError) -> bool:
+    """FUNCTION LOAD of the library another client loaded first (its name is its code's hash)."""
+    return str(exc).endswith("already exists")
+
 
 Name = str | bytes
 Keys = tuple[bytes, bytes]  # a state's hash and its second key
@@ -123,6 +145,9 @@ class RedisBackend:
         self._keys_made: dict[Name, Keys] = {}
         self._rules_made: dict[Rule, tuple[int, list[bytes], bytes]] = {}
         self._eviction_asked = False  # (the server's maxmemory-policy, asked once: redis_eviction)
+        #: Whether steps run as Redis Functions (FCALL) rather than scripts (EVALSHA): not for a
+        #: Cluster client (see the module's doc), nor once the server has refused FUNCTION/FCALL.
+        self._functions = not isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
         self._eviction_task: asyncio.Task[None] | None = None
 
     # ---- the steps ----
@@ -322,16 +347,13 @@ class RedisBackend:
     def _run(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         deadline = time.monotonic() + self._timeout
         try:
-            client = self._sync_client()
+            client = self._bounded.client if self._bounded is not None else self._sync_client()
             if not self._eviction_asked:
                 self._eviction_asked = True
                 redis_eviction.check(client)
             while True:
                 try:
-                    try:
-                        return client.evalsha(script.sha, len(keys), *keys, *args)
-                    except redis.exceptions.NoScriptError:
-                        return client.eval(script.source, len(keys), *keys, *args)
+                    return self._call(client, script, keys, args)
                 except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
                     # The keys' Cluster slot is moving between nodes (TRYAGAIN; redis-py's own
                     # retries of it end as "TTL exhausted"): asked again until the move is done,
@@ -341,6 +363,33 @@ class RedisBackend:
                     time.sleep(TRY_AGAIN_PAUSE)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
+
+    def _call(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+        if self._functions:
+            try:
+                return client.execute_command("FCALL", script.function, 2, *keys, *args)
+            except redis.exceptions.ResponseError as exc:
+                if not (_function_missing(exc) or self._refused(exc)):
+                    raise
+            if self._functions:
+                try:
+                    client.function_load(redis_scripts.LIBRARY)
+                except redis.exceptions.ResponseError as exc:
+                    if not (_already_loaded(exc) or self._refused(exc)):
+                        raise
+            if self._functions:
+                return client.execute_command("FCALL", script.function, 2, *keys, *args)
+        try:
+            return client.execute_command("EVALSHA", script.sha, 2, *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.execute_command("EVAL", script.source, 2, *keys, *args)
+
+    def _refused(self, exc: redis.exceptions.ResponseError) -> bool:
+        """FUNCTION/FCALL unsupported or not allowed: the steps run as scripts from now on."""
+        if _no_functions(exc):
+            self._functions = False
+            return True
+        return False
 
     async def _discover_slots(self, client: Any) -> None:
         """An asyncio Cluster client that has not learnt the slots yet learns them in one task
@@ -364,16 +413,34 @@ class RedisBackend:
                     await self._discover_slots(client)
                 while True:
                     try:
-                        try:
-                            return await client.evalsha(script.sha, len(keys), *keys, *args)
-                        except redis.exceptions.NoScriptError:
-                            return await client.eval(script.source, len(keys), *keys, *args)
+                        return await self._call_async(client, script, keys, args)
                     except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
                         if not _moving(exc):
                             raise
                         await asyncio.sleep(TRY_AGAIN_PAUSE)  # (as _run; the timeout above ends it)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
+
+    async def _call_async(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+        """As _call, awaited."""
+        if self._functions:
+            try:
+                return await client.execute_command("FCALL", script.function, 2, *keys, *args)
+            except redis.exceptions.ResponseError as exc:
+                if not (_function_missing(exc) or self._refused(exc)):
+                    raise
+            if self._functions:
+                try:
+                    await client.function_load(redis_scripts.LIBRARY)
+                except redis.exceptions.ResponseError as exc:
+                    if not (_already_loaded(exc) or self._refused(exc)):
+                        raise
+            if self._functions:
+                return await client.execute_command("FCALL", script.function, 2, *keys, *args)
+        try:
+            return await client.execute_command("EVALSHA", script.sha, 2, *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return await client.execute_command("EVAL", script.source, 2, *keys, *args)
 
 
 if TYPE_CHECKING:  # mypy checks that the class is a Backend
