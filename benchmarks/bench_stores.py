@@ -18,8 +18,9 @@ limits). Four tables:
    each) against a bare ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` on a table of the same
    shape, and pyrate-limiter's PostgresBucket.
 
-Cases of a table alternate in rounds of ``--duration`` seconds; a case's figure is its best round
-(the median is shown too). A peer missing shows "not installed"; one that fails shows its error.
+Cases of a table alternate in rounds of ``--duration`` seconds; each case shows its best round and
+its median, and each goal's ratio is of medians (of bests in brackets). A peer missing shows "not
+installed"; one that fails shows its error.
 """
 
 from __future__ import annotations
@@ -354,36 +355,39 @@ def show(rows: list[Row]) -> None:
 
 
 def ratios(rows: list[Row]) -> list[str]:
-    def best(table: str, name: str) -> float:
-        return next((r.best for r in rows if r.table == table and r.name == name and r.status == "ok"), 0.0)
+    """Each goal's ratio of medians (of the interleaved rounds), then of bests."""
 
-    def fastest(table: str, group: str) -> tuple[str, float]:
-        found = [(r.name, r.best) for r in rows if r.table == table and r.group == group and r.status == "ok"]
-        return max(found, key=lambda f: f[1], default=("-", 0.0))
+    def row(table: str, name: str) -> Row | None:
+        return next((r for r in rows if r.table == table and r.name == name and r.status == "ok"), None)
+
+    def fastest(table: str, group: str) -> Row | None:
+        found = [r for r in rows if r.table == table and r.group == group and r.status == "ok"]
+        return max(found, key=lambda r: r.median, default=None)
+
+    def ratio(ours: Row | None, other: Row | None) -> str:
+        if ours is None or other is None or not other.median or not other.best:
+            return "-"
+        return f"{ours.median / other.median:.2f} (best {ours.best / other.best:.2f})"
 
     lines = []
     for table, ours_name in (
         ("Redis, sync", "permits fixed_window acquire()"),
         ("Redis, asyncio (64 tasks)", "permits fixed_window acquire_async()"),
     ):
-        ours_best = best(table, ours_name)
-        peer, peer_best = fastest(table, "peer")
-        floor_name, floor_best = fastest(table, "floor")
-        if ours_best and peer_best:
-            lines.append(f"{table}: {ours_name} / fastest peer ({peer}) = {ours_best / peer_best:.2f}x (goal >= 2)")
-        if ours_best and floor_best:
-            lines.append(f"{table}: {ours_name} / floor ({floor_name}) = {ours_best / floor_best:.2f} (goal >= 0.7)")
-    plain, reserved = (
-        best("Reservation", "permits fixed_window acquire(), plain"),
-        best("Reservation", "permits fixed_window acquire(), reserve=100"),
-    )
+        ours, peer, floor = row(table, ours_name), fastest(table, "peer"), fastest(table, "floor")
+        if ours and peer:
+            lines.append(f"{table}: {ours_name} / fastest peer ({peer.name}) = {ratio(ours, peer)}x (goal >= 1)")
+        if ours and floor:
+            lines.append(f"{table}: {ours_name} / floor ({floor.name}) = {ratio(ours, floor)} (goal >= 0.7)")
+    plain = row("Reservation", "permits fixed_window acquire(), plain")
+    reserved = row("Reservation", "permits fixed_window acquire(), reserve=100")
     if plain and reserved:
-        lines.append(f"Reservation: reserve=100 / plain = {reserved / plain:.1f}x (goal >= 20)")
-    upsert = best("PostgreSQL, sync", "INSERT ... ON CONFLICT ... RETURNING (plain)")
+        lines.append(f"Reservation: reserve=100 / plain = {ratio(reserved, plain)}x (goal >= 20)")
+    upsert = row("PostgreSQL, sync", "INSERT ... ON CONFLICT ... RETURNING (plain)")
     for name in ("permits token_bucket acquire()", "permits fixed_window acquire()"):
-        ours_best = best("PostgreSQL, sync", name)
-        if upsert and ours_best:
-            lines.append(f"PostgreSQL: {name} / plain upsert = {ours_best / upsert:.2f} (goal >= 0.8)")
+        ours = row("PostgreSQL, sync", name)
+        if upsert and ours:
+            lines.append(f"PostgreSQL: {name} / plain upsert = {ratio(ours, upsert)} (goal >= 0.8)")
     return lines
 
 
@@ -411,7 +415,10 @@ def main() -> None:
         rows += run_table("Redis, asyncio (64 tasks)", redis_async_cases(redis_server.url), args, is_async=True)
         rows += run_table("Reservation", reservation_cases(redis_server.url), args, is_async=False)
         rows += run_table("PostgreSQL, sync", postgres_cases(postgres.conninfo), args, is_async=False)
+    import permits
+
     print(f"bench_stores.py, {datetime.date.today()}, Python {platform.python_version()}, {platform.machine()}")
+    print(f"permits from {Path(permits.__file__).parent}")
     show(rows)
     print()
     for line in ratios(rows):

@@ -40,6 +40,14 @@ class RedisStore(ServerStore):
     the server every time. ``available_permits()`` is what a request in this process would find:
     the server's available permits and those this process holds (others do not find the latter).
     With a ManualClock, idle permits go back only when the test calls ``store._returns.return_now()``.
+
+    ``wait_replicas=N``: a grant counts only once N replicas have it (Redis ``WAIT``, on the connection
+    that made it, waiting at most half of ``timeout``): a failover that promotes a replica holding it
+    keeps it (with N the number of replicas, any failover does).
+    When fewer acknowledge in time, the grant is not trusted: its permits go back and the acquisition
+    ends as ``on_error`` says (a ``permits.BackendError`` saying "only k of N replicas acknowledged").
+    Refusals, refunds and renewals do not wait. None or 0: grants do not wait (Redis replicates
+    asynchronously: a failover may lose the grants of the last moments).
     """
 
     def __init__(
@@ -51,6 +59,7 @@ class RedisStore(ServerStore):
         timeout: float = 1.0,
         reserve: int | None = None,
         clock: Any = None,
+        wait_replicas: int | None = None,
     ) -> None:
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
@@ -59,7 +68,9 @@ class RedisStore(ServerStore):
         acquisition ends as ``on_error`` says."""
         self.prefix = prefix
         """What every key this store writes on the server starts with."""
-        self._backend = RedisBackend(client, prefix=prefix, timeout=self.timeout)
+        self._backend = RedisBackend(client, prefix=prefix, timeout=self.timeout, wait_replicas=wait_replicas)
+        self.wait_replicas = self._backend._replicas or None
+        """How many replicas must have a grant before it counts, or None (grants do not wait)."""
         self._setup(on_error, clock)
         if reserve is not None:
             if isinstance(reserve, bool) or not isinstance(reserve, int):
@@ -81,7 +92,8 @@ class RedisStore(ServerStore):
 
     def __repr__(self) -> str:
         reserve = "" if self.reserve is None else f" reserve={self.reserve}"
-        return f"<RedisStore prefix={self.prefix!r} on_error={self.on_error!r}{reserve}>"
+        replicas = "" if self.wait_replicas is None else f" wait_replicas={self.wait_replicas}"
+        return f"<RedisStore prefix={self.prefix!r} on_error={self.on_error!r}{reserve}{replicas}>"
 
 
 __all__ = ["RedisStore"]

@@ -1,6 +1,10 @@
-"""The store limiters' backend on Redis: each step one Lua script (redis_scripts.py), run by
-EVALSHA and loaded again (EVAL) where the server answers NOSCRIPT (a restart, SCRIPT FLUSH, a
-Cluster node that never saw it).
+"""The store limiters' backend on Redis: each step one Lua function (redis_scripts.py). A single
+server or Sentinel-managed master runs the steps as Redis Functions (FCALL; the library is loaded by
+FUNCTION LOAD where the server answers "Function not found": a restart, FUNCTION FLUSH, a new server).
+Servers without FUNCTION (Redis < 7, or a user not allowed it) and Cluster clients run them as
+scripts by EVALSHA, loaded again (EVAL) where the server answers NOSCRIPT: redis-py asks a Cluster node
+for an FCALL's keys (COMMAND GETKEYS) before every call, a second round trip, while it reads an
+EVALSHA's keys itself.
 
 Keys: a name's state is a hash ``<prefix>{<tag>}:<name>`` and, for the sliding window and
 concurrency, a second key ``<prefix>{<tag>}~<name>``. ``<tag>`` is 16 hex digits of a hash of the
@@ -16,6 +20,7 @@ refilled since the grant's period).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import threading
@@ -28,9 +33,10 @@ import redis.asyncio.cluster
 import redis.exceptions
 
 from ..errors import BackendError
-from . import redis_eviction, redis_scripts
+from . import redis_eviction, redis_replicas, redis_scripts
 from .backend import Backend, Outcome
 from .batch import Batch, Batching
+from .deadlines import Deadlines
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client, unavailable_reason
 from .rules import KINDS, Rule
 
@@ -38,17 +44,35 @@ from .rules import KINDS, Rule
 class _Script(NamedTuple):
     source: str
     sha: str
+    function: str  # its name in the library
 
 
-def _script(source: str) -> _Script:
-    return _Script(source, hashlib.sha1(source.encode()).hexdigest())
+def _script(op: str, source: str) -> _Script:
+    return _Script(source, hashlib.sha1(source.encode()).hexdigest(), redis_scripts.FUNCTIONS[op])
 
 
-_TAKE = _script(redis_scripts.TAKE)
-_TAKE_BATCH = _script(redis_scripts.TAKE_BATCH)
-_REFUND = _script(redis_scripts.REFUND)
-_RENEW = _script(redis_scripts.RENEW)
-_AVAILABLE = _script(redis_scripts.AVAILABLE)
+_TAKE = _script("take", redis_scripts.TAKE)
+_TAKE_BATCH = _script("take_batch", redis_scripts.TAKE_BATCH)
+_REFUND = _script("refund", redis_scripts.REFUND)
+_RENEW = _script("renew", redis_scripts.RENEW)
+_AVAILABLE = _script("available", redis_scripts.AVAILABLE)
+
+
+def _no_functions(exc: redis.exceptions.ResponseError) -> bool:
+    """The server has no FUNCTION/FCALL (Redis < 7), or this user may not use them."""
+    text = str(exc)
+    return isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("unknown command")
+
+
+def _function_missing(exc: redis.exceptions.ResponseError) -> bool:
+    """FCALL of a function the server does not have (never loaded, FUNCTION FLUSH, a restart)."""
+    return str(exc).startswith("Function not found")
+
+
+def _already_loaded(exc: redis.exceptions.ResponseError) -> bool:
+    """FUNCTION LOAD of the library another client loaded first (its name is its code's hash)."""
+    return str(exc).endswith("already exists")
+
 
 Name = str | bytes
 Keys = tuple[bytes, bytes]  # a state's hash and its second key
@@ -99,7 +123,9 @@ class RedisBackend:
     #: ManualClock raise it: there a rule's lifetime says nothing about the real time between steps.
     key_margin_ms: int = 1000
 
-    def __init__(self, client: Any, *, prefix: str = "permits:", timeout: float = 1.0) -> None:
+    def __init__(
+        self, client: Any, *, prefix: str = "permits:", timeout: float = 1.0, wait_replicas: int | None = None
+    ) -> None:
         self.is_async: bool | None = is_async_client(client)
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
@@ -123,20 +149,46 @@ class RedisBackend:
         self._keys_made: dict[Name, Keys] = {}
         self._rules_made: dict[Rule, tuple[int, list[bytes], bytes]] = {}
         self._eviction_asked = False  # (the server's maxmemory-policy, asked once: redis_eviction)
+        #: Whether steps run as Redis Functions (FCALL) rather than scripts (EVALSHA): not for a
+        #: Cluster client (see the module's doc), nor once the server has refused FUNCTION/FCALL.
+        self._functions = not isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
         self._eviction_task: asyncio.Task[None] | None = None
+        self._deadlines = Deadlines(self._timeout)  # (asyncio steps)
+        #: Grants wait for this many replicas (redis_replicas), WAIT waiting at most _wait_ms.
+        self._replicas = redis_replicas.check_wait_replicas(wait_replicas)
+        self._wait_ms = redis_replicas.wait_ms(self._timeout)
+        self._waiting_ready: set[str] = set()  # the scripts whose function or script was loaded
 
     # ---- the steps ----
 
     def take(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
         self._sync_only("take")
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
-        return self._outcome(name, rule, self._run(_TAKE, keys, args))
+        if not self._replicas:
+            return self._outcome(name, rule, self._run(_TAKE, keys, args))
+        reply, acked = self._run(_TAKE, keys, args, self._call_waiting)
+        out = self._outcome(name, rule, reply)
+        if out.granted and acked < self._replicas:
+            if n:
+                with contextlib.suppress(BackendError):  # (then the master keeps it: never counted twice)
+                    self.refund(name, rule, n, out.stamp, lease_id, now_ns)
+            raise self._unreplicated(acked)
+        return out
 
     def take_batch(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
         """A batch of ``n`` to ``most`` permits (``permits._stores.batch``): time-based kinds."""
         self._sync_only("take_batch")
         keys, args = self._batch_args(name, rule, n, most, now_ns)
-        return self._batch(name, rule, self._run(_TAKE_BATCH, keys, args))
+        if not self._replicas:
+            return self._batch(name, rule, self._run(_TAKE_BATCH, keys, args))
+        reply, acked = self._run(_TAKE_BATCH, keys, args, self._call_waiting)
+        batch = self._batch(name, rule, reply)
+        if batch.granted and acked < self._replicas:
+            if batch.taken:
+                with contextlib.suppress(BackendError):
+                    self.refund(name, rule, batch.taken, batch.stamp, None, now_ns)
+            raise self._unreplicated(acked)
+        return batch
 
     def refund(self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
         self._sync_only("refund")
@@ -156,12 +208,30 @@ class RedisBackend:
     async def take_async(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
         self._async_only("take_async")
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
-        return self._outcome(name, rule, await self._run_async(_TAKE, keys, args))
+        if not self._replicas:
+            return self._outcome(name, rule, await self._run_async(_TAKE, keys, args))
+        reply, acked = await self._run_async(_TAKE, keys, args, self._call_waiting_async)
+        out = self._outcome(name, rule, reply)
+        if out.granted and acked < self._replicas:
+            if n:
+                with contextlib.suppress(BackendError):
+                    await self.refund_async(name, rule, n, out.stamp, lease_id, now_ns)
+            raise self._unreplicated(acked)
+        return out
 
     async def take_batch_async(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
         self._async_only("take_batch_async")
         keys, args = self._batch_args(name, rule, n, most, now_ns)
-        return self._batch(name, rule, await self._run_async(_TAKE_BATCH, keys, args))
+        if not self._replicas:
+            return self._batch(name, rule, await self._run_async(_TAKE_BATCH, keys, args))
+        reply, acked = await self._run_async(_TAKE_BATCH, keys, args, self._call_waiting_async)
+        batch = self._batch(name, rule, reply)
+        if batch.granted and acked < self._replicas:
+            if batch.taken:
+                with contextlib.suppress(BackendError):
+                    await self.refund_async(name, rule, batch.taken, batch.stamp, None, now_ns)
+            raise self._unreplicated(acked)
+        return batch
 
     async def refund_async(
         self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
@@ -319,19 +389,18 @@ class RedisBackend:
                 self._bounded = bounded_sync_client(self._client, self._timeout)
             return self._bounded.client
 
-    def _run(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+    def _run(self, script: _Script, keys: Keys, args: Sequence[bytes | str], call: Any = None) -> Any:
+        """The step's reply (``call``: how it is sent, by default ``_call``), within the timeout."""
+        call = call or self._call
         deadline = time.monotonic() + self._timeout
         try:
-            client = self._sync_client()
+            client = self._bounded.client if self._bounded is not None else self._sync_client()
             if not self._eviction_asked:
                 self._eviction_asked = True
                 redis_eviction.check(client)
             while True:
                 try:
-                    try:
-                        return client.evalsha(script.sha, len(keys), *keys, *args)
-                    except redis.exceptions.NoScriptError:
-                        return client.eval(script.source, len(keys), *keys, *args)
+                    return call(client, script, keys, args)
                 except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
                     # The keys' Cluster slot is moving between nodes (TRYAGAIN; redis-py's own
                     # retries of it end as "TTL exhausted"): asked again until the move is done,
@@ -341,6 +410,33 @@ class RedisBackend:
                     time.sleep(TRY_AGAIN_PAUSE)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
+
+    def _call(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+        if self._functions:
+            try:
+                return client.execute_command("FCALL", script.function, 2, *keys, *args)
+            except redis.exceptions.ResponseError as exc:
+                if not (_function_missing(exc) or self._refused(exc)):
+                    raise
+            if self._functions:
+                try:
+                    client.function_load(redis_scripts.LIBRARY)
+                except redis.exceptions.ResponseError as exc:
+                    if not (_already_loaded(exc) or self._refused(exc)):
+                        raise
+            if self._functions:
+                return client.execute_command("FCALL", script.function, 2, *keys, *args)
+        try:
+            return client.execute_command("EVALSHA", script.sha, 2, *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.execute_command("EVAL", script.source, 2, *keys, *args)
+
+    def _refused(self, exc: redis.exceptions.ResponseError) -> bool:
+        """FUNCTION/FCALL unsupported or not allowed: the steps run as scripts from now on."""
+        if _no_functions(exc):
+            self._functions = False
+            return True
+        return False
 
     async def _discover_slots(self, client: Any) -> None:
         """An asyncio Cluster client that has not learnt the slots yet learns them in one task
@@ -353,27 +449,118 @@ class RedisBackend:
         async with lock:
             await client.initialize()  # a no-op once it knows the slots
 
-    async def _run_async(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+    async def _run_async(self, script: _Script, keys: Keys, args: Sequence[bytes | str], call: Any = None) -> Any:
+        call = call or self._call_async
         client = self._client
         if not self._eviction_asked:
             self._eviction_asked = True
             self._eviction_task = asyncio.ensure_future(redis_eviction.check_async(client, self._timeout))
         try:
-            async with asyncio.timeout(self._timeout):
+            with self._deadlines.start():
                 if getattr(client, "_initialize", False) and isinstance(client, redis.asyncio.cluster.RedisCluster):
                     await self._discover_slots(client)
                 while True:
                     try:
-                        try:
-                            return await client.evalsha(script.sha, len(keys), *keys, *args)
-                        except redis.exceptions.NoScriptError:
-                            return await client.eval(script.source, len(keys), *keys, *args)
+                        return await call(client, script, keys, args)
                     except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
                         if not _moving(exc):
                             raise
-                        await asyncio.sleep(TRY_AGAIN_PAUSE)  # (as _run; the timeout above ends it)
+                        await asyncio.sleep(TRY_AGAIN_PAUSE)  # (as _run; the deadline above ends it)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
+
+    async def _call_async(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+        """As _call, awaited."""
+        if self._functions:
+            try:
+                return await client.execute_command("FCALL", script.function, 2, *keys, *args)
+            except redis.exceptions.ResponseError as exc:
+                if not (_function_missing(exc) or self._refused(exc)):
+                    raise
+            if self._functions:
+                try:
+                    await client.function_load(redis_scripts.LIBRARY)
+                except redis.exceptions.ResponseError as exc:
+                    if not (_already_loaded(exc) or self._refused(exc)):
+                        raise
+            if self._functions:
+                return await client.execute_command("FCALL", script.function, 2, *keys, *args)
+        try:
+            return await client.execute_command("EVALSHA", script.sha, 2, *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return await client.execute_command("EVAL", script.source, 2, *keys, *args)
+
+    # ---- grants that wait for replicas (wait_replicas) ----
+
+    def _waiting_command(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, ...]:
+        if self._functions:
+            return ("FCALL", script.function, 2, *keys, *args)
+        return ("EVALSHA", script.sha, 2, *keys, *args)
+
+    def _call_waiting(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, int]:
+        """As _call, followed by WAIT on the same connection: (the reply, the replicas that have it).
+        The function or script is loaded first (once): a WAIT after a step the server did not run
+        would wait for nothing, as long as a replica missing."""
+        for _ in range(3):
+            if script.sha not in self._waiting_ready:
+                self._load(client, script)
+            command = self._waiting_command(script, keys, args)
+            reply, acked = redis_replicas.send(client, command, keys[0], self._replicas, self._wait_ms)
+            if not self._missing(reply, script):
+                return reply, acked
+        raise BackendError("Redis kept answering that the step's function or script is missing")
+
+    async def _call_waiting_async(
+        self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]
+    ) -> tuple[Any, int]:
+        for _ in range(3):
+            if script.sha not in self._waiting_ready:
+                await self._load_async(client, script)
+            command = self._waiting_command(script, keys, args)
+            reply, acked = await redis_replicas.send_async(client, command, keys[0], self._replicas, self._wait_ms)
+            if not self._missing(reply, script):
+                return reply, acked
+        raise BackendError("Redis kept answering that the step's function or script is missing")
+
+    def _load(self, client: Any, script: _Script) -> None:
+        if self._functions:
+            try:
+                client.function_load(redis_scripts.LIBRARY)
+            except redis.exceptions.ResponseError as exc:
+                if not (_already_loaded(exc) or self._refused(exc)):
+                    raise
+        if not self._functions:
+            client.script_load(script.source)
+        self._waiting_ready.add(script.sha)
+
+    async def _load_async(self, client: Any, script: _Script) -> None:
+        if self._functions:
+            try:
+                await client.function_load(redis_scripts.LIBRARY)
+            except redis.exceptions.ResponseError as exc:
+                if not (_already_loaded(exc) or self._refused(exc)):
+                    raise
+        if not self._functions:
+            await client.script_load(script.source)
+        self._waiting_ready.add(script.sha)
+
+    def _missing(self, reply: Any, script: _Script) -> bool:
+        """Whether the server did not have the step's function or script (then loaded again);
+        any other error reply is raised."""
+        if not isinstance(reply, BaseException):
+            return False
+        if isinstance(reply, redis.exceptions.ResponseError) and (
+            isinstance(reply, redis.exceptions.NoScriptError) or _function_missing(reply) or self._refused(reply)
+        ):
+            self._waiting_ready.discard(script.sha)
+            return True
+        raise reply
+
+    def _unreplicated(self, acked: int) -> BackendError:
+        return BackendError(
+            f"only {acked} of {self._replicas} replicas acknowledged the grant within {self._wait_ms} ms "
+            "(WAIT): not trusted, its permits were given back"
+        )
 
 
 if TYPE_CHECKING:  # mypy checks that the class is a Backend

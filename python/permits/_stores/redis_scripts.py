@@ -1,6 +1,16 @@
-"""The Lua scripts of the Redis backend: one per operation (TAKE, TAKE_BATCH, REFUND, RENEW,
-AVAILABLE), each run atomically by the server. Every script is the shared prelude (exact integers,
-the arguments, the state's header) followed by its own body.
+"""The Lua code of the Redis backend: one step per operation (take, take_batch, refund, renew,
+available), each run atomically by the server, in two forms made from the same pieces:
+
+* ``LIBRARY``: a Redis Functions library (Redis >= 7: FUNCTION LOAD once, then FCALL ``FUNCTIONS[op]``).
+  Its helpers are made once, when the server loads it; a step only runs its own code. Its name and
+  its functions' names end in a hash of its code: versions sharing a server never clash.
+* ``TAKE``, ``TAKE_BATCH``, ``REFUND``, ``RENEW``, ``AVAILABLE``: one script each (EVALSHA), for
+  servers without FUNCTION and for Cluster clients. A script makes its helpers anew on every call, so
+  it makes only those of the rule's kind and its operation.
+
+Both run ``begin()`` first (the arguments, the time, the state's header: ``{0, stored signature}``
+on a mismatch), then the operation's body, which reads the step as upvalues (a library's are set
+by each call: a step runs alone on the server, and sets every one of them before use).
 
 Why exact integers by hand: Redis runs Lua 5.1, whose numbers are doubles, exact only below 2**53.
 Times in nanoseconds since the epoch are ~1.8e18, and the sliding window counter compares
@@ -20,36 +30,47 @@ Calling convention (KEYS and ARGV only: names and lease ids never become Lua sou
 
 from __future__ import annotations
 
+import hashlib
+
 from .redis_wide import WIDE as _WIDE
 
-# The arguments, the time of the step and the state's header; answers {0, sig} on a mismatch.
-_PRELUDE = (
-    _WIDE
-    + r"""
-local H, X = KEYS[1], KEYS[2]
-local SIG, KIND = ARGV[1], ARGV[2]
-local LIMIT, AMOUNT = tonumber(ARGV[3]), tonumber(ARGV[5])
-local PERIOD = wstr(ARGV[4])
-local TTL_MS = tonumber(ARGV[6])
-local NOW_S, NOW = ARGV[7], nil
-if NOW_S == '' then
-  -- the server's clock: seconds and microseconds, both exact as doubles (no decimal to parse)
-  local t = redis.call('TIME')
-  NOW = pair(tonumber(t[1]), tonumber(t[2]) * 1000)
-  NOW_S = wfmt(NOW)
-else
-  NOW = wstr(NOW_S)
-end
-local LEASE_TTL = wstr(ARGV[8])
+# The step's arguments and state, as upvalues of every helper (begin() sets them).
+_STATE = r"""
+local H, X, SIG, KIND, LIMIT, AMOUNT, PERIOD, TTL_MS, NOW_S, NOW, LEASE_TTL
+local F, EXISTS, ANCHOR, SINCE, SEG
 local ZERO = 0
+"""
 
-local F = redis.call('HMGET', H, 'sig', 'anchor', 'a', 'b', 'c')
-if F[1] and F[1] ~= SIG then return {0, F[1]} end
-local EXISTS = F[1] ~= false
-local ANCHOR = EXISTS and wstr(F[2]) or NOW
--- time since the anchor; a clock read before the anchor (a server's clock stepped back) counts as it
-local SINCE = wcmp(NOW, ANCHOR) > 0 and wsub(NOW, ANCHOR) or ZERO
+# The arguments, the time of the step and the state's header; answers {0, sig} on a mismatch.
+_BEGIN = r"""
+local function begin()
+  H, X = KEYS[1], KEYS[2]
+  SIG, KIND = ARGV[1], ARGV[2]
+  LIMIT, AMOUNT = tonumber(ARGV[3]), tonumber(ARGV[5])
+  PERIOD = wstr(ARGV[4])
+  TTL_MS = tonumber(ARGV[6])
+  NOW_S, NOW = ARGV[7], nil
+  if NOW_S == '' then
+    -- the server's clock: seconds and microseconds, both exact as doubles (no decimal to parse)
+    local t = redis.call('TIME')
+    NOW = pair(tonumber(t[1]), tonumber(t[2]) * 1000)
+    NOW_S = wfmt(NOW)
+  else
+    NOW = wstr(NOW_S)
+  end
+  LEASE_TTL = wstr(ARGV[8])
 
+  F = redis.call('HMGET', H, 'sig', 'anchor', 'a', 'b', 'c')
+  if F[1] and F[1] ~= SIG then return {0, F[1]} end
+  EXISTS = F[1] ~= false
+  ANCHOR = EXISTS and wstr(F[2]) or NOW
+  -- time since the anchor; a clock read before the anchor (a server's clock stepped back) counts as it
+  SINCE = wcmp(NOW, ANCHOR) > 0 and wsub(NOW, ANCHOR) or ZERO
+  SEG = (KIND == 'sliding_window') and wdiv(PERIOD, wnum(AMOUNT)) or ZERO
+end
+"""
+
+_COMMON = r"""
 local function index_of(length) return wdiv(SINCE, length) end
 local function start_of(index, length) return wadd(ANCHOR, wmul(index, length)) end
 -- nanoseconds from now until `at` (0 if past), as a decimal string
@@ -69,113 +90,119 @@ local function save(a, b, c)
   if KIND == 'sliding_window' then redis.call('PEXPIRE', X, TTL_MS) end
 end
 
--- Each kind's functions, made only for the rule's kind (a step makes all its closures anew).
+-- each kind's functions (_KINDS)
 local tb_view, fw_view, swc_view, swc_available, sw_entry, sw_view, cc_drop_expired, cc_save
-local SEG = (KIND == 'sliding_window') and wdiv(PERIOD, wnum(AMOUNT)) or ZERO
-if KIND == 'token_bucket' then
-  -- token bucket: a = period index of the last change, b = tokens then.
-  -- Returns the period index now (never before a) and the tokens in it.
-  function tb_view()
-    local sp = EXISTS and wstr(F[3]) or ZERO
-    local tokens = EXISTS and tonumber(F[4]) or LIMIT
-    local p = wmax(index_of(PERIOD), sp)
-    if tokens < LIMIT and wcmp(p, sp) > 0 then
-      local periods = wsub(p, sp)
-      local to_full = iceil(LIMIT - tokens, AMOUNT)
-      if wcmp(periods, wnum(to_full)) >= 0 then tokens = LIMIT else tokens = tokens + wval(periods) * AMOUNT end
+"""
+
+#: Each kind's functions, by kind (a script makes only its rule's kind's).
+_KINDS: dict[str, str] = {
+    "token_bucket": r"""
+-- token bucket: a = period index of the last change, b = tokens then.
+-- Returns the period index now (never before a) and the tokens in it.
+function tb_view()
+  local sp = EXISTS and wstr(F[3]) or ZERO
+  local tokens = EXISTS and tonumber(F[4]) or LIMIT
+  local p = wmax(index_of(PERIOD), sp)
+  if tokens < LIMIT and wcmp(p, sp) > 0 then
+    local periods = wsub(p, sp)
+    local to_full = iceil(LIMIT - tokens, AMOUNT)
+    if wcmp(periods, wnum(to_full)) >= 0 then tokens = LIMIT else tokens = tokens + wval(periods) * AMOUNT end
+  end
+  return p, tokens
+end
+""",
+    "fixed_window": r"""
+-- fixed window: a = window index of the last change, b = permits counted in it.
+-- Returns the window now (never before a), the permits used in it, and the window of the clock.
+function fw_view()
+  local sw = EXISTS and wstr(F[3]) or ZERO
+  local count = EXISTS and tonumber(F[4]) or 0
+  local idx = index_of(PERIOD)
+  local w = wmax(idx, sw)
+  return w, (wcmp(w, sw) == 0) and count or 0, idx
+end
+""",
+    "sliding_window_counter": r"""
+-- sliding window counter: a = window index, b = previous window's count, c = current's.
+-- Returns the window now (never before a), its counts, the ns elapsed in it, and the clock's window.
+function swc_view()
+  local sw = EXISTS and wstr(F[3]) or ZERO
+  local prev = EXISTS and tonumber(F[4]) or 0
+  local cur = EXISTS and tonumber(F[5]) or 0
+  local idx, rem = wdivmod(SINCE, PERIOD)
+  local w = wmax(idx, sw)
+  local c = wcmp(w, sw)
+  if c > 0 then
+    if wcmp(w, wadd(sw, 1)) == 0 then prev, cur = cur, 0 else prev, cur = 0, 0 end
+  end
+  -- a stored window ahead of the clock's: none of it has elapsed
+  local elapsed = (wcmp(w, idx) == 0) and rem or ZERO
+  return w, prev, cur, elapsed, idx
+end
+-- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0,
+-- which is limit - cur - prev + floor(prev*elapsed / W) (the rest is a whole multiple of W)
+function swc_available(prev, cur, elapsed)
+  local left = LIMIT - cur - prev + wval(wdiv(wmul(wnum(prev), elapsed), PERIOD))
+  return left > 0 and left or 0
+end
+""",
+    "sliding_window": r"""
+-- sliding window: a = head (the segment of the last grant), b = permits held in the list X,
+-- whose items are "segment:count", oldest first, pruned to the head's window.
+function sw_entry(item)
+  local j, count = string.match(item, '^(%d+):(%d+)$')
+  return wstr(j), tonumber(count)
+end
+-- The segment now (never before the head), and the permits held in its window (the list's total
+-- less the items that left the window since the head's segment).
+function sw_view()
+  local head = EXISTS and wstr(F[3]) or ZERO
+  local total = EXISTS and tonumber(F[4]) or 0
+  local p = wmax(index_of(SEG), head)
+  local used = total
+  if wcmp(p, head) > 0 then
+    local i = 0
+    while true do
+      local item = redis.call('LINDEX', X, i)
+      if not item then break end
+      local j, count = sw_entry(item)
+      if wcmp(wadd(j, wnum(AMOUNT)), p) > 0 then break end -- still inside p's window
+      used = used - count
+      i = i + 1
     end
-    return p, tokens
   end
-elseif KIND == 'fixed_window' then
-  -- fixed window: a = window index of the last change, b = permits counted in it.
-  -- Returns the window now (never before a), the permits used in it, and the window of the clock.
-  function fw_view()
-    local sw = EXISTS and wstr(F[3]) or ZERO
-    local count = EXISTS and tonumber(F[4]) or 0
-    local idx = index_of(PERIOD)
-    local w = wmax(idx, sw)
-    return w, (wcmp(w, sw) == 0) and count or 0, idx
-  end
-elseif KIND == 'sliding_window_counter' then
-  -- sliding window counter: a = window index, b = previous window's count, c = current's.
-  -- Returns the window now (never before a), its counts, the ns elapsed in it, and the clock's window.
-  function swc_view()
-    local sw = EXISTS and wstr(F[3]) or ZERO
-    local prev = EXISTS and tonumber(F[4]) or 0
-    local cur = EXISTS and tonumber(F[5]) or 0
-    local idx, rem = wdivmod(SINCE, PERIOD)
-    local w = wmax(idx, sw)
-    local c = wcmp(w, sw)
-    if c > 0 then
-      if wcmp(w, wadd(sw, 1)) == 0 then prev, cur = cur, 0 else prev, cur = 0, 0 end
-    end
-    -- a stored window ahead of the clock's: none of it has elapsed
-    local elapsed = (wcmp(w, idx) == 0) and rem or ZERO
-    return w, prev, cur, elapsed, idx
-  end
-  -- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0,
-  -- which is limit - cur - prev + floor(prev*elapsed / W) (the rest is a whole multiple of W)
-  function swc_available(prev, cur, elapsed)
-    local left = LIMIT - cur - prev + wval(wdiv(wmul(wnum(prev), elapsed), PERIOD))
-    return left > 0 and left or 0
-  end
-elseif KIND == 'sliding_window' then
-  -- sliding window: a = head (the segment of the last grant), b = permits held in the list X,
-  -- whose items are "segment:count", oldest first, pruned to the head's window.
-  function sw_entry(item)
-    local j, count = string.match(item, '^(%d+):(%d+)$')
-    return wstr(j), tonumber(count)
-  end
-  -- The segment now (never before the head), and the permits held in its window (the list's total
-  -- less the items that left the window since the head's segment).
-  function sw_view()
-    local head = EXISTS and wstr(F[3]) or ZERO
-    local total = EXISTS and tonumber(F[4]) or 0
-    local p = wmax(index_of(SEG), head)
-    local used = total
-    if wcmp(p, head) > 0 then
-      local i = 0
-      while true do
-        local item = redis.call('LINDEX', X, i)
-        if not item then break end
-        local j, count = sw_entry(item)
-        if wcmp(wadd(j, wnum(AMOUNT)), p) > 0 then break end -- still inside p's window
-        used = used - count
-        i = i + 1
+  return p, used, head, total
+end
+""",
+    "concurrency": r"""
+-- concurrency: b = permits held; a field 'l<id>' = "count:expiry" per lease, and X scores each
+-- lease id by its expiry (as a double: only to find the candidates, each checked exactly).
+-- Returns `held` less the expired leases' permits; with `write`, those leases are removed.
+function cc_drop_expired(held, write)
+  local ids = redis.call('ZRANGEBYSCORE', X, '-inf', NOW_S)
+  for _, id in ipairs(ids) do
+    local v = redis.call('HGET', H, 'l' .. id)
+    if not v then
+      if write then redis.call('ZREM', X, id) end
+    else
+      local count, expiry = string.match(v, '^(%d+):(%d+)$')
+      if wcmp(wstr(expiry), NOW) <= 0 then
+        held = held - tonumber(count)
+        if write then redis.call('HDEL', H, 'l' .. id); redis.call('ZREM', X, id) end
       end
     end
-    return p, used, head, total
   end
-elseif KIND == 'concurrency' then
-  -- concurrency: b = permits held; a field 'l<id>' = "count:expiry" per lease, and X scores each
-  -- lease id by its expiry (as a double: only to find the candidates, each checked exactly).
-  -- Returns `held` less the expired leases' permits; with `write`, those leases are removed.
-  function cc_drop_expired(held, write)
-    local ids = redis.call('ZRANGEBYSCORE', X, '-inf', NOW_S)
-    for _, id in ipairs(ids) do
-      local v = redis.call('HGET', H, 'l' .. id)
-      if not v then
-        if write then redis.call('ZREM', X, id) end
-      else
-        local count, expiry = string.match(v, '^(%d+):(%d+)$')
-        if wcmp(wstr(expiry), NOW) <= 0 then
-          held = held - tonumber(count)
-          if write then redis.call('HDEL', H, 'l' .. id); redis.call('ZREM', X, id) end
-        end
-      end
-    end
-    return held
-  end
-  function cc_save(held)
-    redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'b', held)
-    -- both keys outlive the latest lease: extended, never shortened (holders choose their ttl)
-    for _, key in ipairs({H, X}) do
-      if redis.call('PTTL', key) < TTL_MS then redis.call('PEXPIRE', key, TTL_MS) end
-    end
+  return held
+end
+function cc_save(held)
+  redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'b', held)
+  -- both keys outlive the latest lease: extended, never shortened (holders choose their ttl)
+  for _, key in ipairs({H, X}) do
+    if redis.call('PTTL', key) < TTL_MS then redis.call('PEXPIRE', key, TTL_MS) end
   end
 end
-"""
-)
+""",
+}
 
 # The body of a take of `n` (TAKE itself, and TAKE_BATCH's take of its batch as a function of n).
 _TAKE_BODY = r"""
@@ -304,22 +331,32 @@ else -- concurrency
 end
 """
 
-#: One step: ARGV[9] = n, ARGV[10] = the lease id (concurrency). Answers "1 granted(0/1) available
-#: retry_after-ns("-1": none) stamp" as one string (a client parses one bulk reply much faster than
-#: an array of five), or the prelude's {0, recorded signature} on a mismatch.
-TAKE = _PRELUDE + "\nlocal function take(n)" + _TAKE_BODY + "end\nreturn table.concat(take(tonumber(ARGV[9])), ' ')\n"
+_TAKE = "local function take(n)" + _TAKE_BODY + "end\n"
 
-#: A batch (time-based kinds): ARGV[9] = n, ARGV[10] = most (n <= most, 1 <= most). Granted iff a
+#: Each operation's body, run after begin(), with whether it takes (needs take()) and its
+#: function's flags (available writes nothing: a replica may answer it).
+#:
+#: take: ARGV[9] = n, ARGV[10] = the lease id (concurrency). Answers "1 granted(0/1) available
+#: retry_after-ns("-1": none) stamp" as one string (a client parses one bulk reply much faster than
+#: an array of five), or begin()'s {0, recorded signature} on a mismatch.
+#:
+#: take_batch (time-based kinds): ARGV[9] = n, ARGV[10] = most (n <= most, 1 <= most). Granted iff a
 #: take of n is; then it takes min(most, what fits now), at least n. Answers TAKE's five, then the
 #: permits taken (0 when refused) and the ns until the batch stops being valid (its stamp's end:
 #: the window's for the fixed window and the counter, the segment's for the sliding window, the
 #: next refill's for the token bucket; "0" when refused).
-TAKE_BATCH = (
-    _PRELUDE
-    + "\nlocal function take(n)"
-    + _TAKE_BODY
-    + r"""end
-
+#:
+#: refund: undoes a grant: ARGV[9] = n, ARGV[10] = the grant's stamp, ARGV[11] = the lease id
+#: (concurrency). Answers {1}.
+#:
+#: renew (concurrency): ARGV[9..] = lease ids, whose expiry becomes now + lease_ttl (those still
+#: recorded). Answers {1, the ids not recorded (forgotten: expired, flushed, lost with a restart)...}.
+#:
+#: available: the permits a request would find now; writes nothing. Answers {1, available}.
+_OPS: dict[str, tuple[str, bool, str]] = {
+    "take": ("return table.concat(take(tonumber(ARGV[9])), ' ')\n", True, ""),
+    "take_batch": (
+        r"""
 local n, most = tonumber(ARGV[9]), tonumber(ARGV[10])
 -- what fits now (a take's grant decides on the same), the stamp's index and its length
 local fits, index, length
@@ -345,14 +382,12 @@ local granted = r[2] == 1
 r[6] = granted and k or 0
 r[7] = granted and wait_until(start_of(wadd(index, {1}), length)) or '0'
 return r
-"""
-)
-
-#: Undoes a grant: ARGV[9] = n, ARGV[10] = the grant's stamp, ARGV[11] = the lease id
-#: (concurrency). Answers {1}.
-REFUND = (
-    _PRELUDE
-    + r"""
+""",
+        True,
+        "",
+    ),
+    "refund": (
+        r"""
 if not EXISTS then return {1} end -- the state is gone: as good as new already
 local n = tonumber(ARGV[9])
 local tag = wstr(ARGV[10])
@@ -400,14 +435,12 @@ else -- concurrency: the lease's release
   cc_save(held)
 end
 return {1}
-"""
-)
-
-#: Concurrency: ARGV[9..] = lease ids, whose expiry becomes now + lease_ttl (those still recorded).
-#: Answers {1, the ids not recorded (forgotten: expired, flushed, lost with a restart)...}.
-RENEW = (
-    _PRELUDE
-    + r"""
+""",
+        False,
+        "",
+    ),
+    "renew": (
+        r"""
 local out = {1}
 if KIND ~= 'concurrency' then return out end
 if not EXISTS then
@@ -428,13 +461,12 @@ for i = 9, #ARGV do
 end
 cc_save(held)
 return out
-"""
-)
-
-#: The permits a request would find now; writes nothing. Answers {1, available}.
-AVAILABLE = (
-    _PRELUDE
-    + r"""
+""",
+        False,
+        "",
+    ),
+    "available": (
+        r"""
 if not EXISTS then return {1, LIMIT} end
 if KIND == 'token_bucket' then
   local _, tokens = tb_view()
@@ -450,5 +482,73 @@ elseif KIND == 'sliding_window' then
   return {1, LIMIT - used}
 end
 return {1, LIMIT - cc_drop_expired(tonumber(F[4]), false)}
+""",
+        False,
+        "no-writes",
+    ),
+}
+
+
+def _script(op: str) -> str:
+    """The script of one operation: its helpers, then begin(), then its kind's functions, then its body."""
+    body, takes, _ = _OPS[op]
+    kinds = "".join(
+        f"{'if' if i == 0 else 'elseif'} KIND == '{kind}' then\n{code}" for i, (kind, code) in enumerate(_KINDS.items())
+    )
+    return (
+        _WIDE
+        + _STATE
+        + _COMMON
+        + (_TAKE if takes else "")
+        + _BEGIN
+        + "local mismatch = begin()\nif mismatch then return mismatch end\n"
+        + kinds
+        + "end\n"
+        + body
+    )
+
+
+TAKE = _script("take")
+TAKE_BATCH = _script("take_batch")
+REFUND = _script("refund")
+RENEW = _script("renew")
+AVAILABLE = _script("available")
+
+
+def _library() -> tuple[str, str, dict[str, str]]:
+    """The library's code, its name and its functions' names (each ending in a hash of the code)."""
+    ops = "".join(f"local function op_{op}()\n{body}end\n" for op, (body, _, _) in _OPS.items())
+    code = (
+        "local KEYS, ARGV -- each call's\n"
+        + _WIDE
+        + _STATE
+        + _COMMON
+        + "".join(_KINDS.values())
+        + _TAKE
+        + _BEGIN
+        + ops
+        + r"""
+local function step(op)
+  return function(keys, args)
+    KEYS, ARGV = keys, args
+    local mismatch = begin()
+    if mismatch then return mismatch end
+    return op()
+  end
+end
 """
-)
+    )
+    tag = hashlib.sha1(code.encode()).hexdigest()[:16]
+    names = {op: f"permits_{op}_{tag}" for op in _OPS}
+    registered = "".join(
+        f"redis.register_function{{function_name = '{names[op]}', callback = step(op_{op})"
+        + (f", flags = {{'{flags}'}}" if flags else "")
+        + "}\n"
+        for op, (_, _, flags) in _OPS.items()
+    )
+    name = f"permits_{tag}"
+    return f"#!lua name={name}\n" + code + registered, name, names
+
+
+#: The Redis Functions library, its name, and each operation's function.
+LIBRARY, LIBRARY_NAME, FUNCTIONS = _library()

@@ -24,9 +24,10 @@ too (``{1}``, ``{}``).
 from __future__ import annotations
 
 WIDE = r"""
--- Every step makes these functions anew, and each upvalue a function captures costs a walk of
--- the open upvalues then: fast paths use literals (P = 9000000000000000, G = 1000000000) and
--- globals, and the general path is made only when a step needs it.
+-- A script (not the library of functions) makes these functions anew at every step, and each
+-- upvalue a function captures costs a walk of the open upvalues then: fast paths use literals
+-- (P = 9000000000000000, G = 1000000000) and globals, and the general path is made only when a
+-- step needs it.
 
 -- floor(a / b) for plain non-negative integers a, b > 0 below 2**53: the double quotient is at
 -- most one off, and each check's product is exact or, rounded, still on the right side of a

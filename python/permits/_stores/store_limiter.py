@@ -19,6 +19,7 @@ import os
 import secrets
 import warnings
 import weakref
+from collections.abc import Coroutine
 from typing import Any
 
 from .. import _lost_leases, _pausing, _polling
@@ -59,6 +60,23 @@ def _step_threads() -> concurrent.futures.ThreadPoolExecutor:
     if _steps is None or _steps[0] != os.getpid():
         _steps = (os.getpid(), concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="permits-store-step"))
     return _steps[1]
+
+
+async def _answering(step: Coroutine[Any, Any, Outcome], answer: asyncio.Future[Outcome]) -> Outcome | None:
+    """Runs a step and hands its outcome, or its error, to ``answer`` (unless cancelled). Returns the
+    outcome (None after an error: the error is the answer's, and nobody else's to report)."""
+    try:
+        out = await step
+    except asyncio.CancelledError:
+        answer.cancel()
+        raise
+    except Exception as exc:
+        if not answer.done():
+            answer.set_exception(exc)
+        return None
+    if not answer.done():
+        answer.set_result(out)
+    return out
 
 
 def lease_id() -> str:
@@ -248,9 +266,12 @@ class StoreLimiter(RateLimiter):
             return self._take(n)
         self.store._housekeep()
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
-        step = asyncio.ensure_future(backend.take_async(self._state, self._rule, n, lid, self._now()))
+        # The step runs in a task of its own, which hands its outcome to `answer`: a cancellation of
+        # this task cancels the answer, never the step (asyncio.shield's guarantee, one hop shorter).
+        answer: asyncio.Future[Outcome] = loop.create_future()
+        step = loop.create_task(_answering(backend.take_async(self._state, self._rule, n, lid, self._now()), answer))
         try:
-            out = await asyncio.shield(step)
+            out = await answer
         except BackendError as error:
             return self._failed(error, n)
         except asyncio.CancelledError:
@@ -260,10 +281,13 @@ class StoreLimiter(RateLimiter):
         return self._lease_of(out, n, lid)
 
     def _undo(
-        self, step: asyncio.Future[Outcome] | concurrent.futures.Future[Outcome], n: int, lid: str | None
+        self, step: asyncio.Future[Outcome | None] | concurrent.futures.Future[Outcome], n: int, lid: str | None
     ) -> None:
-        if not step.cancelled() and step.exception() is None and step.result().granted and n:
-            self._give_back(n, step.result().stamp, lid)
+        if step.cancelled() or step.exception() is not None:
+            return
+        out = step.result()
+        if out is not None and out.granted and n:
+            self._give_back(n, out.stamp, lid)
 
     # ---- leases the server forgot (the renewal found them gone) ----
     def _reassert(self, forgotten: list[str]) -> None:

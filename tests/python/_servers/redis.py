@@ -6,6 +6,8 @@ temporary directory removed when it stops.
 * ``redis_sentinel`` (session): a master and one sentinel watching it (service ``mymaster``).
 * ``own_redis`` (function): a server of the test's own, which it may kill (SIGKILL), restart on the
   same port, or stop and continue (SIGSTOP/SIGCONT).
+* ``redis_replicated`` (function): a master and one replica of it (``--replicaof``), linked; the test
+  may pause and resume the replica.
 
 Without redis-server (or redis-cli), the fixtures skip, saying how to install them; with the
 environment variable CI=true they fail instead (CI must run every test).
@@ -35,9 +37,11 @@ import redis.sentinel
 __all__ = [
     "RedisCluster",
     "RedisProcess",
+    "RedisReplicated",
     "RedisSentinel",
     "own_redis",
     "redis_cluster",
+    "redis_replicated",
     "redis_sentinel",
     "redis_server",
 ]
@@ -218,6 +222,44 @@ def own_redis() -> Iterator[RedisProcess]:
     """A redis-server for this test alone: it may kill, restart, pause and resume it."""
     with _server("permits-own-redis-") as server:
         yield server
+
+
+class RedisReplicated:
+    """A master and one replica of it."""
+
+    def __init__(self, master: RedisProcess, replica: RedisProcess) -> None:
+        self.master = master
+        self.replica = replica
+
+
+def _linked(master: RedisProcess) -> bool:
+    with master.client(socket_timeout=1.0) as client:
+        info = client.info("replication")
+    return int(info.get("connected_slaves", 0)) == 1 and info.get("slave0", {}).get("state") == "online"
+
+
+@pytest.fixture
+def redis_replicated() -> Iterator[RedisReplicated]:
+    require_redis()
+    with _directory("permits-redis-replicated-") as directory:
+        (directory / "master").mkdir()
+        (directory / "replica").mkdir()
+        master = RedisProcess(directory / "master", [])
+        replica: RedisProcess | None = None
+        try:
+            master.start()
+            replica = RedisProcess(directory / "replica", ["--replicaof", master.host, str(master.port)])
+            replica.start()
+            deadline = time.monotonic() + 30
+            while not _linked(master):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica did not come online within 30 s")
+                time.sleep(0.05)
+            yield RedisReplicated(master, replica)
+        finally:
+            if replica is not None:
+                replica.stop()  # (resumed first if paused)
+            master.stop()
 
 
 class RedisCluster:

@@ -1,9 +1,8 @@
-"""The Redis backend on one server: names, prefixes, signatures, scripts, key lifetimes, leases,
+"""The Redis backend on one server: names, prefixes, signatures, key lifetimes, leases,
 the server's clock, the clients it accepts, and its exact integers."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from typing import Any
@@ -16,7 +15,7 @@ from permits._stores import redis_backend, redis_scripts
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.rules import Rule, rule_of
 
-from _redis_support import KINDS, Steps, backend, fresh_prefix
+from _redis_support import KINDS, backend, fresh_prefix
 
 S = 10**9
 
@@ -151,39 +150,6 @@ def test_different_prefixes_keep_different_states(client: Any) -> None:
     assert not one.take("x", the_rule, 1, None, 0).granted
     # and under its own prefix a name may have another rule
     assert backend(client).take("x", rule("token_bucket"), 1, None, 0).granted
-
-
-# ---- scripts ----
-
-
-def test_steps_work_after_script_flush(store: RedisBackend, client: Any) -> None:
-    take_sha = hashlib.sha1(redis_scripts.TAKE.encode()).hexdigest()
-    the_rule = rule("sliding_window", limit=3)
-    assert store.take("flushed", the_rule, 1, None, 0).granted
-    client.script_flush()
-    assert client.script_exists(take_sha) == [False]
-    assert store.take("flushed", the_rule, 1, None, 0).granted
-    assert client.script_exists(take_sha) == [True]  # loaded again
-    assert store.available("flushed", the_rule, 0) == 1
-    client.script_flush()
-    store.refund("flushed", the_rule, 1, 0, None, 0)
-    assert store.available("flushed", the_rule, 0) == 2
-
-
-async def test_async_steps_work_after_script_flush(redis_server: Any) -> None:
-    client = redis_server.async_client()
-    try:
-        steps = Steps(backend(client))
-        the_rule = rule("token_bucket", limit=3)
-        assert (await steps.take("flushed", the_rule, 2, None, 0)).granted
-        await client.script_flush()
-        assert (await steps.take("flushed", the_rule, 1, None, 0)).granted
-        assert await steps.available("flushed", the_rule, 0) == 0
-    finally:
-        await client.aclose()
-
-
-# ---- key lifetimes ----
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -58,10 +58,11 @@ def reserving(client: Any, clock: permits.ManualClock | None, reserve: int = 4, 
 
 
 def scripts_run(client: Any) -> int:
-    """The scripts the server has run (a NOSCRIPT answer, loaded again by EVAL, counts once)."""
+    """The steps the server has run, as functions or scripts (a "Function not found" or NOSCRIPT
+    answer, then loaded again, counts once)."""
     stats = client.info("commandstats")
     run = 0
-    for name in ("cmdstat_evalsha", "cmdstat_eval"):
+    for name in ("cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval"):
         counts = stats.get(name, {})
         run += int(counts.get("calls", 0)) - int(counts.get("failed_calls", 0)) - int(counts.get("rejected_calls", 0))
     return run

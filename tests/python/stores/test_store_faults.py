@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import permits
-from permits._stores.redis_scripts import TAKE
+from permits._stores.redis_scripts import LIBRARY_NAME, TAKE
 from permits.errors import BackendError
 
 from _store_fixtures import *  # noqa: F403 (the fixtures)
@@ -203,8 +203,9 @@ async def test_a_queued_wait_ends_in_time_when_the_server_fails(own_server: Serv
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("own_server", ["redis"], indirect=True)
 async def test_flushed_scripts_are_loaded_again(own_server: Any, mode: str) -> None:
-    """SCRIPT FLUSH before every step: each kind decides as the engine's limiter of its spec on
-    the same clock, never as a failure (sync and asyncio clients)."""
+    """SCRIPT FLUSH and FUNCTION FLUSH before every step: each kind decides as the engine's limiter
+    of its spec on the same clock, never as a failure (sync and asyncio clients), and the library
+    of functions is loaded again."""
     clock = permits.ManualClock()
     engines: dict[str, Any] = {}
     specs = {
@@ -222,7 +223,9 @@ async def test_flushed_scripts_are_loaded_again(own_server: Any, mode: str) -> N
         for step in range(5):
             for key, (engine, limiter, leases) in engines.items():
                 own_server.command("SCRIPT", "FLUSH")
+                own_server.command("FUNCTION", "FLUSH")
                 assert own_server.command("SCRIPT", "EXISTS", TAKE_SHA) == [0]
+                assert own_server.command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME) == []
                 expected = engine.acquire(1)
                 got = limiter.acquire(1) if key.startswith("sync") else await limiter.acquire_async(1)
                 assert bool(got) == bool(expected), (key, step, got, expected)
@@ -231,11 +234,12 @@ async def test_flushed_scripts_are_loaded_again(own_server: Any, mode: str) -> N
                     assert got.retry_after is None, (key, step, got)
                 else:
                     assert got.retry_after == pytest.approx(expected.retry_after, abs=1e-9), (key, step)
-                assert own_server.command("SCRIPT", "EXISTS", TAKE_SHA) == [1]  # loaded again (EVAL)
+                assert len(own_server.command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME)) == 1  # loaded again
                 leases.append((got, expected))  # (a dropped engine lease would be released)
             clock.advance(0.4)
         for key, (_, _, leases) in engines.items():
             own_server.command("SCRIPT", "FLUSH")
+            own_server.command("FUNCTION", "FLUSH")
             if key.endswith("concurrency"):
                 for lease, _ in leases:
                     lease.release()
