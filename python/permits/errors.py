@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._core import LimiterClosedError
+from ._core import Lease, LimiterClosedError
 
 
 class BackendError(ConnectionError):
@@ -10,4 +10,18 @@ class BackendError(ConnectionError):
     store's ``timeout``; raised when the store's ``on_error`` is ``"raise"``."""
 
 
-__all__ = ["BackendError", "LimiterClosedError"]
+class LeaseFailedError(RuntimeError):
+    """``with limiter:`` / ``async with limiter:`` could not get its permit (the queue was full, the
+    wait timed out, the limiter was closed meanwhile...); ``lease`` is the failed lease, with its
+    ``reason`` and ``retry_after``."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        limiter = lease.metadata.get("limiter", "default")
+        message = f"limiter {limiter!r} granted no permit: {lease.reason or 'limit_reached'}"
+        if lease.retry_after is not None:
+            message += f" (retry after {lease.retry_after:g} s)"
+        super().__init__(message)
+
+
+__all__ = ["BackendError", "LeaseFailedError", "LimiterClosedError"]

@@ -13,6 +13,9 @@ from ._limiter_base import LimiterBase
 from .awaitables import Attempt, LeaseWait, PolledLeaseWait
 from .rate_limiter import Statistics, _check_permit_count
 
+# A keyed limiter has no permit without a key; what a user of ``with limiter:`` means is one key's.
+_WITH_NEEDS_A_KEY = "a keyed limiter needs a key: use `with keyed.wait(key):` or `async with keyed.wait_async(key):`"
+
 
 class KeyedRateLimiter(LimiterBase):
     """The interface of every keyed limiter: the members of ``RateLimiter``, each taking
@@ -109,6 +112,12 @@ class KeyedRateLimiter(LimiterBase):
         n = _check_permit_count(permit_count)
         self._check_open()
         return PolledLeaseWait(_OneResource(self, resource), n)
+
+    def _rl_block_wait(self) -> Lease:
+        raise TypeError(f"{_WITH_NEEDS_A_KEY} (with {type(self).__name__})")
+
+    async def _rl_block_wait_async(self) -> Lease:
+        raise TypeError(f"{_WITH_NEEDS_A_KEY} (async with {type(self).__name__})")
 
     def available_permits(self, resource: object) -> int:
         """The permits a request for ``resource`` could take now: its ``current_available_permits``."""

@@ -55,7 +55,7 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
             raise LimiterClosedError("the limiter is closed")
 
     async def aclose(self) -> None:
-        """``close()`` for async code; ``async with limiter:`` calls it on exit."""
+        """``close()`` for async code (``contextlib.aclosing(limiter)`` calls it at the end of a block)."""
         self.close()  # the engine's table: no partition limiters of their own to await
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:

@@ -139,6 +139,12 @@ class RateLimiter(LimiterBase):
         self._check_open()
         return PolledLeaseWait(self, n)
 
+    def _rl_block_wait(self) -> Lease:
+        return self.wait()
+
+    async def _rl_block_wait_async(self) -> Lease:
+        return await self.wait_async()
+
     def available_permits(self) -> int:
         """The permits a request could take now: ``statistics().current_available_permits``."""
         return self.statistics().current_available_permits

@@ -9,6 +9,7 @@ of the same loop: a call that blocked the loop would never get its answer (the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -270,7 +271,9 @@ def test_keyed_custom_limiter_public_members() -> None:
     assert lim.wait("alice", 2, timeout=1.0)
     with pytest.raises(ValueError, match="permit_count"):
         lim.acquire("alice", -1)
-    with lim:
+    with pytest.raises(TypeError, match="needs a key"), lim:
+        pass
+    with contextlib.closing(lim):
         pass
     with pytest.raises(permits.LimiterClosedError):
         lim.acquire("alice")

@@ -8,6 +8,8 @@ from mypy import api
 
 SNIPPET = textwrap.dedent(
     """
+    import contextlib
+
     import permits
     from permits import Partition, PartitionedLimiter
 
@@ -45,8 +47,10 @@ SNIPPET = textwrap.dedent(
             return permits.Lease.denied("user_limit")
 
     keyed: permits.KeyedRateLimiter = permits.chain(Remote(), PerUser())
-    with PerUser() as users:
+    with contextlib.closing(PerUser()) as users:
         reveal_type(users)
+    with permits.ConcurrencyLimiter(1) as held:  # holds one permit for the block
+        reveal_type(held)
     """
 )
 
@@ -59,3 +63,4 @@ def test_chain_of_a_partitioned_limiter_takes_a_resource(tmp_path):
     assert 'Revealed type is "permits.chain.ChainedPartitionedLimiter"' in out
     assert 'Revealed type is "permits.chain.ChainedLimiter"' in out
     assert 'Revealed type is "snippet.PerUser"' in out
+    assert 'Revealed type is "permits._core.Lease"' in out  # `with limiter as held:`
