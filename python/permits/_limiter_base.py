@@ -8,6 +8,7 @@ from types import TracebackType
 
 from . import _holding, _pausing
 from ._core import Lease, LimiterClosedError
+from ._loop_check import blocks_the_loop
 from .clock import resolve
 
 
@@ -69,6 +70,7 @@ class LimiterBase:
     def __enter__(self) -> Lease:
         """Waits for one permit (``wait()``) and holds it for the block; raises
         ``LeaseFailedError`` when the wait fails. Never closes the limiter."""
+        blocks_the_loop(None, "with limiter:", "async with limiter:")
         return _holding.hold(self, self._rl_block_wait())
 
     def __exit__(

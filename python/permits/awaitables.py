@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import warnings
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
@@ -40,13 +41,28 @@ class _Steps(LeaseWait):
     what ``asyncio.iscoroutine`` accepts). ``await`` calls ``__await__`` directly and never makes
     this extra generator."""
 
-    __slots__ = ("_steps",)
+    __slots__ = ("_steps", "_used")
     _steps: Generator[Any, None, Lease]  # made by the first step; unset until then
+    _used: bool  # awaited, stepped, cancelled or closed; unset until then
+    _made_by = "wait_async"  # the method that returns it, as its warnings name it
 
     def __await__(self) -> Generator[Any, None, Lease]:
         raise NotImplementedError
 
+    # A coroutine's habits: no truth value that hides a missing await, and a warning when one is
+    # collected without ever being awaited (nor cancelled, nor closed).
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"the awaitable of {self._made_by}() has no truth value: did you forget await? "
+            f"(if await limiter.{self._made_by}():)"
+        )
+
+    def __del__(self) -> None:
+        if not getattr(self, "_used", False):
+            warnings.warn(f"{self._made_by}() was never awaited", RuntimeWarning, stacklevel=2)
+
     def _started(self) -> Generator[Any, None, Lease]:
+        self._used = True
         steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
         if steps is None:
             steps = self._steps = self.__await__()
@@ -62,6 +78,7 @@ class _Steps(LeaseWait):
         return steps.throw(typ, val, tb)
 
     def close(self) -> None:
+        self._used = True
         steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
         if steps is not None:
             steps.close()
@@ -72,16 +89,19 @@ class _Ready(_Steps):
     usable as ``async with``, releasing the lease on exit."""
 
     __slots__ = ("_lease",)
+    _made_by = "acquire_async"
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
 
     def __await__(self) -> Generator[Any, None, Lease]:
         # The attempt was made already: any event loop, or none, may take the result.
+        self._used = True
         return self._lease
         yield  # makes this a generator
 
     def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        self._used = True
         if getattr(self, "_steps", None) is None:
             self._lease._refund()  # cancelled before its first step: nobody gets the lease
         return super().throw(typ, val, tb)
@@ -117,6 +137,7 @@ class WaitsOnce(_Steps):
         self._started_once = False
 
     def _start(self) -> None:
+        self._used = True
         if self._started_once:
             raise RuntimeError("cannot reuse an already awaited wait_async()")
         self._started_once = True
@@ -174,6 +195,7 @@ class Attempt(_Steps):
     (as the engine's does). Also usable as ``async with``."""
 
     __slots__ = ("_ask", "_asking", "_lease")
+    _made_by = "acquire_async"
 
     def __init__(self, ask: Callable[[], Coroutine[Any, Any, Lease]]) -> None:
         self._ask = ask
@@ -181,6 +203,7 @@ class Attempt(_Steps):
         self._asking = False
 
     def __await__(self) -> Generator[Any, None, Lease]:
+        self._used = True
         if self._lease is not None:
             return self._lease
         if self._asking:

@@ -10,6 +10,7 @@ from . import _polling
 from ._core import Lease
 from ._durations import timeout_ns
 from ._limiter_base import LimiterBase
+from ._loop_check import blocks_the_loop
 from .awaitables import Attempt, LeaseWait, PolledLeaseWait
 from .rate_limiter import Statistics, _check_permit_count
 
@@ -99,6 +100,7 @@ class KeyedRateLimiter(LimiterBase):
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
         self._check_open()

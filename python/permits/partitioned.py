@@ -21,6 +21,7 @@ from typing import Any
 from . import _pausing
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
+from ._loop_check import blocks_the_loop
 from ._partition_wait import ENGINE_TYPES, PartitionWait
 from ._unraisable import report_unraisable
 from .awaitables import LeaseWait
@@ -434,6 +435,7 @@ class PartitionedLimiter(KeyedRateLimiter):
         partition key that is not a ``str``, ``bytes``, ``int`` or a tuple of them,
         ``LimiterClosedError`` after ``close()``.
         """
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         while True:
             found = self._entry(resource)

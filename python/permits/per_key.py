@@ -7,6 +7,7 @@ from typing import Any
 from . import _core
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns, timeout_ns
+from ._loop_check import blocks_the_loop
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _template_of
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
@@ -67,6 +68,7 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
         ``bytes``, ``int`` or a tuple of them, ``ValueError`` for a negative timeout or a bad
         ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
         """
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None)
         return result if isinstance(result, Lease) else result.block()
