@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from . import _pausing
 from ._core import Lease, LimiterClosedError
@@ -528,6 +528,32 @@ class PartitionedLimiter(KeyedRateLimiter):
 
     def __repr__(self) -> str:
         return f"<PartitionedLimiter name={self.name!r} partitions={len(self._entries)}>"
+
+    # A spec or a rate always makes the engine's table: typed as that one class. A partition template
+    # makes it too when it holds a spec, else (Partition.custom) a PartitionedLimiter.
+    @overload
+    @classmethod
+    def per_key(
+        cls,
+        template: Spec[RateLimiter] | str,
+        *,
+        idle_timeout: float = ...,
+        max_partitions: int | None = ...,
+        clock: Any = ...,
+        name: str | None = ...,
+    ) -> PerKeyLimiter: ...
+
+    @overload
+    @classmethod
+    def per_key(
+        cls,
+        template: Partition,
+        *,
+        idle_timeout: float = ...,
+        max_partitions: int | None = ...,
+        clock: Any = ...,
+        name: str | None = ...,
+    ) -> PerKeyLimiter | PartitionedLimiter: ...
 
     @classmethod
     def per_key(

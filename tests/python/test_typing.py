@@ -51,6 +51,8 @@ SNIPPET = textwrap.dedent(
         reveal_type(users)
     with permits.ConcurrencyLimiter(1) as held:  # holds one permit for the block
         reveal_type(held)
+    reveal_type(PartitionedLimiter.per_key("10/second"))
+    reveal_type(PartitionedLimiter.per_key(permits.specs.Concurrency(2)))
     """
 )
 
@@ -64,3 +66,4 @@ def test_chain_of_a_partitioned_limiter_takes_a_resource(tmp_path):
     assert 'Revealed type is "permits.chain.ChainedLimiter"' in out
     assert 'Revealed type is "snippet.PerUser"' in out
     assert 'Revealed type is "permits._core.Lease"' in out  # `with limiter as held:`
+    assert out.count('Revealed type is "permits.per_key.PerKeyLimiter"') == 2  # per_key() of a spec or a rate
