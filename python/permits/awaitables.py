@@ -44,7 +44,11 @@ class _Steps(LeaseWait):
     __slots__ = ("_steps", "_used")
     _steps: Generator[Any, None, Lease]  # made by the first step; unset until then
     _used: bool  # awaited, stepped, cancelled or closed; unset until then
-    _made_by = "wait_async"  # the method that returns it, as its warnings name it
+
+    @property
+    def _made_by(self) -> str:
+        """The method that returned it, as its errors and warnings name it."""
+        return "wait_async"
 
     def __await__(self) -> Generator[Any, None, Lease]:
         raise NotImplementedError
@@ -89,7 +93,10 @@ class _Ready(_Steps):
     usable as ``async with``, releasing the lease on exit."""
 
     __slots__ = ("_lease",)
-    _made_by = "acquire_async"
+
+    @property
+    def _made_by(self) -> str:
+        return "acquire_async"
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
@@ -194,13 +201,29 @@ class Attempt(_Steps):
     awaited asks nothing and holds nothing. It asks once: a second await returns the same lease
     (as the engine's does). Also usable as ``async with``."""
 
-    __slots__ = ("_ask", "_asking", "_lease")
-    _made_by = "acquire_async"
+    __slots__ = ("_ask", "_asking", "_by", "_inner", "_lease")
 
-    def __init__(self, ask: Callable[[], Coroutine[Any, Any, Lease]]) -> None:
+    def __init__(
+        self, ask: Callable[[], Coroutine[Any, Any, Lease]], made_by: str = "acquire_async", inner: object = None
+    ) -> None:
+        """``made_by``: the method it stands for; ``inner``: an awaitable made already that ``ask``
+        awaits (a wrapped limiter's), closed when this one goes (dropped unawaited, closed or
+        cancelled before it asked): one warning at most, this one's."""
         self._ask = ask
         self._lease: Lease | None = None
         self._asking = False
+        self._by = made_by
+        self._inner = inner
+
+    @property
+    def _made_by(self) -> str:
+        return self._by
+
+    def __del__(self) -> None:
+        super().__del__()
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()  # (nothing to do for one awaited to its end)
 
     def __await__(self) -> Generator[Any, None, Lease]:
         self._used = True

@@ -62,7 +62,24 @@ def partitioned() -> Any:
     return _Keyed(permits.PartitionedLimiter(lambda key: permits.Partition.concurrency(key, 2)))
 
 
-MAKERS: list[Callable[[], Any]] = [engine, custom, chained, nothing, per_key, partitioned]
+def instrumented() -> Any:
+    prometheus = pytest.importorskip("prometheus_client")
+    from permits.metrics import instrument
+
+    return instrument(permits.ConcurrencyLimiter(2), registry=prometheus.CollectorRegistry())
+
+
+def instrumented_keyed() -> Any:
+    prometheus = pytest.importorskip("prometheus_client")
+    from permits.metrics import instrument
+
+    keyed = permits.PartitionedLimiter.per_key(permits.specs.Concurrency(2))
+    return _Keyed(instrument(keyed, registry=prometheus.CollectorRegistry()))
+
+
+MAKERS: list[Callable[[], Any]] = [
+    engine, custom, chained, nothing, per_key, partitioned, instrumented, instrumented_keyed,
+]  # fmt: skip
 METHODS = ["wait_async", "acquire_async"]
 
 

@@ -117,7 +117,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
         async def observed() -> Lease:
             return observer.outcome(await attempt)
 
-        return Attempt(observed)
+        return Attempt(observed, "acquire_async", attempt)
 
     def wait_async(self, permit_count: int = 1) -> LeaseWait:
         """The wrapped limiter's ``wait_async``, its outcome counted and its time queued observed (a
@@ -126,7 +126,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
         n = _check_permit_count(permit_count)
         if _closed(inner):
             raise LimiterClosedError("the limiter is closed")
-        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (n,)))
+        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (n,)), "wait_async")
 
     def statistics(self) -> Statistics:
         """The wrapped limiter's ``statistics()``."""
@@ -185,7 +185,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
         async def observed() -> Lease:
             return observer.outcome(await attempt)
 
-        return Attempt(observed)
+        return Attempt(observed, "acquire_async", attempt)
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """The wrapped limiter's ``wait_async``, its outcome counted and its time queued observed (a
@@ -194,7 +194,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
         n = _check_permit_count(permit_count)
         if _closed(inner):
             raise LimiterClosedError("the limiter is closed")
-        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (resource, n)))
+        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (resource, n)), "wait_async")
 
     def statistics(self, resource: object = None) -> Statistics:
         """The wrapped limiter's ``statistics(resource)``."""
