@@ -13,6 +13,8 @@ from .clock import resolve
 
 
 class LimiterBase:
+    _rl_keyed = False  # KeyedRateLimiter: True
+
     def __init__(self, *, name: str | None = None, clock: object = None) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
@@ -70,7 +72,8 @@ class LimiterBase:
     def __enter__(self) -> Lease:
         """Waits for one permit (``wait()``) and holds it for the block; raises
         ``LeaseFailedError`` when the wait fails. Never closes the limiter."""
-        blocks_the_loop(None, "with limiter:", "async with limiter:")
+        if not self._rl_keyed:  # (a keyed one raises TypeError at once: nothing blocks)
+            blocks_the_loop(None, "with limiter:", "async with limiter:")
         return _holding.hold(self, self._rl_block_wait())
 
     def __exit__(

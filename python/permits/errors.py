@@ -23,5 +23,18 @@ class LeaseFailedError(RuntimeError):
             message += f" (retry after {lease.retry_after:g} s)"
         super().__init__(message)
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # A lease does not pickle (it may hold permits); the error crosses processes with what it says.
+        lease = self.lease
+        return _failed_again, (lease.reason, lease.retry_after, lease.metadata.get("limiter"), lease.permit_count)
+
+
+def _failed_again(
+    reason: str | None, retry_after: float | None, limiter: object, permit_count: int
+) -> LeaseFailedError:
+    metadata = {} if limiter is None else {"limiter": limiter}
+    lease = Lease.denied(reason or "limit_reached", retry_after=retry_after, metadata=metadata)
+    return LeaseFailedError(lease._with_permit_count(permit_count))
+
 
 __all__ = ["BackendError", "LeaseFailedError", "LimiterClosedError"]

@@ -29,6 +29,8 @@ class KeyedRateLimiter(LimiterBase):
     arguments, then call these hooks.
     """
 
+    _rl_keyed = True
+
     # ---- hooks for custom keyed limiters ----
     def _acquire(self, resource: object, permit_count: int) -> Lease:
         raise NotImplementedError(f"{type(self).__name__} must implement _acquire(resource, permit_count)")

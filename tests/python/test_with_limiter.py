@@ -209,3 +209,16 @@ async def test_closing_stays_close_and_aclose() -> None:
         pass
     with pytest.raises(permits.LimiterClosedError):
         other.acquire()
+
+
+def test_lease_failed_error_pickles_with_what_it_says() -> None:
+    import pickle
+
+    limiter = permits.ConcurrencyLimiter(1, queue_limit=0, name="db")
+    held = limiter.acquire()
+    with pytest.raises(permits.LeaseFailedError) as caught, limiter:
+        pass
+    held.release()
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert str(copy) == str(caught.value)
+    assert copy.lease.reason == "queue_full" and copy.lease.metadata["limiter"] == "db"
