@@ -68,7 +68,9 @@ template <FastCall kind>
 PyObject* per_key_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs < 1 || nargs + nkw > 2) {
-        PyErr_SetString(PyExc_TypeError, "takes a resource and at most a permit_count");
+        // "key": the word users of a per-key limiter have for what they pass first.
+        PyErr_Format(PyExc_TypeError, "%s() takes a key and at most a permit_count: %s(key, permit_count=1)",
+                     fast_call_name(kind), fast_call_name(kind));
         return nullptr;
     }
     if (!only_permit_count_keyword(kwnames)) {

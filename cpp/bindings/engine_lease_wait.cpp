@@ -397,9 +397,38 @@ constexpr int kFreelistSize = 64;
 EngineLeaseWaitObject* g_freelist[kFreelistSize];
 int g_freelist_len = 0;
 
+/// The method that made the awaitable, as the user wrote it.
+const char* made_by(const Core& c) {
+    return c.phase == Phase::Attempt || c.phase == Phase::Acquired ? "acquire_async" : "wait_async";
+}
+
+/// `if limiter.wait_async():` is always true and takes nothing: say so, as a missing await is the cause.
+int aw_bool(PyObject* self) {
+    const char* method = made_by(core_of(self));
+    PyErr_Format(PyExc_TypeError,
+                 "the awaitable of %s() has no truth value: did you forget await? (if await limiter.%s():)", method,
+                 method);
+    return -1;
+}
+
+/// A coroutine's habit: one collected without ever being awaited (nor cancelled, nor closed) warns,
+/// since its caller forgot the await. Nothing was taken (the attempt or the wait starts when stepped).
+void warn_unawaited(const Core& c) {
+    if (c.phase != Phase::New && c.phase != Phase::Attempt) {
+        return;
+    }
+    RaisedError kept = RaisedError::take(); // a dealloc may run while an error is being raised
+    const char* owner = c.target.owner != nullptr ? Py_TYPE(c.target.owner)->tp_name : "limiter";
+    if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "%s.%s() was never awaited", owner, made_by(c)) < 0) {
+        PyErr_WriteUnraisable(c.target.owner); // the warning made an error (-W error): as for a coroutine
+    }
+    kept.restore();
+}
+
 void aw_dealloc(PyObject* self) {
     PyObject_GC_UnTrack(self);
     Core& c = core_of(self);
+    warn_unawaited(c);
     end(c); // a queued wait is not freed while a bridge holds it; this is for one dropped otherwise
     Py_XDECREF(c.result);
     Py_XDECREF(c.target.owner);
@@ -443,6 +472,12 @@ int aw_clear(PyObject* self) {
 
 PyAsyncMethods aw_async = {aw_await, nullptr, nullptr, aw_send};
 
+PyNumberMethods aw_number = [] {
+    PyNumberMethods n{};
+    n.nb_bool = aw_bool;
+    return n;
+}();
+
 PyMethodDef aw_methods[] = {
     {"send", aw_send_method, METH_O, "send($self, value, /)\n--\n\nResumes the wait (asyncio drives this)."},
     {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&aw_throw)), METH_FASTCALL,
@@ -478,6 +513,7 @@ PyTypeObject EngineLeaseWaitType = [] {
     t.tp_traverse = aw_traverse;
     t.tp_clear = aw_clear;
     t.tp_as_async = &aw_async;
+    t.tp_as_number = &aw_number;
     t.tp_iter = PyObject_SelfIter;
     t.tp_iternext = aw_next;
     t.tp_methods = aw_methods;

@@ -17,6 +17,17 @@ namespace permits::bind {
 /// asked when it is awaited).
 enum class FastCall { Acquire, TryNow, WaitAsync, AcquireAsync };
 
+/// The method a FastCall is, as its errors name it.
+constexpr const char* fast_call_name(FastCall kind) {
+    switch (kind) {
+    case FastCall::Acquire: return "acquire";
+    case FastCall::TryNow: return "_try_now";
+    case FastCall::WaitAsync: return "wait_async";
+    case FastCall::AcquireAsync: return "acquire_async";
+    }
+    return "acquire";
+}
+
 /// The shared_ptr holder of `self`, or nullptr with a TypeError set.
 template <class T> const std::shared_ptr<T>* holder_of(PyObject* self) {
     auto vh = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();

@@ -17,7 +17,7 @@ from .engine_limiters import (
     SlidingWindowLimiter,
     TokenBucketLimiter,
 )
-from .errors import BackendError
+from .errors import BackendError, LeaseFailedError
 from .jobs import limit, throttle
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition
@@ -44,6 +44,7 @@ __all__ = [
     "FixedWindowLimiter",
     "KeyedRateLimiter",
     "Lease",
+    "LeaseFailedError",
     "LimiterClosedError",
     "ManualClock",
     "MonotonicClock",

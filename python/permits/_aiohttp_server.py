@@ -27,8 +27,7 @@ from ._http_policy import (
     refund_before_rejection,
     rejection_text,
 )
-from .keyed_limiter import KeyedRateLimiter
-from .rate_limiter import RateLimiter
+from ._rates import LimiterLike
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: What ``limit`` decorates, and returns as it was typed: a handler, a view's method or a ``web.View`` class.
@@ -165,7 +164,7 @@ def _admitted(handoff: Handoff) -> str:
 
 
 def rate_limit_middleware(
-    limiter: RateLimiter | KeyedRateLimiter,
+    limiter: LimiterLike,
     *,
     key: Callable[[Any], Any] | None = None,
     permit_count: int = 1,
@@ -175,6 +174,7 @@ def rate_limit_middleware(
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool = True,
+    retry_after: float | None = None,
     exempt: Iterable[str] = (),
     metrics: object = False,
 ) -> Any:
@@ -189,6 +189,7 @@ def rate_limit_middleware(
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
+        retry_after=retry_after,
     )  # fmt: skip
     prefixes = check_exempt(exempt)
 
@@ -235,7 +236,7 @@ def rate_limit_middleware(
 
 
 def limit(
-    limiter: RateLimiter | KeyedRateLimiter,
+    limiter: LimiterLike,
     *,
     key: Callable[[Any], Any] | None = None,
     permit_count: int = 1,
@@ -245,6 +246,7 @@ def limit(
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool = True,
+    retry_after: float | None = None,
 ) -> Callable[[H], H]:
     """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``, on a
     ``web.View`` class (every method) or on a view's method. Runs after the middleware's global
@@ -255,6 +257,7 @@ def limit(
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
+        retry_after=retry_after,
     )  # fmt: skip
 
     def decorate(handler: Any) -> Any:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import _pausing, specs
 from ._core import Clock, Lease, MonotonicClock
 from ._durations import timeout_ns
+from ._rates import limiter_of
 from ._sync_leaving import client_socket, enqueue_of, wait_unless_left
 from .chain import ChainedLimiter, ChainedPartitionedLimiter
 from .keyed_limiter import KeyedRateLimiter
@@ -130,6 +131,7 @@ def counted(metrics: object, limiter: Any) -> tuple[Any, RequestCounter | None]:
     """A middleware's ``metrics=``: the limiter to use (instrumented) and the counter of its requests
     by result; with False or None, the limiter itself and no counter. permits.metrics (and its
     exporter library) is imported only when asked for."""
+    limiter = limiter_of(limiter, per_key=True)  # (before it is instrumented)
     if metrics is False or metrics is None:
         return limiter, None
     from .metrics._requests import for_middleware
@@ -186,6 +188,17 @@ def check_max_queued(max_queued: object, wait: bool) -> int | None:
     if not wait and max_queued != DEFAULT_MAX_QUEUED:
         raise ValueError("max_queued bounds the waiting requests: it needs wait=True")
     return max_queued
+
+
+def check_retry_after(retry_after: object) -> int | None:
+    """The integrations' ``retry_after``: seconds, sent as whole seconds (rounded up, at least 1)."""
+    if retry_after is None:
+        return None
+    if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+        raise TypeError(f"retry_after must be seconds (int or float) or None, got {type(retry_after).__name__}")
+    if not math.isfinite(retry_after) or retry_after < 0:
+        raise ValueError(f"retry_after must be a finite number of seconds, not negative, got {retry_after!r}")
+    return _retry_seconds(retry_after)
 
 
 def check_sync(name: str, function: object) -> None:
@@ -296,6 +309,7 @@ class Policy:
         "max_queued",
         "on_rejected",
         "permit_count",
+        "retry_after",
         "status_code",
         "timeout",
         "wait",
@@ -313,9 +327,15 @@ class Policy:
         status_code: object,
         on_rejected: object,
         headers: object,
+        retry_after: object = None,
     ) -> None:
+        # A rate ("100/minute") or a spec limits each client: a per-key limiter keyed by `key`.
+        limiter = limiter_of(limiter, per_key=True)
         if not isinstance(limiter, RateLimiter | KeyedRateLimiter):
-            raise TypeError(f"limiter must be a permits.RateLimiter or KeyedRateLimiter, got {type(limiter).__name__}")
+            raise TypeError(
+                "limiter must be a permits.RateLimiter or KeyedRateLimiter, a spec or a rate such as "
+                f"'100/minute', got {type(limiter).__name__}"
+            )
         if key is not None and not callable(key):
             raise TypeError(f"key must be callable (key(request) -> key) or None, got {type(key).__name__}")
         if isinstance(permit_count, bool) or not isinstance(permit_count, int):
@@ -356,6 +376,9 @@ class Policy:
         self.status_code = status_code
         self.on_rejected: Callable[[Any, Lease], Any] | None = on_rejected
         self.headers = headers
+        self.retry_after = check_retry_after(retry_after)
+        """The ``Retry-After`` (whole seconds, at least 1) of a rejection whose lease knows none (a
+        concurrency limit), or None to send none then."""
         # A limiter with one limit for every request (not a chain, not a partitioned limiter whose
         # partitions differ): its figures are worked out here, once, not on every response.
         spec = getattr(limiter, "spec", None)
@@ -506,6 +529,8 @@ class Policy:
         found = [] if quota is None else quota.headers()
         if lease.retry_after is not None:
             found.append(("Retry-After", str(_retry_seconds(lease.retry_after))))
+        elif self.retry_after is not None:
+            found.append(("Retry-After", str(self.retry_after)))
         return found
 
 
@@ -528,11 +553,13 @@ class SyncLimit:
         status_code: object = 429,
         on_rejected: object = None,
         headers: object = True,
+        retry_after: object = None,
         exempt: object = (),
     ) -> None:
         self.policy = Policy(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers,
+            retry_after=retry_after,
         )  # fmt: skip
         """The checked options: ``policy.limiter`` (the instrumented one when the middleware has
         ``metrics``), ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a

@@ -1,18 +1,20 @@
 """What the two interfaces (RateLimiter, KeyedRateLimiter) share: the name and clock, the closed
-flag and the counts a custom limiter's statistics start from, the hooks' lease check, and closing
-(close, aclose, with, async with)."""
+flag and the counts a custom limiter's statistics start from, the hooks' lease check, closing
+(close, aclose) and ``with`` / ``async with``, which hold one permit for the block."""
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Self
 
-from . import _pausing
+from . import _holding, _pausing
 from ._core import Lease, LimiterClosedError
+from ._loop_check import blocks_the_loop
 from .clock import resolve
 
 
 class LimiterBase:
+    _rl_keyed = False  # KeyedRateLimiter: True
+
     def __init__(self, *, name: str | None = None, clock: object = None) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
@@ -52,26 +54,39 @@ class LimiterBase:
 
     def close(self) -> None:
         """Closes the limiter; idempotent. Waits in progress end with a failed lease (reason
-        ``"closed"``); later calls raise ``LimiterClosedError``. ``with limiter:`` closes on exit."""
+        ``"closed"``); later calls raise ``LimiterClosedError``. ``contextlib.closing(limiter)``
+        closes it at the end of a block (``with limiter:`` holds a permit instead)."""
         self._rl_mark_closed()
 
     async def aclose(self) -> None:
-        """``close()`` for async code (a partitioned limiter awaits each partition's ``aclose()``);
-        ``async with limiter:`` calls it on exit."""
+        """``close()`` for async code (a partitioned limiter awaits each partition's ``aclose()``)."""
         self.close()
 
-    def __enter__(self) -> Self:
-        return self
+    # ``with limiter:`` is threading.Semaphore's and aiolimiter's habit: one permit for the block.
+    def _rl_block_wait(self) -> Lease:
+        raise NotImplementedError
+
+    async def _rl_block_wait_async(self) -> Lease:
+        raise NotImplementedError
+
+    def __enter__(self) -> Lease:
+        """Waits for one permit (``wait()``) and holds it for the block; raises
+        ``LeaseFailedError`` when the wait fails. Never closes the limiter."""
+        if not self._rl_keyed:  # (a keyed one raises TypeError at once: nothing blocks)
+            blocks_the_loop(None, "with limiter:", "async with limiter:")
+        return _holding.hold(self, self._rl_block_wait())
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        _holding.let_go(self)
 
-    async def __aenter__(self) -> Self:
-        return self
+    async def __aenter__(self) -> Lease:
+        """Waits for one permit (``wait_async()``) and holds it for the block; raises
+        ``LeaseFailedError`` when the wait fails. Never closes the limiter."""
+        return _holding.hold(self, await self._rl_block_wait_async())
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.aclose()
+        _holding.let_go(self)

@@ -33,9 +33,8 @@ from ._http_policy import (
     rejection_text,
 )
 from ._queued import acquire_or_leave, replaying
-from .keyed_limiter import KeyedRateLimiter
+from ._rates import LimiterLike
 from .keys import _ClientIP, _Header
-from .rate_limiter import RateLimiter
 
 Scope = MutableMapping[str, Any]
 """An ASGI connection scope."""
@@ -112,7 +111,7 @@ class RateLimitMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        limiter: RateLimiter | KeyedRateLimiter,
+        limiter: LimiterLike,
         *,
         key: Callable[[Any], Any] | None = None,
         permit_count: int = 1,
@@ -122,6 +121,7 @@ class RateLimitMiddleware:
         status_code: int = 429,
         on_rejected: Callable[[Any, Lease], Any] | None = None,
         headers: bool = True,
+        retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,
     ) -> None:
@@ -140,6 +140,7 @@ class RateLimitMiddleware:
             status_code=status_code,
             on_rejected=on_rejected,
             headers=headers,
+            retry_after=retry_after,
         )
         """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
         ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a

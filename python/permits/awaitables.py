@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import warnings
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
@@ -40,13 +41,32 @@ class _Steps(LeaseWait):
     what ``asyncio.iscoroutine`` accepts). ``await`` calls ``__await__`` directly and never makes
     this extra generator."""
 
-    __slots__ = ("_steps",)
+    __slots__ = ("_steps", "_used")
     _steps: Generator[Any, None, Lease]  # made by the first step; unset until then
+    _used: bool  # awaited, stepped, cancelled or closed; unset until then
+
+    @property
+    def _made_by(self) -> str:
+        """The method that returned it, as its errors and warnings name it."""
+        return "wait_async"
 
     def __await__(self) -> Generator[Any, None, Lease]:
         raise NotImplementedError
 
+    # A coroutine's habits: no truth value that hides a missing await, and a warning when one is
+    # collected without ever being awaited (nor cancelled, nor closed).
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"the awaitable of {self._made_by}() has no truth value: did you forget await? "
+            f"(if await limiter.{self._made_by}():)"
+        )
+
+    def __del__(self) -> None:
+        if not getattr(self, "_used", False):
+            warnings.warn(f"{self._made_by}() was never awaited", RuntimeWarning, stacklevel=2)
+
     def _started(self) -> Generator[Any, None, Lease]:
+        self._used = True
         steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
         if steps is None:
             steps = self._steps = self.__await__()
@@ -62,6 +82,7 @@ class _Steps(LeaseWait):
         return steps.throw(typ, val, tb)
 
     def close(self) -> None:
+        self._used = True
         steps: Generator[Any, None, Lease] | None = getattr(self, "_steps", None)
         if steps is not None:
             steps.close()
@@ -73,15 +94,21 @@ class _Ready(_Steps):
 
     __slots__ = ("_lease",)
 
+    @property
+    def _made_by(self) -> str:
+        return "acquire_async"
+
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
 
     def __await__(self) -> Generator[Any, None, Lease]:
         # The attempt was made already: any event loop, or none, may take the result.
+        self._used = True
         return self._lease
         yield  # makes this a generator
 
     def throw(self, typ: Any, val: Any = None, tb: TracebackType | None = None) -> Any:
+        self._used = True
         if getattr(self, "_steps", None) is None:
             self._lease._refund()  # cancelled before its first step: nobody gets the lease
         return super().throw(typ, val, tb)
@@ -117,6 +144,7 @@ class WaitsOnce(_Steps):
         self._started_once = False
 
     def _start(self) -> None:
+        self._used = True
         if self._started_once:
             raise RuntimeError("cannot reuse an already awaited wait_async()")
         self._started_once = True
@@ -173,14 +201,32 @@ class Attempt(_Steps):
     awaited asks nothing and holds nothing. It asks once: a second await returns the same lease
     (as the engine's does). Also usable as ``async with``."""
 
-    __slots__ = ("_ask", "_asking", "_lease")
+    __slots__ = ("_ask", "_asking", "_by", "_inner", "_lease")
 
-    def __init__(self, ask: Callable[[], Coroutine[Any, Any, Lease]]) -> None:
+    def __init__(
+        self, ask: Callable[[], Coroutine[Any, Any, Lease]], made_by: str = "acquire_async", inner: object = None
+    ) -> None:
+        """``made_by``: the method it stands for; ``inner``: an awaitable made already that ``ask``
+        awaits (a wrapped limiter's), closed when this one goes (dropped unawaited, closed or
+        cancelled before it asked): one warning at most, this one's."""
         self._ask = ask
         self._lease: Lease | None = None
         self._asking = False
+        self._by = made_by
+        self._inner = inner
+
+    @property
+    def _made_by(self) -> str:
+        return self._by
+
+    def __del__(self) -> None:
+        super().__del__()
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()  # (nothing to do for one awaited to its end)
 
     def __await__(self) -> Generator[Any, None, Lease]:
+        self._used = True
         if self._lease is not None:
             return self._lease
         if self._asking:

@@ -15,6 +15,7 @@ from typing import Any, overload
 from . import _core, _pausing
 from ._core import Lease
 from ._durations import timeout_ns
+from ._loop_check import blocks_the_loop
 from .keyed_limiter import KeyedRateLimiter
 from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 
@@ -214,6 +215,7 @@ class ChainedLimiter(RateLimiter):
         the wait with reason ``"closed"``. Raises ``ValueError`` for a bad ``permit_count``,
         ``LimiterClosedError`` if the chain is closed already.
         """
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()
@@ -328,6 +330,7 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """As ``ChainedLimiter.wait``, for ``resource``: the keyed members wait for its
         permits, the plain ones for their own."""
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         deadline = _Deadline(timeout, self._limiters)
         self._check_open()

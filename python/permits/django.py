@@ -44,8 +44,7 @@ from ._http_policy import (
     refusal,
     rejection_text,
 )
-from .keyed_limiter import KeyedRateLimiter
-from .rate_limiter import RateLimiter
+from ._rates import LimiterLike
 from .wsgi import GRANTED, HANDOFF, release
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -57,7 +56,7 @@ LEASES = "permits.django.leases"
 _RESPONSE = "django.http.HttpResponseBase"
 _OPTIONS = (
     "limiter", "key", "permit_count", "wait", "timeout", "max_queued", "status_code", "on_rejected", "headers",
-    "exempt", "metrics",
+    "retry_after", "exempt", "metrics",
 )  # fmt: skip
 
 
@@ -170,7 +169,7 @@ class RateLimitMiddleware:
 
 
 def limit(
-    limiter: RateLimiter | KeyedRateLimiter,
+    limiter: LimiterLike,
     *,
     key: Callable[[HttpRequest], Any] | None = None,
     permit_count: int = 1,
@@ -180,6 +179,7 @@ def limit(
     status_code: int = 429,
     on_rejected: Callable[[HttpRequest, Lease], HttpResponseBase | None] | None = None,
     headers: bool = True,
+    retry_after: float | None = None,
 ) -> Callable[[View], View]:
     """One view's limit: ``@limit(limiter)`` on a view function, or on a class-based view (its
     ``dispatch``, every method). It runs after the middleware's global limit; a request it rejects
@@ -190,6 +190,7 @@ def limit(
     checked = SyncLimit(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
+        retry_after=retry_after,
     )  # fmt: skip
     return functools.partial(_decorate, checked)
 

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from . import _core, specs
 from ._core import Lease
 from ._durations import Duration, count, timeout_ns
+from ._loop_check import blocks_the_loop
 from .awaitables import LeaseWait, _Ready
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count, _no_copies
 
@@ -105,6 +106,7 @@ class _EngineLimiter(RateLimiter):
         ``ValueError`` for a negative timeout or a bad ``permit_count``, ``LimiterClosedError`` if the
         limiter is closed already.
         """
+        blocks_the_loop(timeout)
         return self._core_self()._wait(_check_permit_count(permit_count), timeout_ns(timeout))
 
     def statistics(self) -> Statistics:

@@ -18,11 +18,10 @@ from fastapi import HTTPException, Request, Response, WebSocket, WebSocketExcept
 from starlette.requests import HTTPConnection
 
 from ._core import Lease
-from ._http_policy import DEFAULT_MAX_QUEUED, DEFAULT_TIMEOUT, Policy, refund_before_rejection
+from ._http_policy import DEFAULT_MAX_QUEUED, DEFAULT_TIMEOUT, Policy, refund_before_rejection, rejection_text
 from ._queued import Message, acquire_or_leave, replaying
+from ._rates import LimiterLike
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
-from .keyed_limiter import KeyedRateLimiter
-from .rate_limiter import RateLimiter
 
 logger = logging.getLogger("permits")
 """The ``permits`` logger: here, a warning (once per ``RateLimit``) when an ``on_rejected`` response
@@ -41,7 +40,8 @@ class RateLimitExceeded(HTTPException):
     what ``on_rejected`` returned (sent by ``rejection_handler``), else None."""
 
     def __init__(self, status_code: int, headers: dict[str, str], lease: Lease, response: Response | None) -> None:
-        super().__init__(status_code, "Too Many Requests", headers)
+        # The same text as every integration's rejection: it names the limiter that refused.
+        super().__init__(status_code, rejection_text(lease), headers)
         self.lease = lease
         """The failed lease: its ``reason`` and ``retry_after``."""
         self.response = response
@@ -61,7 +61,7 @@ async def rejection_handler(request: Request, exc: Exception) -> Response:
         for name, value in (exc.headers or {}).items():
             exc.response.headers.setdefault(name, value)
         return exc.response
-    return Response(b"Too Many Requests", exc.status_code, exc.headers, media_type="text/plain")
+    return Response(rejection_text(exc.lease), exc.status_code, exc.headers, media_type="text/plain")
 
 
 class RateLimit:
@@ -73,7 +73,7 @@ class RateLimit:
 
     def __init__(
         self,
-        limiter: RateLimiter | KeyedRateLimiter,
+        limiter: LimiterLike,
         *,
         key: Callable[[Any], Any] | None = None,
         permit_count: int = 1,
@@ -83,6 +83,7 @@ class RateLimit:
         status_code: int = 429,
         on_rejected: Callable[[Any, Lease], Any] | None = None,
         headers: bool = True,
+        retry_after: float | None = None,
     ) -> None:
         self.policy = Policy(
             limiter,
@@ -94,6 +95,7 @@ class RateLimit:
             status_code=status_code,
             on_rejected=on_rejected,
             headers=headers,
+            retry_after=retry_after,
         )
         """The checked options: ``policy.limiter``, ``policy.key`` (the key function;
         ``client_ip()`` by default for a keyed limiter, None for a plain one), ``permit_count``,

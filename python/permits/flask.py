@@ -38,8 +38,7 @@ from ._http_policy import (
     refund_before_rejection,
     rejection_text,
 )
-from .keyed_limiter import KeyedRateLimiter
-from .rate_limiter import RateLimiter
+from ._rates import LimiterLike
 from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -95,7 +94,7 @@ class RateLimit:
 
     def __init__(
         self,
-        limiter: RateLimiter | KeyedRateLimiter | None = None,
+        limiter: LimiterLike | None = None,
         *,
         key: Callable[[flask.Request], Any] | None = None,
         permit_count: int = 1,
@@ -105,13 +104,14 @@ class RateLimit:
         status_code: int = 429,
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
         headers: bool = True,
+        retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,
     ) -> None:
         options: dict[str, Any] = {
             "key": key, "permit_count": permit_count, "wait": wait, "timeout": timeout, "max_queued": max_queued,
-            "status_code": status_code, "on_rejected": on_rejected, "headers": headers, "exempt": exempt,
-            "metrics": metrics,
+            "status_code": status_code, "on_rejected": on_rejected, "headers": headers,
+            "retry_after": retry_after, "exempt": exempt, "metrics": metrics,
         }  # fmt: skip
         if limiter is None:
             defaults = inspect.signature(RateLimit.__init__).parameters
@@ -141,7 +141,7 @@ class RateLimit:
 
     def limit(
         self,
-        limiter: RateLimiter | KeyedRateLimiter,
+        limiter: LimiterLike,
         *,
         key: Callable[[flask.Request], Any] | None = None,
         permit_count: int = 1,
@@ -151,6 +151,7 @@ class RateLimit:
         status_code: int = 429,
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
         headers: bool = True,
+        retry_after: float | None = None,
     ) -> Callable[[View], View]:
         """One view's limit: ``@rate_limit.limit(limiter)`` under ``@app.route``. It runs after the
         global limit; a request it rejects still counts against the global limit, and the permits
@@ -159,6 +160,7 @@ class RateLimit:
         limit = SyncLimit(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers,
+            retry_after=retry_after,
         )  # fmt: skip
         return functools.partial(_decorate, limit)
 

@@ -14,9 +14,10 @@ import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
-from . import _blocking_jobs, specs
+from . import _blocking_jobs
 from ._core import Lease
 from ._pacing import Pacer, check_permit_count
+from ._rates import limiter_of
 from .keyed_limiter import KeyedRateLimiter
 
 __all__ = ["limit", "throttle"]
@@ -38,11 +39,7 @@ _ASYNC_THROTTLE = "async for over permits.throttle of an async iterable"
 def _limiter_of(limiter: object) -> object:
     """A rate such as "2/second" (``permits.specs.parse``) or a spec stands for a new limiter of it
     (no bound on its queue); anything else is checked by the Pacer."""
-    if isinstance(limiter, str):
-        return specs.parse(limiter).limiter()
-    if isinstance(limiter, specs.Spec):
-        return limiter.limiter()
-    return limiter
+    return limiter_of(limiter, per_key=False)
 
 
 def _check_key(limiter: object, key: object) -> None:

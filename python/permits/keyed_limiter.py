@@ -10,8 +10,12 @@ from . import _polling
 from ._core import Lease
 from ._durations import timeout_ns
 from ._limiter_base import LimiterBase
+from ._loop_check import blocks_the_loop
 from .awaitables import Attempt, LeaseWait, PolledLeaseWait
 from .rate_limiter import Statistics, _check_permit_count
+
+# A keyed limiter has no permit without a key; what a user of ``with limiter:`` means is one key's.
+_WITH_NEEDS_A_KEY = "a keyed limiter needs a key: use `with keyed.wait(key):` or `async with keyed.wait_async(key):`"
 
 
 class KeyedRateLimiter(LimiterBase):
@@ -24,6 +28,8 @@ class KeyedRateLimiter(LimiterBase):
     ``_on_outcome(resource, lease)`` (to count per resource). The public members validate their
     arguments, then call these hooks.
     """
+
+    _rl_keyed = True
 
     # ---- hooks for custom keyed limiters ----
     def _acquire(self, resource: object, permit_count: int) -> Lease:
@@ -96,6 +102,7 @@ class KeyedRateLimiter(LimiterBase):
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
         self._check_open()
@@ -109,6 +116,12 @@ class KeyedRateLimiter(LimiterBase):
         n = _check_permit_count(permit_count)
         self._check_open()
         return PolledLeaseWait(_OneResource(self, resource), n)
+
+    def _rl_block_wait(self) -> Lease:
+        raise TypeError(f"{_WITH_NEEDS_A_KEY} (with {type(self).__name__})")
+
+    async def _rl_block_wait_async(self) -> Lease:
+        raise TypeError(f"{_WITH_NEEDS_A_KEY} (async with {type(self).__name__})")
 
     def available_permits(self, resource: object) -> int:
         """The permits a request for ``resource`` could take now: its ``current_available_permits``."""

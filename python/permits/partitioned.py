@@ -16,11 +16,12 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from . import _pausing
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
+from ._loop_check import blocks_the_loop
 from ._partition_wait import ENGINE_TYPES, PartitionWait
 from ._unraisable import report_unraisable
 from .awaitables import LeaseWait
@@ -434,6 +435,7 @@ class PartitionedLimiter(KeyedRateLimiter):
         partition key that is not a ``str``, ``bytes``, ``int`` or a tuple of them,
         ``LimiterClosedError`` after ``close()``.
         """
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         while True:
             found = self._entry(resource)
@@ -526,6 +528,32 @@ class PartitionedLimiter(KeyedRateLimiter):
 
     def __repr__(self) -> str:
         return f"<PartitionedLimiter name={self.name!r} partitions={len(self._entries)}>"
+
+    # A spec or a rate always makes the engine's table: typed as that one class. A partition template
+    # makes it too when it holds a spec, else (Partition.custom) a PartitionedLimiter.
+    @overload
+    @classmethod
+    def per_key(
+        cls,
+        template: Spec[RateLimiter] | str,
+        *,
+        idle_timeout: float = ...,
+        max_partitions: int | None = ...,
+        clock: Any = ...,
+        name: str | None = ...,
+    ) -> PerKeyLimiter: ...
+
+    @overload
+    @classmethod
+    def per_key(
+        cls,
+        template: Partition,
+        *,
+        idle_timeout: float = ...,
+        max_partitions: int | None = ...,
+        clock: Any = ...,
+        name: str | None = ...,
+    ) -> PerKeyLimiter | PartitionedLimiter: ...
 
     @classmethod
     def per_key(

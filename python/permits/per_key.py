@@ -7,6 +7,7 @@ from typing import Any
 from . import _core
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns, timeout_ns
+from ._loop_check import blocks_the_loop
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _template_of
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
@@ -55,7 +56,7 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
             raise LimiterClosedError("the limiter is closed")
 
     async def aclose(self) -> None:
-        """``close()`` for async code; ``async with limiter:`` calls it on exit."""
+        """``close()`` for async code (``contextlib.aclosing(limiter)`` calls it at the end of a block)."""
         self.close()  # the engine's table: no partition limiters of their own to await
 
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
@@ -67,6 +68,7 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
         ``bytes``, ``int`` or a tuple of them, ``ValueError`` for a negative timeout or a bad
         ``permit_count``, ``LimiterClosedError`` if the limiter is closed already.
         """
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         result = self._core_self()._enqueue(resource, n, timeout_ns(timeout), None)
         return result if isinstance(result, Lease) else result.block()

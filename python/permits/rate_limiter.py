@@ -10,6 +10,7 @@ from . import _polling
 from ._core import Lease
 from ._durations import timeout_ns
 from ._limiter_base import LimiterBase
+from ._loop_check import blocks_the_loop
 from .awaitables import Attempt, LeaseWait, PolledLeaseWait
 
 
@@ -126,6 +127,7 @@ class RateLimiter(LimiterBase):
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks until acquired, rejected, timed out (reason "timeout") or closed."""
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
         self._check_open()
@@ -138,6 +140,12 @@ class RateLimiter(LimiterBase):
         n = _check_permit_count(permit_count)
         self._check_open()
         return PolledLeaseWait(self, n)
+
+    def _rl_block_wait(self) -> Lease:
+        return self.wait()
+
+    async def _rl_block_wait_async(self) -> Lease:
+        return await self.wait_async()
 
     def available_permits(self) -> int:
         """The permits a request could take now: ``statistics().current_available_permits``."""

@@ -16,6 +16,7 @@ from typing import Any
 from . import _core, specs
 from ._core import Lease, LimiterClosedError
 from ._durations import Duration, duration_ns, timeout_ns
+from ._loop_check import blocks_the_loop
 from ._shm_lost_watch import LostWatch
 from ._stores.factories import StoreFactories, spec_of
 from .awaitables import LeaseWait
@@ -163,6 +164,7 @@ class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]
         ``"closed"`` or ``"partition_limit"``. Raises as ``acquire()``, and ``ValueError`` for a
         negative timeout.
         """
+        blocks_the_loop(timeout)
         lease: Lease = self._limiter(resource)._wait(_check_permit_count(permit_count), timeout_ns(timeout))
         return lease
 

@@ -237,13 +237,20 @@ class Concurrency(Spec["ConcurrencyLimiter"]):
 #: parse()'s segments per window: it passes about 19/20 of the written rate (see parse).
 _PARSE_SEGMENTS = 20
 _UNIT_NS = {"second": 1_000_000_000, "minute": 60_000_000_000, "hour": 3_600_000_000_000, "day": 86_400_000_000_000}
-_RATE = re.compile(r"\s*([0-9]+)\s*(?:/|per\b)\s*([0-9]+)?\s*(second|minute|hour|day)s?\s*", re.IGNORECASE)
+# Units as limits, slowapi, Django REST framework and django-ratelimit users write them; the first
+# letter names the unit ("m" is a minute, as in those libraries).
+_RATE = re.compile(
+    r"\s*([0-9]+)\s*(?:/|per\b)\s*([0-9]+)?\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d)\s*",
+    re.IGNORECASE,
+)
+_UNIT_OF = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
 
 
 def parse(text: str) -> SlidingWindow:
     """The spec of a rate as people write it: ``"10/second"``, ``"10 per second"``, ``"100/minute"``,
     ``"5/2 seconds"``, ``"1000/day"`` (a count, ``/`` or ``per``, an optional multiplier, and a unit:
-    second, minute, hour or day, singular or plural, any case).
+    second, minute, hour or day, singular or plural, any case; or short: ``s``/``sec``, ``m``/``min``,
+    ``h``/``hr``, ``d``, as in ``"100/min"``, ``"10/sec"``, ``"100/hr"``, ``"100/1m"``).
 
     The spec never grants more than the count in any interval of that length (``"10/second"``: at
     most 10 in any second, wherever the second starts), whatever algorithm a server enforcing the
@@ -267,7 +274,7 @@ def parse(text: str) -> SlidingWindow:
     if found is None:
         raise ValueError(f"not a rate: {text!r} (write e.g. '10/second', '10 per minute' or '5/2 seconds')")
     amount, multiplier, unit = found.groups()
-    interval_ns = int(multiplier or 1) * _UNIT_NS[unit.lower()]
+    interval_ns = int(multiplier or 1) * _UNIT_NS[_UNIT_OF[unit[0].lower()]]
     segment_us = -(-interval_ns // ((_PARSE_SEGMENTS - 1) * 1_000))  # rounded up: never shorter
     try:
         if interval_ns == 0:

@@ -36,8 +36,7 @@ from ._http_policy import (
     refusal,
     rejection_text,
 )
-from .keyed_limiter import KeyedRateLimiter
-from .rate_limiter import RateLimiter
+from ._rates import LimiterLike
 
 if TYPE_CHECKING:
     from .metrics._requests import RequestCounter
@@ -270,7 +269,7 @@ class RateLimitMiddleware:
     def __init__(
         self,
         app: WSGIApp,
-        limiter: RateLimiter | KeyedRateLimiter,
+        limiter: LimiterLike,
         *,
         key: Callable[[Environ], Any] | None = None,
         permit_count: int = 1,
@@ -280,6 +279,7 @@ class RateLimitMiddleware:
         status_code: int = 429,
         on_rejected: Callable[[Environ, Lease], WSGIApp | None] | None = None,
         headers: bool = True,
+        retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,
     ) -> None:
@@ -289,7 +289,8 @@ class RateLimitMiddleware:
         """The wrapped WSGI application."""
         self.gate = Gate(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
-            status_code=status_code, on_rejected=on_rejected, headers=headers, exempt=exempt, metrics=metrics,
+            status_code=status_code, on_rejected=on_rejected, headers=headers, retry_after=retry_after,
+            exempt=exempt, metrics=metrics,
         )  # fmt: skip
         """What runs each request: the key, the acquisition, the rejection, the headers."""
         self.policy = self.gate.policy

@@ -9,6 +9,7 @@ of the same loop: a call that blocked the loop would never get its answer (the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -117,7 +118,8 @@ async def test_acquire_async_is_an_async_context_manager(server: Server) -> None
 async def test_acquire_async_never_awaited_asks_nothing(server: Server) -> None:
     lim = Remote(server)
     attempt = lim.acquire_async(1)
-    del attempt
+    with pytest.warns(RuntimeWarning, match=r"acquire_async\(\) was never awaited"):  # as a coroutine
+        del attempt
     await drained(server)
     assert server.log == []
 
@@ -270,7 +272,9 @@ def test_keyed_custom_limiter_public_members() -> None:
     assert lim.wait("alice", 2, timeout=1.0)
     with pytest.raises(ValueError, match="permit_count"):
         lim.acquire("alice", -1)
-    with lim:
+    with pytest.raises(TypeError, match="needs a key"), lim:
+        pass
+    with contextlib.closing(lim):
         pass
     with pytest.raises(permits.LimiterClosedError):
         lim.acquire("alice")

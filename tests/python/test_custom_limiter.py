@@ -8,6 +8,7 @@ public member.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 
 import pytest
@@ -231,7 +232,7 @@ def test_blocking_wait_on_custom_limiter():
 
 def test_close_makes_later_calls_raise():
     lim = Switch()
-    with lim:
+    with contextlib.closing(lim):
         assert lim.acquire().acquired
     with pytest.raises(permits.LimiterClosedError):
         lim.acquire()

@@ -35,6 +35,17 @@ UNITS = {"second": SECOND, "minute": 60 * SECOND, "hour": 3600 * SECOND, "day": 
         ("7/seconds", 7, SECOND),
         ("  2 / 3 Hours ", 2, 3 * 3600 * SECOND),
         ("2147483647/DAY", 2**31 - 1, 86400 * SECOND),
+        # The short units of limits, slowapi, DRF and django-ratelimit (issue 40, item 5).
+        ("100/min", 100, 60 * SECOND),
+        ("10/sec", 10, SECOND),
+        ("100/hr", 100, 3600 * SECOND),
+        ("100/1m", 100, 60 * SECOND),
+        ("5/m", 5, 60 * SECOND),
+        ("100/10m", 100, 600 * SECOND),
+        ("10/s", 10, SECOND),
+        ("1000/d", 1000, 86400 * SECOND),
+        ("3 per 2 mins", 3, 120 * SECOND),
+        ("4/2 hrs", 4, 7200 * SECOND),
     ],
 )
 def test_forms_people_write(text: str, count: int, interval_ns: int) -> None:
@@ -58,7 +69,8 @@ def test_forms_people_write(text: str, count: int, interval_ns: int) -> None:
         "/second",
         "ten/second",
         "10/fortnight",
-        "10/s",
+        "10/ms",
+        "10/mo",
         "10/0 seconds",
         "0/second",
         "-1/second",
@@ -269,5 +281,5 @@ def test_throttle_takes_a_spec_and_a_rate(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_limit_refuses_a_bad_rate() -> None:
-    with pytest.raises(ValueError, match="'2/sec'"):
-        permits.limit("2/sec")
+    with pytest.raises(ValueError, match="'2/fortnight'"):
+        permits.limit("2/fortnight")

@@ -10,6 +10,7 @@ just before its eviction gets its answer from the key's new limiter, never a Lim
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -232,6 +233,6 @@ async def test_aclose_awaits_every_partitions_aclose_and_gathers_their_errors(cl
 
 async def test_async_with_awaits_the_partitions_aclose(clock: permits.ManualClock) -> None:
     tracker = Tracker()
-    async with tracker.partitioned(clock) as limiter:
+    async with contextlib.aclosing(tracker.partitioned(clock)) as limiter:
         assert limiter.acquire("a")
     assert tracker.built[0].acloses == 1

@@ -306,3 +306,12 @@ def test_a_million_keys_come_and_go_and_memory_returns() -> None:
     # what one million keys cost, and that most of it came back.
     assert grown < 300_000, f"1M keys took {grown} KiB"
     assert after - baseline < grown / 2 + 50_000, f"baseline {baseline}, peak {peak}, after {after} KiB"
+
+
+def test_a_call_without_a_key_says_key() -> None:
+    # (issue 40, item 5: users call what they pass first a key)
+    limiter = PartitionedLimiter.per_key(permits.specs.Concurrency(1))
+    with pytest.raises(TypeError, match=r"acquire\(\) takes a key .*acquire\(key, permit_count=1\)"):
+        limiter.acquire()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"wait_async\(\) takes a key"):
+        limiter.wait_async()  # type: ignore[call-arg]

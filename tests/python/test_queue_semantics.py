@@ -9,6 +9,7 @@ concurrency limiter, a clock advance for the time-based ones).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 
 import pytest
@@ -536,10 +537,14 @@ async def test_close_completes_newest_first_waiters_too(kit):
         assert (await result(w)).reason == "closed"
 
 
-def test_with_statement_closes(kit):
-    lim = kit.make(1)
+def test_with_statement_holds_a_permit_and_closing_closes(kit):
+    lim = kit.make(2)
     with lim:
-        assert lim.acquire().acquired
+        held = lim.acquire()
+        assert held.acquired and not lim.acquire().acquired  # the block holds the other permit
+    held.release()
+    with contextlib.closing(lim):
+        pass
     with pytest.raises(permits.LimiterClosedError):
         lim.acquire()
     assert issubclass(permits.LimiterClosedError, RuntimeError)
@@ -851,11 +856,11 @@ async def test_zero_permit_waiter_does_not_take_queue_room(kit):
     assert (await result(waiting)).acquired
 
 
-def test_with_statement_returns_the_limiter(kit):
-    with kit.make(1) as lim:
-        assert isinstance(lim, permits.RateLimiter)
-        held = lim.acquire()
-        assert held.acquired
+def test_with_statement_gives_the_lease_it_holds(kit):
+    lim = kit.make(1)
+    with lim as lease:
+        assert isinstance(lease, permits.Lease) and lease.acquired and lease.permit_count == 1
+        assert not lim.acquire().acquired
 
 
 async def test_many_waiters_are_served_in_bulk(timed_kit, clock):

@@ -8,6 +8,8 @@ from mypy import api
 
 SNIPPET = textwrap.dedent(
     """
+    import contextlib
+
     import permits
     from permits import Partition, PartitionedLimiter
 
@@ -45,8 +47,12 @@ SNIPPET = textwrap.dedent(
             return permits.Lease.denied("user_limit")
 
     keyed: permits.KeyedRateLimiter = permits.chain(Remote(), PerUser())
-    with PerUser() as users:
+    with contextlib.closing(PerUser()) as users:
         reveal_type(users)
+    with permits.ConcurrencyLimiter(1) as held:  # holds one permit for the block
+        reveal_type(held)
+    reveal_type(PartitionedLimiter.per_key("10/second"))
+    reveal_type(PartitionedLimiter.per_key(permits.specs.Concurrency(2)))
     """
 )
 
@@ -59,3 +65,5 @@ def test_chain_of_a_partitioned_limiter_takes_a_resource(tmp_path):
     assert 'Revealed type is "permits.chain.ChainedPartitionedLimiter"' in out
     assert 'Revealed type is "permits.chain.ChainedLimiter"' in out
     assert 'Revealed type is "snippet.PerUser"' in out
+    assert 'Revealed type is "permits._core.Lease"' in out  # `with limiter as held:`
+    assert out.count('Revealed type is "permits.per_key.PerKeyLimiter"') == 2  # per_key() of a spec or a rate

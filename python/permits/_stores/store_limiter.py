@@ -25,6 +25,7 @@ from typing import Any
 from .. import _lost_leases, _pausing, _polling
 from .._core import Clock, Lease
 from .._durations import timeout_ns
+from .._loop_check import blocks_the_loop
 from ..awaitables import LeaseWait, PolledLeaseWait
 from ..errors import BackendError
 from ..rate_limiter import RateLimiter, Statistics, _check_permit_count
@@ -365,6 +366,7 @@ class StoreLimiter(RateLimiter):
         return self._rule.period_ns / (self._rule.amount if self._rule.kind == "sliding_window" else 1) / 1e9
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
+        blocks_the_loop(timeout)
         n = _check_permit_count(permit_count)
         limit = timeout_ns(timeout)
         self._check_open()

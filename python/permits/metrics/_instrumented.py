@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._core import Lease, LimiterClosedError
+from .._loop_check import blocks_the_loop
 from ..awaitables import Attempt, LeaseWait
 from ..keyed_limiter import KeyedRateLimiter
 from ..rate_limiter import RateLimiter, Statistics, _check_permit_count
@@ -102,6 +103,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """The wrapped limiter's ``wait``, its outcome counted; the time spent queued is observed when
         it was not granted at once. Raises as the wrapped limiter's."""
+        blocks_the_loop(timeout)
         inner = self.__wrapped__
         return _waited_sync(
             self._observer, inner, inner._try_now, inner.wait, (_check_permit_count(permit_count),), timeout
@@ -115,7 +117,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
         async def observed() -> Lease:
             return observer.outcome(await attempt)
 
-        return Attempt(observed)
+        return Attempt(observed, "acquire_async", attempt)
 
     def wait_async(self, permit_count: int = 1) -> LeaseWait:
         """The wrapped limiter's ``wait_async``, its outcome counted and its time queued observed (a
@@ -124,7 +126,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
         n = _check_permit_count(permit_count)
         if _closed(inner):
             raise LimiterClosedError("the limiter is closed")
-        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (n,)))
+        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (n,)), "wait_async")
 
     def statistics(self) -> Statistics:
         """The wrapped limiter's ``statistics()``."""
@@ -170,6 +172,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
     def wait(self, resource: object, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """The wrapped limiter's ``wait``, its outcome counted; the time spent queued is observed when
         it was not granted at once. Raises as the wrapped limiter's."""
+        blocks_the_loop(timeout)
         inner = self.__wrapped__
         n = _check_permit_count(permit_count)
         return _waited_sync(self._observer, inner, inner._try_now, inner.wait, (resource, n), timeout)
@@ -182,7 +185,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
         async def observed() -> Lease:
             return observer.outcome(await attempt)
 
-        return Attempt(observed)
+        return Attempt(observed, "acquire_async", attempt)
 
     def wait_async(self, resource: object, permit_count: int = 1) -> LeaseWait:
         """The wrapped limiter's ``wait_async``, its outcome counted and its time queued observed (a
@@ -191,7 +194,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
         n = _check_permit_count(permit_count)
         if _closed(inner):
             raise LimiterClosedError("the limiter is closed")
-        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (resource, n)))
+        return Attempt(lambda: _waited(self._observer, inner._try_now, inner.wait_async, (resource, n)), "wait_async")
 
     def statistics(self, resource: object = None) -> Statistics:
         """The wrapped limiter's ``statistics(resource)``."""

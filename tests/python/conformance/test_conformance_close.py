@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -54,9 +55,9 @@ async def test_calls_after_aclose_raise(make: Make) -> None:
     await subject.aclose()
 
 
-async def test_a_with_block_closes_the_limiter(make: Make) -> None:
+async def test_closing_closes_the_limiter(make: Make) -> None:
     subject = make(2)
-    with subject.limiter as entered:
+    with contextlib.closing(subject.limiter) as entered:
         assert entered is subject.limiter
         lease = subject.acquire()
         assert lease
@@ -64,12 +65,30 @@ async def test_a_with_block_closes_the_limiter(make: Make) -> None:
     lease.release()
 
 
-async def test_an_async_with_block_closes_the_limiter(make: Make) -> None:
+async def test_aclosing_closes_the_limiter(make: Make) -> None:
     subject = make(2)
-    async with subject.limiter as entered:
+    async with contextlib.aclosing(subject.limiter) as entered:
         assert entered is subject.limiter
         assert subject.acquire(0)
     await _assert_closed(subject)
+
+
+async def test_an_async_with_block_holds_one_permit_and_never_closes(make: Make) -> None:
+    subject = make(2)
+    limiter = subject.limiter
+    if isinstance(limiter, permits.KeyedRateLimiter):  # no permit without a key
+        with pytest.raises(TypeError, match=r"wait_async\(key\)"):
+            async with limiter:
+                pytest.fail("the block must not run")
+        assert subject.acquire()
+        return
+    async with limiter as lease:
+        assert lease and lease.permit_count == 1
+        other = subject.acquire()
+        assert other and not subject.acquire()  # the block holds the first of the two
+    other.release()
+    subject.statistics()  # still open
+    await subject.aclose()
 
 
 @needs("queues", "close_fails_waiters")

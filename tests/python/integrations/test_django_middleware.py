@@ -309,7 +309,9 @@ async def _async(request: Any) -> str:
         ([], TypeError),
         ({}, TypeError),
         ({"key": USER}, TypeError),
-        ({"limiter": "not a limiter"}, TypeError),
+        ({"limiter": object()}, TypeError),
+        ({"limiter": "not a rate"}, ValueError),  # text is a rate string (issue 40, item 5)
+        ({"limiter": "100/minute", "retry_after": -1}, ValueError),
         ({"limiter": permits.FixedWindowLimiter(1, 60), "key": "x-user"}, TypeError),
         ({"limiter": permits.FixedWindowLimiter(1, 60), "app": object()}, TypeError),
         ({"limiter": permits.FixedWindowLimiter(1, 60), "timeout": 1.0}, ValueError),
@@ -335,7 +337,9 @@ def test_good_settings_build() -> None:
 
 def test_limit_checks_its_arguments_and_what_it_decorates() -> None:
     with pytest.raises(TypeError):
-        limit("no limiter")  # type: ignore[arg-type]
+        limit(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="limiter: not a rate"):
+        limit("no limiter")
     with pytest.raises(ValueError):
         limit(permits.FixedWindowLimiter(1, 60), timeout=1.0)
     with pytest.raises(TypeError):

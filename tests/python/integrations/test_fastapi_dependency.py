@@ -67,7 +67,7 @@ async def test_a_route_rejection_counts_against_the_global_limit(serve_asgi, clo
         for left in (3, 2, 1):
             rejected = await client.get("/limited")
             assert rejected.status_code == 429
-            assert rejected.json() == {"detail": "Too Many Requests"}
+            assert rejected.json() == {"detail": "Too Many Requests (limiter: route)"}  # as every integration's
             assert rejected.headers["retry-after"] == "60"
             assert rejected.headers["ratelimit"] == '"route";r=0;t=60'
             assert global_limiter.available_permits() == left  # the route's 429 kept its global permit
@@ -208,7 +208,7 @@ async def test_on_rejected_sync_and_async_with_the_rejection_handler(serve_asgi,
             response = await client.get("/limited")
             assert response.headers["retry-after"] == "60"
             if body is None:
-                assert (response.status_code, response.text) == (503, "Too Many Requests")
+                assert (response.status_code, response.text) == (503, "Too Many Requests (limiter: default)")
             else:
                 assert (response.status_code, response.json()) == (429, body)
 

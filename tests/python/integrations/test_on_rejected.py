@@ -88,7 +88,7 @@ async def test_without_middleware_or_handler_the_first_dropped_response_logs_a_w
     async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
         answers = [await client.get("/limited") for _ in range(3)]
     assert [a.status_code for a in answers] == [200, 429, 429]  # FastAPI's own answer
-    assert answers[1].json() == {"detail": "Too Many Requests"}
+    assert answers[1].json() == {"detail": "Too Many Requests (limiter: default)"}
     (warning,) = _warnings(caplog)
     assert "rejection_handler" in warning.getMessage() and "RateLimitMiddleware" in warning.getMessage()
 

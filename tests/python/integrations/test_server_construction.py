@@ -53,9 +53,11 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
 
 @pytest.mark.parametrize("build", range(4))
 def test_a_limiter_is_required(build: int) -> None:
-    for wrong in (None, "limiter", permits.specs.FixedWindow(1, 1)):
-        with pytest.raises(TypeError, match=r"limiter must be a permits\.RateLimiter or KeyedRateLimiter"):
+    for wrong in (None, 42, object()):
+        with pytest.raises(TypeError, match=r"limiter must be a permits\.RateLimiter or KeyedRateLimiter, a spec"):
             builders()[build](wrong)
+    with pytest.raises(ValueError, match=r"limiter: not a rate: 'limiter'"):  # a rate string, but not one
+        builders()[build]("limiter")
 
 
 @pytest.mark.parametrize("build", range(4))

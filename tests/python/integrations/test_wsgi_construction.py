@@ -69,9 +69,11 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
 
 @pytest.mark.parametrize("build", BUILDERS)
 def test_a_limiter_is_required(build: str) -> None:
-    for wrong in ("limiter", permits.specs.FixedWindow(1, 1)):
-        with pytest.raises(TypeError, match=r"limiter must be a permits\.RateLimiter or KeyedRateLimiter"):
+    for wrong in (42, object()):
+        with pytest.raises(TypeError, match=r"limiter must be a permits\.RateLimiter or KeyedRateLimiter, a spec"):
             BUILDERS[build](wrong)
+    with pytest.raises(ValueError, match=r"limiter: not a rate: 'limiter'"):  # a rate string, but not one
+        BUILDERS[build]("limiter")
 
 
 @pytest.mark.parametrize("build", BUILDERS)

@@ -427,3 +427,16 @@ def test_a_token_bucket_state_beyond_its_limit_is_refused_naming_the_segment_and
     rewrite(segment_name, at, (100_000).to_bytes(8, "little"))  # 100,000 tokens in a bucket of 7,777
     with pytest.raises(ValueError, match=rf"'api' in shared-memory segment '{segment_name}' is corrupted: .*100000"):
         SharedMemoryStore(segment_name, capacity=10).token_bucket("api", 7777, 1, 1.0)
+
+
+async def test_with_a_store_limiter_holds_one_permit(segment_name: str) -> None:
+    # (issue 40, item 1: the base class's with / async with, for the store limiters too)
+    with SharedMemoryStore(segment_name, clock=permits.ManualClock()) as store:
+        limiter = store.concurrency("db", 2)
+        async with limiter as lease:
+            assert lease and limiter.available_permits() == 1
+        assert limiter.available_permits() == 2
+        keyed = store.partitioned(permits.specs.Concurrency(1), name="users")
+        with pytest.raises(TypeError, match="needs a key"):
+            async with keyed:
+                pass

@@ -1,0 +1,157 @@
+"""Every server integration takes a rate string (or a spec) where it takes a limiter, and limits
+each key with it; ``retry_after=`` is the Retry-After of a rejection whose lease knows none; the
+rejection's body is the same everywhere (issue 40, item 5). Real loopback servers."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import flask
+import httpx
+import pytest
+from _django_site import Site, serve_django
+from aiohttp import web
+from fastapi import Depends, FastAPI
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+import permits
+from permits import keys
+from permits.aiohttp import limit as aiohttp_limit
+from permits.aiohttp import rate_limit_middleware
+from permits.asgi import RateLimitMiddleware
+from permits.django import limit as django_limit
+from permits.fastapi import RateLimit, RateLimitExceeded, rejection_handler
+from permits.flask import RateLimit as FlaskRateLimit
+from permits.wsgi import RateLimitMiddleware as WSGIMiddleware
+
+from _integration import serve_wsgi
+
+CLIENT = keys.header("x-client")
+FRAMEWORKS = ["asgi", "fastapi", "aiohttp", "aiohttp-view", "wsgi", "flask", "flask-view", "django", "django-view"]
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    framework: str, limiter: Any, serve_asgi: Any, serve_aiohttp: Any, **options: Any
+) -> AsyncIterator[str]:
+    """``/hello`` limited by ``limiter`` (and ``options``) in ``framework``, on a loopback server."""
+    if framework == "asgi":
+
+        async def hello(request: Request) -> PlainTextResponse:
+            return PlainTextResponse("hello")
+
+        app = Starlette(routes=[Route("/hello", hello)])
+        app.add_middleware(RateLimitMiddleware, limiter=limiter, **options)
+        async with serve_asgi(app) as url:
+            yield url
+    elif framework == "fastapi":
+        api = FastAPI()
+        api.add_exception_handler(RateLimitExceeded, rejection_handler)
+
+        @api.get("/hello", dependencies=[Depends(RateLimit(limiter, **options))])
+        async def fastapi_hello() -> PlainTextResponse:
+            return PlainTextResponse("hello")
+
+        async with serve_asgi(api) as url:
+            yield url
+    elif framework.startswith("aiohttp"):
+
+        async def aiohttp_hello(request: web.Request) -> web.Response:
+            return web.Response(text="hello")
+
+        if framework == "aiohttp":
+            aiohttp_app = web.Application(middlewares=[rate_limit_middleware(limiter, **options)])
+            aiohttp_app.router.add_get("/hello", aiohttp_hello)
+        else:
+            aiohttp_app = web.Application()
+            aiohttp_app.router.add_get("/hello", aiohttp_limit(limiter, **options)(aiohttp_hello))
+        async with serve_aiohttp(aiohttp_app) as url:
+            yield url
+    elif framework == "wsgi":
+
+        def wsgi_hello(environ: Any, start_response: Callable[..., Any]) -> list[bytes]:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"hello"]
+
+        with serve_wsgi(WSGIMiddleware(wsgi_hello, limiter, **options)) as url:
+            yield url
+    elif framework.startswith("flask"):
+        flask_app = flask.Flask(__name__)
+        if framework == "flask":
+            FlaskRateLimit(limiter, **options).init_app(flask_app)
+            view = lambda: "hello"  # noqa: E731
+        else:
+            extension = FlaskRateLimit()
+            extension.init_app(flask_app)
+            view = extension.limit(limiter, **options)(lambda: "hello")
+        flask_app.add_url_rule("/hello", "hello", view)
+        with serve_wsgi(flask_app) as url:
+            yield url
+    elif framework == "django":
+        with serve_django(Site(), {"limiter": limiter, **options}) as url:
+            yield url
+    else:
+        with serve_django(Site(django_limit(limiter, **options)), None) as url:
+            yield url
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("rate", ["2/minute", "2/min", permits.specs.FixedWindow(2, 60.0)], ids=str)
+async def test_a_rate_string_or_a_spec_limits_each_key(
+    framework: str, rate: object, serve_asgi: Any, serve_aiohttp: Any
+) -> None:
+    async with (
+        serving(framework, rate, serve_asgi, serve_aiohttp, key=CLIENT) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        alice = [(await client.get("/hello", headers={"x-client": "alice"})).status_code for _ in range(3)]
+        bob = (await client.get("/hello", headers={"x-client": "bob"})).status_code
+    assert alice == [200, 200, 429]
+    assert bob == 200  # a limit of its own
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_retry_after_is_sent_when_the_lease_knows_none(
+    framework: str, serve_asgi: Any, serve_aiohttp: Any
+) -> None:
+    limiter = permits.ConcurrencyLimiter(1, name="busy")
+    held = limiter.acquire()  # the one permit: every request is rejected, with no retry_after of its own
+    async with (
+        serving(framework, limiter, serve_asgi, serve_aiohttp, retry_after=4.2) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        rejected = await client.get("/hello")
+    held.release()
+    assert rejected.status_code == 429
+    assert rejected.headers["retry-after"] == "5"  # whole seconds, rounded up
+    assert rejected.text == "Too Many Requests (limiter: busy)"  # one body everywhere
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [("soon", TypeError, "retry_after"), (-1, ValueError, "retry_after"), (float("nan"), ValueError, "retry_after")],
+)
+def test_a_bad_retry_after_is_refused_when_built(value: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        RateLimitMiddleware(PlainTextResponse("x"), "2/second", retry_after=value)  # type: ignore[arg-type]
+    with pytest.raises(error, match=match):
+        RateLimit("2/second", retry_after=value)  # type: ignore[arg-type]
+
+
+def test_a_bad_rate_is_refused_when_built() -> None:
+    with pytest.raises(ValueError, match="'2/fortnight'"):
+        RateLimitMiddleware(PlainTextResponse("x"), "2/fortnight")
+    with pytest.raises(TypeError, match="rate such as"):
+        RateLimit(None)  # type: ignore[arg-type]
+
+
+def test_a_rate_string_makes_a_per_key_limiter_keyed_by_client_ip() -> None:
+    middleware = RateLimitMiddleware(PlainTextResponse("x"), "100/minute")
+    assert isinstance(middleware.policy.limiter, permits.KeyedRateLimiter)
+    assert isinstance(middleware.policy.key, type(keys.client_ip()))
+    assert middleware.policy.limiter.spec == permits.specs.parse("100/minute")  # type: ignore[union-attr]
