@@ -418,12 +418,7 @@ class RedisBackend:
             except redis.exceptions.ResponseError as exc:
                 if not (_function_missing(exc) or self._refused(exc)):
                     raise
-            if self._functions:
-                try:
-                    client.function_load(redis_scripts.LIBRARY)
-                except redis.exceptions.ResponseError as exc:
-                    if not (_already_loaded(exc) or self._refused(exc)):
-                        raise
+            self._load_library(client)
             if self._functions:
                 return client.execute_command("FCALL", script.function, 2, *keys, *args)
         try:
@@ -477,12 +472,7 @@ class RedisBackend:
             except redis.exceptions.ResponseError as exc:
                 if not (_function_missing(exc) or self._refused(exc)):
                     raise
-            if self._functions:
-                try:
-                    await client.function_load(redis_scripts.LIBRARY)
-                except redis.exceptions.ResponseError as exc:
-                    if not (_already_loaded(exc) or self._refused(exc)):
-                        raise
+            await self._load_library_async(client)
             if self._functions:
                 return await client.execute_command("FCALL", script.function, 2, *keys, *args)
         try:
@@ -522,24 +512,32 @@ class RedisBackend:
                 return reply, acked
         raise BackendError("Redis kept answering that the step's function or script is missing")
 
-    def _load(self, client: Any, script: _Script) -> None:
+    def _load_library(self, client: Any) -> None:
+        """Loads the steps' function library (once more is harmless); a server without FUNCTION,
+        or a user refused it, turns the steps into scripts from now on."""
         if self._functions:
             try:
                 client.function_load(redis_scripts.LIBRARY)
             except redis.exceptions.ResponseError as exc:
                 if not (_already_loaded(exc) or self._refused(exc)):
                     raise
-        if not self._functions:
-            client.script_load(script.source)
-        self._waiting_ready.add(script.sha)
 
-    async def _load_async(self, client: Any, script: _Script) -> None:
+    async def _load_library_async(self, client: Any) -> None:
         if self._functions:
             try:
                 await client.function_load(redis_scripts.LIBRARY)
             except redis.exceptions.ResponseError as exc:
                 if not (_already_loaded(exc) or self._refused(exc)):
                     raise
+
+    def _load(self, client: Any, script: _Script) -> None:
+        self._load_library(client)
+        if not self._functions:
+            client.script_load(script.source)
+        self._waiting_ready.add(script.sha)
+
+    async def _load_async(self, client: Any, script: _Script) -> None:
+        await self._load_library_async(client)
         if not self._functions:
             await client.script_load(script.source)
         self._waiting_ready.add(script.sha)
