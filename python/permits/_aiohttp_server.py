@@ -311,11 +311,7 @@ async def _limited(
         return lease
     handoff = request.get(HANDOFF)
     granted: list[Lease] = request.setdefault(GRANTED, [])
-    try:
-        quota = policy.quota(key, lease)
-    except BaseException:
-        lease.release()
-        raise
+    quota = policy.quota_or_release(key, lease)
     if not lease:
         refund_before_rejection(granted, handoff, lease)
         return await _rejection(policy, request, lease, quota)

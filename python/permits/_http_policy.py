@@ -525,6 +525,15 @@ class Policy:
         remaining = limiter.available_permits(key) if self.keyed else limiter.available_permits()  # type: ignore[call-arg]
         return _quota(fixed[0], fixed[1], remaining, lease)
 
+    def quota_or_release(self, key: object, lease: Lease) -> Quota | None:
+        """``quota``, with the lease released should it raise (a limiter's ``available_permits``
+        may): a request that never gets its answer never keeps its permit."""
+        try:
+            return self.quota(key, lease)
+        except BaseException:
+            lease.release()
+            raise
+
     def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
         found = [] if quota is None else quota.headers()
         if lease.retry_after is not None:
@@ -591,11 +600,7 @@ class SyncLimit:
         else:
             key = policy.key_of_sync(request())
         lease = self._wait(key, environ) if policy.wait else policy.acquire_sync(key)
-        try:
-            return lease, policy.quota(key, lease)
-        except BaseException:
-            lease.release()
-            raise
+        return lease, policy.quota_or_release(key, lease)
 
     def _wait(self, key: object, environ: dict[str, Any]) -> Lease:
         """The blocking wait of ``wait=True`` (the engine's waits release the GIL: the server's

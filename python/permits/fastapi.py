@@ -126,11 +126,7 @@ class RateLimit:
             lease = await policy.acquire(key)
         handoff = request.scope.get(HANDOFF)
         granted: list[Lease] = request.scope.setdefault(GRANTED, [])
-        try:
-            quota = policy.quota(key, lease)
-        except BaseException:
-            lease.release()
-            raise
+        quota = policy.quota_or_release(key, lease)
         if not lease:
             refund_before_rejection(granted, handoff, lease)
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
