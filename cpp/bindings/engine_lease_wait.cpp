@@ -12,6 +12,7 @@
 
 #include "engine_lease_wait_core.hpp"
 #include "fastcall.hpp"
+#include "free_threading.hpp"
 #include "lease_type.hpp"
 #include "raised_error.hpp"
 #include "wait_handle.hpp"
@@ -392,9 +393,9 @@ PyObject* aw_aexit(PyObject* self, PyObject* const* /*args*/, Py_ssize_t /*nargs
 
 // A small freelist, as for leases: an awaitable is made on every wait_async(), and reusing a dead
 // one's memory keeps the allocator (and the GC's allocation count, which triggers collections) off
-// the immediate-grant path.
-constexpr int kFreelistSize = 64;
-EngineLeaseWaitObject* g_freelist[kFreelistSize];
+// the immediate-grant path. None on a free-threaded build (lease_type.cpp says why).
+constexpr int kFreelistSize = kFreeThreaded ? 0 : 64;
+EngineLeaseWaitObject* g_freelist[kFreelistSize > 0 ? kFreelistSize : 1];
 int g_freelist_len = 0;
 
 /// The method that made the awaitable, as the user wrote it.
@@ -403,8 +404,13 @@ const char* made_by(const Core& c) {
 }
 
 /// `if limiter.wait_async():` is always true and takes nothing: say so, as a missing await is the cause.
+/// Once stepped it is true: asyncio tests a task's coroutine (`if task._coro:`, in its repr from 3.12).
 int aw_bool(PyObject* self) {
-    const char* method = made_by(core_of(self));
+    const Core& c = core_of(self);
+    if (c.phase != Phase::New && c.phase != Phase::Attempt) {
+        return 1;
+    }
+    const char* method = made_by(c);
     PyErr_Format(PyExc_TypeError,
                  "the awaitable of %s() has no truth value: did you forget await? (if await limiter.%s():)", method,
                  method);
@@ -434,7 +440,7 @@ void aw_dealloc(PyObject* self) {
     Py_XDECREF(c.target.owner);
     Py_XDECREF(c.target.key);
     c.~Core();
-    if (g_freelist_len < kFreelistSize) {
+    if (kFreelistSize > 0 && g_freelist_len < kFreelistSize) {
         g_freelist[g_freelist_len++] = reinterpret_cast<EngineLeaseWaitObject*>(self);
     } else {
         PyObject_GC_Del(self);
@@ -524,7 +530,7 @@ PyTypeObject EngineLeaseWaitType = [] {
 
 EngineLeaseWaitObject* alloc() {
     EngineLeaseWaitObject* self = nullptr;
-    if (g_freelist_len > 0) {
+    if (kFreelistSize > 0 && g_freelist_len > 0) {
         self = g_freelist[--g_freelist_len];
         PyObject_Init(reinterpret_cast<PyObject*>(self), &EngineLeaseWaitType);
     } else {

@@ -1,6 +1,9 @@
 #include "lease_targets.hpp"
 
+#include <mutex>
 #include <unordered_map>
+
+#include "free_threading.hpp"
 
 namespace permits::bind {
 namespace {
@@ -21,7 +24,9 @@ struct Entry {
     }
 };
 
-// Guarded by the GIL. Entries of limiters that are gone are swept when the map has doubled.
+// Guarded by the GIL, and by this mutex without it (a free-threaded build). Entries of limiters
+// that are gone are swept when the map has doubled.
+SharedStateMutex registry_mutex;
 std::unordered_map<std::uint64_t, Entry>& registry() {
     static auto* map = new std::unordered_map<std::uint64_t, Entry>(); // leaked: used until exit
     return *map;
@@ -29,6 +34,7 @@ std::unordered_map<std::uint64_t, Entry>& registry() {
 std::uint64_t next_id = 0;
 std::size_t sweep_at = 64;
 
+// Called with the registry's mutex held.
 std::uint64_t add(Entry entry) {
     auto& map = registry();
     if (map.size() >= sweep_at) {
@@ -40,38 +46,39 @@ std::uint64_t add(Entry entry) {
     return id;
 }
 
+// The id of `owner` (a limiter or table whose `binding_tag` it is), registered on first use: read
+// without the lock once set (a lease is made on every acquire), set once under it.
+template <class T> std::uint64_t registered(T& owner, std::weak_ptr<T> Entry::*slot) {
+    if (const std::uint64_t tag = load_shared(owner.binding_tag); tag != 0) {
+        return tag;
+    }
+    const std::lock_guard lock(registry_mutex);
+    if (owner.binding_tag == 0) {
+        Entry e;
+        e.*slot = owner.weak_from_this();
+        store_shared(owner.binding_tag, add(std::move(e)));
+    }
+    return owner.binding_tag;
+}
+
 } // namespace
 
 std::uint64_t target_of(Limiter& limiter) {
-    if (limiter.binding_tag == 0) {
-        Entry e;
-        e.limiter = limiter.weak_from_this();
-        limiter.binding_tag = add(std::move(e));
-    }
-    return limiter.binding_tag;
+    return registered(limiter, &Entry::limiter);
 }
 
 std::uint64_t target_of(PerKeyLimiter& per_key) {
-    if (per_key.binding_tag == 0) {
-        Entry e;
-        e.per_key = per_key.weak_from_this();
-        per_key.binding_tag = add(std::move(e));
-    }
-    return per_key.binding_tag;
+    return registered(per_key, &Entry::per_key);
 }
 
 #if defined(__linux__)
 std::uint64_t target_of(shm::KeyedLimiter& keyed) {
-    if (keyed.binding_tag == 0) {
-        Entry e;
-        e.shm_keyed = keyed.weak_from_this();
-        keyed.binding_tag = add(std::move(e));
-    }
-    return keyed.binding_tag;
+    return registered(keyed, &Entry::shm_keyed);
 }
 #endif
 
 Target find_target(std::uint64_t id) {
+    const std::lock_guard lock(registry_mutex);
     auto& map = registry();
     const auto it = map.find(id);
     if (it == map.end()) {

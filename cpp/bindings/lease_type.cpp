@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "free_threading.hpp"
 #include "key_encoding.hpp"
 #include "lease_targets.hpp"
 #include "raised_error.hpp"
@@ -11,12 +12,19 @@
 #include "permits/shm_limiters.hpp"
 #endif
 
+#include <atomic>
 #include <cmath>
+#include <iterator>
 #include <new>
 #include <structmember.h>
 
 namespace permits::py_lease {
 namespace {
+
+using bind::claim;
+using bind::kFreeThreaded;
+using bind::load_shared;
+using bind::store_shared;
 
 struct LeaseObject {
     PyObject_HEAD bool acquired;
@@ -45,32 +53,35 @@ struct LeaseObject {
 };
 
 PyTypeObject LeaseType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-PyObject* reason_strings[8] = {};
+// Made when the type is registered (never lazily: two threads without the GIL would both make one).
+PyObject* reason_strings[static_cast<std::size_t>(Reason::ProcessLimit) + 1] = {}; // the last reason
 
 PyObject* reason_string(Reason r) {
-    auto i = static_cast<std::size_t>(r);
     if (r == Reason::None) {
         return nullptr;
     }
-    if (reason_strings[i] == nullptr) {
-        reason_strings[i] = PyUnicode_InternFromString(reason_name(r));
-    }
-    Py_XINCREF(reason_strings[i]);
-    return reason_strings[i];
+    PyObject* s = reason_strings[static_cast<std::size_t>(r)];
+    Py_XINCREF(s);
+    return s;
 }
 
 // A small freelist: a lease is made on nearly every acquire, and reusing the memory of one that
-// died saves the allocator and the GC header set-up on the hot path.
-constexpr int kFreelistSize = 128;
-LeaseObject* freelist[kFreelistSize];
+// died saves the allocator and the GC header set-up on the hot path. Not on a free-threaded build:
+// threads would share it, and its allocator (mimalloc, a heap per thread) is fast already.
+constexpr int kFreelistSize = kFreeThreaded ? 0 : 128;
+LeaseObject* freelist[kFreelistSize > 0 ? kFreelistSize : 1];
 int freelist_len = 0;
-std::uint64_t allocator_calls = 0; // leases the freelist could not serve (tests read it)
+// Leases the freelist could not serve (tests read it): this thread's count on a free-threaded build.
+#ifdef Py_GIL_DISABLED
+thread_local
+#endif
+    std::uint64_t allocator_calls = 0;
 
 // Leases start untracked by the garbage collector: most hold no Python references (only the
 // engine's limiter); track() is called when one gets on_release or metadata.
 LeaseObject* alloc_lease() {
     LeaseObject* self = nullptr;
-    if (freelist_len > 0) {
+    if (kFreelistSize > 0 && freelist_len > 0) {
         self = freelist[--freelist_len];
         PyObject_Init(reinterpret_cast<PyObject*>(self), &LeaseType);
     } else {
@@ -137,7 +148,7 @@ void give_back_permits(LeaseObject* self) {
         if (self->owner->shares_state()) {
             if (auto* shared = dynamic_cast<shm::SharedLimiter*>(self->owner.get())) {
                 if (shared->give_back_lease(self->permit_count, self->tag)) {
-                    self->lost = true; // nothing was given back
+                    store_shared(self->lost, true); // nothing was given back
                 }
                 return;
             }
@@ -186,17 +197,11 @@ bool owner_closed(const LeaseObject* self) {
     return t.limiter ? t.limiter->closed() : !t.per_key || t.per_key->closed();
 }
 
-PyObject* name_attribute = nullptr; // interned "name"
+PyObject* name_attribute = nullptr; // interned "name", made when the type is registered
 
 // The name of the limiter that refused: `source.name` ("default" for an object without one).
 // Read only when a lease fails, so that a grant pays nothing for it. nullptr with an error set.
 PyObject* name_of(PyObject* source) {
-    if (name_attribute == nullptr) {
-        name_attribute = PyUnicode_InternFromString("name");
-        if (name_attribute == nullptr) {
-            return nullptr;
-        }
-    }
     PyObject* name = PyObject_GetAttr(source, name_attribute);
     if (name == nullptr && PyErr_ExceptionMatches(PyExc_AttributeError)) {
         PyErr_Clear();
@@ -224,11 +229,13 @@ bool set_failure(LeaseObject* self, const Outcome& o, PyObject* source) {
 // takes back what the shared state forgot, when it can), or of the lease's `lost` callable.
 // 1, 0, or -1 with an error set (from the callable).
 int check_lost(LeaseObject* self) {
-    if (self->lost || !self->acquired) {
-        return self->lost ? 1 : 0;
+    if (load_shared(self->lost) || !self->acquired) {
+        return load_shared(self->lost) ? 1 : 0;
     }
-    if (self->owner && !self->released && self->owner->shares_state()) {
-        self->lost = self->owner->lost(self->tag);
+    if (self->owner && !load_shared(self->released) && self->owner->shares_state()) {
+        if (self->owner->lost(self->tag)) {
+            store_shared(self->lost, true);
+        }
     } else if (self->lost_check != nullptr) {
         PyObject* r = PyObject_CallNoArgs(self->lost_check);
         if (r == nullptr) {
@@ -239,9 +246,11 @@ int check_lost(LeaseObject* self) {
         if (truth < 0) {
             return -1;
         }
-        self->lost = truth == 1;
+        if (truth == 1) {
+            store_shared(self->lost, true);
+        }
     }
-    return self->lost ? 1 : 0;
+    return load_shared(self->lost) ? 1 : 0;
 }
 
 // A custom limiter's lease: on_refund for a refund when it has one (an undo: the permits were
@@ -265,13 +274,15 @@ int run_callback(LeaseObject* self, bool refund) {
 
 // Returns 0 or -1 with an error set (from a callback).
 int do_release(LeaseObject* self, bool refund) {
-    if (self->released) {
+    if (load_shared(self->released)) {
         return 0;
     }
     if (self->lost_check != nullptr && check_lost(self) < 0) {
         return -1; // (still held: the error is the callable's)
     }
-    self->released = true;
+    if (!claim(self->released)) {
+        return 0; // released meanwhile by another thread: once is all
+    }
     if (!self->acquired) {
         return 0;
     }
@@ -302,7 +313,9 @@ int lease_clear(LeaseObject* self) {
     return 0;
 }
 
-PyObject* permits_logger = nullptr; // logging.getLogger("permits"), looked up on the first forgotten lease
+// logging.getLogger("permits"), looked up on the first forgotten lease (by one thread or, without
+// the GIL, possibly two: the one stored first is kept).
+std::atomic<PyObject*> permits_logger{nullptr};
 
 bool interpreter_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -320,18 +333,24 @@ void log_forgotten(std::int64_t permit_count) {
     if (interpreter_finalizing()) {
         return;
     }
-    if (permits_logger == nullptr) {
+    PyObject* logger = permits_logger.load(std::memory_order_acquire);
+    if (logger == nullptr) {
         PyObject* logging = PyImport_ImportModule("logging");
         if (logging != nullptr) {
-            permits_logger = PyObject_CallMethod(logging, "getLogger", "s", "permits");
+            logger = PyObject_CallMethod(logging, "getLogger", "s", "permits");
             Py_DECREF(logging);
         }
-        if (permits_logger == nullptr) {
+        if (logger == nullptr) {
             PyErr_WriteUnraisable(nullptr);
             return;
         }
+        PyObject* expected = nullptr;
+        if (!permits_logger.compare_exchange_strong(expected, logger, std::memory_order_acq_rel)) {
+            Py_DECREF(logger); // (the same object: logging keeps one logger per name)
+            logger = expected;
+        }
     }
-    PyObject* logged = PyObject_CallMethod(permits_logger, "warning", "sL",
+    PyObject* logged = PyObject_CallMethod(logger, "warning", "sL",
                                            "a concurrency lease of %d permit(s) was garbage-collected without "
                                            "release(); its permits were released",
                                            static_cast<long long>(permit_count));
@@ -380,7 +399,7 @@ void lease_dealloc(LeaseObject* self) {
     }
     self->owner.~shared_ptr<Limiter>();
     Py_CLEAR(self->key);
-    if (freelist_len < kFreelistSize) {
+    if (kFreelistSize > 0 && freelist_len < kFreelistSize) {
         freelist[freelist_len++] = self;
     } else {
         PyObject_GC_Del(self);
@@ -669,6 +688,16 @@ PyNumberMethods lease_as_number = {};
 } // namespace
 
 bool register_type(PyObject* m) {
+    for (std::size_t i = 1; i < std::size(reason_strings); ++i) {
+        reason_strings[i] = PyUnicode_InternFromString(reason_name(static_cast<Reason>(i)));
+        if (reason_strings[i] == nullptr) {
+            return false;
+        }
+    }
+    name_attribute = PyUnicode_InternFromString("name");
+    if (name_attribute == nullptr) {
+        return false;
+    }
     lease_as_number.nb_bool = reinterpret_cast<inquiry>(lease_bool);
     LeaseType.tp_name = "permits.Lease";
     LeaseType.tp_basicsize = sizeof(LeaseObject);

@@ -19,13 +19,25 @@ namespace {
 // permits._asyncio._bridge, registered by that module when it is imported (permits imports it).
 PyObject* g_bridge_factory = nullptr;
 
-// The bridge of the running loop. The last one found is remembered with a weak reference to its
-// loop, so a wait that queues calls into Python (permits._asyncio) only when the loop changes.
+// The bridge of the running loop. The last one found by this thread is remembered with a weak
+// reference to its loop, so a wait that queues calls into Python (permits._asyncio) only when the
+// loop changes. Per thread: a loop runs on one thread, and threads each running their own loop
+// (without the GIL, at the same time) never see each other's. A bridge let go of by its loop
+// leaves the cache of the thread letting it go (forget_cached), so a thread that ran one loop
+// (asyncio.run) and ends keeps nothing.
 struct BridgeCache {
     PyObject* loop_ref = nullptr; // weak reference
     LoopBridge* bridge = nullptr;
 };
-BridgeCache g_bridge_cache;
+thread_local BridgeCache t_bridge_cache;
+
+void forget_cached(const LoopBridge* bridge) {
+    BridgeCache& cache = t_bridge_cache;
+    if (cache.bridge == bridge) {
+        Py_CLEAR(cache.loop_ref);
+        cache.bridge = nullptr;
+    }
+}
 
 // Whether the weak reference still points at `loop`. (PyWeakref_GetObject, a borrowed reference, is
 // deprecated from 3.13; its successor returns a strong one.)
@@ -47,7 +59,7 @@ bool refers_to(PyObject* ref, PyObject* loop) {
 } // namespace
 
 LoopBridge* bridge_of(PyObject* loop) {
-    BridgeCache& cache = g_bridge_cache;
+    BridgeCache& cache = t_bridge_cache;
     if (cache.loop_ref != nullptr && refers_to(cache.loop_ref, loop)) {
         return cache.bridge;
     }
@@ -162,6 +174,7 @@ LoopBridge::~LoopBridge() {
 }
 
 void LoopBridge::abandon() {
+    forget_cached(this);
     auto wakeups = std::move(wakeups_);
     wakeups_.clear();
     for (const auto& w : wakeups) {

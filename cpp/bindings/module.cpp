@@ -7,6 +7,7 @@
 #include "permits/clock.hpp"
 #include "permits/outcome.hpp"
 #include "permits/scheduler.hpp"
+#include "tally_type.hpp"
 
 namespace py = pybind11;
 
@@ -20,7 +21,8 @@ void bind_loop_bridge(py::module_& m);
 void bind_shm(py::module_& m);
 } // namespace permits::bind
 
-PYBIND11_MODULE(_core, m) {
+PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
+    // Declared safe without the GIL (free-threaded CPython): free_threading.hpp is what the GIL guarded.
     // Imported in the main interpreter only: permits/_interpreter.py says why (a subinterpreter is
     // refused before this module is loaded; on 3.12+ pybind11's module slot refuses it too).
     // Every docstring starts with its signature (name(...)\n--\n\n), which inspect.signature and
@@ -28,7 +30,7 @@ PYBIND11_MODULE(_core, m) {
     py::options options;
     options.disable_function_signatures();
     m.doc() = "permits' engine (private: use the names exported by the permits package).";
-    if (!permits::py_lease::register_type(m.ptr())) {
+    if (!permits::py_lease::register_type(m.ptr()) || !permits::py_tally::register_type(m.ptr())) {
         throw py::error_already_set();
     }
     m.def("_lease_allocations", &permits::py_lease::allocations,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from . import _holding, _pausing
-from ._core import Lease, LimiterClosedError
+from ._core import Lease, LimiterClosedError, Tally
 from ._loop_check import blocks_the_loop
 from .clock import resolve
 
@@ -24,8 +24,8 @@ class LimiterBase:
         #: The clock a chain measures this limiter's share of a wait's timeout on.
         self._rl_clock = resolve(clock)
         self._rl_closed = False
-        self._rl_successful = 0
-        self._rl_failed = 0
+        # Granted and refused leases (statistics()), counted from any thread.
+        self._rl_tally = Tally()
 
     def _check_open(self) -> None:
         if self._rl_closed:

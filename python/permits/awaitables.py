@@ -54,8 +54,11 @@ class _Steps(LeaseWait):
         raise NotImplementedError
 
     # A coroutine's habits: no truth value that hides a missing await, and a warning when one is
-    # collected without ever being awaited (nor cancelled, nor closed).
+    # collected without ever being awaited (nor cancelled, nor closed). Once stepped it is true:
+    # asyncio tests a task's coroutine (`if task._coro:`, in its repr from 3.12).
     def __bool__(self) -> bool:
+        if getattr(self, "_used", False):
+            return True
         raise TypeError(
             f"the awaitable of {self._made_by}() has no truth value: did you forget await? "
             f"(if await limiter.{self._made_by}():)"

@@ -307,7 +307,7 @@ class NoLimiter(RateLimiter):
         return self.acquire(permit_count)
 
     def _statistics(self) -> Statistics:
-        return Statistics(2**63 - 1, 0, self._rl_successful, 0)
+        return Statistics(2**63 - 1, 0, self._rl_tally.granted, 0)
 
     def __repr__(self) -> str:
         return f"<NoLimiter name={self.name!r}>"

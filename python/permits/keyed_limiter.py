@@ -58,16 +58,16 @@ class KeyedRateLimiter(LimiterBase):
     def _statistics(self, resource: object) -> Statistics:
         """Without an override: the counts of successful and failed leases over every resource."""
         if resource is None:
-            return Statistics(0, 0, self._rl_successful, self._rl_failed)
+            return Statistics(0, 0, self._rl_tally.granted, self._rl_tally.refused)
         return Statistics(0, 0, 0, 0)
 
     # ---- the public API ----
     def _rl_count(self, lease: Lease, resource: object) -> Lease:
         if lease or _polling.counts(lease):
             if lease:
-                self._rl_successful += 1
+                self._rl_tally.grant()
             else:
-                self._rl_failed += 1
+                self._rl_tally.refuse()
             try:
                 self._on_outcome(resource, lease)
             except BaseException:

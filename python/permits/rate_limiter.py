@@ -87,14 +87,14 @@ class RateLimiter(LimiterBase):
         return None
 
     def _statistics(self) -> Statistics:
-        return Statistics(0, 0, self._rl_successful, self._rl_failed)
+        return Statistics(0, 0, self._rl_tally.granted, self._rl_tally.refused)
 
     # ---- the public API ----
     def _rl_count(self, lease: Lease) -> Lease:
         if lease:
-            self._rl_successful += 1
+            self._rl_tally.grant()
         elif _polling.counts(lease):
-            self._rl_failed += 1
+            self._rl_tally.refuse()
         return lease
 
     def _rl_counted(self, lease: object, permit_count: int, hook: str = "_acquire") -> Lease:
@@ -103,7 +103,7 @@ class RateLimiter(LimiterBase):
     def _rl_waited(self, lease: object, permit_count: int) -> Lease:
         """The outcome of a wait_async, whichever hook made it: checked, counted once."""
         if lease.__class__ is Lease and lease:  # the common case, without the calls below
-            self._rl_successful += 1
+            self._rl_tally.grant()
             return lease
         return self._rl_counted(lease, permit_count, "_wait_async")
 

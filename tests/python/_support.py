@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import os
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -236,15 +237,25 @@ def stats(limiter: Any) -> tuple[int, int, int, int]:
     )
 
 
-#: Optional test dependencies with no build for a platform (sys.platform): there the test skips, in CI too.
-NO_BUILD = {"uvloop": {"win32"}}
+#: Optional test dependencies with no build for a platform (sys.platform, or "free-threaded": a
+#: CPython built with --disable-gil): there the test skips, in CI too. gevent needs CFFI, which
+#: supports free-threading only from 3.14.
+NO_BUILD = {"uvloop": {"win32"}, "gevent": {"free-threaded"}}
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def no_build(module: str) -> str | None:
+    """Why `module` cannot be installed on this interpreter (NO_BUILD), or None."""
+    here = {sys.platform, "free-threaded"} if FREE_THREADED else {sys.platform}
+    missing = sorted(NO_BUILD.get(module, set()) & here)
+    return f"{module} has no build for {' or '.join(missing)}" if missing else None
 
 
 def need(module: str) -> Any:
     """Imports an optional test dependency (uvloop, trio, anyio): ./scripts/test installs them, so
     in CI (CI=true) a missing one fails; elsewhere the test skips, saying how to install it."""
-    if sys.platform in NO_BUILD.get(module, ()):
-        return pytest.importorskip(module, reason=f"{module} has no build for {sys.platform}")
+    if (reason := no_build(module)) is not None:
+        return pytest.importorskip(module, reason=reason)
     if os.environ.get("CI") == "true":
         return importlib.import_module(module)
     return pytest.importorskip(module, reason=f"{module} is not installed: pip install {module}")

@@ -173,3 +173,22 @@ async def test_a_wait_that_never_blocks_does_not_warn() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         permits.ConcurrencyLimiter(1).wait(timeout=0).release()  # an attempt, as acquire()
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("chained", [False, True], ids=["engine", "chained"])
+async def test_a_task_running_an_awaitable_has_a_repr(method: str, chained: bool) -> None:
+    # asyncio's repr of a task tests its coroutine's truth (3.12+): once stepped, it is true.
+    engine = permits.ConcurrencyLimiter(1)
+    limiter: Any = permits.chain(engine) if chained else engine
+    held = engine.acquire()
+    awaitable = getattr(limiter, method)()
+    task = asyncio.ensure_future(awaitable)
+    await asyncio.sleep(0)
+    assert "Task" in repr(task)
+    assert bool(awaitable) is True
+    held.release()
+    if method == "wait_async":
+        (await task).release()
+    else:
+        assert not await task  # acquire_async never waits: refused while the permit was held

@@ -337,7 +337,7 @@ class StoreLimiter(RateLimiter):
     def _counts(self) -> tuple[int, int]:
         """(successful, failed) leases, as statistics() counts them, without asking the server (a
         per-key limiter counts a partition it forgets, under its lock)."""
-        return self._rl_successful, self._rl_failed
+        return self._rl_tally.granted, self._rl_tally.refused
 
     # ---- the hooks of RateLimiter ----
     def _acquire(self, permit_count: int) -> Lease:
@@ -490,7 +490,7 @@ class StoreLimiter(RateLimiter):
 
     # ---- the rest of the interface ----
     def _statistics(self) -> Statistics:
-        return Statistics(self._available(), self._queue.permits, self._rl_successful, self._rl_failed)
+        return Statistics(self._available(), self._queue.permits, self._rl_tally.granted, self._rl_tally.refused)
 
     def _available(self) -> int:
         """The server's available permits (the last ones seen when it cannot be asked now: an

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._core import Lease, LimiterClosedError
+from .._core import Lease, LimiterClosedError, Tally
 from .._loop_check import blocks_the_loop
 from ..awaitables import Attempt, LeaseWait
 from ..keyed_limiter import KeyedRateLimiter
@@ -34,7 +34,7 @@ class _Instrumented:
         self.name = limiter.name
         """The wrapped limiter's name: the ``limiter`` label of its series."""
         self._rl_clock = limiter._rl_clock
-        self._rl_successful = self._rl_failed = 0
+        self._rl_tally = Tally()
 
     @property
     def _rl_closed(self) -> bool:

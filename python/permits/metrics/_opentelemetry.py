@@ -4,6 +4,7 @@ The queue's length is an observable instrument, read at collection time."""
 from __future__ import annotations
 
 import inspect
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -19,11 +20,15 @@ _BOUNDARIES = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 1
 _sets: dict[int, tuple[Meter, OpenTelemetryMetrics]] = {}  # (the meter kept: its id stays its own)
 
 
+_sets_lock = threading.Lock()  # two threads instrumenting at once make one set, not two
+
+
 def metrics_of(meter: Meter) -> OpenTelemetryMetrics:
-    found = _sets.get(id(meter))
-    if found is None:
-        found = _sets[id(meter)] = (meter, OpenTelemetryMetrics(meter))
-    return found[1]
+    with _sets_lock:
+        found = _sets.get(id(meter))
+        if found is None:
+            found = _sets[id(meter)] = (meter, OpenTelemetryMetrics(meter))
+        return found[1]
 
 
 def _histogram(meter: Meter, name: str, description: str) -> Any:

@@ -5,6 +5,7 @@ whose limiters queue, it is a gauge each process writes as its waits enter and l
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -25,11 +26,15 @@ def multiprocess() -> bool:
     return values.ValueClass is not values.MutexValue
 
 
+_sets_lock = threading.Lock()  # two threads instrumenting at once register one set, not two
+
+
 def metrics_of(registry: CollectorRegistry) -> PrometheusMetrics:
-    found = _sets.get(registry)
-    if found is None:
-        found = _sets[registry] = PrometheusMetrics(registry)
-    return found
+    with _sets_lock:
+        found = _sets.get(registry)
+        if found is None:
+            found = _sets[registry] = PrometheusMetrics(registry)
+        return found
 
 
 class _Queued(Collector):

@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
+from _support import no_build
+
 APP_DIR = Path(__file__).parent
 #: How long a server may take to have every worker answering (4 workers importing the app on a
 #: busy 2-core machine take a few seconds).
@@ -48,7 +50,9 @@ def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def require(module: str, install: str | None = None) -> ModuleType:
     """``module``, imported; a test dependency (scripts/test installs it): missing, the test is
-    skipped, or fails under CI (CI=true)."""
+    skipped, or fails under CI (CI=true), unless it has no build for this interpreter."""
+    if (reason := no_build(module)) is not None:
+        pytest.skip(reason)
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -1,0 +1,242 @@
+"""Many threads on one object at once, as a free-threaded CPython (3.13t) runs them: in parallel,
+with no GIL between them. Each test counts exactly (nothing granted twice, nothing lost) and
+watches for what the GIL used to hide in the bindings: one lease released from several threads,
+the registry leases refund through, the per-thread asyncio bridges, a forgotten lease collected
+while another thread logs one. They run on every build (with the GIL they are thread tests too);
+./scripts/test ft runs them without it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+import pytest
+
+import permits
+from permits import Partition, PartitionedLimiter
+
+from _support import FREE_THREADED, SAFETY, need
+
+THREADS = 8
+
+
+def together(work: Callable[[int], None], n: int = THREADS) -> None:
+    """Runs work(0..n-1) on n threads started at one barrier; re-raises the first error."""
+    start = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            start.wait(SAFETY)
+            work(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a worker thread hung"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="a free-threaded CPython (3.13t) only: ./scripts/test ft")
+def test_importing_permits_leaves_the_gil_off():
+    # A child interpreter: this one may have the GIL on for another extension of the test run, or
+    # off by PYTHON_GIL=0 (./scripts/test ft), which would hide an extension that turns it on.
+    code = "import sys, permits; print(sys._is_gil_enabled())"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    out = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_a_lease_released_by_many_threads_at_once_gives_back_once():
+    limit, rounds = 3, 400
+    lim = permits.ConcurrencyLimiter(limit)
+    for _ in range(rounds):
+        leases = [lim.acquire() for _ in range(limit)]
+        assert all(leases)
+        # Every thread releases every lease: each must count once, or the limit grows.
+        together(lambda _i, leases=leases: [lease.release() for lease in leases], n=4)
+        assert lim.available_permits() == limit
+    held = [lim.acquire() for _ in range(limit + 1)]
+    assert [bool(lease) for lease in held] == [True] * limit + [False]
+
+
+def test_threads_on_one_concurrency_limiter_never_hold_more_than_its_limit():
+    limit, per_thread = 4, 5_000
+    lim = permits.ConcurrencyLimiter(limit)
+    held = [0]
+    peak = [0]
+    guard = threading.Lock()
+    granted = [0] * THREADS
+
+    def work(i: int) -> None:
+        for _ in range(per_thread):
+            with lim.acquire() as lease:
+                if lease:
+                    with guard:
+                        held[0] += 1
+                        peak[0] = max(peak[0], held[0])
+                    granted[i] += 1
+                    with guard:
+                        held[0] -= 1
+
+    together(work)
+    assert peak[0] <= limit
+    assert lim.available_permits() == limit
+    s = lim.statistics()
+    assert s.total_successful_leases == sum(granted)
+    assert s.total_successful_leases + s.total_failed_leases == THREADS * per_thread
+
+
+def test_threads_on_one_key_grant_exactly_its_limit():
+    clock = permits.ManualClock()
+    limit = 1_000
+    keyed = PartitionedLimiter.per_key(Partition.token_bucket(None, limit, limit, 60.0), clock=clock)
+    granted = [0] * THREADS
+
+    def work(i: int) -> None:
+        for _ in range(limit):  # THREADS x limit attempts on a frozen clock: exactly `limit` granted
+            if keyed.acquire("one-key"):
+                granted[i] += 1
+
+    together(work)
+    assert sum(granted) == limit
+
+
+def test_threads_on_their_own_keys_of_one_concurrency_table_lose_nothing():
+    limit, per_thread = 2, 3_000
+    keyed = PartitionedLimiter.per_key(Partition.concurrency(None, limit))
+
+    def work(i: int) -> None:
+        for j in range(per_thread):
+            key = (i, j % 5)  # a few keys each, made and used again
+            first = keyed.acquire(key)
+            second = keyed.acquire(key)
+            assert first and second
+            assert not keyed.acquire(key)  # the key's limit holds while both are held
+            second.release()
+            first.release()
+
+    together(work)
+    for i in range(THREADS):
+        for k in range(5):
+            s = keyed.statistics((i, k))
+            assert s is not None and s.current_available_permits == limit
+
+
+def test_threads_on_one_chain_grant_exactly_its_tightest_limit():
+    clock = permits.ManualClock()
+    window = permits.FixedWindowLimiter(500, 60.0, clock=clock)
+    concurrency = permits.ConcurrencyLimiter(1_000)
+    chained = permits.chain(concurrency, window)
+    kept: list[list[permits.Lease]] = [[] for _ in range(THREADS)]
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            lease = chained.acquire()
+            if lease:
+                kept[i].append(lease)
+
+    together(work)
+    # The window allows 500; the chain's refused attempts gave the concurrency permit back (a
+    # refund through the lease registry, from every thread).
+    assert sum(map(len, kept)) == 500
+    assert concurrency.available_permits() == 1_000 - 500
+    for leases in kept:
+        for lease in leases:
+            lease.release()
+    assert concurrency.available_permits() == 1_000
+
+
+def test_refunds_find_their_limiter_while_other_threads_register_new_ones():
+    # A time-based lease refunds through a registry of limiters by id (it does not own its
+    # limiter); new limiters register in it, and it is swept as it grows. Both from every thread.
+    clock = permits.ManualClock()
+
+    def work(i: int) -> None:
+        for _ in range(300):
+            bucket = permits.TokenBucketLimiter(2, 2, 60.0, clock=clock)
+            refusing = permits.ConcurrencyLimiter(1)
+            hold = refusing.acquire()
+            assert not permits.chain(bucket, refusing).acquire()  # the bucket's permit is refunded
+            assert bucket.available_permits() == 2
+            hold.release()
+
+    together(work)
+
+
+def test_threads_each_running_asyncio_wait_on_one_limiter():
+    limit, per_thread = 3, 300
+    lim = permits.ConcurrencyLimiter(limit, queue_limit=10_000)
+    held = [0]
+    peak = [0]
+    guard = threading.Lock()
+
+    async def one() -> None:
+        async with lim.wait_async() as lease:
+            assert lease
+            with guard:
+                held[0] += 1
+                peak[0] = max(peak[0], held[0])
+            await asyncio.sleep(0)
+            with guard:
+                held[0] -= 1
+
+    async def many() -> None:
+        await asyncio.gather(*(one() for _ in range(per_thread)))
+
+    together(lambda _i: asyncio.run(many()), n=4)
+    assert peak[0] <= limit
+    assert lim.available_permits() == limit
+    assert lim.statistics().total_successful_leases == 4 * per_thread
+
+
+def test_forgotten_leases_dropped_on_many_threads_all_come_back(caplog):
+    limit = THREADS * 50
+    lim = permits.ConcurrencyLimiter(limit)
+
+    def work(_i: int) -> None:
+        for _ in range(50):
+            lease = lim.acquire()
+            assert lease
+            del lease  # never released: given back when collected, with a warning logged
+
+    with caplog.at_level(logging.WARNING, logger="permits"), pytest.warns(ResourceWarning):
+        together(work)
+        gc.collect()
+    assert lim.available_permits() == limit
+    assert sum("without release()" in r.getMessage() for r in caplog.records) == limit
+
+
+def test_threads_instrumenting_at_once_share_one_set_of_metrics():
+    prometheus_client = need("prometheus_client")
+    from permits.metrics import instrument
+
+    for _ in range(20):
+        registry = prometheus_client.CollectorRegistry()
+        limiters = [permits.TokenBucketLimiter(100, 100, 1.0, name=f"lim-{i}") for i in range(THREADS)]
+        instrumented: list[permits.RateLimiter] = [limiters[0]] * THREADS
+
+        def work(i: int, registry=registry, limiters=limiters, instrumented=instrumented) -> None:
+            instrumented[i] = instrument(limiters[i], registry=registry)  # one registration of the metrics
+            assert instrumented[i].acquire()
+
+        together(work)
+        granted = [
+            registry.get_sample_value("permits_leases_total", {"limiter": f"lim-{i}", "result": "acquired"})
+            for i in range(THREADS)
+        ]
+        assert granted == [1.0] * THREADS
