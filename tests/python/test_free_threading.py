@@ -240,3 +240,35 @@ def test_threads_instrumenting_at_once_share_one_set_of_metrics():
             for i in range(THREADS)
         ]
         assert granted == [1.0] * THREADS
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="shared memory is Linux only")
+def test_threads_on_one_shared_memory_limiter_and_key_lose_nothing():
+    from permits.shm import SharedMemoryStore
+
+    clock = permits.ManualClock()
+    store = SharedMemoryStore(f"test-ft-{os.getpid()}", clock=clock)
+    try:
+        window = store.fixed_window("window", permit_limit=700, window=60.0)
+        slots = store.concurrency("slots", permit_limit=3)
+        per_key = store.partitioned(Partition.token_bucket(None, 300, 300, 60.0), name="per-key")
+        granted = [0] * THREADS
+        keyed = [0] * THREADS
+
+        def work(i: int) -> None:
+            for _ in range(200):
+                if window.acquire():
+                    granted[i] += 1
+                if per_key.acquire("one-key"):
+                    keyed[i] += 1
+                with slots.acquire() as lease:
+                    assert lease or lease.reason == "limit_reached"
+
+        together(work)
+        assert sum(granted) == 700
+        assert sum(keyed) == 300
+        assert slots.available_permits() == 3
+        assert window.statistics().total_successful_leases == 700
+    finally:
+        store.close()
+        store.unlink()
