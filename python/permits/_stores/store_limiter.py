@@ -26,7 +26,7 @@ from .. import _lost_leases, _pausing, _polling
 from .._core import Clock, Lease
 from .._durations import timeout_ns
 from .._loop_check import blocks_the_loop
-from ..awaitables import LeaseWait, PolledLeaseWait
+from ..awaitables import Attempt, LeaseWait, PolledLeaseWait
 from ..errors import BackendError
 from ..rate_limiter import RateLimiter, Statistics, _check_permit_count
 from .backend import Backend, Outcome
@@ -191,6 +191,44 @@ class StoreLimiter(RateLimiter):
             return self._rl_counted(self._failed(error, n), n)
         if not out.granted:
             return self._rl_counted(self._lease_of(out, n, None), n)
+        self._degraded = False
+        self._seen = out.available
+        self._idle_since = self._rl_clock.now_ns()
+        self._rl_successful += 1
+        stamp = out.stamp
+        return Lease.granted(n, on_refund=lambda: self._give_back(n, stamp, None))
+
+    def acquire_async(self, permit_count: int = 1) -> LeaseWait:
+        """As every limiter's; with an asyncio client, a time-based limiter's attempt asks the server
+        in one coroutine of its own (the same step, lease and cancellation as ``_take_async``)."""
+        n = permit_count
+        if n.__class__ is not int or not 0 < n <= self._rule.limit or self._backend.is_async is not True:
+            return super().acquire_async(permit_count)
+        if not self._rule.timed or type(self) is not StoreLimiter:
+            return super().acquire_async(permit_count)
+        self._check_open()
+        return Attempt(lambda: self._attempt_async(n))
+
+    async def _attempt_async(self, n: int) -> Lease:
+        self._check_open()
+        queue = self._queue
+        if queue._entries and not queue.newest:
+            return self._rl_counted(self._behind_queue(n), n, "_acquire_async")
+        loop = asyncio.get_running_loop()
+        self.store._housekeep()
+        time = self._time
+        answer: asyncio.Future[Outcome] = loop.create_future()
+        take = self._backend.take_async(self._state, self._rule, n, None, None if time is None else time.now_ns())
+        step = loop.create_task(_answering(take, answer))
+        try:
+            out = await answer
+        except BackendError as error:
+            return self._rl_counted(self._failed(error, n), n, "_acquire_async")
+        except asyncio.CancelledError:
+            step.add_done_callback(lambda done: self._undo(done, n, None))  # (as _take_async)
+            raise
+        if not out.granted:
+            return self._rl_counted(self._lease_of(out, n, None), n, "_acquire_async")
         self._degraded = False
         self._seen = out.available
         self._idle_since = self._rl_clock.now_ns()
