@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import math
 import os
 import secrets
+import time
 import warnings
 import weakref
 from collections.abc import Coroutine
@@ -184,9 +186,9 @@ class StoreLimiter(RateLimiter):
             return super().acquire(permit_count)
         if self._queue._entries and not self._queue.newest:
             return super().acquire(permit_count)
-        time = self._time
+        clock = self._time
         try:
-            out = self._backend.take(self._state, self._rule, n, None, None if time is None else time.now_ns())
+            out = self._backend.take(self._state, self._rule, n, None, None if clock is None else clock.now_ns())
         except BackendError as error:
             return self._rl_counted(self._failed(error, n), n)
         if not out.granted:
@@ -216,9 +218,9 @@ class StoreLimiter(RateLimiter):
             return self._rl_counted(self._behind_queue(n), n, "_acquire_async")
         loop = asyncio.get_running_loop()
         self.store._housekeep()
-        time = self._time
+        clock = self._time
         answer: asyncio.Future[Outcome] = loop.create_future()
-        take = self._backend.take_async(self._state, self._rule, n, None, None if time is None else time.now_ns())
+        take = self._backend.take_async(self._state, self._rule, n, None, None if clock is None else clock.now_ns())
         step = loop.create_task(_answering(take, answer))
         try:
             out = await answer
@@ -557,16 +559,34 @@ class StoreLimiter(RateLimiter):
 
     def _available(self) -> int:
         """The server's available permits (the last ones seen when it cannot be asked now: an
-        asyncio client from sync code, or a server down)."""
+        asyncio client from sync code, or a server down). Within the store's timeout in all: the
+        permits of leases dropped unreleased are given back first, and what that took is not the
+        server's to answer in (asked from a thread, bounded by what is left)."""
         if self._backend.is_async is True:
             return self._seen
-        self.store._renewal.flush()  # the permits of leases dropped unreleased are back first
+        timeout = self.store.timeout
+        started = time.monotonic()
         try:
-            self._seen = self._backend.available(self._state, self._rule, self._now())
+            if self.store._renewal.flush(started + timeout) and time.monotonic() - started < timeout / 100:
+                self._seen = self._backend.available(self._state, self._rule, self._now())
+            else:
+                self._seen = self._available_by(started + timeout)
         except BackendError:
             if self._on_error == "raise":
                 raise
         return self._seen
+
+    def _available_by(self, deadline: float) -> int:
+        """The server's available permits, asked from a thread, by ``deadline``."""
+        left = deadline - time.monotonic()
+        if left > 0:
+            step = _step_threads().submit(self._backend.available, self._state, self._rule, self._now())
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                return step.result(timeout=left)
+        raise BackendError(
+            f"the server did not answer within the store's timeout of {self.store.timeout} s "
+            "(leases dropped unreleased were being given back)"
+        )
 
     @property
     def idle_duration(self) -> float | None:
