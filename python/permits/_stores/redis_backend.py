@@ -56,6 +56,7 @@ _TAKE_BATCH = _script("take_batch", redis_scripts.TAKE_BATCH)
 _REFUND = _script("refund", redis_scripts.REFUND)
 _RENEW = _script("renew", redis_scripts.RENEW)
 _AVAILABLE = _script("available", redis_scripts.AVAILABLE)
+_UNUSED = _script("unused", redis_scripts.UNUSED)
 #: The fixed window's take on its own (one key, six arguments): redis_scripts._FW_TAKE.
 _FW_TAKE = _script("fw_take", redis_scripts.FW_TAKE)
 
@@ -208,6 +209,25 @@ class RedisBackend:
         self._sync_only("refund")
         keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
         self._check(name, rule, self._run(_REFUND, keys, args))
+
+    def give_back_unused(self, name: Name, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
+        """Permits of a batch never used (``permits._stores.batch``) leave the count where it still
+        weighs them: a refund for the token bucket and the fixed window; the counter's window or,
+        once it has passed, the previous window; the sliding window's segment while in the window."""
+        if rule.kind not in ("sliding_window_counter", "sliding_window"):
+            return self.refund(name, rule, n, stamp, None, now_ns)
+        self._sync_only("give_back_unused")
+        keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)
+        self._check(name, rule, self._run(_UNUSED, keys, args))
+        return None
+
+    async def give_back_unused_async(self, name: Name, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
+        if rule.kind not in ("sliding_window_counter", "sliding_window"):
+            return await self.refund_async(name, rule, n, stamp, None, now_ns)
+        self._async_only("give_back_unused_async")
+        keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)
+        self._check(name, rule, await self._run_async(_UNUSED, keys, args))
+        return None
 
     def renew(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
         self._sync_only("renew")

@@ -352,6 +352,12 @@ _TAKE = "local function take(n)" + _TAKE_BODY + "end\n"
 #: renew (concurrency): ARGV[9..] = lease ids, whose expiry becomes now + lease_ttl (those still
 #: recorded). Answers {1, the ids not recorded (forgotten: expired, flushed, lost with a restart)...}.
 #:
+#: unused (the counter and the sliding window): permits counted at stamp ARGV[10] and never used (a
+#: reserving limiter's stock), ARGV[9] of them, leave the count wherever it still weighs: the
+#: counter's current window, or the previous one once the stamp's window has passed; the sliding
+#: window's segment while it is inside the window. (The token bucket's and the fixed window's are
+#: refunds: past its window, a fixed window's count weighs nothing.) Answers {1}.
+#:
 #: available: the permits a request would find now; writes nothing. Answers {1, available}.
 _OPS: dict[str, tuple[str, bool, str]] = {
     "take": ("return table.concat(take(tonumber(ARGV[9])), ' ')\n", True, ""),
@@ -461,6 +467,36 @@ for i = 9, #ARGV do
 end
 cc_save(held)
 return out
+""",
+        False,
+        "",
+    ),
+    "unused": (
+        r"""
+if not EXISTS then return {1} end -- the state is gone: as good as new already
+local n = tonumber(ARGV[9])
+local tag = wstr(ARGV[10])
+if KIND == 'sliding_window_counter' then
+  local w, prev, cur = swc_view()
+  if wcmp(w, tag) == 0 then cur = math.max(0, cur - n)
+  elseif wcmp(w, wadd(tag, 1)) == 0 then prev = math.max(0, prev - n)
+  else return {1} end
+  save(wfmt(w), prev, cur)
+elseif KIND == 'sliding_window' then
+  local p = sw_view()
+  if wcmp(wadd(tag, wnum(AMOUNT)), p) <= 0 then return {1} end -- the segment has left the window
+  local items = redis.call('LRANGE', X, 0, -1)
+  for i, item in ipairs(items) do
+    local j, count = sw_entry(item)
+    if wcmp(j, tag) == 0 then
+      local left = math.max(0, count - n)
+      redis.call('LSET', X, i - 1, wfmt(j) .. ':' .. left)
+      save(F[3], tonumber(F[4]) - (count - left))
+      break
+    end
+  end
+end -- (the token bucket's and the fixed window's are refunds: RedisBackend.give_back_unused)
+return {1}
 """,
         False,
         "",
@@ -602,6 +638,7 @@ TAKE_BATCH = _script("take_batch")
 REFUND = _script("refund")
 RENEW = _script("renew")
 AVAILABLE = _script("available")
+UNUSED = _script("unused")
 
 
 def _library() -> tuple[str, str, dict[str, str]]:
