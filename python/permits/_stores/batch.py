@@ -40,3 +40,11 @@ class Batching(Protocol):
     def take_batch(self, name: str | bytes, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch: ...
 
     async def take_batch_async(self, name: str | bytes, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch: ...
+
+    def give_back_unused(self, name: str | bytes, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
+        """Permits of a batch (counted at ``stamp``) never used leave the count where it still weighs
+        them (the counter's previous window, a sliding window's segment)."""
+
+    async def give_back_unused_async(
+        self, name: str | bytes, rule: Rule, n: int, stamp: int, now_ns: int | None
+    ) -> None: ...

@@ -76,11 +76,17 @@ class Deadlines:
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = weakref.WeakKeyDictionary()
+        #: The last loop's queue (a WeakKeyDictionary look-up makes a weak reference every time).
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], _Queue] | None = None
 
     def start(self) -> Step:
         """The deadline of a step starting now in the running task."""
         loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0]() is loop:
+            return last[1].start()
         queue = self._queues.get(loop)
         if queue is None:
             queue = self._queues[loop] = _Queue(loop, self._seconds)
+        self._last = weakref.ref(loop), queue
         return queue.start()

@@ -19,7 +19,8 @@ length or content is one short index entry. Columns by kind::
 
 ``anchor`` is the state's creation time, ``seen`` the time of its last step (which the client's
 arithmetic reads back), ``ok`` whether that step granted, ``expires`` when the row may be purged
-(state: one to two of the rule's lifetimes after its last step; lease: its expiry). Every step runs in its own
+(state: one to two of the rule's lifetimes after its last step; lease: its expiry; expired rows go by the
+store's background purge, postgres_purge.py, never on a step's way). Every step runs in its own
 transaction (autocommit), and the row of its state is locked by it (ON CONFLICT DO UPDATE or
 SELECT ... FOR UPDATE): steps on one state are serialized, steps on others never wait for it.
 """
@@ -34,9 +35,6 @@ SERVER_NOW: LiteralString = "(extract(epoch FROM clock_timestamp()) * 1000000000
 #: The step's time, computed once: the parameter, else the server's clock.
 _NOW: LiteralString = "coalesce(%(now)s::bigint, " + SERVER_NOW + ")"
 
-# A few expired rows of other states go with each step: bounded work (ORDER BY expires uses the
-# index; LIMIT), never a wait (SKIP LOCKED: a row being stepped on is not expired anyway).
-_PURGE_ROWS: LiteralString = "2"
 
 SCHEMA: LiteralString = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -81,11 +79,6 @@ BEGIN
     now := coalesce(at_ns, """
     + SERVER_NOW
     + """);
-    DELETE FROM {table} WHERE (key, lease) IN (
-        SELECT x.key, x.lease FROM {table} x WHERE x.expires < now AND x.key <> k
-        ORDER BY x.expires LIMIT """
-    + _PURGE_ROWS
-    + """ FOR UPDATE SKIP LOCKED);
     SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO {table} (key, lease, sig, anchor, a, segs, counts, ok, seen, expires)
@@ -157,11 +150,6 @@ BEGIN
     now := coalesce(at_ns, """
     + SERVER_NOW
     + """);
-    DELETE FROM {table} WHERE (key, lease) IN (
-        SELECT x.key, x.lease FROM {table} x WHERE x.expires < now AND x.key <> k
-        ORDER BY x.expires LIMIT """
-    + _PURGE_ROWS
-    + """ FOR UPDATE SKIP LOCKED);
     SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO {table} (key, lease, sig, anchor, seen, expires)
@@ -210,13 +198,7 @@ _WITH_NOW: LiteralString = (
     """
 WITH v AS (SELECT """
     + _NOW
-    + """ AS now),
-purge AS (
-    DELETE FROM {table} WHERE (key, lease) IN (
-        SELECT x.key, x.lease FROM {table} x WHERE x.expires < (SELECT v.now FROM v) AND x.key <> %(key)s
-        ORDER BY x.expires LIMIT """
-    + _PURGE_ROWS
-    + """ FOR UPDATE OF x SKIP LOCKED))
+    + """ AS now)
 """
 )
 

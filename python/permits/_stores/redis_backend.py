@@ -56,6 +56,9 @@ _TAKE_BATCH = _script("take_batch", redis_scripts.TAKE_BATCH)
 _REFUND = _script("refund", redis_scripts.REFUND)
 _RENEW = _script("renew", redis_scripts.RENEW)
 _AVAILABLE = _script("available", redis_scripts.AVAILABLE)
+_UNUSED = _script("unused", redis_scripts.UNUSED)
+#: The fixed window's take on its own (one key, six arguments): redis_scripts._FW_TAKE.
+_FW_TAKE = _script("fw_take", redis_scripts.FW_TAKE)
 
 
 def _no_functions(exc: redis.exceptions.ResponseError) -> bool:
@@ -75,7 +78,7 @@ def _already_loaded(exc: redis.exceptions.ResponseError) -> bool:
 
 
 Name = str | bytes
-Keys = tuple[bytes, bytes]  # a state's hash and its second key
+Keys = tuple[bytes, ...]  # a state's hash and its second key (only the hash: the fixed window's take)
 
 #: How many names' keys, and rules' arguments, a backend keeps made (a limiter steps on one name
 #: and rule again and again; a per-key store's names come and go: past this many, the kept ones
@@ -113,6 +116,15 @@ def _moving(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.TryAgainError) or str(exc).startswith("TTL exhausted")
 
 
+class _Made(NamedTuple):
+    """A rule's constant arguments, made once (with the key_margin_ms they were made with)."""
+
+    margin: int
+    head: list[bytes]  # ARGV[1..6]
+    lease_ttl: bytes
+    fw_head: bytes  # the fixed window's take: "<signature> <key ttl>"
+
+
 class RedisBackend:
     """The ``Backend`` of a Redis server, Cluster or Sentinel-managed
     master. ``client`` is a redis-py client, sync or asyncio (``is_async``); ``prefix`` starts every
@@ -147,7 +159,7 @@ class RedisBackend:
         # What each step would otherwise make again: a name's keys, a rule's constant arguments
         # (with the key_margin_ms they were made with).
         self._keys_made: dict[Name, Keys] = {}
-        self._rules_made: dict[Rule, tuple[int, list[bytes], bytes]] = {}
+        self._rules_made: dict[Rule, _Made] = {}
         self._eviction_asked = False  # (the server's maxmemory-policy, asked once: redis_eviction)
         #: Whether steps run as Redis Functions (FCALL) rather than scripts (EVALSHA): not for a
         #: Cluster client (see the module's doc), nor once the server has refused FUNCTION/FCALL.
@@ -163,6 +175,9 @@ class RedisBackend:
 
     def take(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
         self._sync_only("take")
+        if rule.kind == "fixed_window" and not self._replicas:
+            keys, args = self._fw_args(name, rule, n, now_ns)
+            return self._outcome(name, rule, self._run(_FW_TAKE, keys, args))
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         if not self._replicas:
             return self._outcome(name, rule, self._run(_TAKE, keys, args))
@@ -195,6 +210,25 @@ class RedisBackend:
         keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
         self._check(name, rule, self._run(_REFUND, keys, args))
 
+    def give_back_unused(self, name: Name, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
+        """Permits of a batch never used (``permits._stores.batch``) leave the count where it still
+        weighs them: a refund for the token bucket and the fixed window; the counter's window or,
+        once it has passed, the previous window; the sliding window's segment while in the window."""
+        if rule.kind not in ("sliding_window_counter", "sliding_window"):
+            return self.refund(name, rule, n, stamp, None, now_ns)
+        self._sync_only("give_back_unused")
+        keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)
+        self._check(name, rule, self._run(_UNUSED, keys, args))
+        return None
+
+    async def give_back_unused_async(self, name: Name, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
+        if rule.kind not in ("sliding_window_counter", "sliding_window"):
+            return await self.refund_async(name, rule, n, stamp, None, now_ns)
+        self._async_only("give_back_unused_async")
+        keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)
+        self._check(name, rule, await self._run_async(_UNUSED, keys, args))
+        return None
+
     def renew(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
         self._sync_only("renew")
         keys, args = self._renew_args(name, rule, lease_ids, now_ns)
@@ -207,6 +241,9 @@ class RedisBackend:
 
     async def take_async(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
         self._async_only("take_async")
+        if rule.kind == "fixed_window" and not self._replicas:
+            keys, args = self._fw_args(name, rule, n, now_ns)
+            return self._outcome(name, rule, await self._run_async(_FW_TAKE, keys, args))
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         if not self._replicas:
             return self._outcome(name, rule, await self._run_async(_TAKE, keys, args))
@@ -274,29 +311,51 @@ class RedisBackend:
                 self._keys_made[name] = keys
         return keys
 
+    def _made(self, rule: Rule) -> _Made:
+        made = self._rules_made.get(rule)
+        if made is None or made.margin != self.key_margin_ms:
+            made = self._rule_made(rule)
+        return made
+
+    @staticmethod
+    def _now_arg(now_ns: int | None) -> bytes:
+        if now_ns is None:
+            return b""  # the server's TIME
+        if isinstance(now_ns, int) and not isinstance(now_ns, bool) and now_ns >= 0:
+            return b"%d" % now_ns
+        raise ValueError(f"now_ns must be None or a non-negative int, got {now_ns!r}")
+
     def _rule_args(self, rule: Rule, now_ns: int | None) -> list[bytes]:
         """ARGV[1..8]: the rule's constants (made once per rule and key_margin_ms), the time among them."""
-        made = self._rules_made.get(rule)
-        if made is None or made[0] != self.key_margin_ms:
-            made = self._rule_made(rule)
-        if now_ns is None:
-            now = b""  # the server's TIME
-        elif isinstance(now_ns, int) and not isinstance(now_ns, bool) and now_ns >= 0:
-            now = b"%d" % now_ns
-        else:
-            raise ValueError(f"now_ns must be None or a non-negative int, got {now_ns!r}")
-        _, head, lease_ttl = made
-        return [*head, now, lease_ttl]
+        made = self._made(rule)
+        return [*made.head, self._now_arg(now_ns), made.lease_ttl]
 
-    def _rule_made(self, rule: Rule) -> tuple[int, list[bytes], bytes]:
+    def _fw_args(self, name: Name, rule: Rule, n: int, now_ns: int | None) -> tuple[Keys, list[bytes | str]]:
+        """The fixed window's take: KEYS[1] the state's hash; ARGV "<signature> <key ttl>", n, and
+        the time unless it is the server's."""
+        if n.__class__ is not int or not 0 <= n <= rule.limit:
+            self._check_count(rule, n)
+        head = self._made(rule).fw_head
+        keys = (self.keys_of(name)[0],)
+        if now_ns is None:
+            return keys, [head, b"%d" % n]
+        return keys, [head, b"%d" % n, self._now_arg(now_ns)]
+
+    def _rule_made(self, rule: Rule) -> _Made:
         if rule.kind not in KINDS:
             raise ValueError(f"rule.kind must be one of {', '.join(KINDS)}, got {rule.kind!r}")
         if rule.kind == "concurrency" and rule.lease_ttl_ns <= 0:
             raise ValueError("a concurrency rule needs lease_ttl_ns > 0 (its leases' lifetime)")
         margin = self.key_margin_ms
-        ttl_ms = min(-(-rule.lifetime_ns // 1_000_000) + margin, _MAX_TTL_MS)
+        lifetime = rule.lifetime_ns
+        if rule.kind == "fixed_window":
+            # A fixed window's take sets the expiry when the window changes, not at every grant:
+            # one window more keeps the key a lifetime past its last change (redis_scripts._FW_TAKE).
+            lifetime += rule.period_ns
+        ttl_ms = min(-(-lifetime // 1_000_000) + margin, _MAX_TTL_MS)
         head = [rule.signature, rule.kind, str(rule.limit), str(rule.period_ns), str(rule.amount), str(ttl_ms)]
-        made = margin, [arg.encode() for arg in head], str(rule.lease_ttl_ns).encode()
+        encoded = [arg.encode() for arg in head]
+        made = _Made(margin, encoded, str(rule.lease_ttl_ns).encode(), encoded[0] + b" " + encoded[5])
         if len(self._rules_made) >= _KEPT:
             self._rules_made.clear()
         self._rules_made[rule] = made
@@ -414,17 +473,17 @@ class RedisBackend:
     def _call(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         if self._functions:
             try:
-                return client.execute_command("FCALL", script.function, 2, *keys, *args)
+                return client.execute_command("FCALL", script.function, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if not (_function_missing(exc) or self._refused(exc)):
                     raise
             self._load_library(client)
             if self._functions:
-                return client.execute_command("FCALL", script.function, 2, *keys, *args)
+                return client.execute_command("FCALL", script.function, len(keys), *keys, *args)
         try:
-            return client.execute_command("EVALSHA", script.sha, 2, *keys, *args)
+            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            return client.execute_command("EVAL", script.source, 2, *keys, *args)
+            return client.execute_command("EVAL", script.source, len(keys), *keys, *args)
 
     def _refused(self, exc: redis.exceptions.ResponseError) -> bool:
         """FUNCTION/FCALL unsupported or not allowed: the steps run as scripts from now on."""
@@ -468,24 +527,24 @@ class RedisBackend:
         """As _call, awaited."""
         if self._functions:
             try:
-                return await client.execute_command("FCALL", script.function, 2, *keys, *args)
+                return await client.execute_command("FCALL", script.function, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if not (_function_missing(exc) or self._refused(exc)):
                     raise
             await self._load_library_async(client)
             if self._functions:
-                return await client.execute_command("FCALL", script.function, 2, *keys, *args)
+                return await client.execute_command("FCALL", script.function, len(keys), *keys, *args)
         try:
-            return await client.execute_command("EVALSHA", script.sha, 2, *keys, *args)
+            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            return await client.execute_command("EVAL", script.source, 2, *keys, *args)
+            return await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
 
     # ---- grants that wait for replicas (wait_replicas) ----
 
     def _waiting_command(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, ...]:
         if self._functions:
-            return ("FCALL", script.function, 2, *keys, *args)
-        return ("EVALSHA", script.sha, 2, *keys, *args)
+            return ("FCALL", script.function, len(keys), *keys, *args)
+        return ("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def _call_waiting(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, int]:
         """As _call, followed by WAIT on the same connection: (the reply, the replicas that have it).

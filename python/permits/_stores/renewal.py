@@ -126,15 +126,13 @@ class Renewal:
         limiter.store._give_back(limiter, n, 0, lid)  # (a task of this loop, kept until it lands)
         limiter._queue.changed()
 
-    def flush(self) -> None:
-        """Waits (at most the backend's timeout, twice) until the dropped leases are given back."""
+    def flush(self, deadline: float) -> bool:
+        """Waits, until ``deadline`` (time.monotonic()) at the latest, for the dropped leases to be
+        given back; whether they are."""
         if not self._pending:
-            return
+            return True
         with self._settled:
-            self._settled.wait_for(lambda: not self._pending, timeout=2 * self._backend_timeout())
-
-    def _backend_timeout(self) -> float:
-        return float(getattr(self._backend, "_timeout", 1.0))
+            return self._settled.wait_for(lambda: not self._pending, timeout=max(0.0, deadline - time.monotonic()))
 
     def _give_back_dropped(self) -> None:
         while self._dropped:

@@ -13,8 +13,13 @@ permits (statistics) are the server's and the stock's: what a request here would
 Served only while valid, the permits are granted within the window, segment or period the server
 counted them in, so no kind admits more than single takes would: a limit is only under-used, by the
 permits a process holds and does not use (others find them once they come back, or the window ends).
-An expired stock is dropped: it was counted in a window or segment that is over, nothing comes back
-(a token bucket's is given back while the refills since have not made up for it).
+An expired stock goes back when it still weighs on the limit: a sliding window counter's while the
+next window counts its window as the previous one, a sliding window's while its segment is in the
+window, a token bucket's while the refills since have not made up for it; the server takes it out of
+the count where it still weighs (``give_back_unused``), so that the permits a process did not use
+weigh no more than single takes would have made them. A fixed window's is dropped: its window is over.
+A busy process gives its expired stock back at its next take (before the batch), an idle one in the
+returns' next round (``permits._stores.returns``).
 """
 
 from __future__ import annotations
@@ -136,15 +141,22 @@ class ReservingLimiter(StoreLimiter):
             return False
         if now < stock.until:
             return True
-        if self._rule.kind != "token_bucket":
-            return False  # counted in a window or segment that is over
+        rule = self._rule
+        if rule.kind == "sliding_window_counter":
+            return now < stock.until + rule.period_ns  # the next window still weighs its window's count
+        if rule.kind == "sliding_window":
+            # its segment stays in the window for the segments after it
+            return now < stock.until + (rule.amount - 1) * (rule.period_ns // rule.amount)
+        if rule.kind != "token_bucket":
+            return False  # a fixed window's count weighs nothing past its window
         # The refills since the stamp's period make up for that many (the refund's rule).
-        periods = 1 + (now - stock.until) // self._rule.period_ns
-        return stock.count > periods * self._rule.amount
+        periods = 1 + (now - stock.until) // rule.period_ns
+        return stock.count > periods * rule.amount
 
     def _settle(self, stock: Stock, now: int) -> None:
+        """The stock's permits, unused, leave the count wherever it still weighs them."""
         if self._worth(stock, now):
-            self.store._give_back(self, stock.count, stock.stamp, None)
+            self.store._give_back(self, stock.count, stock.stamp, None, unused=True)
 
     def _until(self, asked: int, valid_ns: int) -> int:
         """When a batch asked for at ``asked`` (pause clock) expires here. On the server's clock a
@@ -164,7 +176,14 @@ class ReservingLimiter(StoreLimiter):
         return lease
 
     def _refunded(self, n: int, stamp: int, until: int) -> None:
-        self._keep(n, stamp, until)
+        now = self._rl_clock.now_ns()
+        if now >= until:
+            # A lease refunded past its window: a refund's rule (only a token bucket's gives back
+            # then, what the refills have not made up for), not an unused stock's.
+            if self._rule.kind == "token_bucket" and self._worth(Stock(n, stamp, until), now):
+                self.store._give_back(self, n, stamp, None)
+        else:
+            self._keep(n, stamp, until)
         self._queue.changed()
 
     def _most(self, n: int) -> int:
@@ -242,7 +261,9 @@ class ReservingLimiter(StoreLimiter):
             return lease
         clock = self._rl_clock
         if back is not None and self._worth(back, clock.now_ns()):
-            back_step = self._backend.refund_async(self._state, self._rule, back.count, back.stamp, None, self._now())
+            back_step = self._batches.give_back_unused_async(
+                self._state, self._rule, back.count, back.stamp, self._now()
+            )
             with contextlib.suppress(BackendError):
                 await asyncio.shield(asyncio.ensure_future(back_step))  # before the batch: decided as one take
         asked = clock.now_ns()

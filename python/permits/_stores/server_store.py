@@ -134,22 +134,29 @@ class ServerStore(StoreFactories):
         return keyed
 
     # ---- permits coming back ----
-    def _give_back(self, limiter: StoreLimiter, n: int, stamp: int, lid: str | None) -> None:
+    def _give_back(self, limiter: StoreLimiter, n: int, stamp: int, lid: str | None, *, unused: bool = False) -> None:
         """A release or refund on the server: done when it returns, but with an asyncio client
         (then in a task of the running loop). When the server cannot be reached, a concurrency
-        lease comes back by itself ``lease_ttl`` later."""
+        lease comes back by itself ``lease_ttl`` later. ``unused``: permits of a batch never used
+        (a reserving limiter's stock), given back wherever they still weigh (``give_back_unused``)."""
         backend, now = self._backend, limiter._now()
-        args = (limiter._state, limiter._rule, n, stamp, lid, now)
         loop = _running_loop()
         # A sync client's is done when release() returns, even inside a loop; a client serving both
         # (a PostgreSQL conninfo) asks asynchronously inside a loop: never a blocking call on its thread.
         if backend.is_async is False or (backend.is_async is None and loop is None):
             with contextlib.suppress(BackendError):
-                backend.refund(*args)
+                if unused:
+                    backend.give_back_unused(limiter._state, limiter._rule, n, stamp, now)
+                else:
+                    backend.refund(limiter._state, limiter._rule, n, stamp, lid, now)
             return
         if loop is None:
             return  # an asyncio client, outside any loop: the lease expires on the server
-        task = loop.create_task(_quietly(backend.refund_async(*args)))
+        if unused:
+            step = backend.give_back_unused_async(limiter._state, limiter._rule, n, stamp, now)
+        else:
+            step = backend.refund_async(limiter._state, limiter._rule, n, stamp, lid, now)
+        task = loop.create_task(_quietly(step))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -133,9 +133,9 @@ def _rows(conn: psycopg.Connection[tuple[object, ...]], table: str, name: str) -
     return int(row[0])  # type: ignore[call-overload]
 
 
-def test_expired_rows_are_purged_on_the_way(
-    postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]
-) -> None:
+def test_expired_rows_are_purged(postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Rows go by the purge (the store's housekeeping), between one and two lifetimes after their
+    state's last step; a step deletes only its own state's expired leases."""
     table = new_table()
     backend = PostgresBackend(postgres_server.conninfo, table=table)
     window = Rule("fixed_window", 5, SECOND)  # lifetime 2 s
@@ -150,11 +150,14 @@ def test_expired_rows_are_purged_on_the_way(
     # A state is purged between one and two lifetimes after its last step: not at one.
     for i in range(4):
         backend.take(f"early-{i}", window, 1, None, 2 * SECOND)
+    assert _rows(conn, table, "old-conc") == 2  # steps on other states delete nothing of it
+    assert backend.purge(2 * SECOND, 100) == 1
     assert _rows(conn, table, "old-window") == 1 and _rows(conn, table, "old-bucket") == 1
     assert _rows(conn, table, "old-conc") == 1  # its lease (expired at 1 s) went; the state lives on
-    # Later steps on other states purge what has expired, a few rows per step.
     for i in range(4):
         backend.take(f"other-{i}", window, 1, None, 4 * SECOND + 1)
+    assert _rows(conn, table, "old-window") == 1  # (still there: the purge deletes it)
+    assert backend.purge(4 * SECOND + 1, 100) == 3
     assert _rows(conn, table, "old-window") == 0
     assert _rows(conn, table, "old-bucket") == 0
     assert _rows(conn, table, "old-conc") == 0
@@ -209,8 +212,8 @@ def test_a_dropped_table_is_made_again(
 def test_the_purge_keeps_up_with_a_flood_of_keys(
     postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]
 ) -> None:
-    """2,000 keys stepped once each, then nothing: each step purged only a few rows on its way
-    (none had expired yet); the store's housekeeping round deletes every expired row, however many."""
+    """2,000 keys stepped once each, then nothing: the store's housekeeping round deletes every
+    expired row, however many."""
     import permits
     from permits.postgres import PostgresStore
 

@@ -159,9 +159,27 @@ def test_keys_expire_after_the_rules_lifetime(client: Any, kind: str) -> None:
     assert store.take("lived", the_rule, 2, "lease", 0).granted
     keys = [key for key in store.keys_of("lived") if client.exists(key)]
     assert len(keys) == (2 if kind in ("sliding_window", "concurrency") else 1)
-    most = the_rule.lifetime_ns // 10**6 + store.key_margin_ms
+    # A fixed window's take sets the expiry when the window changes only: one window more keeps the
+    # key a lifetime past its last change in that window.
+    lifetime_ms = (the_rule.lifetime_ns + (the_rule.period_ns if kind == "fixed_window" else 0)) // 10**6
     for key in keys:
-        assert the_rule.lifetime_ns // 10**6 - 5_000 < client.pttl(key) <= most
+        assert lifetime_ms - 5_000 < client.pttl(key) <= lifetime_ms + store.key_margin_ms
+
+
+def test_a_fixed_window_key_lives_a_lifetime_past_its_last_grant(store: RedisBackend, client: Any) -> None:
+    """Grants within a window leave the expiry as the window's first set it; it lasts a lifetime
+    past the window's end, and the next window's first grant sets it again."""
+    the_rule = rule("fixed_window", limit=10, period_ns=20 * S)
+    key = store.keys_of("late")[0]
+    assert store.take("late", the_rule, 1, None, 0).granted  # window 0: expiry set
+    first = client.pttl(key)
+    assert store.take("late", the_rule, 1, None, 20 * S - 1).granted  # its last ns: the count goes up
+    assert client.hget(key, "b") == b"2"
+    # a lifetime (two windows) past the last grant still lies before the expiry
+    assert first > the_rule.lifetime_ns // 10**6 + 20_000 - 5_000
+    assert client.pttl(key) <= first
+    assert store.take("late", the_rule, 1, None, 20 * S).granted  # window 1: set again, count anew
+    assert client.hget(key, "b") == b"1" and client.hget(key, "a") == b"1"
 
 
 def test_a_lifetime_past_what_pexpire_takes_is_capped(store: RedisBackend, client: Any) -> None:
@@ -177,10 +195,11 @@ def test_a_changed_key_margin_applies_to_the_next_step(client: Any) -> None:
     the_rule = rule("fixed_window", limit=3, period_ns=20 * S)
     assert store.take("margin", the_rule, 1, None, 0).granted
     key = store.keys_of("margin")[0]
-    assert client.pttl(key) <= the_rule.lifetime_ns // 10**6 + store.key_margin_ms
+    ttl_ms = (the_rule.lifetime_ns + the_rule.period_ns) // 10**6  # (a fixed window's: see above)
+    assert client.pttl(key) <= ttl_ms + store.key_margin_ms
     store.key_margin_ms = 500_000
-    assert store.take("margin", the_rule, 1, None, 0).granted
-    assert client.pttl(key) > the_rule.lifetime_ns // 10**6 + 400_000
+    assert store.take("margin", the_rule, 1, None, 20 * S).granted  # (the next window sets the expiry)
+    assert client.pttl(key) > ttl_ms + 400_000
 
 
 def test_names_past_the_kept_keys_are_states_of_their_own(store: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:

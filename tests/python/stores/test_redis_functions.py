@@ -133,6 +133,37 @@ def test_a_server_without_functions_runs_the_scripts(no_functions: Any) -> None:
         store.close()
 
 
+FW_TAKE_SHA = hashlib.sha1(redis_scripts.FW_TAKE.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("server", ["functions", "scripts"])
+def test_the_fixed_windows_own_take_steps_as_take(server: str, redis_server: Any, no_functions: Any) -> None:
+    """The fixed window's take (FCALL of its own function; a script where FUNCTION is missing):
+    grants, refusals with their retry_after, windows that change, a mismatched rule, and times
+    past what plain numbers hold, as TAKE decides them."""
+    with (redis_server if server == "functions" else no_functions).client() as client:
+        store = backend(client)
+        fw = rule_of(specs.FixedWindow(3, 10.0), 0)
+        assert store.take("fw", fw, 2, None, 5 * 10**9).granted  # the anchor: windows start at 5 s, 15 s...
+        assert store.take("fw", fw, 1, None, 6 * 10**9).granted
+        refused = store.take("fw", fw, 1, None, 7 * 10**9)
+        assert (refused.granted, refused.available, refused.retry_after_ns) == (False, 0, 8 * 10**9)  # at 15 s
+        assert store.take("fw", fw, 3, None, 15 * 10**9).granted  # the next window
+        with pytest.raises(ValueError, match="fixed_window:4:"):
+            store.take("fw", rule_of(specs.FixedWindow(4, 10.0), 0), 1, None, 15 * 10**9)
+        # ~300 years after the anchor (past 2**53 ns): TAKE's own arithmetic, exact
+        late = 15 * 10**9 + 10**19 + 3
+        assert store.take("fw", fw, 3, None, late).granted
+        refused = store.take("fw", fw, 1, None, late)
+        assert refused.retry_after_ns == 10 * 10**9 - (10**19 + 3) % (10 * 10**9)
+        assert store.available("fw", fw, late) == 0
+        ran = "fcall" if server == "functions" else "evalsha"
+        assert calls(client, ran) >= 6
+        if server == "scripts":
+            assert client.script_exists(FW_TAKE_SHA) == [True]
+        store.close()
+
+
 async def test_an_async_client_of_a_server_without_functions_runs_the_scripts(no_functions: Any) -> None:
     client = no_functions.async_client()
     try:
