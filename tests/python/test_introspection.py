@@ -115,7 +115,9 @@ print("done")
 """
 
 ENGINE_BACKED = [
-    ("_core", t.__name__) for t in ENGINE_TYPES if t.__name__ not in ("EngineLeaseWait",) and t is not _core.Lease
+    ("_core", t.__name__)
+    for t in ENGINE_TYPES
+    if t.__name__ not in ("EngineLeaseWait",) and t not in (_core.Lease, _core.Tally)
 ] + [
     ("permits", c.__name__)
     for c in PUBLIC_CLASSES
@@ -129,6 +131,15 @@ def test_methods_of_an_uninitialized_instance_raise_type_error(where: str, name:
     child = run_child(_UNINITIALIZED.format(where=where, name=name))
     assert child.returncode == 0, child.stderr
     assert child.lines() == ["done"], child.stdout
+
+
+def test_a_tally_made_by_new_alone_is_ready() -> None:
+    # Tally has no __init__: __new__ makes it whole (zero counts), so no method meets it half made.
+    tally = _core.Tally.__new__(_core.Tally)
+    tally.grant()
+    assert (tally.granted, tally.refused) == (1, 0)
+    with pytest.raises(TypeError):
+        _core.Tally(1)
 
 
 def test_types_without_a_constructor_cannot_be_made_uninitialized() -> None:
