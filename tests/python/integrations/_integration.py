@@ -25,8 +25,6 @@ from typing import Any
 import httpx
 import pytest
 
-from _support import no_build
-
 APP_DIR = Path(__file__).parent
 #: How long a server may take to have every worker answering (4 workers importing the app on a
 #: busy 2-core machine take a few seconds).
@@ -51,6 +49,8 @@ def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 def require(module: str, install: str | None = None) -> ModuleType:
     """``module``, imported; a test dependency (scripts/test installs it): missing, the test is
     skipped, or fails under CI (CI=true), unless it has no build for this interpreter."""
+    from _support import no_build  # (here: the test servers' apps import this module without tests/python)
+
     if (reason := no_build(module)) is not None:
         pytest.skip(reason)
     try:
