@@ -8,6 +8,7 @@ threads, and the scaling (2 threads' throughput over 1 thread's; 2.0 is perfect 
 1.0 is none, below 1.0 the threads hinder each other). Median of R runs.
 
 Cases, each thread on its own state (nothing shared but the limiter object where named):
+  floor        a Python function that does nothing: how far the interpreter and the machine scale
   per-key      one PartitionedLimiter.per_key (token bucket), each thread its own key
   concurrency  each thread its own ConcurrencyLimiter: acquire() then release()
   peer ...     the fastest in-memory Python peers, each thread its own key of one limiter
@@ -35,6 +36,10 @@ CHILD = textwrap.dedent(
     case, threads, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 
     def make(case, i):
+        if case == "floor":
+            def op():
+                pass
+            return op
         if case == "per-key":
             import permits
             keyed = SHARED.setdefault("keyed", permits.PartitionedLimiter.per_key(
@@ -109,7 +114,7 @@ CHILD = textwrap.dedent(
 
 PROBE = "import sys, sysconfig; print(sys.version.split()[0], bool(sysconfig.get_config_var('Py_GIL_DISABLED')))"
 PROBE = "import sys, sysconfig; print(sys.version.split()[0], bool(sysconfig.get_config_var('Py_GIL_DISABLED')))"
-CASES = ["per-key", "concurrency", "peer limits", "peer throttled-py"]
+CASES = ["floor", "per-key", "concurrency", "peer limits", "peer throttled-py"]
 
 
 def run_case(python: str, env: dict[str, str], case: str, threads: int, seconds: float) -> tuple[float, bool] | str:
