@@ -1,8 +1,8 @@
 """The test command asks before it installs much: ./scripts/test runs the portability step (cross
-compilers, qemu and wine from the OS packages) only when CI=true or when that step is named, the ft step
-(a free-threaded CPython built from source) only when named, and CI's
-entry point (.ci/run) runs every step. Checked with `--plan`, which prints the steps and stops before
-installing or building anything."""
+compilers, qemu and wine from the OS packages) and the versions step (the core suite on CPython 3.12 and
+3.13, the extension built for each) only when CI=true or when that step is named, the ft step (a
+free-threaded CPython built from source) only when named, and CI's entry point (.ci/run) runs every
+step. Checked with `--plan`, which prints the steps and stops before installing or building anything."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from _dist import ROOT, run
 
-EVERY_STEP = "cpp sanitize fuzz lint py docs package portability"
+EVERY_STEP = "cpp sanitize fuzz lint py versions docs package portability"
 LOCAL_STEPS = "cpp sanitize fuzz lint py docs package"
 
 
@@ -27,7 +27,7 @@ def plan(command: str, *args: str, ci: str | None) -> str:
 
 
 @pytest.mark.parametrize("ci", [None, "", "false", "1"])
-def test_a_contributors_run_leaves_out_portability(ci: str | None) -> None:
+def test_a_contributors_run_leaves_out_portability_and_versions(ci: str | None) -> None:
     assert plan("scripts/test", ci=ci) == LOCAL_STEPS
 
 
@@ -40,8 +40,9 @@ def test_ci_entry_point_runs_every_step(ci: str | None) -> None:
     assert plan(".ci/run", ci=ci) == EVERY_STEP
 
 
-def test_portability_runs_when_named() -> None:
+def test_portability_and_versions_run_when_named() -> None:
     assert plan("scripts/test", "portability", ci=None) == "portability"
+    assert plan("scripts/test", "versions", ci=None) == "versions"
     assert plan("scripts/test", "lint", "py", ci="true") == "lint py"
 
 
