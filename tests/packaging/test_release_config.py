@@ -1,10 +1,13 @@
 """The release configuration, checked without building anything: [tool.cibuildwheel] selects CPython
-3.11 to 3.14 on every platform and architecture the project ships wheels for, the wheels' test
-environment has what the suite needs, and .github/workflows/wheels.yml builds exactly those wheels
-(cibuildwheel itself prints what each of the workflow's runners would build) and publishes them on a tag."""
+3.11 to 3.15 and the free-threaded 3.14t and 3.15t on every platform and architecture the project ships
+wheels for, each wheel's test environment has what the suite needs that has a build for its CPython (and
+tests/python/_support.py's NO_BUILD names the rest), and .github/workflows/wheels.yml builds exactly
+those wheels (cibuildwheel itself prints what each of the workflow's runners would build) and publishes
+them on a tag."""
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import importlib.metadata
 import os
@@ -14,7 +17,7 @@ from typing import Any
 
 from _dist import PYPROJECT, ROOT, WORKFLOW, need, run
 
-PYTHONS = ["cp311", "cp312", "cp313", "cp314"]
+PYTHONS = ["cp311", "cp312", "cp313", "cp314", "cp315", "cp314t", "cp315t"]
 #: The platform tags of the wheels, by cibuildwheel platform and architecture.
 PLATFORMS = {
     "linux": {
@@ -26,11 +29,11 @@ PLATFORMS = {
 }
 EXPECTED = {f"{py}-{tag}" for py in PYTHONS for archs in PLATFORMS.values() for tags in archs.values() for tag in tags}
 
-#: Identifiers of other Pythons: older and newer CPythons, free-threaded ones, PyPy. (Other
-#: architectures are left out by `archs`, not by the build selectors.)
+#: Identifiers of other Pythons: older and newer CPythons, the free-threaded 3.13t (which cibuildwheel 4.x
+#: does not build), PyPy. (Other architectures are left out by `archs`, not by the build selectors.)
 OTHERS = [
     f"{py}-{tag}"
-    for py in ["cp38", "cp39", "cp310", "cp313t", "cp314t", "cp315", "cp315t", "pp311"]
+    for py in ["cp38", "cp39", "cp310", "cp313t", "cp316", "cp316t", "pp311"]
     for tag in ["manylinux_x86_64", "musllinux_aarch64", "macosx_arm64", "win_amd64"]
 ]
 
@@ -52,7 +55,7 @@ def requirement_name(requirement: str) -> str:
     return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
-def test_the_build_selectors_take_cpython_311_to_314_and_nothing_else() -> None:
+def test_the_build_selectors_take_cpython_311_to_315_and_the_free_threaded_314t_and_315t_only() -> None:
     assert {i for i in EXPECTED if selected(i)} == EXPECTED
     assert not [i for i in OTHERS if selected(i)]
 
@@ -67,25 +70,60 @@ def test_macos_targets_a_release_with_cpp20s_library() -> None:
     assert tuple(int(p) for p in target.split(".")) >= (10, 15)
 
 
-def test_each_wheel_is_tested_by_the_python_suite_with_what_it_needs() -> None:
+def wheel_test_requirements(identifier: str, *, names: bool = True) -> set[str]:
+    """What cibuildwheel installs to test that wheel (the requirements' names, else as written):
+    test-requires and the test-extras, then each override selecting it, appended to them (inherit) or
+    in their place."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    requirements = list(as_list(CIBW.get("test-requires", [])))
+    requirements += [r for extra in CIBW.get("test-extras", []) for r in extras[extra]]
+    for override in CIBW.get("overrides", []):
+        if "test-requires" in override and any(fnmatch.fnmatch(identifier, p) for p in override["select"].split()):
+            more = as_list(override["test-requires"])
+            append = override.get("inherit", {}).get("test-requires") == "append"
+            requirements = [*requirements, *more] if append else more
+    return {requirement_name(r) for r in requirements} if names else set(requirements)
+
+
+def no_build() -> dict[str, set[str]]:
+    """tests/python/_support.py's NO_BUILD: the test dependencies with no build for some interpreters."""
+    tree = ast.parse((ROOT / "tests" / "python" / "_support.py").read_text())
+    (value,) = [
+        n.value
+        for n in tree.body
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and "NO_BUILD" in ast.unparse(n).split("=")[0]
+    ]
+    assert value is not None
+    table: dict[str, set[str]] = ast.literal_eval(value)
+    return table
+
+
+def test_each_wheel_is_tested_by_the_python_suite_with_what_has_a_build_for_it() -> None:
     command = CIBW["test-command"]
     assert "pytest" in command and "{project}/tests/python" in command
     assert "-c {project}/pyproject.toml" in command  # the suite's pytest settings (asyncio mode, timeouts)
-    extras = PYPROJECT["project"]["optional-dependencies"]
-    provided = {requirement_name(r) for r in as_list(CIBW["test-requires"])}
-    for extra in CIBW["test-extras"]:
-        provided |= {requirement_name(r) for r in extras[extra]}
     # What ./scripts/test installs for its checks, less the build and lint tools.
     script = (ROOT / "scripts" / "test").read_text()
     block = re.search(r'^"\$PY" -m pip install -q --disable-pip-version-check \\\n(.*?)\n(?=\S)', script, re.S | re.M)
     assert block, "scripts/test: the dependency install line moved; update this test"
     wanted = {requirement_name(t.strip('"')) for t in block.group(1).split() if t != "\\"}
     wanted -= {"scikit-build-core", "pybind11", "cmake", "ninja", "ruff"}
-    assert {"pytest", "hypothesis", "fastapi", "uvloop", "mypy"} <= wanted
-    assert not wanted - provided, f"the wheels' tests would lack {sorted(wanted - provided)}"
+    assert {"pytest", "hypothesis", "fastapi", "uvloop", "mypy", "psycopg", "gevent", "matplotlib"} <= wanted
+    table = no_build()
+    for python in [*PYTHONS, "cp313t"]:  # (cp313t: the workflow's cibuildwheel 3.x step, same configuration)
+        free_threaded = python.endswith("t")
+        provided = wheel_test_requirements(f"{python}-manylinux_x86_64")
+        lacking = {m.replace("_", "-") for m, where in table.items() if free_threaded and "free-threaded" in where}
+        # All but what has no build for it, which could not be installed, and whose tests skip there.
+        assert wanted - provided == lacking, python
+        # psycopg-binary has no free-threaded wheel (and no sdist): psycopg alone there, on the OS's libpq.
+        binary = any(r.startswith("psycopg[binary]") for r in wheel_test_requirements(f"{python}-x", names=False))
+        assert binary != free_threaded, python
     # uvloop has no Windows build: there the suite skips its uvloop tests.
-    (uvloop,) = [r for r in as_list(CIBW["test-requires"]) if requirement_name(r) == "uvloop"]
-    assert "sys_platform!='win32'" in uvloop.replace(" ", "")
+    everywhere = [r for o in [CIBW, *CIBW.get("overrides", [])] for r in as_list(o.get("test-requires", []))]
+    uvloop = [r for r in everywhere if requirement_name(r) == "uvloop"]
+    assert uvloop and all("sys_platform!='win32'" in r.replace(" ", "") for r in uvloop)
+    assert "win32" in table["uvloop"]
 
 
 def workflow() -> dict[Any, Any]:
