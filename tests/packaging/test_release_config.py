@@ -13,7 +13,10 @@ import importlib.metadata
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from _dist import PYPROJECT, ROOT, WORKFLOW, need, run
 
@@ -133,9 +136,16 @@ def workflow() -> dict[Any, Any]:
     return data
 
 
+def cibuildwheel_steps() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The workflow's two cibuildwheel steps: the release's, which builds what [tool.cibuildwheel]
+    selects, and the 3.x one that builds the free-threaded 3.13t wheels (4.x builds none)."""
+    steps = workflow()["jobs"]["wheels"]["steps"]
+    release, threaded = [s for s in steps if s.get("uses", "").startswith("pypa/cibuildwheel@")]
+    return release, threaded
+
+
 def cibuildwheel_action() -> str:
-    (step,) = [s for s in workflow()["jobs"]["wheels"]["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@")]
-    return str(step["uses"])
+    return str(cibuildwheel_steps()[0]["uses"])
 
 
 def test_the_workflow_builds_on_a_native_runner_per_platform_and_architecture() -> None:
@@ -149,9 +159,16 @@ def test_the_workflow_builds_on_a_native_runner_per_platform_and_architecture() 
         ("windows-latest", "AMD64"),
     }
     assert job["runs-on"] == "${{ matrix.os }}"
-    (build,) = [s for s in job["steps"] if s.get("uses", "").startswith("pypa/cibuildwheel@")]
-    assert build["env"]["CIBW_ARCHS"] == "${{ matrix.archs }}"
+    build, threaded = cibuildwheel_steps()
+    assert build["env"] == {"CIBW_ARCHS": "${{ matrix.archs }}"}
     assert re.fullmatch(r"pypa/cibuildwheel@v4\.\d+\.\d+", build["uses"])
+    # The 3.13t wheels: the same configuration and architectures, only their build selector, by 3.x.
+    assert threaded["env"] == {
+        "CIBW_ARCHS": "${{ matrix.archs }}",
+        "CIBW_BUILD": "cp313t-*",
+        "CIBW_ENABLE": "cpython-freethreading",
+    }
+    assert re.fullmatch(r"pypa/cibuildwheel@v3\.\d+\.\d+", threaded["uses"])
     assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in job["steps"])
 
 
@@ -170,9 +187,13 @@ def test_the_workflow_publishes_the_wheels_and_the_sdist_on_a_version_tag() -> N
     assert download["with"] == {"path": "dist", "merge-multiple": True}
 
 
-def print_identifiers(platform: str, archs: str | None) -> set[str]:
-    """What cibuildwheel would build for a platform (it prints that for any platform, on any host)."""
+def print_identifiers(platform: str, archs: str | None, step: dict[str, Any] | None = None) -> set[str]:
+    """What cibuildwheel would build for a platform (it prints that for any platform, on any host); with
+    a workflow step, that step's cibuildwheel (its folder under build/) with that step's settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    if step is not None:
+        env.update(step["env"])
+        env["PYTHONPATH"] = str(step_cibuildwheel(step))
     if archs is not None:
         env["CIBW_ARCHS"] = archs
     out = run(
@@ -197,6 +218,33 @@ def test_cibuildwheel_would_build_the_expected_wheels_on_the_workflows_runners()
         assert all(i.endswith(entry["archs"].lower()) or i.endswith("amd64") for i in ids), (entry, ids)
         built |= ids
     assert built == EXPECTED
+
+
+def step_cibuildwheel(step: dict[str, Any]) -> Path:
+    """The folder ./scripts/test package installs a step's cibuildwheel in (its own, beside .venv's)."""
+    version = str(step["uses"]).split("@v")[1]
+    folder = ROOT / "build" / f"cibuildwheel-{version}"
+    if not (folder / "cibuildwheel").is_dir():
+        message = f"cibuildwheel {version} is not in {folder}: ./scripts/test package installs it"
+        if os.environ.get("CI") == "true":
+            raise AssertionError(message)
+        pytest.skip(message)
+    return folder
+
+
+def test_the_313t_step_would_build_the_313t_wheels_on_the_workflows_runners() -> None:
+    threaded = cibuildwheel_steps()[1]
+    version = run(
+        [sys.executable, "-c", "import cibuildwheel; print(cibuildwheel.__version__)"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(step_cibuildwheel(threaded))},
+    ).stdout.strip()
+    assert threaded["uses"] == f"pypa/cibuildwheel@v{version}"
+    platform_of = {"ubuntu": "linux", "macos": "macos", "windows": "windows"}
+    built: set[str] = set()
+    for entry in workflow()["jobs"]["wheels"]["strategy"]["matrix"]["include"]:
+        built |= print_identifiers(platform_of[entry["os"].split("-")[0]], entry["archs"], threaded)
+    assert built == {f"cp313t-{tag}" for archs in PLATFORMS.values() for tags in archs.values() for tag in tags}
 
 
 def test_cibuildwheel_reads_the_configuration_as_written() -> None:
