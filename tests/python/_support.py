@@ -259,3 +259,26 @@ def need(module: str) -> Any:
     if os.environ.get("CI") == "true":
         return importlib.import_module(module)
     return pytest.importorskip(module, reason=f"{module} is not installed: pip install {module}")
+
+
+def run_threads(target: Callable[[int], object], n: int, *, join_timeout: float = 30.0) -> None:
+    """Runs target(0..n-1) on n threads started at one barrier; re-raises the first error. A thread
+    still running after ``join_timeout`` seconds fails the test (a hang), never the run."""
+    start = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            start.wait(SAFETY)
+            target(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join_timeout)
+        assert not t.is_alive(), "a worker thread hung"
+    if errors:
+        raise errors[0]

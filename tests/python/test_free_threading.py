@@ -21,31 +21,14 @@ import pytest
 import permits
 from permits import Partition, PartitionedLimiter
 
-from _support import FREE_THREADED, SAFETY, need
+from _support import FREE_THREADED, need, run_threads
 
 THREADS = 8
 
 
 def together(work: Callable[[int], None], n: int = THREADS) -> None:
     """Runs work(0..n-1) on n threads started at one barrier; re-raises the first error."""
-    start = threading.Barrier(n)
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            start.wait(SAFETY)
-            work(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive(), "a worker thread hung"
-    if errors:
-        raise errors[0]
+    run_threads(work, n, join_timeout=60)
 
 
 @pytest.mark.skipif(not FREE_THREADED, reason="a free-threaded CPython (3.13t) only: ./scripts/test ft")

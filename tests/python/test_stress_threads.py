@@ -9,30 +9,14 @@ import pytest
 
 import permits
 
+import _support
 from _support import SAFETY, TIMED_KINDS, LimiterKit, stats, wait_until
 
 THREADS = 8
 
 
 def run_threads(target, n=THREADS):
-    start = threading.Barrier(n)
-    errors: list[BaseException] = []
-
-    def body(i):
-        try:
-            start.wait(SAFETY)
-            target(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-        assert not t.is_alive(), "a worker thread hung"
-    if errors:
-        raise errors[0]
+    _support.run_threads(target, n)
 
 
 def test_concurrency_limiter_never_exceeds_its_limit():

@@ -191,14 +191,11 @@ class StoreLimiter(RateLimiter):
             out = self._backend.take(self._state, self._rule, n, None, None if clock is None else clock.now_ns())
         except BackendError as error:
             return self._rl_counted(self._failed(error, n), n)
+        lease = self._lease_of(out, n, None)
         if not out.granted:
-            return self._rl_counted(self._lease_of(out, n, None), n)
-        self._degraded = False
-        self._seen = out.available
-        self._idle_since = self._rl_clock.now_ns()
-        self._rl_tally.grant()
-        stamp = out.stamp
-        return Lease.granted(n, on_refund=lambda: self._give_back(n, stamp, None))
+            return self._rl_counted(lease, n)
+        self._rl_tally.grant()  # (a grant made here needs none of _rl_counted's checks)
+        return lease
 
     def acquire_async(self, permit_count: int = 1) -> LeaseWait:
         """As every limiter's; with an asyncio client, a time-based limiter's attempt asks the server
@@ -229,14 +226,11 @@ class StoreLimiter(RateLimiter):
         except asyncio.CancelledError:
             step.add_done_callback(lambda done: self._undo(done, n, None))  # (as _take_async)
             raise
+        lease = self._lease_of(out, n, None)
         if not out.granted:
-            return self._rl_counted(self._lease_of(out, n, None), n, "_acquire_async")
-        self._degraded = False
-        self._seen = out.available
-        self._idle_since = self._rl_clock.now_ns()
+            return self._rl_counted(lease, n, "_acquire_async")
         self._rl_tally.grant()
-        stamp = out.stamp
-        return Lease.granted(n, on_refund=lambda: self._give_back(n, stamp, None))
+        return lease
 
     # ---- one step on the server ----
     def _now(self) -> int | None:
