@@ -1,8 +1,7 @@
 """The test command asks before it installs much: ./scripts/test runs the portability step (cross
 compilers, qemu and wine from the OS packages) and the versions step (the core suite on CPython 3.12 and
-3.13, the extension built for each) only when CI=true or when that step is named, the ft step (a
-free-threaded CPython built from source) only when named, and CI's entry point (.ci/run) runs every
-step. Checked with `--plan`, which prints the steps and stops before installing or building anything."""
+3.13, the extension built for each) and the ft step (the suite on a free-threaded CPython built from
+source) only when CI=true or when that step is named, and CI's entry point (.ci/run) runs every step. Checked with `--plan`, which prints the steps and stops before installing or building anything."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import pytest
 
 from _dist import ROOT, run
 
-EVERY_STEP = "cpp sanitize fuzz lint py versions docs package portability"
+EVERY_STEP = "cpp sanitize fuzz lint py versions ft docs package portability"
 LOCAL_STEPS = "cpp sanitize fuzz lint py docs package"
 
 
@@ -47,6 +46,6 @@ def test_portability_and_versions_run_when_named() -> None:
 
 
 def test_the_free_threaded_run_is_one_named_step() -> None:
-    # The whole suite on a free-threaded CPython, when named (not yet under CI=true: failures left).
+    # The whole suite on a free-threaded CPython: one step a contributor can run alone.
     assert plan("scripts/test", "ft", ci=None) == "ft"
     assert plan("scripts/test", "ft", ci="true") == "ft"
