@@ -24,10 +24,16 @@ from __future__ import annotations
 import argparse
 import os
 
-from aiohttp import web
+# aiohttp is an optional extra: --help works without it, and a run says what to install.
+try:
+    from aiohttp import web
 
-import permits
-from permits.aiohttp import limit, rate_limit_middleware
+    import permits
+    from permits.aiohttp import limit, rate_limit_middleware
+except ModuleNotFoundError as error:
+    MISSING: ModuleNotFoundError | None = error
+else:
+    MISSING = None
 
 
 def user_of(request: web.Request) -> str:
@@ -62,6 +68,8 @@ def main() -> None:
     parser.add_argument("--per-user", default=os.environ.get("PER_USER_LIMIT", "10/minute"), help="e.g. 10/minute")
     parser.add_argument("--global", dest="global_rate", default=os.environ.get("GLOBAL_LIMIT", "100/minute"))
     args = parser.parse_args()
+    if MISSING is not None:
+        parser.exit(1, f'{parser.prog}: {MISSING.name} is not installed: pip install "permits[aiohttp]"\n')
     web.run_app(create_app(args.per_user, args.global_rate), host=args.host, port=args.port)
 
 

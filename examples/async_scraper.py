@@ -7,9 +7,11 @@ sure of its count, pace with a margin, docs/clients.md, "What a server sees"). W
 still answers ``429 Too Many Requests`` (or ``503``) with ``Retry-After``, every request to that
 host pauses for that long and the refused request is sent again (up to ``--max-retries`` times).
 
-Run it (``pip install "permits[httpx]"``) against a site that allows you 5 requests a second::
+Run it (``pip install "permits[httpx]"``) against a site that allows you 5 requests a second:
+``sample_site.py`` is one, on your own machine (start it first, in another shell)::
 
-    python examples/async_scraper.py --base-url https://example.com --pages 20 --rate 5/second
+    python examples/sample_site.py --port 8001 --limit 5/second
+    python examples/async_scraper.py --base-url http://127.0.0.1:8001 --pages 20 --rate 5/second
 
 The settings can also come from the environment: ``BASE_URL``, ``PAGES``, ``RATE``.
 """
@@ -21,10 +23,16 @@ import asyncio
 import os
 import time
 
-import httpx
+# httpx is an optional extra: --help works without it, and a run says what to install.
+try:
+    import httpx
 
-import permits
-from permits.httpx import AsyncRateLimitedTransport
+    import permits
+    from permits.httpx import AsyncRateLimitedTransport
+except ModuleNotFoundError as error:
+    MISSING: ModuleNotFoundError | None = error
+else:
+    MISSING = None
 
 
 async def fetch(client: httpx.AsyncClient, url: str) -> tuple[str, int, int]:
@@ -55,6 +63,8 @@ def main() -> None:
     parser.add_argument("--rate", default=os.environ.get("RATE", "5/second"), help="requests per host, e.g. 5/second")
     parser.add_argument("--max-retries", type=int, default=3, help="retries of a page answered 429 or 503")
     args = parser.parse_args()
+    if MISSING is not None:
+        parser.exit(1, f'{parser.prog}: {MISSING.name} is not installed: pip install "permits[httpx]"\n')
     raise SystemExit(asyncio.run(scrape(args.base_url, args.pages, args.rate, args.max_retries)))
 
 

@@ -8,7 +8,9 @@ blocking, until the limit allows it: the job never needs to sleep or count by it
 
 Run it (``pip install permits``; SQLite comes with Python)::
 
-    python examples/etl_job.py --input orders.csv --database orders.sqlite3 --batch-size 10 --rate 2/second
+    python examples/etl_job.py --input examples/orders.csv --database orders.sqlite3 --batch-size 10 --rate 2/second
+
+(``examples/orders.csv`` is a sample of 36 orders.)
 
 The settings can also come from the environment: ``ETL_INPUT``, ``ETL_DATABASE``, ``ETL_RATE``.
 """

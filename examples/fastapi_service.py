@@ -24,12 +24,18 @@ from __future__ import annotations
 import argparse
 import os
 
-import uvicorn
-from fastapi import Depends, FastAPI, Request
+# FastAPI is an optional extra: --help works without it, and a run says what to install.
+try:
+    import uvicorn
+    from fastapi import Depends, FastAPI, Request
 
-import permits
-from permits.asgi import RateLimitMiddleware
-from permits.fastapi import RateLimit
+    import permits
+    from permits.asgi import RateLimitMiddleware
+    from permits.fastapi import RateLimit
+except ModuleNotFoundError as error:
+    MISSING: ModuleNotFoundError | None = error
+else:
+    MISSING = None
 
 
 def user_of(request: Request) -> str:
@@ -67,6 +73,8 @@ def main() -> None:
     parser.add_argument("--per-user", default=os.environ.get("PER_USER_LIMIT", "10/minute"), help="e.g. 10/minute")
     parser.add_argument("--global", dest="global_rate", default=os.environ.get("GLOBAL_LIMIT", "100/minute"))
     args = parser.parse_args()
+    if MISSING is not None:
+        parser.exit(1, f'{parser.prog}: {MISSING.name} is not installed: pip install "permits[fastapi]" uvicorn\n')
     uvicorn.run(create_app(args.per_user, args.global_rate), host=args.host, port=args.port)
 
 

@@ -22,11 +22,17 @@ from __future__ import annotations
 import argparse
 import os
 
-import uvicorn
-from fastapi import FastAPI
+# FastAPI is an optional extra: --help works without it, and a run says what to install.
+try:
+    import uvicorn
+    from fastapi import FastAPI
 
-from permits.asgi import RateLimitMiddleware
-from permits.shm import SharedMemoryStore
+    from permits.asgi import RateLimitMiddleware
+    from permits.shm import SharedMemoryStore
+except ModuleNotFoundError as error:
+    MISSING: ModuleNotFoundError | None = error
+else:
+    MISSING = None
 
 
 def create_app() -> FastAPI:
@@ -56,6 +62,8 @@ def main() -> None:
     parser.add_argument("--limit", help="for the whole service, e.g. 100/minute (default: RATE_LIMIT or 100/minute)")
     parser.add_argument("--shm-name", help="the shared-memory segment (default: SHM_NAME or multiworker-example)")
     args = parser.parse_args()
+    if MISSING is not None:
+        parser.exit(1, f'{parser.prog}: {MISSING.name} is not installed: pip install "permits[fastapi]" uvicorn\n')
     # The workers are new processes that import this module: they read their settings from the
     # environment they inherit.
     if args.limit:

@@ -20,9 +20,15 @@ import argparse
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-import redis
+# redis-py is an optional extra: --help works without it, and a run says what to install.
+try:
+    import redis
 
-from permits.redis import RedisStore
+    from permits.redis import RedisStore
+except ModuleNotFoundError as error:
+    MISSING: ModuleNotFoundError | None = error
+else:
+    MISSING = None
 
 
 def worker(url: str, prefix: str, limit: str, jobs: int) -> tuple[int, int, int, float | None]:
@@ -48,6 +54,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=10, help="jobs per process")
     args = parser.parse_args()
+    if MISSING is not None:
+        parser.exit(1, f'{parser.prog}: {MISSING.name} is not installed: pip install "permits[redis]"\n')
 
     with ProcessPoolExecutor(args.processes) as pool:
         futures = [
