@@ -5,6 +5,7 @@ on a free port instead of the README's), and every program named there has a com
 from __future__ import annotations
 
 import csv
+import os
 import re
 import sqlite3
 import subprocess
@@ -25,18 +26,25 @@ def test_every_program_has_its_command_and_every_command_its_program() -> None:
 
 def test_etl_command_loads_the_sample_csv(tmp_path: Path) -> None:
     args = program_args(readme_commands()["etl_job.py"], "etl_job.py")
-    # From the root of a clone: here a folder whose examples/ is the checkout's (the database the job
-    # writes, orders.sqlite3 by default, lands beside it, not in the checkout).
-    (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
-    done = subprocess.run([*command("etl_job.py"), *args], cwd=tmp_path, capture_output=True, text=True, timeout=LIMIT)
+    # From the root of the clone, as written; the database the job writes (orders.sqlite3 in the
+    # current folder by default) goes to the test's folder instead, by the job's own setting.
+    database = tmp_path / "orders.sqlite3"
+    done = subprocess.run(
+        [*command("etl_job.py"), *args],
+        cwd=EXAMPLES.parent,
+        env={**os.environ, "ETL_DATABASE": str(database)},
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+    )
     check_clean(done.returncode, done.stdout, done.stderr)
-    source = tmp_path / args[args.index("--input") + 1]
+    source = EXAMPLES.parent / args[args.index("--input") + 1]
     with source.open(newline="") as rows:
         orders = list(csv.DictReader(rows))
     assert len(orders) >= 20, "a sample of a few dozen rows"
     batches = -(-len(orders) // 10)  # the default --batch-size
-    assert done.stdout.splitlines()[-1] == f"loaded {len(orders)} rows in {batches} batches into orders.sqlite3"
-    with sqlite3.connect(tmp_path / "orders.sqlite3") as db:
+    assert done.stdout.splitlines()[-1] == f"loaded {len(orders)} rows in {batches} batches into {database}"
+    with sqlite3.connect(database) as db:
         loaded = db.execute("SELECT id, customer, cents FROM orders ORDER BY id").fetchall()
     assert [row[0] for row in loaded] == sorted(int(order["id"]) for order in orders)
     # The transform tidied every name (no stray spaces, title case) and counted cents exactly.
