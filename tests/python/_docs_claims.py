@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
     [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "examples" / "README.md", *(ROOT / "docs").rglob("*.md")]
 )
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 #: A phrase that promises what is not there yet. "as soon as" is about time, and "not yet released"
 #: (a lease) or "not yet used" (a permit) are states, not plans: neither matches.
