@@ -60,13 +60,22 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheel(sdist: Path, venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel pip builds from the sdist in the clean virtualenv, in an isolated build environment,
-    installed there."""
+def unpacked(sdist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist's sources in a folder, as a user's checkout holds them."""
+    where = tmp_path_factory.mktemp("unpacked")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(where, filter="data")
+    return where / f"{NAME}-{VERSION}"
+
+
+@pytest.fixture(scope="module")
+def wheel(unpacked: Path, venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from the sdist's sources alone in the clean virtualenv, in an isolated build
+    environment, installed there."""
     out = tmp_path_factory.mktemp("wheelhouse")
     py = python_in(venv)
     run(
-        [py, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out, sdist],
+        [py, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out, unpacked],
         cwd=out,
         env=clean_env(),
         timeout=BUILD_TIMEOUT,
@@ -171,3 +180,20 @@ def test_auditwheel_finds_the_wheel_consistent_with_a_manylinux_tag(wheel: Path)
     # Every library the extension links is one the manylinux policy lets a wheel take from the system.
     assert audit["external_libs"] == {}, audit
     assert not audit["unsupported_isa"], audit
+
+
+def test_installing_the_same_sources_again_with_an_extra_compiles_nothing(
+    wheel: Path, unpacked: Path, venv: Path
+) -> None:
+    # pip builds every install in a new isolated environment (pybind11's headers under a new temporary path):
+    # adding an extra to an install of the same checkout reuses its build folder and compiles nothing.
+    done = run(
+        [python_in(venv), "-m", "pip", "install", "-v", f"{unpacked}[metrics]"],
+        cwd=unpacked,
+        env=clean_env(),
+        timeout=BUILD_TIMEOUT,
+    )
+    said = done.stdout + done.stderr
+    assert "Successfully installed" in said and "prometheus" in said.lower(), said[-3000:]
+    assert "Building CXX object" not in said, [line for line in said.splitlines() if "Building CXX" in line]
+    assert "ninja: no work to do" in said, said[-3000:]
