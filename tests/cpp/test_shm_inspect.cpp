@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "permits/shm_inspect.hpp"
@@ -207,6 +209,51 @@ TEST(ShmInspect, AKilledHolderIsJudgedDeadAndItsPermitsAreLeftToTheEngine) {
     ASSERT_EQ(slot_named(after, "c").holders.size(), 1U);
     EXPECT_EQ(slot_named(after, "c").holders[0].pid, static_cast<std::uint64_t>(::getpid()));
     EXPECT_TRUE(slot_named(after, "c").holders[0].alive);
+}
+
+TEST(ShmInspect, WritersAtWorkNeverMakeItLookDamaged) {
+    // Lock-free writers change the state between any two reads: each view is one the engine could
+    // have had (within the limits, no damage reported), if a moment stale.
+    Named n("busy");
+    auto c = n.store->concurrency("c", 4, 3600 * kSec, kNoQueue);
+    auto tb = n.store->token_bucket("tb", TokenBucketRule(4, 4, kSec), kNoQueue);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 2; ++w) {
+        writers.emplace_back([&, w] {
+            while (!stop.load()) {
+                const Outcome o = c->acquire(1 + (w % 2));
+                if (o.acquired) {
+                    c->give_back(1 + (w % 2), o.tag);
+                }
+                const Outcome t = tb->acquire(1);
+                if (t.acquired) {
+                    tb->give_back(1, t.tag);
+                }
+            }
+        });
+    }
+    for (int i = 0; i < 300; ++i) {
+        const SegmentInfo info = describe(n.name, n.clock->now());
+        for (const SlotInfo& s : info.slots) {
+            ASSERT_TRUE(s.damage.empty()) << s.name << ": " << s.damage;
+            ASSERT_TRUE(s.available.has_value());
+            EXPECT_GE(*s.available, 0);
+            EXPECT_LE(*s.available, 4);
+            std::int64_t held = 0;
+            for (const HolderInfo& h : s.holders) {
+                EXPECT_EQ(h.pid, static_cast<std::uint64_t>(::getpid()));
+                EXPECT_TRUE(h.alive);
+                held += h.permits;
+            }
+            EXPECT_LE(held, 4);
+        }
+    }
+    stop.store(true);
+    for (auto& t : writers) {
+        t.join();
+    }
+    EXPECT_EQ(slot_named(describe(n.name, n.clock->now()), "c").available, 4);
 }
 
 TEST(ShmInspect, ASegmentThatDoesNotExistIsNeverCreated) {
