@@ -1,7 +1,8 @@
 """The test command asks before it installs much: ./scripts/test runs the portability step (cross
 compilers, qemu and wine from the OS packages) and the versions step (the core suite on CPython 3.12 and
 3.13, the extension built for each) and the ft step (the suite on a free-threaded CPython built from
-source) only when CI=true or when that step is named, and CI's entry point (.ci/run) runs every step. Checked with `--plan`, which prints the steps and stops before installing or building anything."""
+source) only when CI=true or when that step is named, and CI's entry point (.ci/run) runs every step.
+Checked with `--plan`, which prints the steps and stops before installing or building anything."""
 
 from __future__ import annotations
 
