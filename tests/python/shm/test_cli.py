@@ -241,6 +241,38 @@ def test_another_programs_file_under_our_prefix_is_refused_and_listed_as_such(se
     assert os.path.getsize(path(segment_name)) == len(b"not a segment ") * 10_000  # untouched
 
 
+def test_a_damaged_segment_is_a_one_line_error(segment_name: str) -> None:
+    SharedMemoryStore(segment_name).close()
+    with open(path(segment_name), "r+b") as f:
+        f.seek(8)  # the layout version, after the 8-byte magic number
+        f.write((99).to_bytes(4, "little"))
+    for args in (["show", segment_name], ["show", segment_name, "--json"]):
+        done = cli(*args)
+        assert done.returncode == 1
+        assert "has layout version 99" in one_line_error(done)
+
+
+def test_a_damaged_limiter_is_shown_as_such_and_fails_the_command(segment_name: str) -> None:
+    with SharedMemoryStore(segment_name) as store:
+        store.token_bucket("api", 10, 10, 3600.0)
+        store.concurrency("jobs-to-damage", 5)
+    with open(path(segment_name), "r+b") as f:
+        data = f.read(1 << 20)
+        name_at = data.index(b"jobs-to-damage\0")
+        f.seek(name_at - 12)  # its slot's kind: {ready, kind, count, pad} come before the name
+        f.write((77).to_bytes(4, "little"))
+    done = cli("show", segment_name)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert "DAMAGED: its kind, 77, is no limiter's" in rows["jobs-to-damage"]
+    assert rows["api"].split()[1:3] == ["token_bucket", "10/10"]
+    assert done.stderr.strip() == f"permits shm: 1 damaged limiter(s) in segment '{segment_name}' (unlink it)"
+    as_json = cli("show", segment_name, "--json")
+    assert as_json.returncode == 1
+    assert limiter(json.loads(as_json.stdout), "jobs-to-damage")["damage"] == "its kind, 77, is no limiter's"
+
+
 def test_without_shared_memory_it_says_so() -> None:
     # As on a platform whose extension has no shared memory.
     done = subprocess.run(
