@@ -489,8 +489,10 @@ std::shared_ptr<Segment> Segment::inspect(const std::string& name) {
     // writes back the value it found, changing nothing). No O_CREAT: a missing name stays missing.
     const int fd = ::shm_open(path_of(name).c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
-        fail_errno(errno == ENOENT ? "no shared-memory segment '" + name + "'"
-                                   : "cannot open shared-memory segment '" + name + "'");
+        const int err = errno; // (before the message's allocations)
+        throw std::system_error(err, std::generic_category(),
+                                err == ENOENT ? "no shared-memory segment '" + name + "'"
+                                              : "cannot open shared-memory segment '" + name + "'");
     }
     std::uint64_t file_size = 0;
     Header* h = attach(fd, name, nullptr, file_size);
