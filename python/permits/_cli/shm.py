@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import stat
 import sys
 from typing import Any, TextIO
@@ -66,8 +65,10 @@ def _describe(store: Any, name: str) -> dict[str, Any]:
 
 def _owner(uid: int) -> str:
     try:
+        import pwd  # (POSIX only: elsewhere the command has already said shared memory is not available)
+
         return pwd.getpwuid(uid).pw_name
-    except KeyError:
+    except (ImportError, KeyError):
         return str(uid)
 
 
