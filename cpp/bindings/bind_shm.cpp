@@ -4,8 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "args.hpp"
 #include "fastcall.hpp"
@@ -16,6 +18,7 @@
 #include "spec.hpp"
 
 #if defined(__linux__)
+#include "permits/shm_inspect.hpp"
 #include "permits/shm_key_table.hpp"
 #include "permits/shm_keyed.hpp"
 #include "permits/shm_limiters.hpp"
@@ -119,6 +122,62 @@ template <FastCall kind> void install_keyed(py::handle cls, const char* name, co
     install_method(cls, def);
 }
 
+py::dict holder_dict(const shm::HolderInfo& h) {
+    py::dict d;
+    d["index"] = h.index;
+    d["pid"] = h.pid;
+    d["permits"] = h.permits;
+    d["alive"] = h.alive;
+    d["same_namespace"] = h.same_namespace;
+    return d;
+}
+
+py::list holders_list(const std::vector<shm::HolderInfo>& holders) {
+    py::list out;
+    for (const auto& h : holders) {
+        out.append(holder_dict(h));
+    }
+    return out;
+}
+
+template <class T> py::object optional_of(const std::optional<T>& v) {
+    return v ? py::cast(*v) : py::none();
+}
+
+// shm::describe as plain dicts, lists and tuples (the CLI prints them, or dumps them as JSON).
+py::dict describe_dict(const shm::SegmentInfo& info) {
+    py::list slots;
+    for (const auto& s : info.slots) {
+        py::dict d;
+        d["name"] = s.name;
+        d["kind"] = s.kind;
+        d["key_kind"] = s.key_kind.empty() ? py::none() : py::cast(s.key_kind);
+        py::list params;
+        for (const auto& p : s.params) {
+            params.append(py::make_tuple(p.name, p.value, p.duration));
+        }
+        d["params"] = params;
+        d["bytes"] = s.bytes;
+        d["available"] = optional_of(s.available);
+        d["limit"] = optional_of(s.limit);
+        d["keys"] = optional_of(s.keys);
+        d["holders"] = holders_list(s.holders);
+        d["damage"] = s.damage.empty() ? py::none() : py::cast(s.damage);
+        slots.append(d);
+    }
+    py::dict d;
+    d["name"] = info.name;
+    d["size"] = info.size;
+    d["capacity"] = info.capacity;
+    d["arena_bytes"] = info.arena_bytes;
+    d["used_bytes"] = info.used_bytes;
+    d["clock"] = info.clock == shm::ClockKind::Manual ? "manual" : "monotonic";
+    d["limiters"] = slots;
+    d["holders"] = holders_list(info.holders);
+    d["holder_slots"] = info.holder_slots;
+    return d;
+}
+
 } // namespace
 
 void bind_shm(py::module_& m) {
@@ -137,6 +196,15 @@ void bind_shm(py::module_& m) {
         .def_static(
             "unlink", [](const std::string& name) { return os_call([&] { return shm::Segment::unlink(name); }); },
             py::arg("name"), "unlink(name)\n--\n\nRemoves the segment's name; False if it did not exist.")
+        .def_static(
+            "describe",
+            [](const std::string& name, std::optional<Nanos> now) {
+                const auto info = os_call([&] { return without_gil([&] { return shm::describe(name, now); }); });
+                return describe_dict(info);
+            },
+            py::arg("name"), py::arg("now_ns") = py::none(),
+            "describe(name, now_ns=None)\n--\n\nReads segment ``name`` without creating or changing it: a dict of "
+            "its sizes, limiters and holders (FileNotFoundError when absent, ValueError when foreign or damaged).")
         .def_static("check_name", &shm::Segment::check_name, py::arg("name"),
                     "check_name(name)\n--\n\nValueError unless `name` can name a segment.")
         .def_property_readonly("size", [](py::handle self) { return self_of<Store>(self).segment().size(); })

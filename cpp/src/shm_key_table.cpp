@@ -155,6 +155,67 @@ std::uint64_t KeyTable::record_bytes(const Params& params) noexcept {
     return round_up(kRecordHead + words_bytes(params), 16);
 }
 
+KeyTable::Census KeyTable::census(const Segment& segment, const NamedSlot& slot) {
+    Census c;
+    const std::int64_t* v = slot.values;
+    Params keys{static_cast<Kind>(v[0]), 0, {v[1], v[2], v[3]}};
+    // The keys' parameters as open() would check them (a damaged value never sizes anything here).
+    try {
+        switch (keys.kind) {
+        case Kind::TokenBucket: (void)TokenBucketRule(v[1], v[2], v[3]); break;
+        case Kind::FixedWindow: (void)FixedWindowRule(v[1], v[2]); break;
+        case Kind::SlidingWindowCounter: (void)SlidingWindowCounterRule(v[1], v[2]); break;
+        case Kind::SlidingWindow: SlidingWindowState::check(v[1], v[2], v[3]); break;
+        case Kind::Concurrency: (void)ConcurrencyRule(v[1]); break;
+        default: throw std::invalid_argument("its keys' kind, " + std::to_string(v[0]) + ", is no limiter's");
+        }
+        if (v[4] < 1 || v[4] > (1LL << 31)) {
+            throw std::invalid_argument("its max_partitions, " + std::to_string(v[4]) + ", is out of range");
+        }
+    } catch (const std::invalid_argument& e) {
+        c.damage = e.what();
+        return c;
+    }
+    std::uint32_t shards = 0;
+    std::uint32_t slots = 0;
+    geometry(v[4], shards, slots);
+    const std::uint64_t record = record_bytes(keys);
+    const std::uint64_t bytes = kTableHead + shards * kLockBytes + static_cast<std::uint64_t>(shards) * slots * record;
+    char* data = segment.at<char>(slot.offset);
+    const TableHead& head = head_of(data);
+    if (slot.bytes != bytes || head.shards != shards || head.slots != slots || head.record_bytes != record) {
+        c.damage = "its geometry differs from what its parameters make";
+        return c;
+    }
+    const std::int64_t records = static_cast<std::int64_t>(shards) * slots;
+    c.keys = std::clamp<std::int64_t>(head.size.load(), 0, records);
+    c.bytes_per_key = record;
+    if (keys.kind != Kind::Concurrency) {
+        return c;
+    }
+    c.held.assign(kMaxHolders, 0);
+    const std::uint32_t entries = entries_of(keys);
+    char* first = data + kTableHead + shards * kLockBytes;
+    for (std::int64_t i = 0; i < records; ++i) {
+        auto& r = *reinterpret_cast<Record*>(first + static_cast<std::uint64_t>(i) * record);
+        if (r.used.load() != 1) {
+            continue;
+        }
+        for (std::uint32_t e = 0; e < entries; ++e) {
+            const std::int64_t count = r.entry(e).count.load();
+            const std::uint64_t tag = r.entry(e).tag.load();
+            const auto holder = static_cast<std::uint32_t>((tag & 0xffffffffULL) - 1);
+            // (a freed holder's entries are stale: they hold nothing, as held_locked counts them)
+            if (count == 0 || holder >= kMaxHolders ||
+                segment.holder_generation(holder) != static_cast<std::uint32_t>(tag >> 32)) {
+                continue;
+            }
+            c.held[holder] += count < 0 || count > v[1] ? v[1] : count; // (a damaged count: the whole limit)
+        }
+    }
+    return c;
+}
+
 std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, std::string_view name,
                                          const Template& tmpl, std::int64_t max_partitions, Nanos idle_timeout) {
     detail::check_queue(tmpl.queue);

@@ -591,6 +591,22 @@ std::int64_t ConcurrencyView::held_by(std::uint32_t holder) const noexcept {
     return entry(holder).load().a;
 }
 
+void ConcurrencyView::peek(std::int64_t& available, std::int64_t* held) const noexcept {
+    for (int attempt = 0; attempt < 16; ++attempt) {
+        const Pair s = state->load();
+        const std::uint32_t pending = pending_of(s);
+        for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
+            const Pair e = entry(i).load();
+            // (a change the entry has not applied yet is in the state already: counted here as settle would)
+            held[i] = e.a + (pending == i + 1 && e.b < seq_of(s) ? delta_of(s) : 0);
+        }
+        available = available_of(s);
+        if (state->load() == s) {
+            return;
+        }
+    }
+}
+
 void drain_holder(Segment& segment, std::uint32_t index, std::uint64_t reserved) {
     for (const auto& slot : segment.header().named) {
         if (slot.ready.load() != 1) {

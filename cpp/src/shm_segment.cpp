@@ -31,10 +31,10 @@ void drain_holder(Segment& segment, std::uint32_t index, std::uint64_t reserved)
 namespace {
 
 constexpr std::uint64_t kPage = 4096;
-constexpr std::uint64_t kReclaiming = 0xffffffffULL; // a holder slot's pid while its permits are drained
-constexpr std::uint64_t kNamedArena = 1ULL << 20;    // named limiters (a sliding window's ring included)
-constexpr std::uint64_t kBytesPerKey = 2048;         // room per key of capacity: records of two tables and slack
-constexpr std::uint64_t kMaxCapacity = 1ULL << 28;   // 256 Mi keys: far beyond what one host's memory holds
+constexpr std::uint64_t kReclaiming = kReclaimingPid;
+constexpr std::uint64_t kNamedArena = 1ULL << 20;  // named limiters (a sliding window's ring included)
+constexpr std::uint64_t kBytesPerKey = 2048;       // room per key of capacity: records of two tables and slack
+constexpr std::uint64_t kMaxCapacity = 1ULL << 28; // 256 Mi keys: far beyond what one host's memory holds
 // Inaccessible address space on either side of a mapping: an index that escaped the checks (a
 // 16-bit holder or segment index reaches about 1 MiB) faults rather than writing into a neighbour.
 constexpr std::uint64_t kGuardBytes = 1ULL << 20;
@@ -312,8 +312,8 @@ int publish(int fd, const std::string& target) {
 }
 
 /// Maps the existing segment file `fd` (closed here) once its creator has finished it, checked
-/// against `options`; sets `file_size`.
-Header* attach(int fd, const std::string& name, const Segment::Options& options, std::uint64_t& file_size) {
+/// against `options` (nullptr: inspection, which takes the segment as it is); sets `file_size`.
+Header* attach(int fd, const std::string& name, const Segment::Options* options, std::uint64_t& file_size) {
     // A segment is published complete (see create below); one made in place, by an earlier build or
     // where there is no O_TMPFILE, may still be under way: wait (about 2 s at most) for its creator.
     struct stat st {};
@@ -362,19 +362,21 @@ Header* attach(int fd, const std::string& name, const Segment::Options& options,
     const Header& seen = *static_cast<Header*>(map);
     std::string mismatch;
     const auto file_mode = static_cast<unsigned>(st.st_mode & 0777);
-    if (file_mode != (options.mode & 0777)) {
+    if (options == nullptr) {
+        // inspected: whatever its mode, owner, clock and capacity
+    } else if (file_mode != (options->mode & 0777)) {
         // Another mode than asked: made by a process configured otherwise, or planted by another user.
         std::ostringstream out;
-        out << std::oct << "has mode 0o" << file_mode << ", not 0o" << (options.mode & 0777);
+        out << std::oct << "has mode 0o" << file_mode << ", not 0o" << (options->mode & 0777);
         mismatch = out.str();
-    } else if ((options.mode & 0077) == 0 && st.st_uid != ::geteuid()) {
+    } else if ((options->mode & 0077) == 0 && st.st_uid != ::geteuid()) {
         mismatch = "belongs to uid " + std::to_string(st.st_uid) + ", not to this process's user";
-    } else if (seen.clock != options.clock) {
+    } else if (seen.clock != options->clock) {
         mismatch = seen.clock == ClockKind::Manual ? "runs on a ManualClock, not the real clock"
                                                    : "runs on the real clock, not a ManualClock";
-    } else if (seen.capacity != options.capacity) {
+    } else if (seen.capacity != options->capacity) {
         mismatch =
-            "has capacity=" + std::to_string(seen.capacity) + ", not capacity=" + std::to_string(options.capacity);
+            "has capacity=" + std::to_string(seen.capacity) + ", not capacity=" + std::to_string(options->capacity);
     }
     ::munmap(map, sizeof(Header));
     if (!mismatch.empty()) {
@@ -462,7 +464,7 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
         const int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
         if (fd >= 0) {
             std::uint64_t file_size = 0;
-            Header* h = attach(fd, name, options, file_size);
+            Header* h = attach(fd, name, &options, file_size);
             return std::shared_ptr<Segment>(new Segment(name, h, file_size));
         }
         if (errno != ENOENT) {
@@ -479,6 +481,22 @@ std::shared_ptr<Segment> Segment::open(const std::string& name, const Options& o
     }
     throw std::system_error(EAGAIN, std::generic_category(),
                             "cannot open shared-memory segment '" + name + "': it was removed each time it was made");
+}
+
+std::shared_ptr<Segment> Segment::inspect(const std::string& name) {
+    check_name(name);
+    // Read and write, as every process maps it: a state word is read by a compare-and-swap (one that
+    // writes back the value it found, changing nothing). No O_CREAT: a missing name stays missing.
+    const int fd = ::shm_open(path_of(name).c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        const int err = errno; // (before the message's allocations)
+        throw std::system_error(err, std::generic_category(),
+                                err == ENOENT ? "no shared-memory segment '" + name + "'"
+                                              : "cannot open shared-memory segment '" + name + "'");
+    }
+    std::uint64_t file_size = 0;
+    Header* h = attach(fd, name, nullptr, file_size);
+    return std::shared_ptr<Segment>(new Segment(name, h, file_size));
 }
 
 bool Segment::unlink(const std::string& name) {

@@ -1,4 +1,10 @@
-"""Command line of permits: ``python -m permits demo [--plot FILE] [--seconds S] [--http]``."""
+"""Command line of permits: ``python -m permits demo [--plot FILE] [--seconds S] [--http]`` and
+``python -m permits shm list|show NAME|unlink NAME``.
+
+Exit status: 0 done; 1 a failure (the demo could not write its plot; a segment missing, foreign or
+damaged); 2 a usage error, or an optional dependency the command needs is not installed (the message
+names the extra: ``pip install "permits[plot]"``); 130 interrupted.
+"""
 
 from __future__ import annotations
 
@@ -74,7 +80,38 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run on a ManualClock as fast as possible instead of in real time (no live display)",
     )
+    _add_shm(commands)
     return parser
+
+
+def _add_shm(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    shm = commands.add_parser(
+        "shm",
+        help="list, show or remove the shared-memory segments of permits.shm on this host",
+        description=(
+            "The segments of permits.shm.SharedMemoryStore in /dev/shm: list them, show one's limiters "
+            "(spec, permits available now), the processes holding its concurrency permits (alive or dead) "
+            "and its free room, or remove one. Reads never create or change a segment."
+        ),
+    )
+    actions = shm.add_subparsers(dest="shm_command", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="the segments: name, size, limiters, holders, mode, owner")
+    listing.add_argument("--json", action="store_true", help="as JSON, for scripts")
+    show = actions.add_parser("show", help="one segment's limiters, holders and free room")
+    show.add_argument("name", metavar="NAME", help="the segment's name (its file is /dev/shm/permits.NAME)")
+    show.add_argument("--json", action="store_true", help="as JSON, for scripts")
+    unlink = actions.add_parser("unlink", help="remove a segment (processes that have it open keep it)")
+    unlink.add_argument("name", metavar="NAME", help="the segment's name")
+
+
+def _run_shm(args: argparse.Namespace) -> int:
+    from permits._cli import shm
+
+    if args.shm_command == "list":
+        return shm.list_segments(as_json=args.json)
+    if args.shm_command == "show":
+        return shm.show_segment(args.name, as_json=args.json)
+    return shm.unlink_segment(args.name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             simulate=args.simulate,
         )
+    if args.command == "shm":
+        return _run_shm(args)
     parser.error(f"unknown command {args.command!r}")  # argparse already rejects these
     return 2
 

@@ -36,6 +36,20 @@ struct Two {
     }
 };
 
+/// A segment on a manual clock that keeps its name while the test runs (for what opens it by name,
+/// as an inspector does), removed at the end.
+struct Named {
+    std::shared_ptr<ManualClock> clock = make_clock();
+    std::string name;
+    std::shared_ptr<shm::Store> store;
+    explicit Named(const char* what, std::uint64_t capacity = 64) : name(unique_name(what)) {
+        store = std::make_shared<shm::Store>(shm::Segment::open(name, {capacity, 0600, shm::ClockKind::Manual}), clock);
+    }
+    ~Named() { shm::Segment::unlink(name); }
+    Named(const Named&) = delete;
+    Named& operator=(const Named&) = delete;
+};
+
 } // namespace permits::testing
 
 #endif // __linux__

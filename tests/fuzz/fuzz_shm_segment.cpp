@@ -16,8 +16,9 @@
 //      kMaxTime, this pid, ...) or a small delta to a word. The segment's locks and its `ready` word
 //      are left alone (a lock word naming a thread that never unlocks hangs every process: robust
 //      mutexes are no defence against that; a `ready` of 0 makes open() wait 2 s for the creator);
-//   3. opens the segment again (the second mapping), then every name and table, as a new process
-//      would: each may be refused with std::invalid_argument (a damaged header or state) or
+//   3. looks at the segment as `python -m permits shm show` does (shm::describe: read or refused,
+//      never a crash), then opens it again (the second mapping), then every name and table, as a new
+//      process would: each may be refused with std::invalid_argument (a damaged header or state) or
 //      std::system_error, and nothing else may be thrown. A name or table refused is used no more;
 //   4. runs a program of up to 64 operations on what was accepted, through either mapping's limiter
 //      (the first one's holds the permits of step 1; it is used only while no patch changed what says
@@ -63,6 +64,7 @@
 #include <system_error>
 #include <vector>
 
+#include "permits/shm_inspect.hpp"
 #include "permits/shm_key_table.hpp"
 #include "permits/shm_limiters.hpp"
 
@@ -557,6 +559,8 @@ private:
     /// The damaged segment opened as another process would: false when it is refused whole. Each
     /// name and key refused is used no more.
     bool open_second() {
+        // Looked at from outside first (python -m permits shm show): read or refused, never a crash.
+        refused([&] { shm::describe(img_.name, clock_->now()); });
         std::shared_ptr<shm::Store> store;
         if (refused(
                 [&] { store = std::make_shared<shm::Store>(shm::Segment::open(img_.name, img_.options), clock_); })) {

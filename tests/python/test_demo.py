@@ -162,8 +162,8 @@ def test_plot_says_what_to_install_when_matplotlib_is_missing() -> None:
         sys.exit(permits.demo.run_demo(1.0, "out.png", simulate=True))
         """
     )
-    assert child.returncode == 1
-    assert "pip install matplotlib" in child.stderr
+    assert child.returncode == 2
+    assert 'pip install "permits[plot]"' in child.stderr
 
 
 def test_plot_says_when_matplotlib_is_too_old() -> None:
@@ -175,7 +175,7 @@ def test_plot_says_when_matplotlib_is_too_old() -> None:
         sys.exit(permits.demo.run_demo(1.0, "out.png", simulate=True))
         """
     )
-    assert child.returncode == 1
+    assert child.returncode == 2
     assert "matplotlib 3.7 or later, not 3.6.3" in child.stderr
 
 
@@ -236,3 +236,56 @@ def test_demo_http_says_what_to_install_when_a_framework_is_missing() -> None:
     )
     assert child.lines() == ["2"]
     assert "uvicorn" in child.stderr
+
+
+# ``python -m permits`` in a child whose import system refuses some modules, as where they are not
+# installed: a finder ahead of the others raises ImportError for them (and their submodules).
+_WITHOUT = """
+import runpy, sys
+
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ImportError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, _NotInstalled())
+sys.argv = ["permits", *ARGV]
+runpy.run_module("permits", run_name="__main__", alter_sys=True)
+"""
+
+
+def _run_without(blocked: set[str], *argv: str) -> Any:
+    code = _WITHOUT.replace("BLOCKED", repr(blocked)).replace("ARGV", repr(list(argv)))
+    return run_child(code)
+
+
+def test_demo_plot_without_matplotlib_names_the_extra_and_exits_2(tmp_path: Path) -> None:
+    out = tmp_path / "demo.png"
+    child = _run_without({"matplotlib"}, "demo", "--simulate", "--seconds", "1", "--plot", str(out))
+    assert child.returncode == 2, child.stderr
+    assert child.stderr.strip().splitlines() == [
+        'permits demo: --plot needs matplotlib, which is not installed: pip install "permits[plot]"'
+    ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("missing", ["fastapi", "uvicorn", "httpx"])
+def test_demo_http_without_a_framework_names_the_extra_and_exits_2(missing: str) -> None:
+    child = _run_without({missing}, "demo", "--http", "--seconds", "1")
+    assert child.returncode == 2, child.stderr
+    assert child.stderr.strip().splitlines() == [
+        f'permits demo: --http needs {missing}, not installed: pip install "permits[fastapi,httpx]" uvicorn'
+    ]
+    assert child.stdout == ""
+
+
+def test_the_plot_extra_is_declared() -> None:
+    # The extra the message names exists, with the matplotlib the plot needs.
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert "matplotlib>=3.7" in extras["plot"]
+    assert any(dep.startswith("fastapi") for dep in extras["fastapi"])
+    assert any(dep.startswith("httpx") for dep in extras["httpx"])

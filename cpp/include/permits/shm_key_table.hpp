@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "permits/limiter.hpp"
 #include "permits/rule.hpp"
@@ -42,6 +43,18 @@ public:
                                           const Template& tmpl, std::int64_t max_partitions, Nanos idle_timeout);
     /// The record bytes (key included) a key of this template takes.
     static std::uint64_t record_bytes(const Params& params) noexcept;
+
+    /// A look at a table's data that writes nothing and needs no Store (an inspector's, shm_inspect.hpp).
+    struct Census {
+        std::string damage; ///< non-empty: what is wrong with the table (its counts are then not read)
+        std::int64_t keys = 0;
+        std::uint64_t bytes_per_key = 0;
+        /// Concurrency keys: the permits each holder slot holds over all the keys (kMaxHolders counts,
+        /// its current generation's entries only, as the engine counts them); else empty.
+        std::vector<std::int64_t> held;
+    };
+    /// The census of the table in `slot` (a ready slot of Kind::KeyTable whose data lies in the segment).
+    static Census census(const Segment& segment, const NamedSlot& slot);
 
     /// A limiter of this process for `key` (its encoded bytes).
     std::shared_ptr<SharedLimiter> limiter_for(std::string_view key);

@@ -185,6 +185,10 @@ struct ConcurrencyView {
     std::int64_t give_back_as(const Segment& segment, Holding h, std::int64_t n, Nanos now) const noexcept;
     std::int64_t available() const noexcept;
     std::int64_t held_by(std::uint32_t holder) const noexcept;
+    /// A look that writes nothing (an inspector's): what is available and what each holder holds
+    /// (`held`: kMaxHolders counts), a change left pending counted as applied. Read between two
+    /// equal reads of the state where other processes let it be, else the last view (slightly stale).
+    void peek(std::int64_t& available, std::int64_t* held) const noexcept;
     /// std::invalid_argument (`where`: the segment and the name) unless the state keeps its
     /// invariants: available and every holder's count within [0, limit], a pending change's holder
     /// within the ledger and its delta within the limit, and (on a snapshot no other process changed)

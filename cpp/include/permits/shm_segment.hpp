@@ -37,6 +37,7 @@ inline constexpr std::uint32_t kLayoutVersion = 2;              // 2: a holder s
 inline constexpr std::size_t kNameBytes = 64;                   // a named limiter's name: at most 63 bytes
 inline constexpr std::size_t kMaxNamed = 256;                   // named limiters and per-key tables in one segment
 inline constexpr std::size_t kMaxHolders = 256; // processes holding concurrency permits at the same moment
+inline constexpr std::uint64_t kReclaimingPid = 0xffffffffULL; // a holder slot's pid while its permits are drained
 
 /// What a named slot holds. The numbers are part of the layout: never reuse one.
 enum class Kind : std::uint32_t {
@@ -160,6 +161,10 @@ public:
     /// a segment of another layout or clock, a foreign, truncated or corrupted file;
     /// std::system_error (errno) for what the OS refuses (EACCES: another user's segment).
     static std::shared_ptr<Segment> open(const std::string& name, const Options& options);
+    /// Opens the existing segment `name` to look at it (shm_inspect.hpp): never creates it
+    /// (std::system_error ENOENT when absent), and takes it whatever its mode, capacity or clock; a
+    /// damaged or foreign file is refused as open() refuses it (std::invalid_argument).
+    static std::shared_ptr<Segment> inspect(const std::string& name);
     /// Removes the name; false if it did not exist.
     static bool unlink(const std::string& name);
     /// std::invalid_argument unless `name` is 1-100 of [A-Za-z0-9_.-], not starting with '.'.

@@ -187,7 +187,8 @@ def run_http_demo(seconds: float = 5.0, out: TextIO | None = None) -> int:
     missing = [name for name in NEEDS if not _importable(name)]
     if missing:
         print(
-            f"demo --http needs {', '.join(missing)}: pip install 'permits[fastapi,httpx]' uvicorn",
+            f"permits demo: --http needs {', '.join(missing)}, not installed: "
+            'pip install "permits[fastapi,httpx]" uvicorn',
             file=sys.stderr,
         )
         return 2
@@ -208,4 +209,7 @@ def run_http_demo(seconds: float = 5.0, out: TextIO | None = None) -> int:
 def _importable(name: str) -> bool:
     from importlib.util import find_spec
 
-    return find_spec(name) is not None
+    try:
+        return find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a module half set up
+        return False

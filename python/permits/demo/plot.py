@@ -33,14 +33,14 @@ def _require_matplotlib() -> None:
         import matplotlib
     except ImportError as exc:
         raise _MatplotlibMissing(
-            "permits demo: --plot needs matplotlib, which is not installed: pip install matplotlib"
+            'permits demo: --plot needs matplotlib, which is not installed: pip install "permits[plot]"'
         ) from exc
     # the legend "outside" the panels, placed by the constrained layout, is new in 3.7
     major, minor = (int(part) for part in matplotlib.__version__.split(".")[:2])
     if (major, minor) < (3, 7):
         raise _MatplotlibMissing(
             f"permits demo: --plot needs matplotlib 3.7 or later, not {matplotlib.__version__}: "
-            "pip install -U matplotlib"
+            'pip install -U "permits[plot]"'
         )
 
 

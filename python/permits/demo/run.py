@@ -46,7 +46,9 @@ def run_demo(
     simulate: bool = False,
     stream: TextIO | None = None,
 ) -> int:
-    """Run the demo and return the process exit status."""
+    """Run the demo and return the process exit status: 0 done, 1 the plot could not be written, 2
+    bad arguments or matplotlib missing for ``plot`` (the message names the extra to install), 130
+    interrupted."""
     out = stream if stream is not None else sys.stdout
     if not (math.isfinite(seconds) and seconds > 0):
         print("permits demo: --seconds must be a positive number", file=sys.stderr)
@@ -56,7 +58,7 @@ def run_demo(
             _require_matplotlib()  # fail before the demo, not after it
         except _MatplotlibMissing as exc:
             print(exc, file=sys.stderr)
-            return 1
+            return 2  # as a usage error: the command asked for what this install lacks
 
     clock = permits.ManualClock() if simulate else None
     rows = _make_rows(concurrency, clock)
