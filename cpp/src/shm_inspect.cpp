@@ -66,11 +66,22 @@ HolderInfo holder_info(const Segment& seg, std::uint32_t index, std::int64_t per
     const HolderSlot& slot = seg.header().holders[index];
     HolderInfo info;
     info.index = index;
-    info.pid = slot.tag() & 0xffffffffULL;
+    const std::uint64_t tag = slot.tag();
+    info.pid = tag & 0xffffffffULL;
     info.permits = permits;
     info.alive = !holder_dead(slot, ttl, mono);
+    if (slot.tag() != tag) {
+        info.pid = 0; // freed or taken again while judged (holder_dead reads the tag anew): left out
+    }
     info.same_namespace = our_ns == 0 || slot.pid_ns.load() == 0 || slot.pid_ns.load() == our_ns;
     return info;
+}
+
+/// Lists a holder unless its slot was freed while it was read (pid 0): it has let go of its permits.
+void add_holder(std::vector<HolderInfo>& holders, const HolderInfo& holder) {
+    if (holder.pid != 0) {
+        holders.push_back(holder);
+    }
 }
 
 /// The time-based kinds: a Rule over the slot's one state word.
@@ -134,7 +145,7 @@ void read_concurrency(const Segment& seg, const NamedSlot& slot, Nanos mono, std
             return;
         }
         if (held[i] > 0) {
-            info.holders.push_back(holder_info(seg, i, held[i], slot.values[1], mono, our_ns));
+            add_holder(info.holders, holder_info(seg, i, held[i], slot.values[1], mono, our_ns));
         }
     }
     info.available = available;
@@ -157,7 +168,7 @@ void read_table(const Segment& seg, const NamedSlot& slot, Nanos mono, std::uint
     info.keys = census.keys;
     for (std::uint32_t i = 0; i < census.held.size(); ++i) {
         if (census.held[i] > 0) {
-            info.holders.push_back(holder_info(seg, i, census.held[i], v[2], mono, our_ns));
+            add_holder(info.holders, holder_info(seg, i, census.held[i], v[2], mono, our_ns));
         }
     }
 }
@@ -246,7 +257,7 @@ SegmentInfo describe(const std::string& name, std::optional<Nanos> now) {
     for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
         const Pair word = h.holders[i].word.load();
         if ((static_cast<std::uint64_t>(word.a) & 0xffffffffULL) != 0) {
-            info.holders.push_back(holder_info(*seg, i, word.b, ttl == 0 ? kDefaultTtl : ttl, mono, our_ns));
+            add_holder(info.holders, holder_info(*seg, i, word.b, ttl == 0 ? kDefaultTtl : ttl, mono, our_ns));
         }
     }
     return info;

@@ -23,7 +23,7 @@ namespace permits::shm {
 /// A process holding permits: a holder slot of the segment, or its share of one limiter.
 struct HolderInfo {
     std::uint32_t index = 0;    ///< the holder slot
-    std::uint64_t pid = 0;      ///< 0: the slot was freed meanwhile; kReclaimingPid: being reclaimed
+    std::uint64_t pid = 0;      ///< never 0 (a slot freed meanwhile is left out); kReclaimingPid: being reclaimed
     std::int64_t permits = 0;   ///< in a limiter: the permits it holds; in the segment: its uses (-1: being freed)
     bool alive = false;         ///< as holder_dead() judges it now
     bool same_namespace = true; ///< its pid is of our pid namespace (else its heartbeat alone decides)
