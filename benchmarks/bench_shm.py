@@ -840,7 +840,7 @@ def run_part4(segments: Segments, n: int) -> dict[str, Any]:
     spec_huge = _huge_value(lambda v: permits.specs.TokenBucket(v, v, 1.0))
     for label, tag, template in (
         ("token bucket (huge limit)", "p4-tb", permits.specs.TokenBucket(spec_huge, spec_huge, 1.0)),
-        ('"10/second" (a sliding window of 20 segments)', "p4-sw", "10/second"),
+        ('"10/second" (a sliding log of 33 segments)', "p4-sw", "10/second"),
     ):
         row: dict[str, Any] = {"label": label, "keys": n, "key_bytes": key_bytes}
         try:

@@ -17,7 +17,8 @@ EngineSpec read_spec(py::handle spec) {
         return FixedWindowRule(get("permit_limit"), get("_window_ns"));
     }
     if (engine.is(py::type::of<SlidingWindow>())) {
-        return SlidingWindowParams{get("permit_limit"), get("_window_ns"), get("segments_per_window")};
+        // (the sliding log's segments are below zero: sliding_window.hpp)
+        return SlidingWindowParams{get("permit_limit"), get("_window_ns"), get("_engine_segments")};
     }
     if (engine.is(py::type::of<SlidingWindowCounter>())) {
         return SlidingWindowCounterRule(get("permit_limit"), get("_window_ns"));

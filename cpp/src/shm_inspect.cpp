@@ -39,6 +39,19 @@ Shape shape_of(Kind kind) {
     }
 }
 
+/// A sliding window whose segments are below zero is the sliding log (specs.SlidingLog): its kind
+/// and parameters as users know them.
+bool is_log(Kind kind, std::int64_t segments) {
+    return kind == Kind::SlidingWindow && segments < 0;
+}
+Shape shape_of(Kind kind, std::int64_t segments) {
+    Shape shape = shape_of(kind);
+    if (is_log(kind, segments)) {
+        shape.count = 2; // permit_limit, window
+    }
+    return shape;
+}
+
 void add_params(SlotInfo& info, const Shape& shape, const std::int64_t* values) {
     for (std::uint32_t i = 0; i < shape.count; ++i) {
         info.params.push_back({shape.names[i], values[i], ((shape.durations >> i) & 1U) != 0});
@@ -104,7 +117,7 @@ void read_rule(const Segment& seg, const NamedSlot& slot, const R& rule, std::op
 void read_sliding(const Segment& seg, const NamedSlot& slot, std::optional<Nanos> now, SlotInfo& info) {
     const std::int64_t* v = slot.values;
     SlidingWindowState::check(v[0], v[1], v[2]);
-    if (slot.bytes != (static_cast<std::uint64_t>(v[2]) + 1) * sizeof(AtomicPair)) {
+    if (slot.bytes != (static_cast<std::uint64_t>(SlidingWindowShape::slots(v[2])) + 1) * sizeof(AtomicPair)) {
         info.damage = "its slot's sizes do not add up";
         return;
     }
@@ -154,8 +167,8 @@ void read_concurrency(const Segment& seg, const NamedSlot& slot, Nanos mono, std
 void read_table(const Segment& seg, const NamedSlot& slot, Nanos mono, std::uint64_t our_ns, SlotInfo& info) {
     const std::int64_t* v = slot.values;
     const auto keys = static_cast<Kind>(v[0]);
-    const Shape shape = shape_of(keys);
-    info.key_kind = kind_name(keys);
+    const Shape shape = shape_of(keys, v[3]);
+    info.key_kind = is_log(keys, v[3]) ? "sliding_log" : kind_name(keys);
     const KeyTable::Census census = KeyTable::census(seg, slot);
     if (!census.damage.empty()) {
         info.damage = census.damage;
@@ -203,7 +216,10 @@ SlotInfo read_slot(const Segment& seg, const NamedSlot& slot, std::optional<Nano
         info.damage = std::string("its parameters: ") + e.what();
     }
     if (info.damage.empty()) {
-        add_params(info, shape_of(slot.kind), v);
+        if (is_log(slot.kind, v[2])) {
+            info.kind = "sliding_log";
+        }
+        add_params(info, shape_of(slot.kind, v[2]), v);
         info.limit = v[0];
     } else {
         info.available.reset();

@@ -45,7 +45,8 @@ std::uint32_t entries_of(const Params& p) {
 
 std::uint64_t words_bytes(const Params& p) {
     switch (p.kind) {
-    case Kind::SlidingWindow: return (static_cast<std::uint64_t>(p.values[2]) + 1) * sizeof(AtomicPair);
+    case Kind::SlidingWindow:
+        return (static_cast<std::uint64_t>(SlidingWindowShape::slots(p.values[2])) + 1) * sizeof(AtomicPair);
     case Kind::Concurrency: return entries_of(p) * kEntryBytes;
     default: return sizeof(AtomicPair);
     }
@@ -335,7 +336,7 @@ void KeyTable::init_record(Record& r, const Key& key, Nanos anchor) const {
     switch (tmpl_.params.kind) {
     case Kind::SlidingWindow: {
         auto* w = reinterpret_cast<AtomicPair*>(r.words());
-        const auto n = tmpl_.params.values[2] + 1;
+        const auto n = SlidingWindowShape::slots(tmpl_.params.values[2]) + 1;
         for (std::int64_t i = 0; i < n; ++i) {
             new (w + i) AtomicPair();
         }
@@ -709,7 +710,7 @@ std::unique_ptr<Projection> KeyTable::project(const Key& key) {
     if (tmpl_.params.kind == Kind::SlidingWindow) {
         if (r == nullptr) {
             // No room for the key: a fresh window's projection (its own storage, as a new key's).
-            auto words = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(v[2]) + 1);
+            auto words = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(SlidingWindowShape::slots(v[2])) + 1);
             SlidingWindowState::init_storage(words.get(), v[2]);
             return SlidingWindowState::over(v[0], v[1], v[2], now, words.get()).project();
         }

@@ -353,7 +353,7 @@ std::shared_ptr<SlidingWindow> Store::sliding_window(std::string_view name, std:
                                                      std::int64_t segments, QueueOptions queue) {
     SlidingWindowState::check(permit_limit, window, segments);
     detail::check_queue(queue);
-    const auto words = static_cast<std::uint64_t>(segments) + 1;
+    const auto words = static_cast<std::uint64_t>(SlidingWindowShape::slots(segments)) + 1;
     NamedSlot& slot = segment().named(name, params_of_sliding(permit_limit, window, segments),
                                       words * sizeof(AtomicPair), now(), [&](char* data, Nanos) {
                                           auto* w = reinterpret_cast<AtomicPair*>(data);

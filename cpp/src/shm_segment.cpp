@@ -582,10 +582,15 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
         const auto i = static_cast<std::uint32_t>(k);
         return i < std::size(kKinds) ? kKinds[i] : "corrupted slot";
     };
+    // (a sliding window of segments below zero is the sliding log: specs.SlidingLog)
+    const auto described = [&](Kind k, const std::int64_t* values) -> std::string {
+        return k == Kind::SlidingWindow && values[2] < 0 ? "sliding_log" : kind_name(k);
+    };
     const auto check = [&](NamedSlot& slot) -> NamedSlot& {
         const std::string where = "'" + std::string(name) + "' in segment '" + name_ + "' ";
-        if (slot.kind != params.kind) {
-            throw std::invalid_argument(where + "is a " + kind_name(slot.kind) + ", not a " + kind_name(params.kind));
+        if (const std::string was = described(slot.kind, slot.values), asked = described(params.kind, params.values);
+            was != asked) {
+            throw std::invalid_argument(where + "is a " + was + ", not a " + asked);
         }
         for (std::uint32_t i = 0; i < params.count; ++i) {
             if (slot.values[i] != params.values[i]) {

@@ -1,5 +1,7 @@
 #include "permits/sliding_window.hpp"
 
+#include "sliding_log.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -12,17 +14,9 @@ namespace permits {
 namespace {
 constexpr std::int64_t kMaxSegments = 65536;
 
-// The head's second word: permits taken in the head segment (low 32 bits) and in the older
-// segments of its window (high 32 bits), so that a grant within a segment reads no ring slot.
-std::int64_t current_of(Pair h) {
-    return static_cast<std::int64_t>(static_cast<std::uint64_t>(h.b) & 0xffffffffU);
-}
-std::int64_t older_of(Pair h) {
-    return static_cast<std::int64_t>(static_cast<std::uint64_t>(h.b) >> 32);
-}
-std::int64_t pack(std::int64_t current, std::int64_t older) {
-    return static_cast<std::int64_t>((static_cast<std::uint64_t>(older) << 32) | static_cast<std::uint64_t>(current));
-}
+using sliding::current_of;
+using sliding::older_of;
+using sliding::pack;
 
 // The arithmetic every sliding window's state shares, whatever keeps its counts: `before(j)` is the
 // count of segment j for h.a - segments < j < h.a, j >= 0 (a segment before the head still in its
@@ -109,7 +103,7 @@ template <class Before> Nanos full_at_with(const SlidingWindowShape& w, Pair h, 
 /// The state with head h given back n permits taken in segment `tag`: only the current segment's
 /// count can be (the head's, at `now`); false when nothing changes.
 bool give_back_to(const SlidingWindowShape& w, Pair h, std::int64_t n, std::int64_t tag, Nanos now, Pair& next) {
-    if (h.a != tag || w.segment_index(now) != tag) {
+    if (w.segment_of(h.a) != tag || w.segment_index(now) != tag) {
         return false;
     }
     next = Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))};
@@ -159,6 +153,18 @@ struct SlidingWindowProj final : Projection {
 
 void SlidingWindowState::check(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
     detail::check_limit("permit_limit", permit_limit);
+    if (segments < 0) {
+        // The log: k segments of window / k, rounded up, and one more (sliding_log.hpp says why
+        // it needs (k - 1) * segment < window: a window of at least k * k ns).
+        const std::int64_t k = -segments;
+        if (k >= kMaxSegments) {
+            throw std::invalid_argument("segmentsper_window must be between 1 and 65535");
+        }
+        if (window < 1 || window / k < k) {
+            throw std::invalid_argument("window must be at least " + std::to_string(k * k) + " nanoseconds");
+        }
+        return;
+    }
     if (segments < 1 || segments > kMaxSegments) {
         throw std::invalid_argument("segmentsper_window must be between 1 and 65536");
     }
@@ -167,7 +173,8 @@ void SlidingWindowState::check(std::int64_t permit_limit, Nanos window, std::int
     }
 }
 
-void SlidingWindowState::init_storage(AtomicPair* words, std::int64_t segments) {
+void SlidingWindowState::init_storage(AtomicPair* words, std::int64_t segments_given) {
+    const std::int64_t segments = slots(segments_given);
     Pair head = words[0].load();
     words[0].compare_exchange(head, Pair{0, 0});
     // Slot j holds segment j's count; mark every slot as "a segment long before the anchor".
@@ -177,16 +184,24 @@ void SlidingWindowState::init_storage(AtomicPair* words, std::int64_t segments) 
     }
 }
 
+SlidingWindowShape SlidingWindowShape::of(std::int64_t permit_limit, Nanos window, std::int64_t segments,
+                                          Nanos anchor) noexcept {
+    if (segments < 0) {
+        return {permit_limit, window, 1 - segments, ceil_div(window, -segments), anchor, true};
+    }
+    return {permit_limit, window, segments, segments > 0 ? window / segments : 0, anchor, false};
+}
+
 SlidingWindowState SlidingWindowState::over(std::int64_t permit_limit, Nanos window, std::int64_t segments,
                                             Nanos anchor, AtomicPair* words) noexcept {
-    return {{permit_limit, window, segments, segments > 0 ? window / segments : 0, anchor}, words, words + 1};
+    return {SlidingWindowShape::of(permit_limit, window, segments, anchor), words, words + 1};
 }
 
 SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
                              std::int64_t segments, QueueOptions queue, bool manual)
     : Limiter(std::move(clock), permit_limit, queue, manual) {
     SlidingWindowState::check(permit_limit, window, segments);
-    own_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(segments) + 1);
+    own_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(SlidingWindowShape::slots(segments)) + 1);
     SlidingWindowState::init_storage(own_.get(), segments);
     st_ = SlidingWindowState::over(permit_limit, window, segments, state_now(), own_.get());
 }
@@ -200,21 +215,18 @@ SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_l
 
 SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window,
                              std::int64_t segments, QueueOptions queue, Nanos anchor, Pair head,
-                             const std::uint32_t* counts)
+                             const std::vector<Pair>& entries)
     : Limiter(std::move(clock), permit_limit, queue, false) {
     SlidingWindowState::check(permit_limit, window, segments);
-    own_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(segments) + 1);
+    own_ = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(SlidingWindowShape::slots(segments)) + 1);
     SlidingWindowState::init_storage(own_.get(), segments);
     st_ = SlidingWindowState::over(permit_limit, window, segments, anchor, own_.get());
     Pair empty = st_.head->load();
     st_.head->compare_exchange(empty, head);
-    // The counts before the head still in its window, as ring entries {segment, count}.
-    for (std::int64_t j = std::max<std::int64_t>(0, head.a - segments + 1); counts != nullptr && j < head.a; ++j) {
-        if (const std::uint32_t c = counts[j % segments]; c > 0) {
-            AtomicPair& slot = st_.ring[j % segments];
-            Pair r = slot.load();
-            slot.compare_exchange(r, Pair{j, c});
-        }
+    for (const Pair e : entries) {
+        AtomicPair& slot = st_.ring[st_.segment_of(e.a) % st_.segments];
+        Pair r = slot.load();
+        slot.compare_exchange(r, e);
     }
 }
 
@@ -231,11 +243,15 @@ std::int64_t SlidingWindowState::used_at(Pair h, std::int64_t p) const noexcept 
 }
 
 std::int64_t SlidingWindowState::ring_count(std::int64_t j) const noexcept {
+    return ring_entry(j).a;
+}
+
+Pair SlidingWindowState::ring_entry(std::int64_t j) const noexcept {
     const Pair r = ring[j % segments].load();
-    if (r.a != j) {
-        return 0;
+    if (r.a < 0 || segment_of(r.a) != j) {
+        return {0, 0};
     }
-    return r.b < 0 || r.b > limit ? limit : r.b; // (a damaged count never makes room)
+    return {r.b < 0 || r.b > limit ? limit : r.b, r.a}; // (a damaged count never makes room)
 }
 
 void SlidingWindowState::archive(Pair h) const noexcept {
@@ -244,7 +260,7 @@ void SlidingWindowState::archive(Pair h) const noexcept {
         return; // an empty segment needs no entry: a missing entry reads as 0 (and a damaged
                 // shared head's negative segment is no slot of the ring)
     }
-    AtomicPair& slot = ring[h.a % segments];
+    AtomicPair& slot = ring[segment_of(h.a) % segments];
     Pair r = slot.load();
     // Atomic max on (segment, count): an archiver that lost the race to a newer segment
     // or a larger count of the same segment writes nothing. A slot holding a segment the head has
@@ -278,9 +294,10 @@ std::string SlidingWindowState::damage() const {
             return "its ring slot " + std::to_string(i) + " " + show(r) + " has a count not between 0 and its " +
                    "permit_limit of " + std::to_string(limit);
         }
-        if (r.a >= 0 && (r.a % segments != i || r.a > h.a)) {
-            return "its ring slot " + std::to_string(i) + " " + show(r) + " holds segment " + std::to_string(r.a) +
-                   ", not one of that slot's up to its head's segment " + std::to_string(h.a);
+        if (r.a >= 0 && (segment_of(r.a) % segments != i || r.a > h.a)) {
+            return "its ring slot " + std::to_string(i) + " " + show(r) + " holds segment " +
+                   std::to_string(segment_of(r.a)) + ", not one of that slot's up to its head's segment " +
+                   std::to_string(segment_of(h.a));
         }
     }
     return {};
@@ -289,16 +306,19 @@ std::string SlidingWindowState::damage() const {
 bool SlidingWindowState::head_sound(Pair h) const noexcept {
     const std::int64_t current = current_of(h);
     const std::int64_t older = older_of(h); // (both 32 bits: never below zero)
-    return h.a >= 0 && h.a <= segment_index(kMaxTime) && current <= limit && older <= limit - current;
+    return h.a >= 0 && segment_of(h.a) <= segment_index(kMaxTime) && current <= limit && older <= limit - current;
 }
 
 void SlidingWindowState::exhaust(Nanos now) noexcept {
     Pair h = head->load();
-    while (!head->compare_exchange(h, Pair{segment_index(now), pack(limit, 0)})) {
+    while (!head->compare_exchange(h, Pair{stamped ? now : segment_index(now), pack(limit, 0)})) {
     }
 }
 
 bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noexcept {
+    if (stamped) {
+        return take_log(n, now, tag);
+    }
     Pair h = head->hint();
     for (;;) {
         const std::int64_t p = std::max(segment_index(now), h.a);
@@ -324,12 +344,47 @@ bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noex
     }
 }
 
+bool SlidingWindowState::take_log(std::int64_t n, Nanos now, std::int64_t& tag) noexcept {
+    const auto entry = sliding_log::RingEntries{this};
+    Pair h = head->hint();
+    for (;;) {
+        const std::int64_t hs = segment_index(h.a);
+        const std::int64_t p = std::max(segment_index(now), hs);
+        if (limit - sliding_log::used_with(*this, h, p, now, entry) < n) {
+            if (!head->confirm(h)) {
+                continue; // decided on a stale guess: decide again
+            }
+            return false;
+        }
+        Pair next{n > 0 ? std::max(h.a, now) : h.a, pack(current_of(h) + n, older_of(h))};
+        if (p != hs) {
+            if (!head->confirm(h)) {
+                continue; // archive only a head the word really held: a hint may be torn
+            }
+            archive(h); // before the head leaves segment hs, so its count is never lost
+            next = Pair{now, pack(n, sliding_log::older_at(*this, h, p, entry))};
+        }
+        if (head->compare_exchange(h, next)) {
+            tag = p;
+            return true;
+        }
+    }
+}
+
 std::int64_t SlidingWindowState::available_at(Nanos now) const noexcept {
     const Pair h = head->load();
+    if (stamped) {
+        return std::max<std::int64_t>(
+            0, limit - sliding_log::used_with(*this, h, std::max(segment_index(now), segment_index(h.a)), now,
+                                              sliding_log::RingEntries{this}));
+    }
     return limit - used_at(h, std::max(segment_index(now), h.a));
 }
 
 Nanos SlidingWindowState::time_until(std::int64_t needed, Nanos now) const noexcept {
+    if (stamped) {
+        return sliding_log::time_until_with(*this, head->load(), needed, now, sliding_log::RingEntries{this});
+    }
     return time_until_with(*this, head->load(), needed, now, [this](std::int64_t i) { return ring_count(i); });
 }
 
@@ -341,10 +396,16 @@ void SlidingWindowState::give_back(std::int64_t n, std::int64_t tag, Nanos now) 
 }
 
 Nanos SlidingWindowState::full_at() const noexcept {
+    if (stamped) {
+        return sliding_log::full_at_with(*this, head->load(), sliding_log::RingEntries{this});
+    }
     return full_at_with(*this, head->load(), [this](std::int64_t i) { return ring_count(i); });
 }
 
 std::unique_ptr<Projection> SlidingWindowState::project() const {
+    if (stamped) {
+        return std::make_unique<sliding_log::SlidingLogProj>(*this, head->load(), sliding_log::RingEntries{this});
+    }
     return std::make_unique<SlidingWindowProj>(*this, head->load(), [this](std::int64_t i) { return ring_count(i); });
 }
 
@@ -365,8 +426,39 @@ void set_head(std::uint32_t* state, Pair h) noexcept {
 
 CompactSlidingWindow::CompactSlidingWindow(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
     SlidingWindowState::check(permit_limit, window, segments);
-    shape_ = {permit_limit, window, segments, window / segments, 0};
+    shape_ = SlidingWindowShape::of(permit_limit, window, segments, 0);
+    given_segments_ = segments;
 }
+
+namespace {
+// The log's record: a segment's stamp as an offset from the segment's start, in ns while a segment
+// is under 2**32 ns (about 4.3 s), else in units of segment / (2**32 - 1) ns, rounded up: a stamp
+// read back is never before the grant's time (its permits never come back sooner), nor past its
+// segment's end.
+constexpr std::int64_t kOffsetMax = 0xffffffffLL;
+
+Nanos offset_unit(const SlidingWindowShape& w) noexcept {
+    return w.segment <= kOffsetMax ? 1 : ceil_div(w.segment, kOffsetMax);
+}
+std::uint32_t offset_of(const SlidingWindowShape& w, std::int64_t j, Nanos stamp) noexcept {
+    const Nanos from = stamp - w.segment_start(j);
+    return from <= 0 ? 0U : static_cast<std::uint32_t>(std::min(ceil_div(from, offset_unit(w)), kOffsetMax));
+}
+Nanos stamp_of(const SlidingWindowShape& w, std::int64_t j, std::uint32_t offset) noexcept {
+    const i128 in = std::min<i128>(static_cast<i128>(offset) * offset_unit(w), w.segment - 1);
+    return sat_nanos(static_cast<i128>(w.segment_start(j)) + in);
+}
+
+/// A compact log's segments before its head, as entry_with reads them.
+struct RecordEntries {
+    const SlidingWindowShape& w;
+    const std::uint32_t* counts;
+    sliding_log::Entry operator()(std::int64_t j) const noexcept {
+        const auto slot = static_cast<std::size_t>(j % w.segments);
+        return {counts[slot], stamp_of(w, j, counts[static_cast<std::size_t>(w.segments) + slot])};
+    }
+};
+} // namespace
 
 void CompactSlidingWindow::init(std::uint32_t* state) const noexcept {
     std::memset(state, 0, words() * sizeof(std::uint32_t)); // head {0, 0}: segment 0, nothing taken
@@ -375,6 +467,9 @@ void CompactSlidingWindow::init(std::uint32_t* state) const noexcept {
 bool CompactSlidingWindow::take(std::uint32_t* state, Nanos anchor, std::int64_t n, Nanos now,
                                 std::int64_t& tag) const noexcept {
     const SlidingWindowShape w = at(anchor);
+    if (w.stamped) {
+        return take_log(w, state, n, now, tag);
+    }
     const Pair h = head_of(state);
     std::uint32_t* counts = state + 4;
     const std::int64_t p = std::max(w.segment_index(now), h.a);
@@ -401,10 +496,45 @@ bool CompactSlidingWindow::take(std::uint32_t* state, Nanos anchor, std::int64_t
     return true;
 }
 
+bool CompactSlidingWindow::take_log(const SlidingWindowShape& w, std::uint32_t* state, std::int64_t n, Nanos now,
+                                    std::int64_t& tag) noexcept {
+    const Pair h = head_of(state);
+    std::uint32_t* counts = state + 4;
+    std::uint32_t* offsets = counts + w.segments;
+    const RecordEntries entry{w, counts};
+    const std::int64_t hs = w.segment_index(h.a);
+    const std::int64_t p = std::max(w.segment_index(now), hs);
+    if (w.limit - sliding_log::used_with(w, h, p, now, entry) < n) {
+        return false;
+    }
+    Pair next{n > 0 ? std::max(h.a, now) : h.a, pack(current_of(h) + n, older_of(h))};
+    if (p != hs) {
+        next = Pair{now, pack(n, sliding_log::older_at(w, h, p, entry))};
+        // The head's segment goes to its slot; the skipped ones (no grants) read 0 from now on.
+        if (p - hs >= w.segments) {
+            std::fill_n(counts, w.segments, 0U);
+        } else {
+            counts[hs % w.segments] = static_cast<std::uint32_t>(current_of(h));
+            offsets[hs % w.segments] = offset_of(w, hs, h.a);
+            for (std::int64_t j = hs + 1; j < p; ++j) {
+                counts[j % w.segments] = 0;
+            }
+        }
+    }
+    set_head(state, next);
+    tag = p;
+    return true;
+}
+
 std::int64_t CompactSlidingWindow::available(const std::uint32_t* state, Nanos anchor, Nanos now) const noexcept {
     const SlidingWindowShape w = at(anchor);
     const Pair h = head_of(state);
     const std::uint32_t* counts = state + 4;
+    if (w.stamped) {
+        return std::max<std::int64_t>(
+            0, w.limit - sliding_log::used_with(w, h, std::max(w.segment_index(now), w.segment_index(h.a)), now,
+                                                RecordEntries{w, counts}));
+    }
     return w.limit -
            used_with(w, h, std::max(w.segment_index(now), h.a), [&](std::int64_t j) { return counts[j % w.segments]; });
 }
@@ -413,6 +543,9 @@ Nanos CompactSlidingWindow::time_until(const std::uint32_t* state, Nanos anchor,
                                        Nanos now) const noexcept {
     const SlidingWindowShape w = at(anchor);
     const std::uint32_t* counts = state + 4;
+    if (w.stamped) {
+        return sliding_log::time_until_with(w, head_of(state), needed, now, RecordEntries{w, counts});
+    }
     return time_until_with(w, head_of(state), needed, now, [&](std::int64_t j) { return counts[j % w.segments]; });
 }
 
@@ -429,21 +562,35 @@ bool CompactSlidingWindow::give_back(std::uint32_t* state, Nanos anchor, std::in
 Nanos CompactSlidingWindow::full_at(const std::uint32_t* state, Nanos anchor) const noexcept {
     const SlidingWindowShape w = at(anchor);
     const std::uint32_t* counts = state + 4;
+    if (w.stamped) {
+        return sliding_log::full_at_with(w, head_of(state), RecordEntries{w, counts});
+    }
     return full_at_with(w, head_of(state), [&](std::int64_t j) { return counts[j % w.segments]; });
 }
 
 std::unique_ptr<Projection> CompactSlidingWindow::project(const std::uint32_t* state, Nanos anchor) const {
     const SlidingWindowShape w = at(anchor);
     const std::uint32_t* counts = state + 4;
+    if (w.stamped) {
+        return std::make_unique<sliding_log::SlidingLogProj>(w, head_of(state), RecordEntries{w, counts});
+    }
     return std::make_unique<SlidingWindowProj>(w, head_of(state),
                                                [&](std::int64_t j) { return counts[j % w.segments]; });
 }
 
 std::shared_ptr<SlidingWindow> CompactSlidingWindow::promote(std::shared_ptr<Clock> clock, QueueOptions queue,
                                                              Nanos anchor, const std::uint32_t* state) const {
-    return std::make_shared<SlidingWindow>(std::move(clock), shape_.limit, shape_.window, shape_.segments, queue,
-                                           anchor, state != nullptr ? head_of(state) : Pair{},
-                                           state != nullptr ? state + 4 : nullptr);
+    std::vector<Pair> entries;
+    const Pair head = state != nullptr ? head_of(state) : Pair{};
+    const SlidingWindowShape w = at(anchor);
+    const std::int64_t hs = w.segment_of(head.a);
+    for (std::int64_t j = std::max<std::int64_t>(0, hs - w.segments + 1); state != nullptr && j < hs; ++j) {
+        if (const std::uint32_t c = state[4 + j % w.segments]; c > 0) {
+            entries.push_back({w.stamped ? RecordEntries{w, state + 4}(j).stamp : j, c});
+        }
+    }
+    return std::make_shared<SlidingWindow>(std::move(clock), shape_.limit, shape_.window, given_segments_, queue,
+                                           anchor, head, entries);
 }
 
 } // namespace permits

@@ -372,11 +372,21 @@ class FixedWindow(Limiter):
 class SlidingWindow(Limiter):
     @overload
     def __init__(
-        self, clock: Clock, spec: specs.SlidingWindow, queue_limit: int | None, newest_first: bool, manual: bool
+        self,
+        clock: Clock,
+        spec: specs.SlidingWindow | specs.SlidingLog,
+        queue_limit: int | None,
+        newest_first: bool,
+        manual: bool,
     ) -> None: ...
     @overload  # on a shared-memory store's slot
     def __init__(
-        self, store: ShmStore, name: str, spec: specs.SlidingWindow, queue_limit: int | None, newest_first: bool
+        self,
+        store: ShmStore,
+        name: str,
+        spec: specs.SlidingWindow | specs.SlidingLog,
+        queue_limit: int | None,
+        newest_first: bool,
     ) -> None: ...
     def acquire(self, permit_count: int = 1) -> Lease:
         """Takes ``permit_count`` permits now, or returns a failed lease; never blocks or queues.

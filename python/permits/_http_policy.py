@@ -677,6 +677,9 @@ def _figures(spec: specs.Spec[Any]) -> tuple[int, int | None, float | None]:
         return spec.token_limit, max(1, _seconds(spec.replenishment_period * periods)), spec.replenishment_period
     if isinstance(spec, specs.FixedWindow | specs.SlidingWindow | specs.SlidingWindowCounter):
         return spec.permit_limit, max(1, _seconds(spec.window)), spec.replenishment_period
+    if isinstance(spec, specs.SlidingLog):
+        # Every permit is back one window after it was taken: more comes within the window.
+        return spec.permit_limit, max(1, _seconds(spec.window)), spec.window
     return 0, None, None  # a spec this module does not know yet: no time figures
 
 

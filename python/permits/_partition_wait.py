@@ -22,6 +22,7 @@ from .awaitables import PolledLeaseWait, WaitsOnce
 from .engine_limiters import (
     ConcurrencyLimiter,
     FixedWindowLimiter,
+    SlidingLogLimiter,
     SlidingWindowCounterLimiter,
     SlidingWindowLimiter,
     TokenBucketLimiter,
@@ -34,7 +35,14 @@ if TYPE_CHECKING:
 #: The exact classes whose close ends their queued waits and whose wait_async is the engine's own
 #: (a subclass may override either: it waits the general way).
 ENGINE_TYPES = frozenset(
-    {ConcurrencyLimiter, TokenBucketLimiter, FixedWindowLimiter, SlidingWindowLimiter, SlidingWindowCounterLimiter}
+    {
+        ConcurrencyLimiter,
+        TokenBucketLimiter,
+        FixedWindowLimiter,
+        SlidingWindowLimiter,
+        SlidingLogLimiter,
+        SlidingWindowCounterLimiter,
+    }
 )
 
 

@@ -242,6 +242,37 @@ class SlidingWindowLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore
         self._init(spec, queue_limit, queue_order, name, clock, {"auto_replenishment": auto_replenishment})
 
 
+@_builds(specs.SlidingLog)
+class SlidingLogLimiter(_core.SlidingWindow, _EngineLimiter):  # type: ignore[misc]
+    """At most ``permit_limit`` grants in any interval of ``window``: a permit comes back one window
+    after it was taken (``permits.parse("100/minute")`` builds one)."""
+
+    spec: specs.SlidingLog
+    """The limit, as a value: ``permits.specs.SlidingLog(permit_limit, window)``."""
+    permit_limit: int
+    """Grants in any interval of ``window``, at most."""
+    window: float
+    """The window's length in seconds."""
+    replenishment_period: float
+    """Seconds: a 32nd of the window, how finely it keeps time."""
+    auto_replenishment: bool
+    """False: permits come back only in ``try_replenish()``."""
+
+    def __init__(
+        self,
+        permit_limit: int,
+        window: Duration,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        auto_replenishment: bool = True,
+        clock: Any = None,
+        name: str | None = None,
+    ) -> None:
+        spec = specs.SlidingLog(permit_limit, window)
+        self._init(spec, queue_limit, queue_order, name, clock, {"auto_replenishment": auto_replenishment})
+
+
 @_builds(specs.SlidingWindowCounter)
 class SlidingWindowCounterLimiter(_core.SlidingWindowCounter, _EngineLimiter):  # type: ignore[misc]
     """Two fixed windows weighted by the elapsed fraction: O(1) state, no boundary burst."""

@@ -315,7 +315,7 @@ void per_key_partitions() {
         }
     });
     check(granted == 500, "per-key: each of 5 keys grants exactly its limit");
-    // The sliding window's compact records (specs.parse's 20 segments) likewise.
+    // The sliding window's compact records (20 segments) likewise.
     auto windows = std::make_shared<PerKeyLimiter>(
         frozen, PerKeyTemplate::sliding_window(frozen, 100, 20'000'000, 20, QueueOptions{}), 1000, 0);
     granted = 0;
@@ -326,6 +326,17 @@ void per_key_partitions() {
     });
     check(granted == 500, "per-key sliding window: each of 5 keys grants exactly its limit");
     windows->check_invariants();
+    // And the sliding log's (specs.parse's rates), whose records keep a time per segment.
+    auto logs = std::make_shared<PerKeyLimiter>(
+        frozen, PerKeyTemplate::sliding_window(frozen, 100, 20'000'000, -32, QueueOptions{}), 1000, 0);
+    granted = 0;
+    run_threads(kThreads, [&](int t) {
+        for (int i = 0; i < 3000; ++i) {
+            granted += logs->acquire(std::to_string((i + t) % 5), 1).outcome.acquired ? 1 : 0;
+        }
+    });
+    check(granted == 500, "per-key sliding log: each of 5 keys grants exactly its limit");
+    logs->check_invariants();
 
     auto clock = std::make_shared<ManualClock>(0);
     auto churn = std::make_shared<PerKeyLimiter>(
@@ -828,6 +839,10 @@ int main() {
     windows_never_exceed<SlidingWindow>(
         "sliding window never exceeds the limit",
         [](auto c) { return std::make_shared<SlidingWindow>(c, 50, 1'000'000, 4, QueueOptions{}, false); }, 50, 4);
+    // The sliding log of 4 segments: grants in any 3 consecutive segments (less than a window apart).
+    windows_never_exceed<SlidingWindow>(
+        "sliding log never exceeds the limit",
+        [](auto c) { return std::make_shared<SlidingWindow>(c, 50, 1'000'000, -4, QueueOptions{}, false); }, 50, 3);
     windows_never_exceed<SlidingWindowCounter>(
         "sliding window counter: a window's own count never exceeds the limit",
         [](auto c) { return std::make_shared<SlidingWindowCounter>(c, 50, 1'000'000, QueueOptions{}, false); }, 50, 1);

@@ -341,10 +341,25 @@ struct WindowCase {
     std::int64_t segments;
 };
 
-// specs.parse("10/second"): 20 segments of 52,632 us.
+// The sliding window specs.parse("10/second") made before the sliding log: 20 segments of 52,632 us.
 constexpr WindowCase kParsed{10, 20 * 52'632'000, 20};
+// Segments below zero: the sliding log of that many segments (specs.SlidingLog: -32), whose record
+// keeps each segment's stamp in ns while a segment is under 2**32 ns, and so decides exactly as the
+// standalone limiter does.
 constexpr WindowCase kWindowCases[] = {
-    {1, 10 * kSec, 1}, {3, 10 * kSec, 2}, {5, 7 * kSec, 3}, kParsed, {4, 1000, 7}, {6, 20, 20}, {kMaxPermits, kSec, 5},
+    {1, 10 * kSec, 1},
+    {3, 10 * kSec, 2},
+    {5, 7 * kSec, 3},
+    kParsed,
+    {4, 1000, 7},
+    {6, 20, 20},
+    {kMaxPermits, kSec, 5},
+    {10, kSec, -32},
+    {100, 60 * kSec, -32},
+    {3, 4 * kSec, -1},
+    {5, 7 * kSec, -2},
+    {4, 10'000, -7},
+    {kMaxPermits, kSec, -5},
 };
 
 std::string describe(const WindowCase& c) {
@@ -399,7 +414,7 @@ void run_window_differential(const WindowCase& c, bool queue, std::uint64_t seed
     std::vector<Grant> grants;
     std::vector<std::pair<std::shared_ptr<Waiter>, std::shared_ptr<Waiter>>> waiters; // (key's, reference's)
     std::int64_t promotions = 0;
-    const Nanos segment = c.window / c.segments;
+    const Nanos segment = SlidingWindowShape::of(c.limit, c.window, c.segments, 0).segment;
     for (int step = 0; step < 3000; ++step) {
         const std::string where =
             describe(c) + ", step " + std::to_string(step) + " at " + std::to_string(clock->now()) + " ns";
@@ -524,7 +539,7 @@ TEST(PerKey, ASlidingWindowKeyWhoseRequestQueuesGoesOnFromItsExactState) {
 }
 
 TEST(PerKey, ASlidingWindowKeyIsACompactRecordUntilARequestQueues) {
-    // specs.parse("10/second"): the counts of permits taken a segment ago are in the record, and go
+    // (parse's former "10/second") The counts of permits taken a segment ago are in the record, and go
     // with the key into its full limiter when a request has to queue.
     auto clock = make_clock();
     const Nanos segment = kParsed.window / kParsed.segments;

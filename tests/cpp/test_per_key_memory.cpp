@@ -1,6 +1,7 @@
 // What a per-key table allocates, counted at operator new (replaced here, for this test binary):
-// the table's memory() accounting sees every byte its keys cost, and a specs.parse("10/second")
-// key (a sliding window of 20 segments) costs its record and its counts, not a full limiter.
+// the table's memory() accounting sees every byte its keys cost, and a sliding window key (20
+// segments) or a sliding log key (specs.parse's rates) costs its record and its counts, not a full
+// limiter.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -113,7 +114,7 @@ PerKeyCost cost_of_keys(const std::shared_ptr<ManualClock>& clock, const std::sh
 } // namespace
 
 TEST(PerKeyMemory, ASlidingWindowKeyIsItsRecordAndItsCountsAndTheAccountingSeesEveryByte) {
-    // specs.parse("10/second"): a 60-byte record, a block of 4 + 20 words, an index slot and a
+    // A sliding window of 20 segments: a 60-byte record, a block of 4 + 20 words, an index slot and a
     // check-heap entry; it was a full SlidingWindow of over 1,100 bytes, which memory() did not see.
     auto clock = make_clock();
     auto k = std::make_shared<PerKeyLimiter>(
@@ -127,6 +128,24 @@ TEST(PerKeyMemory, ASlidingWindowKeyIsItsRecordAndItsCountsAndTheAccountingSeesE
     EXPECT_EQ(k->size(), 0);
     EXPECT_EQ(k->memory().bytes, empty);
     EXPECT_EQ(g_live.load(), 0); // (nothing counted is held: no key's memory outlives it)
+}
+
+TEST(PerKeyMemory, ASlidingLogKeyOfAHundredAMinuteTakesUnder500Bytes) {
+    // As specs.parse("100/minute") (a shorter window, for cost_of_keys' eviction): a 60-byte
+    // record, a block of 4 + 33 + 33 words (the head, each segment's count and stamp), an index
+    // slot and a check-heap entry.
+    auto clock = make_clock();
+    auto k = std::make_shared<PerKeyLimiter>(
+        clock, PerKeyTemplate::sliding_window(clock, 100, 5 * kSec, -32, QueueOptions{}), 10 * kSec, 0);
+    const std::size_t empty = k->memory().bytes;
+    const PerKeyCost cost = cost_of_keys(clock, k, 20'000);
+    EXPECT_DOUBLE_EQ(cost.allocated, cost.accounted);
+    EXPECT_GE(cost.allocated, 60 + (4 + 2 * 33) * 4 + 4 + 4);
+    EXPECT_LE(cost.allocated, 500); // issue 40's goal for counts up to 100
+    clock->advance(20 * kSec);      // every key idle for longer than 10 s: all evicted
+    EXPECT_EQ(k->size(), 0);
+    EXPECT_EQ(k->memory().bytes, empty);
+    EXPECT_EQ(g_live.load(), 0);
 }
 
 TEST(PerKeyMemory, ARuleKeyIsItsRecordAndTheAccountingSeesEveryByte) {

@@ -71,6 +71,8 @@ class LimiterKit:
       come back one window later.
     * sliding window counter: permits taken in window k stop weighing at the start of window k+2,
       so ``give_back`` advances two windows.
+    * sliding log (not in ``KINDS``: the conformance suite's): permits come back a window and a
+      nanosecond after they were taken.
 
     ``give_back`` on a time-based kit assumes every permit in use was taken at the current
     clock reading and that this reading is a period/window boundary (the shared tests only
@@ -95,6 +97,8 @@ class LimiterKit:
             return 0.0
         if self.kind == "sliding_window_counter":
             return 2 * PERIOD
+        if self.kind == "sliding_log":
+            return PERIOD + 1e-9
         return PERIOD
 
     def make(
@@ -115,6 +119,8 @@ class LimiterKit:
             return permits.SlidingWindowLimiter(limit, PERIOD, 2, **common)
         if self.kind == "sliding_window_counter":
             return permits.SlidingWindowCounterLimiter(limit, PERIOD, **common)
+        if self.kind == "sliding_log":
+            return permits.SlidingLogLimiter(limit, PERIOD, **common)
         raise AssertionError(self.kind)
 
     def give_back(self, *leases: permits.Lease) -> None:

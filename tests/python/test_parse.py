@@ -50,14 +50,9 @@ UNITS = {"second": SECOND, "minute": 60 * SECOND, "hour": 3600 * SECOND, "day": 
 )
 def test_forms_people_write(text: str, count: int, interval_ns: int) -> None:
     spec = parse(text)
-    assert isinstance(spec, specs.SlidingWindow)
+    assert spec == specs.SlidingLog(count, interval_ns / 1e9)
     assert spec.permit_limit == count
-    # Its window is just over the interval: a permit comes back only once the whole interval has passed.
-    assert spec.segments_per_window == 20
-    segment_ns = spec._window_ns // 20
-    assert spec._window_ns == 20 * segment_ns
-    assert 19 * segment_ns >= interval_ns
-    assert 19 * segment_ns < interval_ns + 19_000  # rounded up to the microsecond, no more
+    assert spec._window_ns == interval_ns  # the interval itself: a permit comes back just after it
 
 
 @pytest.mark.parametrize(
@@ -129,8 +124,8 @@ def steps(interval_ns: int) -> st.SearchStrategy[tuple[Any, ...]]:
     """What a client does: ask for n permits now, ask and on a refusal wait exactly its
     retry_after then ask again, or let time pass (anything up to over an interval, and times near
     the segment boundaries, where the edges are)."""
-    segment = -(-interval_ns // 19_000) * 1_000
-    near_boundary = st.tuples(st.integers(1, 21), st.integers(-2, 2)).map(lambda p: max(0, p[0] * segment + p[1]))
+    segment = -(-interval_ns // 32)
+    near_boundary = st.tuples(st.integers(1, 34), st.integers(-2, 2)).map(lambda p: max(0, p[0] * segment + p[1]))
     advance = st.one_of(
         st.integers(0, interval_ns + 2 * segment),
         st.integers(0, 3),
@@ -190,7 +185,9 @@ def test_the_check_catches_what_a_fixed_window_or_token_bucket_allows() -> None:
     assert not refused and refused.retry_after is not None and refused.retry_after >= 0.999
 
 
-def test_a_steady_stream_gets_about_nineteen_twentieths_of_the_rate() -> None:
+def test_a_steady_stream_gets_the_whole_rate() -> None:
+    """A job that takes each permit as soon as it is back: 10 a second, not 9.5 (the window of 20
+    segments of 1/19 of the interval it was before)."""
     clock = permits.ManualClock()
     limiter = parse("10/second").limiter(clock=clock)
     granted = 0
@@ -198,9 +195,29 @@ def test_a_steady_stream_gets_about_nineteen_twentieths_of_the_rate() -> None:
         lease = limiter.acquire()
         if lease:
             granted += 1
+            clock.advance(0.001)  # a millisecond of work
         else:
             clock.advance(lease.retry_after)
-    assert 950 <= granted <= 1000
+    assert 990 <= granted <= 1000
+
+
+@pytest.mark.parametrize("text", ["100/minute", "10/second", "5/2 seconds", "1000/day"])
+def test_what_a_server_is_told_is_the_rate_as_written(text: str) -> None:
+    """RateLimit-Policy says the interval (w=60 for "100/minute"); a refusal's Retry-After is never
+    more than the interval, even right after a burst of the whole count."""
+    from permits._http_policy import _retry_seconds, quota_of
+
+    clock = permits.ManualClock(1234.5)
+    spec = parse(text)
+    limiter = spec.limiter(clock=clock)
+    interval = spec.window
+    assert limiter.acquire(spec.permit_limit)
+    refused = limiter.acquire()
+    assert not refused and refused.retry_after is not None
+    assert interval < refused.retry_after <= interval + 1e-9  # a nanosecond past the interval
+    quota = quota_of(spec, "rate", limiter.available_permits(), refused)
+    assert (quota.quota, quota.window, quota.reset) == (spec.permit_limit, round(interval), round(interval))
+    assert _retry_seconds(refused.retry_after) == round(interval)
 
 
 # --------------------------------------------------------------------------- every place a spec goes
@@ -214,8 +231,8 @@ def test_per_key_takes_a_rate() -> None:
     assert not limiter.acquire("a")
     assert limiter.acquire("b")
     clock.advance(60.0)
-    assert not limiter.acquire("a")  # the window is just over a minute: never 3 within one
-    clock.advance(limiter.spec.window - 60.0)  # 1/19 of a minute, rounded up to the microsecond
+    assert not limiter.acquire("a")  # never 3 within a minute, both its ends included
+    clock.advance(1e-9)
     assert limiter.acquire("a")
 
 
@@ -268,7 +285,7 @@ async def test_limit_decorator_takes_a_rate_async(monkeypatch: pytest.MonkeyPatc
     clock.advance(2.0)  # a permit comes back only once more than the 2 seconds have passed
     await asyncio.sleep(0)
     assert not fourth.done()
-    clock.advance(parse("3 per 2 seconds").window - 2.0)
+    clock.advance(1e-9)
     assert await asyncio.wait_for(fourth, 5.0) == 3
 
 

@@ -272,19 +272,21 @@ def _rss_kib() -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_a_parsed_rates_keys_are_compact_records_seen_by_the_tables_accounting() -> None:
-    # "10/second" is a sliding window of 20 segments: a key is its 60-byte record and a block of
-    # its head and 20 counts (104 bytes), plus its index slot and eviction check; it was a full
-    # limiter of over 1 KB, which the accounting did not see.
+@pytest.mark.parametrize("rate", ["10/second", "100/minute"])
+def test_a_parsed_rates_keys_are_compact_records_seen_by_the_tables_accounting(rate: str) -> None:
+    # A rate is a sliding log of 32 segments: a key is its 60-byte record and a block of its head
+    # and 33 counts and stamps (280 bytes), plus its index slot and eviction check: under 500
+    # bytes; a full limiter took over 1 KB, which the accounting did not see.
     clock = permits.ManualClock()
-    limiter = PartitionedLimiter.per_key("10/second", idle_timeout=1.0, clock=clock)
+    limiter = PartitionedLimiter.per_key(rate, idle_timeout=1.0, clock=clock)
+    window = limiter.spec.window
     empty, _ = limiter._memory()
     for key in range(10_000):
         assert limiter.acquire(key)
     table, _ = limiter._memory()
     per_key = (table - empty) / 10_000
-    assert 60 + 104 + 8 <= per_key <= 500, per_key
-    clock.advance(3.0)  # full again 20/19 s after its grant, then idle for longer than 1 s
+    assert 60 + 280 + 8 <= per_key <= 500, per_key
+    clock.advance(window + 3.0)  # full again a window after its grant, then idle for longer than 1 s
     assert limiter.partition_count == 0
     assert limiter._memory()[0] == empty
 

@@ -2,10 +2,11 @@
 // the rule's state word, its anchor, its counters, its key and when eviction next checks it; the
 // table's index adds a 4-byte slot and the eviction heap a 4-byte entry. A sliding window's record
 // points to a block of its own instead of a state word: its head and a 32-bit count per segment
-// (CompactSlidingWindow; 104 bytes for specs.parse's 20 segments, where a full SlidingWindow took
-// over 1 KB). A key becomes a full Limiter only when one of its requests has to queue, and stays
-// one until evicted. A key is evicted once fully idle for longer than the idle timeout,
-// exactly then, by checks kept in a per-shard heap: O(evicted), no scan.
+// (CompactSlidingWindow; 84 bytes for 20 segments; the sliding log of specs.parse's rates adds a
+// stamp per segment: 280 bytes for its 33, where a full SlidingWindow took over 1 KB). A key
+// becomes a full Limiter only when one of its requests has to queue, and stays one until evicted.
+// A key is evicted once fully idle for longer than the idle timeout, exactly then, by checks kept
+// in a per-shard heap: O(evicted), no scan.
 // Keys are byte strings (the bindings encode Python keys with their type). No Python here.
 #pragma once
 

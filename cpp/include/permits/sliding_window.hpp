@@ -1,6 +1,12 @@
 // Sliding window of `segments` segments: a permit taken in segment s comes back when segment
 // s + segments begins; after a gap every expired segment is free at once (docs/design.md, Sliding window).
 //
+// The sliding log (segments given as -k, specs.SlidingLog) keeps the same head and ring, k + 1
+// segments of window / k (rounded up), and a time with each segment: its latest grant. A segment's
+// permits come back one window after that time, not when the segment leaves: never more than the
+// limit in any interval of the window's length, a wait never longer than the window, and a queue
+// that never empties gets the whole limit every window (sliding_log.hpp holds its arithmetic).
+//
 // Lock-free layout: the head holds the current segment and its count (every grant is one CAS on
 // it); when a grant moves the head to a new segment, the old head is first archived in the ring
 // (an atomic max, so a late archiver can never overwrite a newer entry).
@@ -14,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "permits/atomic_pair.hpp"
 #include "permits/limiter.hpp"
@@ -28,25 +35,38 @@ struct SlidingWindowShape {
     std::int64_t segments = 0;
     Nanos segment = 0;
     Nanos anchor = 0;
+    /// The sliding log: a head's and a ring slot's first word is the time of its segment's latest
+    /// grant (the segment is that time's), not the segment's number.
+    bool stamped = false;
 
+    /// The parameters as the engine takes them (`segments` < 0: the sliding log of -segments).
+    static SlidingWindowShape of(std::int64_t permit_limit, Nanos window, std::int64_t segments, Nanos anchor) noexcept;
+    /// The ring's slots for `segments` as the engine takes them: k + 1 for the log of k segments.
+    static std::int64_t slots(std::int64_t segments) noexcept { return segments > 0 ? segments : 1 - segments; }
     std::int64_t segment_index(Nanos now) const noexcept { return now <= anchor ? 0 : (now - anchor) / segment; }
+    /// The segment of a head or ring slot whose first word is `a`.
+    std::int64_t segment_of(std::int64_t a) const noexcept { return stamped ? segment_index(a) : a; }
     Nanos segment_start(std::int64_t s) const noexcept;
 };
 
 /// A sliding window's parameters and arithmetic over a head and ring it does not own.
 struct SlidingWindowState : SlidingWindowShape {
-    AtomicPair* head = nullptr; ///< {segment index, permits taken in it (and in the older segments)}
-    AtomicPair* ring = nullptr; ///< slot j % segments: {j, permits taken in segment j}
+    AtomicPair* head = nullptr; ///< {segment index (the log: its latest grant's time), permits taken in it (and in the
+                                ///< older segments)}
+    AtomicPair* ring =
+        nullptr; ///< slot j % segments: {j (the log: its latest grant's time), permits taken in segment j}
 
     /// std::invalid_argument naming the option unless the parameters make a window.
     static void check(std::int64_t permit_limit, Nanos window, std::int64_t segments);
-    /// Makes `words` (1 + segments AtomicPairs: the head, then the ring) a new, full window's state.
-    static void init_storage(AtomicPair* words, std::int64_t segments);
+    /// Makes `words` (1 + slots(segments_given) AtomicPairs: the head, then the ring) a new, full
+    /// window's state.
+    static void init_storage(AtomicPair* words, std::int64_t segments_given);
     /// The parameters over `words` (laid out as init_storage() does), anchored at `anchor`.
     static SlidingWindowState over(std::int64_t permit_limit, Nanos window, std::int64_t segments, Nanos anchor,
                                    AtomicPair* words) noexcept;
 
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) noexcept;
+    bool take_log(std::int64_t n, Nanos now, std::int64_t& tag) noexcept;
     std::int64_t available_at(Nanos now) const noexcept;
     Nanos time_until(std::int64_t needed, Nanos now) const noexcept;
     void give_back(std::int64_t n, std::int64_t tag, Nanos now) noexcept;
@@ -60,6 +80,8 @@ struct SlidingWindowState : SlidingWindowShape {
     /// Segment j's count in the ring (0 when its slot holds another segment; the whole limit when
     /// the count is not between 0 and the limit: damaged shared memory, read on the safe side).
     std::int64_t ring_count(std::int64_t j) const noexcept;
+    /// The log's segment j in the ring: {count as ring_count's, the time of its latest grant}.
+    Pair ring_entry(std::int64_t j) const noexcept;
     void archive(Pair h) const noexcept;
 
     /// What breaks the state's invariants (a count below zero or beyond the limit, a segment before
@@ -78,10 +100,10 @@ public:
     SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, std::int64_t segments,
                   QueueOptions queue, bool manual);
     /// Goes on from a compact window's state (a per-key record whose request has to queue):
-    /// anchored at `anchor`, with head `head` and `counts` laid out as CompactSlidingWindow's
-    /// (nullptr: no permits taken before the head).
+    /// anchored at `anchor`, with head `head` and ring entries `entries` ({segment, or the log's
+    /// stamp; count} of the segments before the head still in its window).
     SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, std::int64_t segments,
-                  QueueOptions queue, Nanos anchor, Pair head, const std::uint32_t* counts);
+                  QueueOptions queue, Nanos anchor, Pair head, const std::vector<Pair>& entries);
     /// Runs on a head and ring it does not own (shared memory: other processes change them too),
     /// laid out by SlidingWindowState::init_storage(): `external.word` is the head.
     SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_limit, Nanos window, std::int64_t segments,
@@ -108,7 +130,9 @@ private:
 
 /// A sliding window's state kept in a per-key record (per_key.hpp) rather than in a limiter: a block
 /// of words() 32-bit words, the head (as SlidingWindowState's, 4 words) then the count of each
-/// segment before the head still in its window (slot j % segments). Changed only under the record's
+/// segment before the head still in its window (slot j % segments); the log's then the time of each
+/// one's latest grant, after its segment's start (in ns, or coarser past 2**32 - 1 ns a segment,
+/// rounded up: a permit may come back later, never sooner). Changed only under the record's
 /// shard lock: plain loads and stores, and a slot needs no segment number (the slots of skipped
 /// segments are zeroed as the head passes them), so 4 bytes a segment, not a 32-byte AtomicPair.
 /// Decides exactly as SlidingWindow: the same arithmetic reads both (tests/cpp: the differential test).
@@ -120,7 +144,9 @@ public:
     Nanos window() const noexcept { return shape_.window; }
     std::int64_t segments() const noexcept { return shape_.segments; }
     /// The state's length in 32-bit words.
-    std::size_t words() const noexcept { return 4 + static_cast<std::size_t>(shape_.segments); }
+    std::size_t words() const noexcept {
+        return 4 + static_cast<std::size_t>(shape_.segments) * (shape_.stamped ? 2 : 1);
+    }
     /// `state` (words() words) becomes a new, full window's.
     void init(std::uint32_t* state) const noexcept;
 
@@ -142,7 +168,10 @@ private:
         w.anchor = anchor;
         return w;
     }
+    static bool take_log(const SlidingWindowShape& w, std::uint32_t* state, std::int64_t n, Nanos now,
+                         std::int64_t& tag) noexcept;
     SlidingWindowShape shape_;
+    std::int64_t given_segments_ = 0; // as the constructor took them (< 0: the log)
 };
 
 } // namespace permits

@@ -88,6 +88,9 @@ def available(rule: Rule, row: Sequence[object]) -> int:
         w = max(index(now, anchor, rule.period_ns), a)
         previous, current = (c, b) if w == a else (b, 0) if w == a + 1 else (0, 0)
         return _counter_available(rule, anchor, w, previous, current, now)
+    assert isinstance(segs, list) and isinstance(counts, list)
+    if rule.kind == "sliding_log":  # segs: each segment's stamp, held until it + the window + 1 ns
+        return rule.limit - sum(int(k) for t, k in zip(segs, counts, strict=True) if t + rule.period_ns + 1 > now)
     # sliding_window: the counts of the segments still in the window ending with segment p
     segment = rule.period_ns // rule.amount
     p = max(index(now, anchor, segment), a)

@@ -29,6 +29,7 @@ from psycopg.types.numeric import Int8
 
 from ..errors import BackendError
 from . import postgres_arith as arith
+from . import postgres_log_sql as log_q
 from . import postgres_sql as q
 from .backend import Outcome
 from .postgres_conn import (
@@ -76,10 +77,12 @@ class _Statements:
     fw_take: bytes
     swc_take: bytes
     sw_take: bytes
+    sl_take: bytes
     cc_take: bytes
     tb_refund: bytes
     window_refund: bytes
     sw_refund: bytes
+    sl_refund: bytes
     cc_refund: bytes
     cc_renew: bytes
     read: bytes
@@ -158,6 +161,7 @@ class PostgresBackend:
             "table": sql.Identifier(schema, self._table),
             "index": sql.Identifier(f"permits_{tag}_expires"),
             "sw_take": sql.Identifier(schema, f"permits_{tag}_sw_take"),
+            "sl_take": sql.Identifier(schema, f"permits_{tag}_sl_take"),
             "cc_take": sql.Identifier(schema, f"permits_{tag}_cc_take"),
         }
         lock = int.from_bytes(bytes.fromhex(tag), "big", signed=True)
@@ -166,7 +170,7 @@ class PostgresBackend:
         for statement in q.SCHEMA.split(";"):
             if statement.strip():
                 yield _compose(statement, ids), {}
-        for function in (q.SW_TAKE, q.CC_TAKE):
+        for function in (q.SW_TAKE, log_q.SL_TAKE, q.CC_TAKE):
             yield _function(function, ids), {}
         yield b"COMMIT", {}
         statements = _Statements(
@@ -174,10 +178,12 @@ class PostgresBackend:
             fw_take=_compose(q.FW_TAKE, ids),
             swc_take=_compose(q.SWC_TAKE, ids),
             sw_take=_compose(q.SW_TAKE_CALL, ids),
+            sl_take=_compose(log_q.SL_TAKE_CALL, ids),
             cc_take=_compose(q.CC_TAKE_CALL, ids),
             tb_refund=_compose(q.TB_REFUND, ids),
             window_refund=_compose(q.WINDOW_REFUND, ids),
             sw_refund=_compose(q.SW_REFUND, ids),
+            sl_refund=_compose(log_q.SL_REFUND, ids),
             cc_refund=_compose(q.CC_REFUND, ids),
             cc_renew=_compose(q.CC_RENEW, ids),
             read=_compose(q.READ_STATE, ids),
@@ -197,7 +203,11 @@ class PostgresBackend:
             raise ValueError(f"unknown rule kind {rule.kind!r}")
         if now_ns is not None and not isinstance(now_ns, int):
             raise TypeError(f"now_ns must be an int or None, not {type(now_ns).__name__}")
-        period = rule.period_ns // rule.amount if rule.kind == "sliding_window" else rule.period_ns
+        period = rule.period_ns
+        if rule.kind == "sliding_window":
+            period = rule.period_ns // rule.amount  # a segment
+        elif rule.kind == "sliding_log":
+            period = -(-rule.period_ns // rule.amount)  # a segment: window / k, rounded up
         params: dict[str, Any] = {
             "key": _digest(name),
             "sig": rule.signature,
@@ -205,6 +215,7 @@ class PostgresBackend:
             "limit": Int8(rule.limit),
             "period": Int8(max(period, 1)),  # concurrency has none: never divided by
             "amount": Int8(rule.amount),
+            "window": Int8(rule.period_ns),
             "lifetime": Int8(min(rule.lifetime_ns, _MAX_LIFETIME)),
         }
         params.update({k: Int8(v) if isinstance(v, int) else v for k, v in extra.items()})
@@ -234,8 +245,8 @@ class PostgresBackend:
             if recorded is not None:
                 raise self._mismatch(name, rule, recorded)
             return Outcome(ok, available, -1, 0)
-        if rule.kind == "sliding_window":
-            row = yield st.sw_take, params
+        if rule.kind in ("sliding_window", "sliding_log"):
+            row = yield (st.sw_take if rule.kind == "sliding_window" else st.sl_take), params
             assert row is not None
             ok, stamp, available, free_at, now, recorded = row
             if recorded is not None:
@@ -268,7 +279,9 @@ class PostgresBackend:
             params["lease"] = _digest(lease_id)
             statement = st.cc_refund
         else:
-            statement = {"token_bucket": st.tb_refund, "sliding_window": st.sw_refund}.get(rule.kind, st.window_refund)
+            statement = {"token_bucket": st.tb_refund, "sliding_window": st.sw_refund, "sliding_log": st.sl_refund}.get(
+                rule.kind, st.window_refund
+            )
         row = yield statement, params
         if row is not None and row[0] is not None and row[0] != rule.signature:
             raise self._mismatch(name, rule, row[0])

@@ -1,6 +1,7 @@
 """The SQL of the PostgreSQL backend: the schema, and one statement (or function call) per step.
 
-Placeholders: ``{table}``, ``{index}``, ``{sw_take}``, ``{cc_take}`` are identifiers (schema-qualified,
+Placeholders: ``{table}``, ``{index}``, ``{sw_take}``, ``{cc_take}`` (and postgres_log_sql.py's
+``{sl_take}``) are identifiers (schema-qualified,
 quoted by ``psycopg.sql``); ``%(name)s`` are parameters. Statements with parameters use ``mod()``,
 never ``%``, and no literal braces (``ARRAY[]``, never ``'{}'``).
 
@@ -13,6 +14,8 @@ length or content is one short index entry. Columns by kind::
     fixed_window            window index        permits used in a
     sliding_window          head segment                                       the window's
                                                                                segments and counts
+    sliding_log             head segment                                       each segment's stamp
+                                                                               and count
     sliding_window_counter  window index        current count       previous
     concurrency (state)     (the signature only; its leases are rows of their own)
     concurrency (lease)                         permits held

@@ -214,7 +214,7 @@ class RedisBackend:
         """Permits of a batch never used (``permits._stores.batch``) leave the count where it still
         weighs them: a refund for the token bucket and the fixed window; the counter's window or,
         once it has passed, the previous window; the sliding window's segment while in the window."""
-        if rule.kind not in ("sliding_window_counter", "sliding_window"):
+        if rule.kind not in ("sliding_window_counter", "sliding_window", "sliding_log"):
             return self.refund(name, rule, n, stamp, None, now_ns)
         self._sync_only("give_back_unused")
         keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)
@@ -222,7 +222,7 @@ class RedisBackend:
         return None
 
     async def give_back_unused_async(self, name: Name, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
-        if rule.kind not in ("sliding_window_counter", "sliding_window"):
+        if rule.kind not in ("sliding_window_counter", "sliding_window", "sliding_log"):
             return await self.refund_async(name, rule, n, stamp, None, now_ns)
         self._async_only("give_back_unused_async")
         keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)

@@ -66,7 +66,12 @@ local function begin()
   ANCHOR = EXISTS and wstr(F[2]) or NOW
   -- time since the anchor; a clock read before the anchor (a server's clock stepped back) counts as it
   SINCE = wcmp(NOW, ANCHOR) > 0 and wsub(NOW, ANCHOR) or ZERO
-  SEG = (KIND == 'sliding_window') and wdiv(PERIOD, wnum(AMOUNT)) or ZERO
+  SEG = ZERO
+  if KIND == 'sliding_window' then
+    SEG = wdiv(PERIOD, wnum(AMOUNT))
+  elseif KIND == 'sliding_log' then
+    SEG = wdiv(wadd(PERIOD, wnum(AMOUNT - 1)), wnum(AMOUNT)) -- a segment: window / k, rounded up
+  end
 end
 """
 
@@ -86,12 +91,12 @@ local function save(a, b, c)
     redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'a', a, 'b', b, 'c', c)
   end
   redis.call('PEXPIRE', H, TTL_MS)
-  -- the sliding window's list lives as long as its header (the other kinds that save have none)
-  if KIND == 'sliding_window' then redis.call('PEXPIRE', X, TTL_MS) end
+  -- the sliding window's (and log's) list lives as long as its header (the other kinds that save have none)
+  if KIND == 'sliding_window' or KIND == 'sliding_log' then redis.call('PEXPIRE', X, TTL_MS) end
 end
 
 -- each kind's functions (_KINDS)
-local tb_view, fw_view, swc_view, swc_available, sw_entry, sw_view, cc_drop_expired, cc_save
+local tb_view, fw_view, swc_view, swc_available, sw_entry, sw_view, sl_entry, sl_view, cc_drop_expired, cc_save
 """
 
 #: Each kind's functions, by kind (a script makes only its rule's kind's).
@@ -172,6 +177,32 @@ function sw_view()
     end
   end
   return p, used, head, total
+end
+""",
+    "sliding_log": r"""
+-- sliding log: a = head (the segment of the last grant), b = permits held in the list X, whose
+-- items are "segment:count:stamp", oldest first (stamp: the time of the segment's latest grant);
+-- an item's permits come back at its stamp + the window + 1 ns (the engine's sliding_log.hpp).
+function sl_entry(item)
+  local j, count, stamp = string.match(item, '^(%d+):(%d+):(%d+)$')
+  return wstr(j), tonumber(count), wstr(stamp)
+end
+-- The segment now (never before the head), the permits held now, the head, the list's total, and
+-- how many items at the list's front have come back.
+function sl_view()
+  local head = EXISTS and wstr(F[3]) or ZERO
+  local total = EXISTS and tonumber(F[4]) or 0
+  local p = wmax(index_of(SEG), head)
+  local used, gone = total, 0
+  while true do
+    local item = redis.call('LINDEX', X, gone)
+    if not item then break end
+    local _, count, stamp = sl_entry(item)
+    if wcmp(wadd(wadd(stamp, PERIOD), {1}), NOW) > 0 then break end
+    used = used - count
+    gone = gone + 1
+  end
+  return p, used, head, total, gone
 end
 """,
     "concurrency": r"""
@@ -305,6 +336,37 @@ elseif KIND == 'sliding_window' then
   if at == nil then at = start_of(wadd(p, wnum(AMOUNT)), SEG) end -- unreachable: needed <= limit
   return {1, 0, LIMIT - used, wait_until(at), '0'}
 
+elseif KIND == 'sliding_log' then
+  local p, used, _, _, gone = sl_view()
+  local free = LIMIT - used
+  if n == 0 and free > 0 or n > 0 and free >= n then
+    if n > 0 then
+      for _ = 1, gone do redis.call('LPOP', X) end -- the items that came back go
+      local last = redis.call('LINDEX', X, -1)
+      local j, count, stamp
+      if last then j, count, stamp = sl_entry(last) end
+      if last and wcmp(j, p) == 0 then
+        redis.call('LSET', X, -1, wfmt(p) .. ':' .. (count + n) .. ':' .. wfmt(wmax(stamp, NOW)))
+      else
+        redis.call('RPUSH', X, wfmt(p) .. ':' .. n .. ':' .. wfmt(NOW))
+      end
+      redis.call('PEXPIRE', X, TTL_MS)
+      save(wfmt(p), used + n)
+    elseif not EXISTS then
+      save('0', 0)
+    end
+    return {1, 1, free - n, '-1', wfmt(p)}
+  end
+  -- Walk the items still held, oldest first: each one's permits come back at its stamp + window + 1.
+  local items = redis.call('LRANGE', X, gone, -1)
+  local at = NOW -- (unreachable: needed <= limit)
+  for _, item in ipairs(items) do
+    local _, count, stamp = sl_entry(item)
+    free = free + count
+    if free >= needed then at = wadd(wadd(stamp, PERIOD), {1}); break end
+  end
+  return {1, 0, LIMIT - used, wait_until(at), '0'}
+
 else -- concurrency
   local id = ARGV[10]
   local held = EXISTS and tonumber(F[4]) or 0
@@ -352,11 +414,12 @@ _TAKE = "local function take(n)" + _TAKE_BODY + "end\n"
 #: renew (concurrency): ARGV[9..] = lease ids, whose expiry becomes now + lease_ttl (those still
 #: recorded). Answers {1, the ids not recorded (forgotten: expired, flushed, lost with a restart)...}.
 #:
-#: unused (the counter and the sliding window): permits counted at stamp ARGV[10] and never used (a
-#: reserving limiter's stock), ARGV[9] of them, leave the count wherever it still weighs: the
+#: unused (the counter and the sliding window and log): permits counted at stamp ARGV[10] and never
+#: used (a reserving limiter's stock), ARGV[9] of them, leave the count wherever it still weighs: the
 #: counter's current window, or the previous one once the stamp's window has passed; the sliding
-#: window's segment while it is inside the window. (The token bucket's and the fixed window's are
-#: refunds: past its window, a fixed window's count weighs nothing.) Answers {1}.
+#: window's segment while it is inside the window; the log's while its permits have not come back.
+#: (The token bucket's and the fixed window's are refunds: past its window, a fixed window's count
+#: weighs nothing.) Answers {1}.
 #:
 #: available: the permits a request would find now; writes nothing. Answers {1, available}.
 _OPS: dict[str, tuple[str, bool, str]] = {
@@ -377,6 +440,9 @@ elseif KIND == 'sliding_window_counter' then
   fits, index, length = swc_available(prev, cur, elapsed), w, PERIOD
 elseif KIND == 'sliding_window' then
   local p, used = sw_view()
+  fits, index, length = LIMIT - used, p, SEG
+elseif KIND == 'sliding_log' then
+  local p, used = sl_view()
   fits, index, length = LIMIT - used, p, SEG
 else
   return redis.error_reply('TAKE_BATCH: a time-based kind only, not ' .. KIND)
@@ -424,6 +490,20 @@ elseif KIND == 'sliding_window' then
       if wcmp(j, tag) == 0 then
         local left = math.max(0, count - n)
         redis.call('LSET', X, -1, F[3] .. ':' .. left)
+        save(F[3], tonumber(F[4]) - (count - left))
+      end
+    end
+  end
+
+elseif KIND == 'sliding_log' then
+  -- only while the grant's segment is the head and the clock's segment (its stamp stays)
+  if wcmp(wstr(F[3]), tag) == 0 and wcmp(index_of(SEG), tag) == 0 then
+    local last = redis.call('LINDEX', X, -1)
+    if last then
+      local j, count, stamp = sl_entry(last)
+      if wcmp(j, tag) == 0 then
+        local left = math.max(0, count - n)
+        redis.call('LSET', X, -1, F[3] .. ':' .. left .. ':' .. wfmt(stamp))
         save(F[3], tonumber(F[4]) - (count - left))
       end
     end
@@ -495,6 +575,19 @@ elseif KIND == 'sliding_window' then
       break
     end
   end
+elseif KIND == 'sliding_log' then
+  -- while the segment's item is still held (its stamp stays)
+  local _, _, _, _, gone = sl_view()
+  local items = redis.call('LRANGE', X, gone, -1)
+  for i, item in ipairs(items) do
+    local j, count, stamp = sl_entry(item)
+    if wcmp(j, tag) == 0 then
+      local left = math.max(0, count - n)
+      redis.call('LSET', X, gone + i - 1, wfmt(j) .. ':' .. left .. ':' .. wfmt(stamp))
+      save(F[3], tonumber(F[4]) - (count - left))
+      break
+    end
+  end
 end -- (the token bucket's and the fixed window's are refunds: RedisBackend.give_back_unused)
 return {1}
 """,
@@ -513,8 +606,8 @@ elseif KIND == 'fixed_window' then
 elseif KIND == 'sliding_window_counter' then
   local _, prev, cur, elapsed = swc_view()
   return {1, swc_available(prev, cur, elapsed)}
-elseif KIND == 'sliding_window' then
-  local _, used = sw_view()
+elseif KIND == 'sliding_window' or KIND == 'sliding_log' then
+  local _, used = (KIND == 'sliding_window' and sw_view or sl_view)()
   return {1, LIMIT - used}
 end
 return {1, LIMIT - cc_drop_expired(tonumber(F[4]), false)}

@@ -147,6 +147,9 @@ class ReservingLimiter(StoreLimiter):
         if rule.kind == "sliding_window":
             # its segment stays in the window for the segments after it
             return now < stock.until + (rule.amount - 1) * (rule.period_ns // rule.amount)
+        if rule.kind == "sliding_log":
+            # its permits weigh until a window after their segment's latest grant: after its start at least
+            return now < stock.until - -(-rule.period_ns // rule.amount) + rule.period_ns
         if rule.kind != "token_bucket":
             return False  # a fixed window's count weighs nothing past its window
         # The refills since the stamp's period make up for that many (the refund's rule).

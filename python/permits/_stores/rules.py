@@ -12,13 +12,14 @@ from typing import Any
 
 from .. import specs
 
-KINDS = ("token_bucket", "fixed_window", "sliding_window", "sliding_window_counter", "concurrency")
+KINDS = ("token_bucket", "fixed_window", "sliding_window", "sliding_window_counter", "sliding_log", "concurrency")
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """``kind``; ``limit`` (token_limit or permit_limit); ``period_ns`` (replenishment_period,
-    window; 0 for concurrency); ``amount`` (tokens_per_period, segments_per_window; else 0);
+    window; 0 for concurrency); ``amount`` (tokens_per_period, segments_per_window, the log's
+    segments; else 0);
     ``lease_ttl_ns`` (concurrency; else 0)."""
 
     kind: str
@@ -56,6 +57,8 @@ def rule_of(spec: specs.Spec[Any], lease_ttl_ns: int = 0) -> Rule:
         return Rule("fixed_window", spec.permit_limit, spec._window_ns)
     if isinstance(spec, specs.SlidingWindow):
         return Rule("sliding_window", spec.permit_limit, spec._window_ns, spec.segments_per_window)
+    if isinstance(spec, specs.SlidingLog):
+        return Rule("sliding_log", spec.permit_limit, spec._window_ns, -spec._engine_segments)
     if isinstance(spec, specs.SlidingWindowCounter):
         return Rule("sliding_window_counter", spec.permit_limit, spec._window_ns)
     if isinstance(spec, specs.Concurrency):

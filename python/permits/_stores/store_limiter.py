@@ -422,7 +422,8 @@ class StoreLimiter(RateLimiter):
         now = self._rl_clock.now_ns()
         if self._next_ask is not None and self._next_ask > now:
             return (self._next_ask - now) / 1e9
-        return self._rule.period_ns / (self._rule.amount if self._rule.kind == "sliding_window" else 1) / 1e9
+        segmented = self._rule.kind in ("sliding_window", "sliding_log")
+        return self._rule.period_ns / (self._rule.amount if segmented else 1) / 1e9
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         blocks_the_loop(timeout)

@@ -70,6 +70,8 @@ def partition(kind: str, key: Any, spec: Spec) -> Partition:
         return Partition.sliding_window(key, spec.limit, PERIOD, 2, **queue)
     if kind == "sliding_window_counter":
         return Partition.sliding_window_counter(key, spec.limit, PERIOD, **queue)
+    if kind == "sliding_log":
+        return Partition.of(key, permits.specs.SlidingLog(spec.limit, PERIOD), **queue)
     raise AssertionError(kind)
 
 
@@ -251,11 +253,14 @@ COLLECTED = "releases_dropped_leases"
 STORE = ("plain", "queues", "close_fails_waiters", "refunds")
 STORE_KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
 
+#: The sliding log (what specs.parse makes) runs the suite as the other time-based kinds do.
+LOGGED = [*TIMED_KINDS, "sliding_log"]
+
 IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
-    *_kinds("engine", engine, TIMED_KINDS, *ENGINE, "replenishes_manually"),
+    *_kinds("engine", engine, LOGGED, *ENGINE, "replenishes_manually"),
     *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED),
-    *_kinds("per_key", per_key, TIMED_KINDS, *KEYED),
+    *_kinds("per_key", per_key, LOGGED, *KEYED),
     *_kinds("general", general, ["fixed_window"], *KEYED),
     *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED),
     # close() closes the chain only (its members may be shared), and ends the waits in its members.
@@ -280,19 +285,19 @@ IMPLEMENTATIONS: list[Implementation] = [
     ),
     # The shared-memory store: its named limiters and its per-key limiters (auto-replenishing only).
     *_kinds("shm", shm, ["concurrency"], *ENGINE, COLLECTED),
-    *_kinds("shm", shm, TIMED_KINDS, *ENGINE),
+    *_kinds("shm", shm, LOGGED, *ENGINE),
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED),
-    *_kinds("shm_per_key", shm_per_key, TIMED_KINDS, *KEYED),
+    *_kinds("shm_per_key", shm_per_key, LOGGED, *KEYED),
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
     *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED),
-    *_kinds("redis", in_server(_redis_store), TIMED_KINDS, *STORE),
+    *_kinds("redis", in_server(_redis_store), LOGGED, *STORE),
     *_kinds("redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED),
-    *_kinds("redis_per_key", in_server_per_key(_redis_store), TIMED_KINDS, *STORE_KEYED),
-    *_kinds("redis_reserve", in_server(_redis_reserving_store), TIMED_KINDS, *STORE),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), LOGGED, *STORE_KEYED),
+    *_kinds("redis_reserve", in_server(_redis_reserving_store), LOGGED, *STORE),
     *_kinds("postgres", in_server(_postgres_store), ["concurrency"], *STORE, COLLECTED),
-    *_kinds("postgres", in_server(_postgres_store), TIMED_KINDS, *STORE),
+    *_kinds("postgres", in_server(_postgres_store), LOGGED, *STORE),
     *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ["concurrency"], *STORE_KEYED, COLLECTED),
-    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), TIMED_KINDS, *STORE_KEYED),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), LOGGED, *STORE_KEYED),
 ]
 
 

@@ -116,6 +116,22 @@ async def test_a_rate_string_or_a_spec_limits_each_key(
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_rate_tells_the_client_its_own_interval(framework: str, serve_asgi: Any, serve_aiohttp: Any) -> None:
+    """ "2/minute" (a SlidingLog): the policy says w=60, and a refusal's Retry-After is at most 60
+    (the permits taken come back a minute after they were: issue 40, item 3)."""
+    async with (
+        serving(framework, "2/minute", serve_asgi, serve_aiohttp, key=CLIENT) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        responses = [await client.get("/hello", headers={"x-client": "alice"}) for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    # (FastAPI drops the headers a dependency set when the route returns a Response of its own)
+    policies = [r.headers.get("ratelimit-policy") for r in responses]
+    assert policies[2] is not None and all(p is None or p.endswith(";q=2;w=60") for p in policies), policies
+    assert 1 <= int(responses[2].headers["retry-after"]) <= 60
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_retry_after_is_sent_when_the_lease_knows_none(
     framework: str, serve_asgi: Any, serve_aiohttp: Any
 ) -> None:

@@ -187,6 +187,21 @@ def test_show_counts_a_per_key_tables_keys_and_holders(segment_name: str) -> Non
             lease.release()
 
 
+def test_a_rate_shows_as_the_sliding_log_it_is(segment_name: str) -> None:
+    with SharedMemoryStore(segment_name) as store:
+        assert store.limiter("api", "100/minute").acquire(30)
+        store.partitioned("10/second", name="per-ip").acquire("10.0.0.1")
+        info = show(segment_name)
+        api = limiter(info, "api")
+        assert (api["kind"], api["limit"], api["available"]) == ("sliding_log", 100, 70)
+        assert api["params"] == [["permit_limit", 100, False], ["window", 60_000_000_000, True]]
+        ips = limiter(info, "per-ip")
+        assert (ips["key_kind"], ips["keys"]) == ("sliding_log", 1)
+        assert ["window", 1_000_000_000, True] in ips["params"]
+        rows = [line.split() for line in cli("show", segment_name).stdout.splitlines()]
+        assert ["api", "sliding_log", "70/100", "permit_limit=100", "window=60s"] in [r[:5] for r in rows], rows
+
+
 def test_a_manual_clocks_time_based_availability_is_not_guessed(segment_name: str) -> None:
     with SharedMemoryStore(segment_name, clock=permits.ManualClock()) as store:
         store.token_bucket("api", 10, 10, 1.0).acquire(3)

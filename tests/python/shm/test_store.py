@@ -56,10 +56,32 @@ def test_two_handles_on_one_name_share_one_state(segment_name: str) -> None:
     assert a.available_permits() == b.available_permits() == 5
 
 
+def test_a_rate_is_a_sliding_log_on_shared_state_named_or_per_key(segment_name: str) -> None:
+    """Two handles (as two processes would have) on "100/minute": the 100 come back together just
+    over a minute after they were taken, a refusal says so, and a segmented window of the same
+    numbers is another limit."""
+    clock = permits.ManualClock(5.0)
+    first, second = SharedMemoryStore(segment_name, clock=clock), SharedMemoryStore(segment_name, clock=clock)
+    a, b = first.limiter("api", "100/minute"), second.limiter("api", "100/minute")
+    keyed_a, keyed_b = first.partitioned("100/minute", name="users"), second.partitioned("100/minute", name="users")
+    assert isinstance(a, permits.SlidingLogLimiter)
+    assert a.acquire(60) and b.acquire(40) and keyed_a.acquire("alice", 70) and keyed_b.acquire("alice", 30)
+    clock.advance(59.0)
+    for refused in (a.acquire(), b.acquire(), keyed_a.acquire("alice"), keyed_b.acquire("alice")):
+        assert not refused and refused.retry_after == pytest.approx(1.0 + 1e-9, abs=1e-12)
+    assert keyed_b.acquire("bob", 100)
+    clock.advance(1.0)
+    assert not a.acquire() and not keyed_b.acquire("alice")  # [t, t + 60 s] holds its 100
+    clock.advance(1e-9)
+    assert a.acquire(100) and keyed_b.acquire("alice", 100)
+    with pytest.raises(ValueError, match=r"'api' in segment .* is a sliding_log, not a sliding_window"):
+        first.sliding_window("api", 100, 60.0, 50)
+
+
 def test_limiter_takes_a_spec_or_a_rate(segment_name: str) -> None:
     store = SharedMemoryStore(segment_name, clock=permits.ManualClock())
     limiter = store.limiter("api", "2/second")
-    assert isinstance(limiter, permits.SlidingWindowLimiter)
+    assert isinstance(limiter, permits.SlidingLogLimiter)
     assert limiter.spec == permits.specs.parse("2/second")
     assert store.limiter("tb", permits.specs.TokenBucket(4, 1, 1.0)).available_permits() == 4
     with pytest.raises(TypeError, match="spec must be"):

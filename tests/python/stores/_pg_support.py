@@ -19,6 +19,7 @@ SPECS: dict[str, Any] = {
     "fixed_window": permits.specs.FixedWindow(5, 1.0),
     "sliding_window": permits.specs.SlidingWindow(9, 1.0, 4),
     "sliding_window_counter": permits.specs.SlidingWindowCounter(7, 1.0),
+    "sliding_log": permits.specs.SlidingLog(8, 1.0),
     "concurrency": permits.specs.Concurrency(4),
 }
 #: Long enough that no lease expires in a differential run (the engine's leases never do).

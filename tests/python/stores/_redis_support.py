@@ -12,7 +12,7 @@ from permits._stores.backend import Outcome
 from permits._stores.redis_backend import RedisBackend
 from permits._stores.rules import Rule
 
-KINDS = ("token_bucket", "fixed_window", "sliding_window", "sliding_window_counter", "concurrency")
+KINDS = ("token_bucket", "fixed_window", "sliding_window", "sliding_window_counter", "sliding_log", "concurrency")
 
 #: The leases of the differential tests never expire on their own.
 NO_EXPIRY_NS = 10**18
@@ -81,4 +81,6 @@ def random_spec(kind: str, rng: random.Random, scale: str) -> specs.Spec[Any]:
         return specs.SlidingWindow(limit, period, rng.randint(1, 6))
     if kind == "sliding_window_counter":
         return specs.SlidingWindowCounter(limit, period)
+    if kind == "sliding_log":
+        return specs.SlidingLog(limit, max(period, 2e-6))  # (a window of at least 32 * 32 ns)
     return specs.Concurrency(limit)

@@ -27,6 +27,7 @@ def rule(kind: str, limit: int = 2) -> Rule:
         "fixed_window": specs.FixedWindow(limit, 100.0),
         "sliding_window": specs.SlidingWindow(limit, 100.0, 4),
         "sliding_window_counter": specs.SlidingWindowCounter(limit, 100.0),
+        "sliding_log": specs.SlidingLog(limit, 100.0),
         "concurrency": specs.Concurrency(limit),
     }[kind]
     return rule_of(made, 60 * S)

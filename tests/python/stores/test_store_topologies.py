@@ -50,7 +50,7 @@ def test_a_cluster_store_with_an_asyncio_client(redis_cluster: Any) -> None:
         await client.aclose()
         return granted
 
-    # "2/hour" is a sliding window of 20 segments: each key passes 2, then refuses.
+    # "2/hour": each key passes 2, then refuses.
     assert asyncio.run(main()) == [True, True, True, True, False, False]
 
 
