@@ -7,6 +7,7 @@ from . import _interpreter  # noqa: F401  (refuses a subinterpreter before the e
 # isort: split
 from . import _asyncio, _foreign, specs  # noqa: F401  (the event loops' bridge, other libraries' waits; specs)
 from ._core import Lease, LimiterClosedError
+from .adaptive import AdaptiveLimiter
 from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
 from .engine_limiters import (
@@ -38,6 +39,7 @@ def __getattr__(name: str) -> str:
 
 
 __all__ = [
+    "AdaptiveLimiter",
     "BackendError",
     "ChainedLimiter",
     "ChainedPartitionedLimiter",
