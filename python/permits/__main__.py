@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument(
+        "--adaptive",
+        action="store_true",
+        help=(
+            "instead: a permits.AdaptiveLimiter learning a server's hidden limit (10, then 20, then 5 a "
+            "second) from its 429s, on a ManualClock; with --plot, its rate over time"
+        ),
+    )
+    demo.add_argument(
         "--simulate",
         action="store_true",
         help="run on a ManualClock as fast as possible instead of in real time (no live display)",
@@ -122,11 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "demo":
         if args.http:
-            if args.plot or args.concurrency or args.simulate:
-                parser.error("--http runs on its own: without --plot, --concurrency or --simulate")
+            if args.plot or args.concurrency or args.simulate or args.adaptive:
+                parser.error("--http runs on its own: without --plot, --concurrency, --simulate or --adaptive")
             from permits.demo.http import run_http_demo
 
             return run_http_demo(seconds=args.seconds)
+        if args.adaptive:
+            if args.concurrency or args.simulate:
+                parser.error("--adaptive runs on its own (simulated): without --concurrency or --simulate")
+            from permits.demo.adaptive import run_adaptive_demo
+
+            return run_adaptive_demo(plot=args.plot)
         from permits.demo import run_demo
 
         return run_demo(

@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from ._adaptive_keys import AdaptiveKeys, adaptive_keys
 from ._core import Lease
 from ._hosts import host_key
 from ._retry import check_key, check_retries, retry_delay
@@ -45,16 +46,23 @@ def RateLimitedSession(  # the contract's name: it makes a session, as a class w
     key: Callable[[aiohttp.ClientRequest], Any] | None = None,
     retry_429: bool = True,
     max_retries: int = 3,
+    adaptive: bool = False,
     **session_kwargs: Any,
 ) -> aiohttp.ClientSession:
     """An ``aiohttp.ClientSession(**session_kwargs)`` whose every request first waits for a
     permit of ``limiter`` (keyed by ``key(request)``, sync or async, which receives the
     ``aiohttp.ClientRequest``; by default the request's host). A 429 or 503 with a
     ``Retry-After`` pauses that key until then and retries, up to ``max_retries`` times, when its
-    body can be sent again (not a stream: an async iterator, another request's ``content``)."""
+    body can be sent again (not a stream: an async iterator, another request's ``content``).
+    ``adaptive=True``: first a permit of the key's own ``permits.AdaptiveLimiter``, which every
+    response teaches the server's pace."""
     if not hasattr(aiohttp, "ClientMiddlewareType"):
         raise RuntimeError("permits.aiohttp.RateLimitedSession needs aiohttp 3.12 or later (client middlewares)")
-    middleware = _RateLimit(Sender(limiter), check_key(key, allow_async=True), check_retries(retry_429, max_retries))
+    learner = adaptive_keys(limiter, adaptive)
+    middleware = _RateLimit(
+        Sender(limiter, learner), check_key(key, allow_async=True), check_retries(retry_429, max_retries)
+    )
+    middleware.adaptive = learner
     given = session_kwargs.pop("middlewares", ())
     if not isinstance(given, Sequence):
         raise TypeError(f"middlewares must be a sequence, got {type(given).__name__}")
@@ -71,12 +79,13 @@ def RateLimitedSession(  # the contract's name: it makes a session, as a class w
 class _RateLimit:
     """The client middleware: a permit per attempt, retries after ``Retry-After``."""
 
-    __slots__ = ("_key", "_retries", "_sender")
+    __slots__ = ("_key", "_retries", "_sender", "adaptive")
 
     def __init__(self, sender: Sender, key: Callable[[aiohttp.ClientRequest], Any] | None, retries: int) -> None:
         self._sender = sender
         self._key = key
         self._retries = retries
+        self.adaptive: AdaptiveKeys | None = None  # adaptive=True's limiters, shown every response
 
     async def __call__(
         self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
@@ -95,6 +104,8 @@ class _RateLimit:
                 response, lease = await self._send(request, handler, key)
             except Repaused:  # paused while it waited for its connection: it waits the pause out
                 continue
+            if self.adaptive is not None:
+                self.adaptive.learn(key, response.status, response.headers)
             delay = retry_delay(response.status, response.headers.get("Retry-After"))
             if delay is not None:  # every request for the key waits it out, whether this one retries or not
                 pacer.pause(key, delay)

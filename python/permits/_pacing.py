@@ -109,10 +109,20 @@ class PauseOutlasts(Exception):
 class Pacer:
     """Waits for one limiter's permits, per key, and keeps the keys' pauses."""
 
-    __slots__ = ("_clock", "_limiter", "_manual", "_paused", "_sleep", "_sleep_async")
+    __slots__ = ("_clock", "_front", "_limiter", "_manual", "_paused", "_sleep", "_sleep_async")
 
-    def __init__(self, limiter: object, *, sleep: Sleep | None = None, sleep_async: AsyncSleep | None = None) -> None:
+    def __init__(
+        self,
+        limiter: object,
+        *,
+        sleep: Sleep | None = None,
+        sleep_async: AsyncSleep | None = None,
+        front: Callable[[object], RateLimiter] | None = None,
+    ) -> None:
         self._limiter = check_limiter(limiter)
+        # A pace taken before the limiter's permit (the clients' adaptive=True): front(key)'s
+        # permits, asked without waiting, slept for by their retry_after.
+        self._front = front
         self._clock = self._limiter._rl_clock
         self._paused = PauseTable()
         clock = self._clock
@@ -184,9 +194,16 @@ class Pacer:
     def take(self, key: object, permit_count: int = 1) -> Lease | None:
         """Waits for ``permit_count`` permits as ``wait`` does, but gives up (holding nothing) and
         returns None as soon as ``key`` is paused, before or after the limiter grants them."""
+        paced = self._front is None  # the front's pace taken (once: a refusal below keeps it)
         while True:
             if self.paused_for(key) > 0:
                 return None
+            if not paced:
+                front = self._front(key).acquire(permit_count)  # type: ignore[misc]
+                if not front:
+                    self._sleep(_pause(front))
+                    continue
+                paced = True
             lease = self._ask(key, permit_count)
             if lease:
                 if self.paused_for(key) > 0:  # paused while this request was queued
@@ -198,9 +215,16 @@ class Pacer:
     async def take_async(self, key: object, permit_count: int = 1) -> Lease | None:
         """As ``take``, never blocking the event loop (``wait_async`` and async sleeps only)."""
         limiter = self._limiter
+        paced = self._front is None
         while True:
             if self.paused_for(key) > 0:
                 return None
+            if not paced:
+                front = self._front(key).acquire(permit_count)  # type: ignore[misc]
+                if not front:
+                    await self._sleep_async(_pause(front))
+                    continue
+                paced = True
             if isinstance(limiter, KeyedRateLimiter):
                 lease = await limiter.wait_async(key, permit_count)
             else:

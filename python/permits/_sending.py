@@ -24,6 +24,7 @@ connection is closed unused, and it waits the pause out away from the pool.
 
 from __future__ import annotations
 
+from ._adaptive_keys import AdaptiveKeys
 from ._core import Lease, LimiterClosedError
 from ._pacing import Pacer
 from .partitioned import PartitionedLimiter
@@ -44,8 +45,8 @@ class Sender:
 
     __slots__ = ("_turns", "pacer")
 
-    def __init__(self, limiter: object) -> None:
-        self.pacer = Pacer(limiter)
+    def __init__(self, limiter: object, adaptive: AdaptiveKeys | None = None) -> None:
+        self.pacer = Pacer(limiter, front=None if adaptive is None else adaptive.of)
         self._turns = PartitionedLimiter.per_key(Concurrency(1))  # a FIFO queue per key
 
     def attempt(self, key: object, *, at_write: bool) -> Attempt:

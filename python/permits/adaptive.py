@@ -92,6 +92,7 @@ class AdaptiveLimiter(RateLimiter):
         self._slow_start = True
         self._fresh = True  # a permit granted since the last decrease
         self._next_ns = 0  # the earliest time of the next permit (pacing)
+        self._last = (0, 0)  # (time, permits) of the last grant: a slower pace spaces the next from it
         self._blocked_ns = 0  # no permit before (Retry-After, or a stated quota used up)
         self._stated: tuple[int, int, float] | None = None  # (until ns, permits left, rate) of a stated quota
         self._sent_rate = 0.0  # the rate recently sent, smoothed
@@ -123,6 +124,7 @@ class AdaptiveLimiter(RateLimiter):
                 return Lease.granted(0)
             rate = self._pace_locked(now)
             self._next_ns = max(self._next_ns, now) + round(permit_count * 1e9 / rate)
+            self._last = (now, permit_count)
             if self._stated is not None:
                 until, left, stated_rate = self._stated
                 self._stated = (until, left - permit_count, stated_rate)
@@ -150,6 +152,10 @@ class AdaptiveLimiter(RateLimiter):
         now = self._rl_clock.now_ns()
         with self._lock:
             self._learn_locked(signals, now)
+            # A slower pace from now on: the next permit is spaced from the last at that pace.
+            at, count = self._last
+            if count:
+                self._next_ns = max(self._next_ns, at + round(count * 1e9 / self._pace_locked(now)))
 
     def _learn_locked(self, s: Signals, now: int) -> None:
         if s.retry_after is not None and (s.throttled or s.remaining == 0):

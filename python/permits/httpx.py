@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from ._adaptive_keys import adaptive_keys
 from ._core import Lease
 from ._httpx_parts import (
     deadline_ns,
@@ -49,7 +50,8 @@ __all__ = ["AsyncRateLimitedTransport", "RateLimitedTransport"]
 class RateLimitedTransport(httpx.BaseTransport):
     """Wraps ``transport`` (default ``httpx.HTTPTransport()``) so that each request waits for a
     permit of ``limiter`` (a ``RateLimiter``, or a ``KeyedRateLimiter`` keyed by ``key(request)``,
-    by default the request's host)."""
+    by default the request's host). ``adaptive=True``: first a permit of the key's own
+    ``permits.AdaptiveLimiter``, which every response teaches the server's pace."""
 
     def __init__(
         self,
@@ -59,8 +61,10 @@ class RateLimitedTransport(httpx.BaseTransport):
         transport: httpx.BaseTransport | None = None,
         retry_429: bool = True,
         max_retries: int = 3,
+        adaptive: bool = False,
     ) -> None:
-        self._sender = Sender(limiter)
+        self._adaptive = adaptive_keys(limiter, adaptive)
+        self._sender = Sender(limiter, self._adaptive)
         self._pacer = self._sender.pacer
         self._key = check_key(key, allow_async=False) or host
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
@@ -95,6 +99,8 @@ class RateLimitedTransport(httpx.BaseTransport):
                 continue
             except PauseOutlasts as paused:
                 raise timed_out(request, paused) from None
+            if self._adaptive is not None:
+                self._adaptive.learn(key, response.status_code, response.headers)
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is not None:  # every request for the key waits it out, whether this one retries or not
                 self._pacer.pause(key, delay)
@@ -150,8 +156,10 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
         transport: httpx.AsyncBaseTransport | None = None,
         retry_429: bool = True,
         max_retries: int = 3,
+        adaptive: bool = False,
     ) -> None:
-        self._sender = Sender(limiter)
+        self._adaptive = adaptive_keys(limiter, adaptive)
+        self._sender = Sender(limiter, self._adaptive)
         self._pacer = self._sender.pacer
         self._key = check_key(key, allow_async=True) or host
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
@@ -177,6 +185,8 @@ class AsyncRateLimitedTransport(httpx.AsyncBaseTransport):
                 continue
             except PauseOutlasts as paused:
                 raise timed_out(request, paused) from None
+            if self._adaptive is not None:
+                self._adaptive.learn(key, response.status_code, response.headers)
             delay = retry_delay(response.status_code, response.headers.get("Retry-After"))
             if delay is not None:
                 self._pacer.pause(key, delay)
