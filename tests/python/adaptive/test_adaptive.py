@@ -221,6 +221,29 @@ def test_a_hidden_limit_is_found(server: str, guess: float) -> None:
     assert run.times[-1] - run.times[0] > 0.9 * end  # (the client kept sending)
 
 
+def test_a_fixed_window_that_changes_is_followed() -> None:
+    def change(now: float, server: FixedWindowServer) -> None:
+        server.limit = 100 if now < 900 else 40  # per 10 s: 10 a second, then 4
+
+    clock = permits.ManualClock()
+    adaptive = AdaptiveLimiter(30.0, clock=clock)
+    run = drive(adaptive, clock, FixedWindowServer(100, 10.0), 1800.0, change=change)
+    for start, end, rate in [(300, 900, 10.0), (1200, 1800, 4.0)]:
+        throughput, throttled = window_stats(run, start, end)
+        assert throughput >= 0.95 * rate, (start, throughput)
+        assert throttled <= 0.01, (start, throttled)
+
+
+def test_one_per_key_in_a_partitioned_limiter() -> None:
+    clock = permits.ManualClock()
+    per_host = permits.PartitionedLimiter(
+        lambda host: permits.Partition.custom(host, lambda _: AdaptiveLimiter(4.0, clock=clock)), clock=clock
+    )
+    assert per_host.acquire("a.test") and per_host.acquire("b.test")  # a pace each
+    refused = per_host.acquire("a.test")
+    assert not refused and refused.retry_after == pytest.approx(0.25)
+
+
 def test_a_limit_that_changes_is_followed() -> None:
     def change(now: float, server: TokenBucketServer) -> None:
         server.rate = 10.0 if now < 900 else 20.0 if now < 1800 else 5.0
