@@ -42,6 +42,9 @@ PLATEAU_SUCCESSES = 300
 PLATEAU_SECONDS = 60.0
 #: Before the first throttling answer, the rate doubles every this many successes.
 SLOW_START = 10
+#: The longest reset a server's stated quota is believed for, in seconds, unless its window is
+#: longer (a typo or a hostile server must not stop the client for good).
+MAX_RESET = 86_400.0
 #: How the rate recently sent is measured: counted per bucket of this many seconds, smoothed.
 _BUCKET = 0.5
 _SMOOTHING = 0.8
@@ -170,15 +173,20 @@ class AdaptiveLimiter(RateLimiter):
     def _state_quota_locked(self, s: Signals, now: int) -> None:
         """The server said how many are left until when: pace them evenly, never faster than its quota."""
         assert s.remaining is not None and s.reset is not None
-        until = now + round(s.reset * 1e9)
+        reset = min(s.reset, max(MAX_RESET, s.window or 0.0))
+        until = now + round(reset * 1e9)
         if s.remaining <= 0:
             self._blocked_ns = max(self._blocked_ns, until)
             self._stated = None
             return
-        rate = s.remaining / s.reset if s.reset > 0 else math.inf
+        rate = s.remaining / reset if reset > 0 else math.inf
         if s.quota is not None and s.window is not None and s.window > 0:
             rate = min(rate, s.quota / s.window)
         rate = min(rate, self.max_rate)  # (below min_rate too: what the server states holds)
+        if rate <= 0:  # a quota of 0: nothing until the reset
+            self._blocked_ns = max(self._blocked_ns, until)
+            self._stated = None
+            return
         if not math.isfinite(rate):
             self._stated = None
             return

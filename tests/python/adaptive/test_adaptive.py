@@ -268,3 +268,28 @@ def test_a_stated_limit_is_never_exceeded(server: str, guess: float) -> None:
     assert run.throttled == 0
     throughput, _ = window_stats(run, 60.0, end)
     assert throughput >= 0.85 * rate  # (the headers' whole seconds round the pace down)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"RateLimit-Policy": '"p";q=0;w=60', "RateLimit": '"p";r=5;t=10'},  # a quota of none
+        {"RateLimit": '"p";r=0;t=10'},  # none left
+    ],
+)
+def test_a_quota_of_nothing_waits_for_its_reset(headers: dict[str, str]) -> None:
+    adaptive, clock = limiter(100.0)
+    assert adaptive.acquire()
+    adaptive.on_response(200, headers)
+    refused = adaptive.acquire()
+    assert not refused and refused.retry_after == pytest.approx(10.0)
+    clock.advance(10.0)
+    assert adaptive.acquire()
+
+
+def test_a_reset_beyond_belief_is_cut_to_a_day() -> None:
+    adaptive, _ = limiter(100.0)
+    assert adaptive.acquire()
+    adaptive.on_response(200, {"RateLimit": '"p";r=0;t=99999999999'})
+    refused = adaptive.acquire()
+    assert not refused and refused.retry_after == pytest.approx(86_400.0)

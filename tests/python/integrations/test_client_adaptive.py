@@ -116,3 +116,15 @@ def test_adaptive_is_a_bool(value: object) -> None:
         AsyncRateLimitedTransport(limiter, adaptive=value)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="adaptive"):
         RateLimitedSession(limiter, adaptive=value)  # type: ignore[arg-type]
+
+
+def test_the_hosts_kept_are_bounded_and_the_least_recently_used_go() -> None:
+    from permits._adaptive_keys import AdaptiveKeys
+
+    keys = AdaptiveKeys(permits.ManualClock(), max_keys=3)
+    kept = {key: keys.of(key) for key in "abc"}
+    keys.of("a")  # used again: "b" is now the one used longest ago
+    keys.of("d")
+    assert len(keys) == 3
+    assert keys.of("a") is kept["a"] and keys.of("c") is kept["c"]  # kept, what they learned with them
+    assert keys.of("b") is not kept["b"]  # forgotten: met again, it learns anew
