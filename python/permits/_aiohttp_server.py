@@ -173,7 +173,7 @@ def rate_limit_middleware(
     max_queued: int | None = DEFAULT_MAX_QUEUED,
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
-    headers: bool = True,
+    headers: bool | str = True,
     retry_after: float | None = None,
     exempt: Iterable[str] = (),
     metrics: object = False,
@@ -245,7 +245,7 @@ def limit(
     max_queued: int | None = DEFAULT_MAX_QUEUED,
     status_code: int = 429,
     on_rejected: Callable[[Any, Lease], Any] | None = None,
-    headers: bool = True,
+    headers: bool | str = True,
     retry_after: float | None = None,
 ) -> Callable[[H], H]:
     """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``, on a

@@ -40,20 +40,44 @@ DEFAULT_MAX_QUEUED = 1000
 logger = logging.getLogger("permits")
 
 
+#: The integrations' ``headers=``: the fields each style sends.
+HEADER_STYLES = ("ietf", "legacy", "both")
+
+
+def check_headers(headers: object) -> str | None:
+    """``headers=``: True or "ietf" (the IETF ``RateLimit`` and ``RateLimit-Policy`` fields),
+    "legacy" (``X-RateLimit-Limit``, ``-Remaining``, ``-Reset``), "both", or False (none)."""
+    if headers is True:
+        return "ietf"
+    if headers is False:
+        return None
+    if isinstance(headers, str) and headers in HEADER_STYLES:
+        return headers
+    raise TypeError(f"headers must be True, False, 'ietf', 'legacy' or 'both', got {headers!r}")
+
+
 class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a frozen dataclass)
-    """What the IETF headers say about one limiter, for one request."""
+    """What the rate-limit headers say about one limiter, for one request."""
 
     name: str
     quota: int
     window: int | None  # seconds; None for a concurrency limit (no time window)
     remaining: int
     reset: int | None  # seconds until more permits; None when time frees nothing
+    style: str = "ietf"  # which fields: HEADER_STYLES
 
     def headers(self) -> list[tuple[str, str]]:
         # (made on every response of a sync server: the part that never changes is cached)
-        name = _sf_string(self.name)
-        state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
-        return [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
+        found: list[tuple[str, str]] = []
+        if self.style != "legacy":
+            name = _sf_string(self.name)
+            state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
+            found += [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
+        if self.style != "ietf":
+            found += [("X-RateLimit-Limit", str(self.quota)), ("X-RateLimit-Remaining", str(self.remaining))]
+            if self.reset is not None:
+                found.append(("X-RateLimit-Reset", str(self.reset)))
+        return found
 
 
 def rejection_text(lease: Lease) -> str:
@@ -63,9 +87,11 @@ def rejection_text(lease: Lease) -> str:
     return "Too Many Requests" if name is None else f"Too Many Requests (limiter: {name})"
 
 
-def encoded_headers(quota: Quota) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
+def encoded_headers(quota: Quota) -> tuple[tuple[bytes, bytes], ...]:
     """The quota's headers as an ASGI message carries them (lowercase names, latin-1 bytes): the
     same text as ``headers()``, made on every response, so the parts that never change are cached."""
+    if quota.style != "ietf":
+        return tuple((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in quota.headers())
     name = _sf_bytes(quota.name)
     if quota.reset is None:
         state = b"%s;r=%d" % (name, quota.remaining)
@@ -79,15 +105,18 @@ def _sf_bytes(name: str) -> bytes:
     return _sf_string(name).encode("latin-1")
 
 
+# A limit with no window is a concurrency limit: its quota unit says so (the draft's "qu").
 @functools.lru_cache(maxsize=256)
 def _policy_header(name: str, quota: int, window: int | None) -> tuple[bytes, bytes]:
-    policy = b"%s;q=%d" % (_sf_bytes(name), quota) + (b"" if window is None else b";w=%d" % window)
+    policy = b"%s;q=%d" % (_sf_bytes(name), quota) + (
+        b';qu="concurrent-requests"' if window is None else b";w=%d" % window
+    )
     return b"ratelimit-policy", policy
 
 
 @functools.lru_cache(maxsize=256)
 def _policy_text(name: str, quota: int, window: int | None) -> tuple[str, str]:
-    policy = f"{_sf_string(name)};q={quota}" + ("" if window is None else f";w={window}")
+    policy = f"{_sf_string(name)};q={quota}" + (';qu="concurrent-requests"' if window is None else f";w={window}")
     return "RateLimit-Policy", policy
 
 
@@ -342,9 +371,9 @@ class Policy:
             raise TypeError(f"permit_count must be an int, got {type(permit_count).__name__}")
         if permit_count < 1:
             raise ValueError(f"permit_count must be at least 1, got {permit_count}")
-        for flag, value in (("wait", wait), ("headers", headers)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
+        if not isinstance(wait, bool):
+            raise TypeError(f"wait must be a bool, got {type(wait).__name__}")
+        style = check_headers(headers)
         if isinstance(status_code, bool) or not isinstance(status_code, int):
             raise TypeError(f"status_code must be an int, got {type(status_code).__name__}")
         if not 400 <= status_code <= 599:
@@ -375,14 +404,15 @@ class Policy:
         self._lock = threading.Lock()
         self.status_code = status_code
         self.on_rejected: Callable[[Any, Lease], Any] | None = on_rejected
-        self.headers = headers
+        self.headers: str | bool = style or False
+        """Which rate-limit fields responses carry (HEADER_STYLES), or False for none."""
         self.retry_after = check_retry_after(retry_after)
         """The ``Retry-After`` (whole seconds, at least 1) of a rejection whose lease knows none (a
         concurrency limit), or None to send none then."""
         # A limiter with one limit for every request (not a chain, not a partitioned limiter whose
         # partitions differ): its figures are worked out here, once, not on every response.
         spec = getattr(limiter, "spec", None)
-        fixed = headers and isinstance(spec, specs.Spec) and not isinstance(limiter, _CHAINS)
+        fixed = bool(style) and isinstance(spec, specs.Spec) and not isinstance(limiter, _CHAINS)
         self._fixed_quota = (_figures(spec), limiter.name) if fixed else None
 
     async def key_of(self, request: Any) -> object:
@@ -518,12 +548,16 @@ class Policy:
 
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
-        fixed = self._fixed_quota
+        fixed, style = self._fixed_quota, self.headers
+        if not isinstance(style, str):
+            return None
         if fixed is None:
-            return limiter_quota(self.limiter, key, lease) if self.headers else None
-        limiter = self.limiter
-        remaining = limiter.available_permits(key) if self.keyed else limiter.available_permits()  # type: ignore[call-arg]
-        return _quota(fixed[0], fixed[1], remaining, lease)
+            found = limiter_quota(self.limiter, key, lease)
+        else:
+            limiter = self.limiter
+            remaining = limiter.available_permits(key) if self.keyed else limiter.available_permits()  # type: ignore[call-arg]
+            found = _quota(fixed[0], fixed[1], remaining, lease)
+        return found if found is None or style == "ietf" else found._replace(style=style)
 
     def quota_or_release(self, key: object, lease: Lease) -> Quota | None:
         """``quota``, with the lease released should it raise (a limiter's ``available_permits``

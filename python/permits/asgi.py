@@ -120,7 +120,7 @@ class RateLimitMiddleware:
         max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[Any, Lease], Any] | None = None,
-        headers: bool = True,
+        headers: bool | str = True,
         retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,

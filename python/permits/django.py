@@ -178,7 +178,7 @@ def limit(
     max_queued: int | None = DEFAULT_MAX_QUEUED,
     status_code: int = 429,
     on_rejected: Callable[[HttpRequest, Lease], HttpResponseBase | None] | None = None,
-    headers: bool = True,
+    headers: bool | str = True,
     retry_after: float | None = None,
 ) -> Callable[[View], View]:
     """One view's limit: ``@limit(limiter)`` on a view function, or on a class-based view (its

@@ -82,7 +82,7 @@ class RateLimit:
         max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[Any, Lease], Any] | None = None,
-        headers: bool = True,
+        headers: bool | str = True,
         retry_after: float | None = None,
     ) -> None:
         self.policy = Policy(

@@ -103,7 +103,7 @@ class RateLimit:
         max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
-        headers: bool = True,
+        headers: bool | str = True,
         retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,
@@ -150,7 +150,7 @@ class RateLimit:
         max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
-        headers: bool = True,
+        headers: bool | str = True,
         retry_after: float | None = None,
     ) -> Callable[[View], View]:
         """One view's limit: ``@rate_limit.limit(limiter)`` under ``@app.route``. It runs after the

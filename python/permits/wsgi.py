@@ -278,7 +278,7 @@ class RateLimitMiddleware:
         max_queued: int | None = DEFAULT_MAX_QUEUED,
         status_code: int = 429,
         on_rejected: Callable[[Environ, Lease], WSGIApp | None] | None = None,
-        headers: bool = True,
+        headers: bool | str = True,
         retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,

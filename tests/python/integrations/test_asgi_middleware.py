@@ -242,7 +242,7 @@ async def test_a_streaming_response_holds_its_concurrency_permit_until_sent(
     async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as client:
         async with client.stream("GET", "/stream") as streaming:
             assert streaming.headers["ratelimit"] == '"default";r=0'
-            assert streaming.headers["ratelimit-policy"] == '"default";q=1'
+            assert streaming.headers["ratelimit-policy"] == '"default";q=1;qu="concurrent-requests"'
             app.state.feed.put_nowait(b"one")
             chunks = streaming.aiter_bytes()
             assert await anext(chunks) == b"one"

@@ -171,3 +171,47 @@ def test_a_rate_string_makes_a_per_key_limiter_keyed_by_client_ip() -> None:
     assert isinstance(middleware.policy.limiter, permits.KeyedRateLimiter)
     assert isinstance(middleware.policy.key, type(keys.client_ip()))
     assert middleware.policy.limiter.spec == permits.specs.parse("100/minute")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("style", ["legacy", "both"])
+async def test_legacy_headers_or_both(framework: str, style: str, serve_asgi: Any, serve_aiohttp: Any) -> None:
+    """``headers="legacy"``: X-RateLimit-Limit, -Remaining and -Reset (seconds); ``"both"``: those and
+    the IETF fields (issue 43, item 1)."""
+    limiter = permits.FixedWindowLimiter(2, 60.0, name="api")
+    async with (
+        serving(framework, limiter, serve_asgi, serve_aiohttp, headers=style) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        responses = [await client.get("/hello") for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    rejected = responses[2]
+    assert rejected.headers["x-ratelimit-limit"] == "2"
+    assert rejected.headers["x-ratelimit-remaining"] == "0"
+    assert 1 <= int(rejected.headers["x-ratelimit-reset"]) <= 60
+    assert ("ratelimit-policy" in rejected.headers) == (style == "both")
+    # (FastAPI drops the headers a dependency set when the route returns a Response of its own)
+    if framework != "fastapi":
+        assert responses[0].headers["x-ratelimit-remaining"] == "1"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_concurrency_limit_says_its_unit(framework: str, serve_asgi: Any, serve_aiohttp: Any) -> None:
+    limiter = permits.ConcurrencyLimiter(1, name="busy")
+    held = limiter.acquire()
+    async with (
+        serving(framework, limiter, serve_asgi, serve_aiohttp, headers="both") as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        rejected = await client.get("/hello")
+    held.release()
+    assert rejected.headers["ratelimit-policy"] == '"busy";q=1;qu="concurrent-requests"'
+    assert "x-ratelimit-reset" not in rejected.headers  # time frees nothing
+
+
+@pytest.mark.parametrize("bad", ["ietf2", 1, None])
+def test_a_bad_headers_style_is_refused_when_built(bad: object) -> None:
+    with pytest.raises(TypeError, match="headers"):
+        RateLimitMiddleware(PlainTextResponse("x"), "2/second", headers=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="headers"):
+        RateLimit("2/second", headers=bad)  # type: ignore[arg-type]

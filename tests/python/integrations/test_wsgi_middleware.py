@@ -239,7 +239,7 @@ def test_a_streaming_response_holds_its_concurrency_permit_until_the_server_clos
         app.feed.put(b"one")  # (a WSGI server sends the headers with the first chunk)
         with client.stream("GET", "/stream") as streaming:
             assert streaming.headers["ratelimit"] == '"default";r=0'
-            assert streaming.headers["ratelimit-policy"] == '"default";q=1'
+            assert streaming.headers["ratelimit-policy"] == '"default";q=1;qu="concurrent-requests"'
             chunks = streaming.iter_raw()
             assert next(chunks) == b"one"
             assert limiter.available_permits() == 0
