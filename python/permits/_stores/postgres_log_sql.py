@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import LiteralString
 
-from .postgres_sql import _INDEX_U, _STATE, _WITH_STATE, SERVER_NOW
+from .postgres_sql import _INDEX_U, _STATE, _WITH_STATE, state_locked
 
 # The step: the row is locked, the segments whose permits came back are dropped, and a grant adds n
 # to the head segment (its stamp becomes the later of its own and now) or opens the segment of now.
@@ -34,27 +34,9 @@ DECLARE
     last integer;
     i integer;
 BEGIN
-    now := coalesce(at_ns, """
-    + SERVER_NOW
-    + """);
-    SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO {table} (key, lease, sig, anchor, a, segs, counts, ok, seen, expires)
-        VALUES (k, ''::bytea, want, now, 0,
-                CASE WHEN n > 0 THEN ARRAY[now] ELSE ARRAY[]::bigint[] END,
-                CASE WHEN n > 0 THEN ARRAY[n] ELSE ARRAY[]::bigint[] END, true, now, now + 2 * lifetime)
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN  -- a new state: full, anchored now
-            ok := true; stamp := 0; available := lim - n;
-            RETURN;
-        END IF;
-        SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;  -- made meanwhile
-    END IF;
-    IF st.sig <> want THEN
-        recorded := st.sig;
-        RETURN;
-    END IF;
-    p := greatest(CASE WHEN now <= st.anchor THEN 0 ELSE (now - st.anchor) / seg END, st.a);
+"""
+    + state_locked("now")
+    + """    p := greatest(CASE WHEN now <= st.anchor THEN 0 ELSE (now - st.anchor) / seg END, st.a);
     SELECT coalesce(array_agg(u.s ORDER BY u.s), ARRAY[]::bigint[]),
            coalesce(array_agg(u.c ORDER BY u.s), ARRAY[]::bigint[]), coalesce(sum(u.c), 0)
         INTO ts, cs, used

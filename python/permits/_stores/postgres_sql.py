@@ -58,6 +58,38 @@ CREATE TABLE IF NOT EXISTS {table} (
 CREATE INDEX IF NOT EXISTS {index} ON {table} (expires);
 """
 
+
+def state_locked(first_segment: LiteralString) -> LiteralString:
+    """The opening a segmented step's function shares (the sliding window's, the log's): the step's
+    time, its state's row locked (made now, full and anchored now, with n in a first segment that
+    ``segs`` holds as ``first_segment``, when there is none), and the recorded signature checked."""
+    return (
+        """    now := coalesce(at_ns, """
+        + SERVER_NOW
+        + """);
+    SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO {table} (key, lease, sig, anchor, a, segs, counts, ok, seen, expires)
+        VALUES (k, ''::bytea, want, now, 0,
+                CASE WHEN n > 0 THEN ARRAY["""
+        + first_segment
+        + """] ELSE ARRAY[]::bigint[] END,
+                CASE WHEN n > 0 THEN ARRAY[n] ELSE ARRAY[]::bigint[] END, true, now, now + 2 * lifetime)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN  -- a new state: full, anchored now
+            ok := true; stamp := 0; available := lim - n;
+            RETURN;
+        END IF;
+        SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;  -- made meanwhile
+    END IF;
+    IF st.sig <> want THEN
+        recorded := st.sig;
+        RETURN;
+    END IF;
+"""
+    )
+
+
 # The sliding window's step: the row is locked, the segments that left the window are dropped,
 # and a grant adds n to the head segment. A refusal writes nothing and reports when enough of the
 # oldest segments will have left (segment s frees its count when segment s + nseg begins).
@@ -79,27 +111,9 @@ DECLARE
     freed bigint := 0;
     i integer;
 BEGIN
-    now := coalesce(at_ns, """
-    + SERVER_NOW
-    + """);
-    SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO {table} (key, lease, sig, anchor, a, segs, counts, ok, seen, expires)
-        VALUES (k, ''::bytea, want, now, 0,
-                CASE WHEN n > 0 THEN ARRAY[0::bigint] ELSE ARRAY[]::bigint[] END,
-                CASE WHEN n > 0 THEN ARRAY[n] ELSE ARRAY[]::bigint[] END, true, now, now + 2 * lifetime)
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN  -- a new state: full, anchored now
-            ok := true; stamp := 0; available := lim - n;
-            RETURN;
-        END IF;
-        SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;  -- made meanwhile
-    END IF;
-    IF st.sig <> want THEN
-        recorded := st.sig;
-        RETURN;
-    END IF;
-    p := greatest(CASE WHEN now <= st.anchor THEN 0 ELSE (now - st.anchor) / seg END, st.a);
+"""
+    + state_locked("0::bigint")
+    + """    p := greatest(CASE WHEN now <= st.anchor THEN 0 ELSE (now - st.anchor) / seg END, st.a);
     SELECT coalesce(array_agg(u.s ORDER BY u.s), ARRAY[]::bigint[]),
            coalesce(array_agg(u.c ORDER BY u.s), ARRAY[]::bigint[]), coalesce(sum(u.c), 0)
         INTO ss, cs, used
