@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import permits
 
-from .plot import _MatplotlibMissing, _require_matplotlib
+from .plot import _require_matplotlib, lacks_matplotlib, save_plot
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -111,21 +111,11 @@ def plot_figure(run: AdaptiveRun) -> Figure:
 def run_adaptive_demo(plot: str | None = None, *, stream: TextIO | None = None) -> int:
     """Run the simulation, print its summary, draw it to ``plot``; the exit status (as run_demo's)."""
     out = stream if stream is not None else sys.stdout
-    if plot is not None:
-        try:
-            _require_matplotlib()
-        except _MatplotlibMissing as exc:
-            print(exc, file=sys.stderr)
-            return 2
+    if plot is not None and lacks_matplotlib():
+        return 2
     run = simulate_adaptive()
     out.write(summary(run))
-    if plot is not None:
-        try:
-            plot_figure(run).savefig(plot, dpi=100)
-        except OSError as exc:
-            out.flush()
-            print(f"permits demo: cannot write the plot to {plot}: {exc}", file=sys.stderr)
-            return 1
-        out.write(f"plot written to {plot}\n")
+    if plot is not None and not save_plot(lambda path: plot_figure(run).savefig(path, dpi=100), plot, out):
+        return 1
     out.flush()
     return 0

@@ -9,8 +9,9 @@ panels, so it hides nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .results import DemoResult, RowResult
 from .scenario import RATE, _describe_traffic
@@ -42,6 +43,30 @@ def _require_matplotlib() -> None:
             f"permits demo: --plot needs matplotlib 3.7 or later, not {matplotlib.__version__}: "
             'pip install -U "permits[plot]"'
         )
+
+
+def lacks_matplotlib() -> bool:
+    """True, having said on stderr what to install, when ``--plot`` cannot be drawn here: checked
+    before a demo runs, not after it."""
+    try:
+        _require_matplotlib()
+    except _MatplotlibMissing as exc:
+        print(exc, file=sys.stderr)
+        return True
+    return False
+
+
+def save_plot(write: Callable[[str], object], path: str, out: TextIO) -> bool:
+    """``write(path)``, then says so on ``out``; False, having said why on stderr, when the file
+    cannot be written (its directory missing or not writable)."""
+    try:
+        write(path)
+    except OSError as exc:
+        out.flush()
+        print(f"permits demo: cannot write the plot to {path}: {exc}", file=sys.stderr)
+        return False
+    out.write(f"plot written to {path}\n")
+    return True
 
 
 def plot_figure(result: DemoResult) -> Figure:

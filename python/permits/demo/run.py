@@ -12,7 +12,7 @@ import permits
 
 from .display import _Display, _LiveDisplay, _PlainDisplay, _summary
 from .driver import _Driver
-from .plot import _MatplotlibMissing, _require_matplotlib, write_plot
+from .plot import lacks_matplotlib, save_plot, write_plot
 from .results import DemoResult, _make_rows, _Row
 
 
@@ -53,12 +53,8 @@ def run_demo(
     if not (math.isfinite(seconds) and seconds > 0):
         print("permits demo: --seconds must be a positive number", file=sys.stderr)
         return 2
-    if plot is not None:
-        try:
-            _require_matplotlib()  # fail before the demo, not after it
-        except _MatplotlibMissing as exc:
-            print(exc, file=sys.stderr)
-            return 2  # as a usage error: the command asked for what this install lacks
+    if plot is not None and lacks_matplotlib():
+        return 2  # as a usage error: the command asked for what this install lacks
 
     clock = permits.ManualClock() if simulate else None
     rows = _make_rows(concurrency, clock)
@@ -76,13 +72,7 @@ def run_demo(
     finally:
         display.finish()  # the live display shows the cursor again, whatever happened
     out.write(_summary(result))
-    if plot is not None:
-        try:
-            write_plot(result, plot)
-        except OSError as exc:
-            out.flush()
-            print(f"permits demo: cannot write the plot to {plot}: {exc}", file=sys.stderr)
-            return 1
-        out.write(f"plot written to {plot}\n")
+    if plot is not None and not save_plot(lambda path: write_plot(result, path), plot, out):
+        return 1
     out.flush()
     return 0
