@@ -7,11 +7,11 @@ from typing import Any, TypeAlias
 
 from . import specs
 from .keyed_limiter import KeyedRateLimiter
-from .per_key import PerKeyLimiter
+from .partitioned import PartitionedLimiter
 from .rate_limiter import RateLimiter
 
 #: What the integrations and the decorators accept: a limiter, or a rate or a spec to make one of.
-LimiterLike: TypeAlias = "RateLimiter | KeyedRateLimiter | specs.Spec[Any] | str"
+LimiterLike: TypeAlias = "RateLimiter | KeyedRateLimiter | specs.Spec[Any] | specs.SpecList | str"
 
 
 def limiter_of(limiter: object, *, per_key: bool) -> object:
@@ -23,6 +23,6 @@ def limiter_of(limiter: object, *, per_key: bool) -> object:
             limiter = specs.parse(limiter)
         except ValueError as exc:
             raise ValueError(f"limiter: {exc}") from None
-    if isinstance(limiter, specs.Spec):
-        return PerKeyLimiter(limiter) if per_key else limiter.limiter()
+    if isinstance(limiter, specs.Spec | specs.SpecList):
+        return PartitionedLimiter.per_key(limiter) if per_key else limiter.limiter()
     return limiter

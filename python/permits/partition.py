@@ -13,7 +13,7 @@ from typing import Any
 
 from .engine_limiters import NoLimiter, _check_queue
 from .rate_limiter import QueueOrder, RateLimiter
-from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, TokenBucket, parse
+from .specs import Concurrency, FixedWindow, SlidingWindow, SlidingWindowCounter, Spec, SpecList, TokenBucket, parse
 
 Factory = Callable[[Hashable, Any], RateLimiter]
 """A partition's ``factory``: ``factory(key, clock)`` builds the limiter of ``key`` on ``clock``."""
@@ -64,7 +64,7 @@ class _SpecFactory:
 
     __slots__ = ("_options", "_spec")
 
-    def __init__(self, spec: Spec[RateLimiter], options: tuple[int | None, QueueOrder, str | None]) -> None:
+    def __init__(self, spec: Spec[RateLimiter] | SpecList, options: tuple[int | None, QueueOrder, str | None]) -> None:
         self._spec = spec
         self._options = options
 
@@ -94,14 +94,15 @@ class Partition:
     def __init__(
         self,
         key: Hashable,
-        spec: Spec[RateLimiter] | None,
+        spec: Spec[RateLimiter] | SpecList | None,
         factory: Factory,
         options: tuple[int | None, QueueOrder, str | None] = (None, QueueOrder.OLDEST_FIRST, None),
     ) -> None:
         self.key = key
         """The partition's key: which limiter of a ``PartitionedLimiter`` the resource counts against."""
         self.spec = spec
-        """The limit, a ``permits.specs`` value; None for ``no_limiter`` and ``custom`` partitions."""
+        """The limit, a ``permits.specs`` value (a ``SpecList`` for several); None for ``no_limiter``
+        and ``custom`` partitions."""
         self.factory = factory  # (key, clock) -> RateLimiter, called once per key
         """``factory(key, clock)`` builds the limiter the partition describes, on ``clock``; a
         ``PartitionedLimiter`` calls it once per key, on first use."""
@@ -127,7 +128,7 @@ class Partition:
     @staticmethod
     def of(
         key: Hashable,
-        spec: Spec[RateLimiter] | str,
+        spec: Spec[RateLimiter] | SpecList | str,
         *,
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
@@ -135,7 +136,7 @@ class Partition:
     ) -> Partition:
         """The partition of ``key`` limited by ``spec``; the queue options and the name are those
         of its limiter (``spec.limiter(...)``). ``spec`` may be a rate such as ``"5/second"``
-        (``permits.specs.parse``)."""
+        (``permits.specs.parse``), or several (``"5/second;100/hour"``, a ``SpecList``: a chain)."""
         found = (spec, queue_limit, queue_order, name, type(spec), type(queue_limit), type(queue_order), type(name))
         try:
             return _TEMPLATES[found].with_key(key)
@@ -143,7 +144,7 @@ class Partition:
             pass
         if isinstance(spec, str):
             spec = parse(spec)
-        if not isinstance(spec, Spec):
+        if not isinstance(spec, Spec | SpecList):
             raise TypeError(
                 f"spec must be a permits.specs spec (TokenBucket, ...) or a rate such as '5/second', "
                 f"got {type(spec).__name__}"
@@ -267,10 +268,19 @@ def _check_options(max_partitions: object, name: object) -> None:
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
 
 
+def _members(template: Partition) -> list[Partition]:
+    """A template of several limits (a ``SpecList``) as one template per limit, each with its options."""
+    assert isinstance(template.spec, SpecList)
+    queue_limit, queue_order, name = template._options
+    return [
+        Partition.of(None, spec, queue_limit=queue_limit, queue_order=queue_order, name=name) for spec in template.spec
+    ]
+
+
 def _template_of(template: object) -> Partition:
     """per_key's template: a spec (or a rate such as "10/minute") stands for its partition with the
     default queue options."""
-    if isinstance(template, Spec | str):
+    if isinstance(template, Spec | SpecList | str):
         return Partition.of(None, template)
     if not isinstance(template, Partition):
         raise TypeError(

@@ -25,12 +25,13 @@ from ._loop_check import blocks_the_loop
 from ._partition_wait import ENGINE_TYPES, PartitionWait
 from ._unraisable import report_unraisable
 from .awaitables import LeaseWait
+from .chain import ChainedPartitionedLimiter, chain
 from .clock import ManualClock
 from .keyed_limiter import KeyedRateLimiter
-from .partition import Partition, _check_options, _SpecFactory, _template_of
+from .partition import Partition, _check_options, _members, _SpecFactory, _template_of
 from .per_key import PerKeyLimiter
 from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
-from .specs import Spec
+from .specs import Spec, SpecList
 
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
 _MAX_KEY_DEPTH = 16
@@ -535,7 +536,7 @@ class PartitionedLimiter(KeyedRateLimiter):
     @classmethod
     def per_key(
         cls,
-        template: Spec[RateLimiter] | str,
+        template: Spec[RateLimiter],
         *,
         idle_timeout: float = ...,
         max_partitions: int | None = ...,
@@ -547,31 +548,50 @@ class PartitionedLimiter(KeyedRateLimiter):
     @classmethod
     def per_key(
         cls,
+        template: SpecList | str,
+        *,
+        idle_timeout: float = ...,
+        max_partitions: int | None = ...,
+        clock: Any = ...,
+        name: str | None = ...,
+    ) -> PerKeyLimiter | ChainedPartitionedLimiter: ...
+
+    @overload
+    @classmethod
+    def per_key(
+        cls,
         template: Partition,
         *,
         idle_timeout: float = ...,
         max_partitions: int | None = ...,
         clock: Any = ...,
         name: str | None = ...,
-    ) -> PerKeyLimiter | PartitionedLimiter: ...
+    ) -> PerKeyLimiter | PartitionedLimiter | ChainedPartitionedLimiter: ...
 
     @classmethod
     def per_key(
         cls,
-        template: Partition | Spec[RateLimiter] | str,
+        template: Partition | Spec[RateLimiter] | SpecList | str,
         *,
         idle_timeout: float = 10.0,
         max_partitions: int | None = None,
         clock: Any = None,
         name: str | None = None,
-    ) -> PerKeyLimiter | PartitionedLimiter:
+    ) -> PerKeyLimiter | PartitionedLimiter | ChainedPartitionedLimiter:
         """A limit per key: the resource itself is the key, every key gets ``template``'s limiter.
         ``template`` is a spec (its limiter with the default queue options), a rate such as
         ``"10/minute"`` (``permits.specs.parse``), or a partition made with key None, e.g.
         ``Partition.of(None, spec, queue_limit=10)``. The limiter's ``name`` (a failed lease's
         ``metadata["limiter"]``, the headers, the metrics) is ``name``, else the template's, else
-        ``"default"``."""
+        ``"default"``. Several limits (a ``SpecList``, ``"10/second;1000/day"``) make a chain of
+        one per-key limiter each, every one with these options."""
         template = _template_of(template)
+        if isinstance(template.spec, SpecList):
+            members = [
+                cls.per_key(member, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
+                for member in _members(template)
+            ]
+            return chain(*members, name=name if name is not None else template._options[2])
         if template.spec is not None:
             return PerKeyLimiter(
                 template, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name

@@ -11,7 +11,7 @@ from ._loop_check import blocks_the_loop
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _template_of
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
-from .specs import Spec
+from .specs import Spec, SpecList
 
 
 class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
@@ -29,6 +29,8 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
     ) -> None:
         _check_options(max_partitions, name)
         template = _template_of(template)
+        if isinstance(template.spec, SpecList):
+            raise TypeError("several limits (a SpecList) make a chain: PartitionedLimiter.per_key(...) builds it")
         if template.spec is None:
             raise TypeError(f"the engine keeps per-key state for specs only, not for {template!r}")
         queue_limit, queue_order, template_name = template._options

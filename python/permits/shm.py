@@ -18,12 +18,13 @@ from ._core import Lease, LimiterClosedError
 from ._durations import Duration, duration_ns, timeout_ns
 from ._loop_check import blocks_the_loop
 from ._shm_lost_watch import LostWatch
-from ._stores.factories import StoreFactories, spec_of
+from ._stores.factories import StoreFactories, member_name, spec_of
 from .awaitables import LeaseWait
+from .chain import ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
 from .engine_limiters import _EngineLimiter, _queue_limit, _queue_order
 from .keyed_limiter import KeyedRateLimiter
-from .partition import Partition, _check_options, _template_of
+from .partition import Partition, _check_options, _members, _template_of
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
 
 _shared_clock: MonotonicClock | None = None
@@ -260,16 +261,22 @@ class SharedMemoryStore(StoreFactories):
     def limiter(
         self,
         name: str,
-        spec: specs.Spec[Any] | str,
+        spec: specs.Spec[Any] | specs.SpecList | str,
         *,
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         lease_ttl: Duration = 60.0,
     ) -> RateLimiter:
-        """The limiter named ``name`` in the segment, of ``spec`` (or a rate such as "10/second")."""
+        """The limiter named ``name`` in the segment, of ``spec`` (or a rate such as "10/second").
+        Several limits (a ``SpecList``, "10/second;1000/day") make a chain of one limiter each,
+        named ``name#0``, ``name#1``..."""
         self._check_open()
         name = _limiter_name(name)
         spec = spec_of(spec)
+        if isinstance(spec, specs.SpecList):
+            options = {"queue_limit": queue_limit, "queue_order": queue_order, "lease_ttl": lease_ttl}
+            members = [self.limiter(member_name(name, i), one, **options) for i, one in enumerate(spec)]  # type: ignore[arg-type]
+            return chain(*members, name=name)
         ql, newest = _queue_limit(queue_limit), _queue_order(queue_order)
         ttl = duration_ns(lease_ttl, "lease_ttl")
         limiter: Any
@@ -295,20 +302,31 @@ class SharedMemoryStore(StoreFactories):
 
     def partitioned(
         self,
-        template: Partition | specs.Spec[Any] | str,
+        template: Partition | specs.Spec[Any] | specs.SpecList | str,
         *,
         name: str,
         max_partitions: int | None = None,
         idle_timeout: Duration = 10.0,
         lease_ttl: Duration = 60.0,
-    ) -> SharedKeyedLimiter:
+    ) -> SharedKeyedLimiter | ChainedPartitionedLimiter:
         """A limit per key (a ``permits.KeyedRateLimiter``) whose keys' state is in the segment:
         at most ``max_partitions`` keys (default: the store's capacity) and a key idle for
-        ``idle_timeout`` seconds makes room for a new one."""
+        ``idle_timeout`` seconds makes room for a new one. Several limits (a ``SpecList``) make a
+        chain of one such limiter each, named ``name#0``, ``name#1``..., which by default share the
+        capacity: room for ``capacity // len(spec_list)`` keys each."""
         self._check_open()
         _check_options(max_partitions, name)
         name = _limiter_name(name)
         partition = _template_of(template)
+        if isinstance(partition.spec, specs.SpecList):
+            # Each limit has its table of keys: by default they share the store's room for keys.
+            bound = max(1, self.capacity // len(partition.spec)) if max_partitions is None else max_partitions
+            options = {"max_partitions": bound, "idle_timeout": idle_timeout, "lease_ttl": lease_ttl}
+            each = [
+                self.partitioned(member, name=member_name(name, i), **options)  # type: ignore[arg-type]
+                for i, member in enumerate(_members(partition))
+            ]
+            return chain(*each, name=name)
         if partition.spec is None:
             raise TypeError(f"a shared per-key limiter keeps state for specs only, not for {partition!r}")
         queue_limit, queue_order, _ = partition._options

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, cast, final
 
@@ -23,6 +24,7 @@ from ._durations import Duration, count, duration_ns, segments
 from .rate_limiter import QueueOrder, RateLimiter
 
 if TYPE_CHECKING:  # engine_limiters.py imports this module; its classes are named in Spec["..."] below
+    from .chain import ChainedLimiter
     from .engine_limiters import (  # noqa: F401
         ConcurrencyLimiter,
         FixedWindowLimiter,
@@ -281,23 +283,111 @@ class Concurrency(Spec["ConcurrencyLimiter"]):
         _set(self, "_key", (limit,))
 
 
-_UNIT_NS = {"second": 1_000_000_000, "minute": 60_000_000_000, "hour": 3_600_000_000_000, "day": 86_400_000_000_000}
-# Units as limits, slowapi, Django REST framework and django-ratelimit users write them; the first
-# letter names the unit ("m" is a minute, as in those libraries).
-_RATE = re.compile(
-    r"\s*([0-9]+)\s*(?:/|per\b)\s*([0-9]+)?\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d)\s*",
-    re.IGNORECASE,
-)
-_UNIT_OF = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+@final
+class SpecList:
+    """Several limits that all hold: ``parse("10/second;1000/day")``, or ``SpecList(spec, spec, ...)``.
+
+    It works wherever a spec does, and what it makes there is a chain (``permits.chain``) of one
+    limiter per spec, in its order: ``limiter()`` a ``ChainedLimiter``, ``PartitionedLimiter.per_key``
+    a chain of per-key limiters, a store's ``limiter(name, ...)`` a chain of its limiters named
+    ``name#0``, ``name#1``... A request is granted only when every limit has room, and a refusal gives
+    back what the limits before it granted. Equal, and hashed alike, when their specs are.
+    """
+
+    __slots__ = ("specs",)
+    specs: tuple[Spec[Any], ...]
+    """The limits, in the order they are asked."""
+
+    def __init__(self, *specs: Spec[Any] | SpecList) -> None:
+        flat: list[Spec[Any]] = []
+        for i, spec in enumerate(specs):
+            if isinstance(spec, SpecList):
+                flat.extend(spec.specs)
+            elif isinstance(spec, Spec):
+                flat.append(spec)
+            else:
+                raise TypeError(f"SpecList() argument {i} must be a permits.specs spec, got {type(spec).__name__}")
+        if not flat:
+            raise ValueError("SpecList() needs at least one spec")
+        _set(self, "specs", tuple(flat))
+
+    def limiter(
+        self,
+        *,
+        queue_limit: int | None = None,
+        queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
+        name: str | None = None,
+        clock: Any = None,
+        **options: object,
+    ) -> ChainedLimiter:
+        """A chain of each spec's limiter, every one made with these options and named ``name``."""
+        from .chain import chain
+
+        members: list[RateLimiter] = [
+            spec.limiter(queue_limit=queue_limit, queue_order=queue_order, name=name, clock=clock, **options)
+            for spec in self.specs
+        ]
+        return chain(*members, name=name)
+
+    def __iter__(self) -> Iterator[Spec[Any]]:
+        return iter(self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __getitem__(self, index: int) -> Spec[Any]:
+        return self.specs[index]
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError("SpecList is immutable: make a new one")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("SpecList is immutable: make a new one")
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"specs": self.specs}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        _set(self, "specs", state["specs"])
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not SpecList:
+            return NotImplemented
+        assert isinstance(other, SpecList)
+        return self.specs == other.specs
+
+    def __hash__(self) -> int:
+        return hash(("SpecList", self.specs))
+
+    def __repr__(self) -> str:
+        return f"SpecList({', '.join(map(repr, self.specs))})"
 
 
-def parse(text: str) -> SlidingLog:
+_DAY_NS = 86_400_000_000_000
+# Units as limits, slowapi, Django REST framework and django-ratelimit users write them: "m" is a
+# minute, as in those libraries; a month is 30 days and a year 12 such months, as limits counts them.
+_UNIT_NS = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1_000_000_000),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60_000_000_000),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3_600_000_000_000),
+    **dict.fromkeys(("d", "day", "days"), _DAY_NS),
+    **dict.fromkeys(("mo", "month", "months"), 30 * _DAY_NS),
+    **dict.fromkeys(("y", "yr", "yrs", "year", "years"), 360 * _DAY_NS),
+}
+_RATE = re.compile(r"\s*([0-9]+)\s*(?:/|per\b)\s*([0-9]+)?\s*([a-z]+)\s*", re.IGNORECASE)
+_SEPARATORS = re.compile(r"[;,|]")
+
+
+def parse(text: str) -> SlidingLog | SpecList:
     """The spec of a rate as people write it: ``"10/second"``, ``"10 per second"``, ``"100/minute"``,
     ``"5/2 seconds"``, ``"1000/day"`` (a count, ``/`` or ``per``, an optional multiplier, and a unit:
-    second, minute, hour or day, singular or plural, any case; or short: ``s``/``sec``, ``m``/``min``,
-    ``h``/``hr``, ``d``, as in ``"100/min"``, ``"10/sec"``, ``"100/hr"``, ``"100/1m"``).
+    second, minute, hour, day, month (30 days) or year (360 days, as ``limits`` counts it), singular
+    or plural, any case; or short: ``s``/``sec``, ``m``/``min``, ``h``/``hr``, ``d``, ``mo``, ``y``,
+    as in ``"5/m"``, ``"100/10m"``, ``"10/sec"``, ``"100/hr"``). Several rates joined by ``;``, ``,``
+    or ``|`` (``"10/second;1000/day"``, as ``limits``, Django REST framework and django-ratelimit
+    users write them) make a ``SpecList``: every rate holds.
 
-    It is a ``SlidingLog`` of the count over the interval: never more than the count in any
+    One rate is a ``SlidingLog`` of the count over the interval: never more than the count in any
     interval of that length (``"10/second"``: at most 10 in any second, wherever the second
     starts), whatever algorithm a server enforcing the same rate uses. That is counted when the
     permits are granted: a server counts arrivals, which the network shifts by a varying delay, so
@@ -310,11 +400,20 @@ def parse(text: str) -> SlidingLog:
     """
     if not isinstance(text, str):
         raise TypeError(f"rate must be a str such as '10/second', got {type(text).__name__}")
-    found = _RATE.fullmatch(text)
-    if found is None:
-        raise ValueError(f"not a rate: {text!r} (write e.g. '10/second', '10 per minute' or '5/2 seconds')")
-    amount, multiplier, unit = found.groups()
-    interval_ns = int(multiplier or 1) * _UNIT_NS[_UNIT_OF[unit[0].lower()]]
+    pieces = _SEPARATORS.split(text)
+    if len(pieces) == 1:
+        return _one_rate(text, text)
+    return SpecList(*(_one_rate(piece, text) for piece in pieces))
+
+
+def _one_rate(piece: str, text: str) -> SlidingLog:
+    found = _RATE.fullmatch(piece)
+    unit_ns = None if found is None else _UNIT_NS.get(found.group(3).lower())
+    if found is None or unit_ns is None:
+        shown = repr(text) if piece == text else f"{piece!r} in {text!r}"
+        raise ValueError(f"not a rate: {shown} (write e.g. '10/second', '10 per minute' or '5/2 seconds')")
+    amount, multiplier, _ = found.groups()
+    interval_ns = int(multiplier or 1) * unit_ns
     try:
         if interval_ns == 0:
             raise ValueError("the interval must be longer than 0")
@@ -330,6 +429,7 @@ __all__ = [
     "SlidingWindow",
     "SlidingWindowCounter",
     "Spec",
+    "SpecList",
     "TokenBucket",
     "parse",
 ]

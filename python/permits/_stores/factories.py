@@ -10,14 +10,20 @@ from .._durations import Duration
 from ..rate_limiter import QueueOrder, RateLimiter
 
 
-def spec_of(spec: object, argument: str = "spec") -> specs.Spec[Any]:
-    """A store limiter's spec: a ``permits.specs`` value, or a rate such as "10/second" parsed."""
+def member_name(name: str, index: int) -> str:
+    """The state's name of a store limiter's ``index``-th limit when it has several (a ``SpecList``)."""
+    return f"{name}#{index}"
+
+
+def spec_of(spec: object, argument: str = "spec") -> specs.Spec[Any] | specs.SpecList:
+    """A store limiter's spec: a ``permits.specs`` value (or several, a ``SpecList``), or a rate
+    such as "10/second" parsed."""
     if isinstance(spec, str):
         try:
             return specs.parse(spec)
         except ValueError as error:
             raise ValueError(f"{argument}: {error}") from None
-    if not isinstance(spec, specs.Spec):
+    if not isinstance(spec, specs.Spec | specs.SpecList):
         raise TypeError(
             f"{argument} must be a permits.specs spec or a rate such as '10/second', got {type(spec).__name__}"
         )
@@ -30,7 +36,7 @@ class StoreFactories:
     def limiter(
         self,
         name: str,
-        spec: specs.Spec[Any] | str,
+        spec: specs.Spec[Any] | specs.SpecList | str,
         *,
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,

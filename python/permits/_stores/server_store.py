@@ -11,13 +11,14 @@ from typing import Any
 from .. import specs
 from .._core import LimiterClosedError
 from .._durations import Duration, duration_ns
+from ..chain import ChainedPartitionedLimiter, chain
 from ..clock import ManualClock, resolve
 from ..engine_limiters import _queue_limit, _queue_order
 from ..errors import BackendError
-from ..partition import Partition, _check_options, _template_of
+from ..partition import Partition, _check_options, _members, _template_of
 from ..partitioned import PartitionedLimiter
 from ..rate_limiter import QueueOrder, RateLimiter
-from .factories import StoreFactories, spec_of
+from .factories import StoreFactories, member_name, spec_of
 from .renewal import Renewal
 from .reserving import ReservingLimiter
 from .rules import rule_of
@@ -70,16 +71,22 @@ class ServerStore(StoreFactories):
     def limiter(
         self,
         name: str,
-        spec: specs.Spec[Any] | str,
+        spec: specs.Spec[Any] | specs.SpecList | str,
         *,
         queue_limit: int | None = None,
         queue_order: QueueOrder = QueueOrder.OLDEST_FIRST,
         lease_ttl: Duration = 60.0,
     ) -> RateLimiter:
-        """The limiter whose state is ``name`` on the server, of ``spec`` (or a rate such as "10/second")."""
+        """The limiter whose state is ``name`` on the server, of ``spec`` (or a rate such as "10/second").
+        Several limits (a ``SpecList``, "10/second;1000/day") make a chain of one limiter each, their
+        states named ``name#0``, ``name#1``..."""
         self._check_open()
         _check_name(name)
         spec = spec_of(spec, "spec")
+        if isinstance(spec, specs.SpecList):
+            options = {"queue_limit": queue_limit, "queue_order": queue_order, "lease_ttl": lease_ttl}
+            members = [self.limiter(member_name(name, i), one, **options) for i, one in enumerate(spec)]  # type: ignore[arg-type]
+            return chain(*members, name=name)
         ql = _queue_limit(queue_limit)
         newest = _queue_order(queue_order)
         ttl = duration_ns(lease_ttl, "lease_ttl")
@@ -99,20 +106,28 @@ class ServerStore(StoreFactories):
 
     def partitioned(
         self,
-        template: Partition | specs.Spec[Any] | str,
+        template: Partition | specs.Spec[Any] | specs.SpecList | str,
         *,
         name: str,
         max_partitions: int | None = None,
         idle_timeout: Duration = 10.0,
         lease_ttl: Duration = 60.0,
-    ) -> PartitionedLimiter:
+    ) -> PartitionedLimiter | ChainedPartitionedLimiter:
         """A limit per key (a ``permits.KeyedRateLimiter``): every key's state is on the server
         (the name, then the key); this process keeps a limiter per key it uses (at most
-        ``max_partitions``) and forgets one idle for ``idle_timeout`` seconds."""
+        ``max_partitions``) and forgets one idle for ``idle_timeout`` seconds. Several limits (a
+        ``SpecList``) make a chain of one such limiter each, named ``name#0``, ``name#1``..."""
         self._check_open()
         _check_options(max_partitions, name)
         _check_name(name)
         partition = _template_of(spec_of(template, "template") if isinstance(template, str) else template)
+        if isinstance(partition.spec, specs.SpecList):
+            options = {"max_partitions": max_partitions, "idle_timeout": idle_timeout, "lease_ttl": lease_ttl}
+            each = [
+                self.partitioned(member, name=member_name(name, i), **options)  # type: ignore[arg-type]
+                for i, member in enumerate(_members(partition))
+            ]
+            return chain(*each, name=name)
         if partition.spec is None:
             raise TypeError(f"a store keeps state for specs only, not for {partition!r}")
         spec = partition.spec

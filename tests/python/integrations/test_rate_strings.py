@@ -101,7 +101,7 @@ async def serving(
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-@pytest.mark.parametrize("rate", ["2/minute", "2/min", permits.specs.FixedWindow(2, 60.0)], ids=str)
+@pytest.mark.parametrize("rate", ["2/minute", "2/min", "5/minute;2/hour", permits.specs.FixedWindow(2, 60.0)], ids=str)
 async def test_a_rate_string_or_a_spec_limits_each_key(
     framework: str, rate: object, serve_asgi: Any, serve_aiohttp: Any
 ) -> None:
@@ -129,6 +129,22 @@ async def test_a_rate_tells_the_client_its_own_interval(framework: str, serve_as
     policies = [r.headers.get("ratelimit-policy") for r in responses]
     assert policies[2] is not None and all(p is None or p.endswith(";q=2;w=60") for p in policies), policies
     assert 1 <= int(responses[2].headers["retry-after"]) <= 60
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_several_rates_tell_the_client_the_one_that_binds(
+    framework: str, serve_asgi: Any, serve_aiohttp: Any
+) -> None:
+    """ "5/minute;2/hour" (issue 42, item 7): every rate holds, and the policy sent is the one with
+    the fewest permits left: the hour's, whose refusal's Retry-After is at most an hour."""
+    async with (
+        serving(framework, "5/minute;2/hour", serve_asgi, serve_aiohttp, key=CLIENT) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        responses = [await client.get("/hello", headers={"x-client": "alice"}) for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    assert responses[2].headers["ratelimit-policy"].endswith(";q=2;w=3600")
+    assert 60 < int(responses[2].headers["retry-after"]) <= 3600
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

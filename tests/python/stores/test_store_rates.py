@@ -57,3 +57,28 @@ def test_a_rate_keeps_its_promise_on_a_server(shared_server: Server, keyed: bool
         clock.advance(rng.choice([0.0, 0.001, 0.02, 0.05, 0.3, 1.0]))
     assert len(granted) > 100
     assert most_in_any_interval(granted, SECOND) <= 10
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["named", "per_key"])
+def test_several_rates_make_a_chain_on_a_server(shared_server: Server, keyed: bool) -> None:
+    """ "2/second;3/minute" (issue 42, item 7): a chain of one store limiter per rate, their states
+    named ``name#0`` and ``name#1``, shared by every process (two stores here)."""
+    clock = permits.ManualClock(1000.0)
+    one, other = shared_server.store(clock=clock), shared_server.store(clock=clock)
+    name = fresh_name("rates")
+    if keyed:
+        keyed_one, keyed_other = (s.partitioned("2/second;3/minute", name=name) for s in (one, other))
+        assert [member.name for member in keyed_one.limiters] == [f"{name}#0", f"{name}#1"]  # type: ignore[union-attr]
+
+        def first(n: int = 1) -> permits.Lease:
+            return keyed_one.acquire("k", n)
+
+        def second(n: int = 1) -> permits.Lease:
+            return keyed_other.acquire("k", n)
+    else:
+        first, second = one.limiter(name, "2/second;3/minute").acquire, other.limiter(name, "2/second;3/minute").acquire
+    assert first() and second() and not first()
+    clock.advance(1.0 + 1e-9)
+    assert second() and not first()  # the minute's 3
+    if not keyed:
+        assert one.limiter(f"{name}#1", "3/minute").available_permits() == 0  # the member is that state
