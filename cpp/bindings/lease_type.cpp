@@ -1,5 +1,7 @@
 #include "lease_type.hpp"
 
+#include "lease_object.hpp"
+
 #include <string>
 
 #include "free_threading.hpp"
@@ -19,38 +21,12 @@
 #include <structmember.h>
 
 namespace permits::py_lease {
-namespace {
+namespace detail {
 
 using bind::claim;
 using bind::kFreeThreaded;
 using bind::load_shared;
 using bind::store_shared;
-
-struct LeaseObject {
-    PyObject_HEAD bool acquired;
-    bool released;
-    bool must_release; // a concurrency lease: its permits come back only on release
-    std::int64_t permit_count;
-    double retry_after;   // < 0: none
-    PyObject* reason;     // str or nullptr
-    PyObject* limiter;    // a failed engine lease: the refusing limiter's name (a str), or nullptr
-    PyObject* extra;      // dict of further metadata or nullptr
-    PyObject* on_release; // callable or nullptr (leases of custom limiters)
-    PyObject* on_refund;  // callable or nullptr: called instead of on_release by a refund
-    bool releases;        // its permits come back on release (concurrency); else only on a refund
-    // A plain concurrency lease owns its limiter: every release must reach it.
-    std::shared_ptr<Limiter> owner;
-    // Any other lease names its limiter or per-key table in the registry (lease_targets.hpp).
-    std::uint64_t target;
-    // A per-key lease's key (a str, bytes, int or tuple of them: no reference cycle is possible,
-    // so the lease stays untracked by the GC).
-    PyObject* key;
-    std::int64_t tag;
-    // Lost: the shared state forgot the lease and the limit did not allow it back (latched once
-    // seen). `lost_check`: a custom or wrapping lease's callable that says so (Lease.granted(lost=)).
-    bool lost;
-    PyObject* lost_check;
-};
 
 PyTypeObject LeaseType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 // Made when the type is registered (never lazily: two threads without the GIL would both make one).
@@ -101,6 +77,8 @@ LeaseObject* alloc_lease() {
     self->extra = nullptr;
     self->on_release = nullptr;
     self->on_refund = nullptr;
+    self->on_settle = nullptr;
+    self->settling = false;
     self->releases = false;
     new (&self->owner) std::shared_ptr<Limiter>();
     self->target = 0;
@@ -141,20 +119,19 @@ bool attach_metadata(LeaseObject* self, PyObject* metadata) {
     return true;
 }
 
-// The permits go back where they came from: the limiter, or the key's record.
-void give_back_permits(LeaseObject* self) {
+void give_back_permits(LeaseObject* self, std::int64_t n, bool ends) {
     if (self->owner) {
 #if defined(__linux__)
         if (self->owner->shares_state()) {
             if (auto* shared = dynamic_cast<shm::SharedLimiter*>(self->owner.get())) {
-                if (shared->give_back_lease(self->permit_count, self->tag)) {
+                if (ends ? shared->give_back_lease(n, self->tag) : shared->give_back_part(n, self->tag)) {
                     store_shared(self->lost, true); // nothing was given back
                 }
                 return;
             }
         }
 #endif
-        self->owner->give_back(self->permit_count, self->tag);
+        self->owner->give_back(n, self->tag);
         return;
     }
     if (self->target == 0) {
@@ -165,7 +142,7 @@ void give_back_permits(LeaseObject* self) {
     if (t.shm_keyed) {
         bind::KeyBuffer key;
         if (bind::encode_key(self->key, key)) { // it was encoded once already: it cannot fail
-            t.shm_keyed->give_back(key.view(), self->permit_count, self->tag);
+            t.shm_keyed->give_back(key.view(), n, self->tag);
         } else {
             PyErr_Clear();
         }
@@ -173,11 +150,11 @@ void give_back_permits(LeaseObject* self) {
     }
 #endif
     if (t.limiter) {
-        t.limiter->give_back(self->permit_count, self->tag);
+        t.limiter->give_back(n, self->tag);
     } else if (t.per_key) {
         bind::KeyBuffer key;
         if (bind::encode_key(self->key, key)) { // it was encoded once already: it cannot fail
-            t.per_key->give_back(key.view(), self->permit_count, self->tag);
+            t.per_key->give_back(key.view(), n, self->tag);
         } else {
             PyErr_Clear();
         }
@@ -260,6 +237,7 @@ int run_callback(LeaseObject* self, bool refund) {
     Py_XINCREF(cb);
     Py_CLEAR(self->on_release);
     Py_CLEAR(self->on_refund);
+    Py_CLEAR(self->on_settle);
     if (cb == nullptr) {
         return 0;
     }
@@ -287,10 +265,12 @@ int do_release(LeaseObject* self, bool refund) {
         return 0;
     }
     if (refund || self->releases) {
-        give_back_permits(self);
+        wait_for_settle(self);
+        give_back_permits(self, load_shared(self->permit_count), true);
     }
     if (self->on_release == nullptr && self->on_refund == nullptr) {
-        return 0; // an engine lease
+        Py_CLEAR(self->on_settle); // (a custom lease with on_settle alone)
+        return 0;                  // an engine lease
     }
     return run_callback(self, refund);
 }
@@ -299,6 +279,7 @@ int lease_traverse(LeaseObject* self, visitproc visit, void* arg) {
     Py_VISIT(self->extra);
     Py_VISIT(self->on_release);
     Py_VISIT(self->on_refund);
+    Py_VISIT(self->on_settle);
     Py_VISIT(self->lost_check);
     return 0;
 }
@@ -309,56 +290,9 @@ int lease_clear(LeaseObject* self) {
     Py_CLEAR(self->extra);
     Py_CLEAR(self->on_release);
     Py_CLEAR(self->on_refund);
+    Py_CLEAR(self->on_settle);
     Py_CLEAR(self->lost_check);
     return 0;
-}
-
-// logging.getLogger("permits"), looked up on the first forgotten lease (by one thread or, without
-// the GIL, possibly two: the one stored first is kept).
-std::atomic<PyObject*> permits_logger{nullptr};
-
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing() != 0;
-#else
-    return _Py_IsFinalizing() != 0;
-#endif
-}
-
-// The forgotten lease logged as a warning on the logger "permits": Python ignores a
-// ResourceWarning by default, a service's logs are read. Not at interpreter exit, when logging
-// may be torn down already. An error of logging's own is reported as unraisable (a dealloc
-// cannot raise).
-void log_forgotten(std::int64_t permit_count) {
-    if (interpreter_finalizing()) {
-        return;
-    }
-    PyObject* logger = permits_logger.load(std::memory_order_acquire);
-    if (logger == nullptr) {
-        PyObject* logging = PyImport_ImportModule("logging");
-        if (logging != nullptr) {
-            logger = PyObject_CallMethod(logging, "getLogger", "s", "permits");
-            Py_DECREF(logging);
-        }
-        if (logger == nullptr) {
-            PyErr_WriteUnraisable(nullptr);
-            return;
-        }
-        PyObject* expected = nullptr;
-        if (!permits_logger.compare_exchange_strong(expected, logger, std::memory_order_acq_rel)) {
-            Py_DECREF(logger); // (the same object: logging keeps one logger per name)
-            logger = expected;
-        }
-    }
-    PyObject* logged = PyObject_CallMethod(logger, "warning", "sL",
-                                           "a concurrency lease of %d permit(s) was garbage-collected without "
-                                           "release(); its permits were released",
-                                           static_cast<long long>(permit_count));
-    if (logged == nullptr) {
-        PyErr_WriteUnraisable(nullptr);
-        return;
-    }
-    Py_DECREF(logged);
 }
 
 // An unreleased concurrency lease gives its permits back when it dies, with a ResourceWarning
@@ -371,7 +305,7 @@ void release_forgotten(LeaseObject* self) {
     bind::RaisedError kept = bind::RaisedError::take();
     const bool closed = owner_closed(self);
     self->released = true;
-    give_back_permits(self);
+    give_back_permits(self, self->permit_count, true);
     if (!closed) {
         if (PyErr_WarnEx(PyExc_ResourceWarning,
                          "a concurrency lease was garbage-collected without release(); "
@@ -394,7 +328,7 @@ void lease_dealloc(LeaseObject* self) {
     }
     // Metadata and callbacks: a custom limiter's lease (the engine's have none; a call spared).
     if (self->extra != nullptr || self->on_release != nullptr || self->on_refund != nullptr ||
-        self->lost_check != nullptr) {
+        self->on_settle != nullptr || self->lost_check != nullptr) {
         lease_clear(self);
     }
     self->owner.~shared_ptr<Limiter>();
@@ -464,7 +398,7 @@ PyObject* lease_acquired(LeaseObject* self, void*) {
     return PyBool_FromLong(self->acquired);
 }
 PyObject* lease_permit_count(LeaseObject* self, void*) {
-    return PyLong_FromLongLong(self->permit_count);
+    return PyLong_FromLongLong(load_shared(self->permit_count));
 }
 
 PyObject* lease_metadata(LeaseObject* self, void*) {
@@ -512,143 +446,15 @@ PyObject* lease_repr(LeaseObject* self) {
     return r;
 }
 
-// Lease.granted(permit_count=1, *, on_release=None, on_refund=None, metadata=None, lost=None)
-PyObject* lease_granted(PyObject*, PyObject* args, PyObject* kwargs) {
-    static const char* kw[] = {"permit_count", "on_release", "on_refund", "metadata", "lost", nullptr};
-    PyObject* count = nullptr;
-    PyObject* on_release = Py_None;
-    PyObject* on_refund = Py_None;
-    PyObject* metadata = Py_None;
-    PyObject* lost = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOOO:granted", const_cast<char**>(kw), &count, &on_release,
-                                     &on_refund, &metadata, &lost)) {
-        return nullptr;
-    }
-    long long n = 1;
-    if (count != nullptr) {
-        if (!PyLong_Check(count) || PyBool_Check(count)) {
-            PyErr_Format(PyExc_TypeError, "permit_count must be an int, got %.100s", Py_TYPE(count)->tp_name);
-            return nullptr;
-        }
-        int overflow = 0;
-        n = PyLong_AsLongLongAndOverflow(count, &overflow);
-        if (overflow != 0 || n < 0) {
-            PyErr_SetString(PyExc_ValueError, "permit_count must be a non-negative int within 64 bits");
-            return nullptr;
-        }
-    }
-    if (on_release != Py_None && !PyCallable_Check(on_release)) {
-        PyErr_SetString(PyExc_TypeError, "on_release must be callable or None");
-        return nullptr;
-    }
-    if (on_refund != Py_None && !PyCallable_Check(on_refund)) {
-        PyErr_SetString(PyExc_TypeError, "on_refund must be callable or None");
-        return nullptr;
-    }
-    if (lost != Py_None && !PyCallable_Check(lost)) {
-        PyErr_SetString(PyExc_TypeError, "lost must be callable or None");
-        return nullptr;
-    }
-    if (!check_metadata(metadata)) {
-        return nullptr;
-    }
-    LeaseObject* self = alloc_lease();
-    if (self == nullptr) {
-        return nullptr;
-    }
-    self->acquired = true;
-    if (lost != Py_None) {
-        self->lost_check = Py_NewRef(lost);
-        track(self);
-    }
-    self->permit_count = n;
-    if (on_release != Py_None) {
-        Py_INCREF(on_release);
-        self->on_release = on_release;
-        track(self);
-    }
-    if (on_refund != Py_None) {
-        Py_INCREF(on_refund);
-        self->on_refund = on_refund;
-        track(self);
-    }
-    if (!attach_metadata(self, metadata)) {
-        Py_DECREF(self);
-        return nullptr;
-    }
-    return reinterpret_cast<PyObject*>(self);
-}
-
-// Lease.denied(reason="limit_reached", *, retry_after=None, metadata=None)
-PyObject* lease_denied(PyObject*, PyObject* args, PyObject* kwargs) {
-    static const char* kw[] = {"reason", "retry_after", "metadata", nullptr};
-    PyObject* reason = nullptr;
-    PyObject* retry = Py_None;
-    PyObject* metadata = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OO:denied", const_cast<char**>(kw), &reason, &retry,
-                                     &metadata)) {
-        return nullptr;
-    }
-    if (reason != nullptr && reason != Py_None && !PyUnicode_Check(reason)) {
-        PyErr_SetString(PyExc_TypeError, "reason must be a str");
-        return nullptr;
-    }
-    double retry_after = -1.0;
-    if (retry != Py_None) {
-        if (PyBool_Check(retry) || !(PyFloat_Check(retry) || PyLong_Check(retry))) {
-            PyErr_SetString(PyExc_TypeError, "retry_after must be a number of seconds or None");
-            return nullptr;
-        }
-        // The value itself, not an overridable __float__ of an int subclass.
-        retry_after = PyLong_Check(retry) ? PyLong_AsDouble(retry) : PyFloat_AS_DOUBLE(retry);
-        if (retry_after == -1.0 && PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "retry_after is too large");
-            return nullptr;
-        }
-        if (!std::isfinite(retry_after) || retry_after < 0) {
-            PyErr_SetString(PyExc_ValueError, "retry_after must be a finite, non-negative number of seconds");
-            return nullptr;
-        }
-        retry_after = std::fabs(retry_after); // -0.0 passes the check above: it is 0.0
-    }
-    if (!check_metadata(metadata)) {
-        return nullptr;
-    }
-    LeaseObject* self = alloc_lease();
-    if (self == nullptr) {
-        return nullptr;
-    }
-    self->retry_after = retry_after;
-    if (reason == nullptr || reason == Py_None) {
-        self->reason = reason_string(Reason::LimitReached);
-    } else {
-        Py_INCREF(reason);
-        self->reason = reason;
-    }
-    if (!attach_metadata(self, metadata)) {
-        Py_DECREF(self);
-        return nullptr;
-    }
-    return reinterpret_cast<PyObject*>(self);
-}
-
-// Used by RateLimiter for custom limiters: a denied lease reports the requested count.
-PyObject* lease_with_permit_count(LeaseObject* self, PyObject* arg) {
-    const long long n = PyLong_AsLongLong(arg);
-    if (n == -1 && PyErr_Occurred()) {
-        return nullptr;
-    }
-    if (!self->acquired) {
-        self->permit_count = n;
-    }
-    Py_INCREF(self);
-    return reinterpret_cast<PyObject*>(self);
-}
-
 PyMethodDef lease_methods[] = {
     {"release", reinterpret_cast<PyCFunction>(lease_release), METH_NOARGS,
      "release($self, /)\n--\n\nReturns the lease's permits (concurrency limiters); idempotent. A no-op on "
      "time-based limiters."},
+    {"settle", reinterpret_cast<PyCFunction>(lease_settle), METH_O,
+     "settle($self, permit_count, /)\n--\n\nKeeps only permit_count of the lease's permits (what the work used) and "
+     "gives the rest back: a concurrency lease's now, a time-based lease's as a refund (never letting the limiter "
+     "grant more in any interval than had they never been taken). permit_count is from 0 to the lease's; "
+     "settle again to give back more. ValueError on a failed or released lease."},
     {"_refund", reinterpret_cast<PyCFunction>(lease_refund), METH_NOARGS,
      "_refund($self, /)\n--\n\nReturns the permits to the limiter as if never taken (refund); idempotent "
      "with release()."},
@@ -662,10 +468,12 @@ PyMethodDef lease_methods[] = {
      "__exit__($self, exc_type, exc, tb, /)\n--\n\nReleases the lease."},
     {"granted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_granted)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "granted($type, /, permit_count=1, *, on_release=None, on_refund=None, metadata=None, lost=None)\n--\n\n"
+     "granted($type, /, permit_count=1, *, on_release=None, on_refund=None, metadata=None, lost=None, "
+     "on_settle=None)\n--\n\n"
      "A successful lease: on_release() runs on its first release(), on_refund() (default: on_release) when a chain "
      "gives it back unused; lost() (asked when its metadata is read, and before its release) returns True once the "
-     "shared state forgot it: metadata['lost'] is True from then on."},
+     "shared state forgot it: metadata['lost'] is True from then on. on_settle(permit_count) gives back what "
+     "lease.settle(permit_count) leaves (without it, settle() gives nothing back: the permits stay counted)."},
     {"denied", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lease_denied)),
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "denied($type, /, reason='limit_reached', *, retry_after=None, metadata=None)\n--\n\nA failed lease."},
@@ -673,7 +481,8 @@ PyMethodDef lease_methods[] = {
 
 PyGetSetDef lease_getset[] = {
     {"acquired", reinterpret_cast<getter>(lease_acquired), nullptr, "True when the permits were granted.", nullptr},
-    {"permit_count", reinterpret_cast<getter>(lease_permit_count), nullptr, "Permits requested.", nullptr},
+    {"permit_count", reinterpret_cast<getter>(lease_permit_count), nullptr,
+     "Permits requested (of a granted lease: held, after settle()).", nullptr},
     {"retry_after", reinterpret_cast<getter>(lease_retry_after), nullptr,
      "Seconds until the request could succeed, when known.", nullptr},
     {"reason", reinterpret_cast<getter>(lease_reason), nullptr, "Why the lease failed; None on success.", nullptr},
@@ -685,7 +494,9 @@ PyGetSetDef lease_getset[] = {
 
 PyNumberMethods lease_as_number = {};
 
-} // namespace
+} // namespace detail
+
+using namespace detail;
 
 bool register_type(PyObject* m) {
     for (std::size_t i = 1; i < std::size(reason_strings); ++i) {

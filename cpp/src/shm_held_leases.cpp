@@ -123,7 +123,18 @@ bool SharedLimiter::give_back_lease(std::int64_t n, std::int64_t tag) {
     return was_lost;
 }
 
-bool SharedLimiter::give_back_tracked(std::int64_t n, std::int64_t tag, Nanos now) {
+bool SharedLimiter::give_back_part(std::int64_t n, std::int64_t tag) {
+    if (n <= 0) {
+        return false;
+    }
+    const bool was_lost = give_back_tracked(n, tag, state_now(), false);
+    if (!closed()) {
+        recheck();
+    }
+    return was_lost;
+}
+
+bool SharedLimiter::give_back_tracked(std::int64_t n, std::int64_t tag, Nanos now, bool ends) {
     if (!releases_permits()) {
         give_back_held(n, tag, now);
         return false;
@@ -137,7 +148,7 @@ bool SharedLimiter::give_back_tracked(std::int64_t n, std::int64_t tag, Nanos no
     const bool held = keep_locked(*g);
     const std::int64_t to = g->now;
     g->permits -= n;
-    if (--g->leases <= 0 || g->permits <= 0) {
+    if ((ends && --g->leases <= 0) || g->permits <= 0) {
         *g = Group{};
     }
     if (held) {

@@ -20,7 +20,8 @@ class Lease:
         """True when the permits were granted; ``bool(lease)`` is the same."""
     @property
     def permit_count(self) -> int:
-        """The permits requested: held, when acquired; a failed lease carries the count asked for."""
+        """The permits requested: held, when acquired (what ``settle()`` kept, once settled); a failed
+        lease carries the count asked for."""
     @property
     def retry_after(self) -> float | None:
         """Seconds until the same request would be granted if nothing else arrived, or None.
@@ -63,6 +64,16 @@ class Lease:
         A granted concurrency lease garbage-collected without ``release()`` gives its permits back, with a
         ``ResourceWarning`` and a warning on the ``"permits"`` logger.
         """
+    def settle(self, permit_count: int, /) -> None:
+        """Keeps only ``permit_count`` of the lease's permits (what the work used) and gives the rest
+        back: a concurrency lease's now, a time-based lease's as a refund that never lets the limiter
+        grant more, in any interval, than had they never been taken (a window that has moved on
+        takes nothing back; a token bucket takes back only what it could not have refilled since).
+        ``permit_count`` is from 0 to the lease's ``permit_count``, which becomes it; settle again to
+        give back more. Raises ``TypeError`` for a count that is not an int, ``ValueError`` for one out
+        of that range or a failed or released lease (settle before ``release()``, inside ``with``).
+        A lease made by ``Lease.granted`` gives back by its ``on_settle``; without one, nothing.
+        """
     def _refund(self) -> None: ...
     def _with_permit_count(self, permit_count: int, /) -> Lease: ...
     def _is_lost(self) -> bool: ...
@@ -81,6 +92,7 @@ class Lease:
         on_refund: Callable[[], object] | None = None,
         metadata: Mapping[str, object] | None = None,
         lost: Callable[[], object] | None = None,
+        on_settle: Callable[[int], object] | None = None,
     ) -> Lease:
         """A granted lease of ``permit_count`` permits, for a custom limiter to return.
 
@@ -89,7 +101,10 @@ class Lease:
         refused, a cancelled ``acquire_async``), and defaults to ``on_release``. ``metadata`` (copied)
         shows in ``lease.metadata``. ``lost()`` is asked when the metadata is read and before the
         release: once it returns true, the shared state behind the lease forgot it and
-        ``metadata["lost"]`` is True from then on. Raises ``TypeError`` for a count that is not an int,
+        ``metadata["lost"]`` is True from then on. ``on_settle(permit_count)`` runs on
+        ``lease.settle(permit_count)`` and gives back what the lease no longer keeps (an exception
+        propagates, and the lease keeps its count); without it, ``settle()`` only lowers the count.
+        Raises ``TypeError`` for a count that is not an int,
         a callback that is not callable or metadata that is not a mapping; ``ValueError`` for a
         negative count.
         """

@@ -78,8 +78,16 @@ def _combine(leases: Sequence[Lease], permit_count: int) -> Lease:
     def lost() -> bool:  # live: an inner lease the shared state forgot makes the chain's lost
         return any(lease._is_lost() for lease in leases)
 
+    def settle_all(keep: int) -> None:  # every member took the chain's count: each keeps `keep`
+        _raise_with(_each(leases, lambda lease: lease.settle(keep)), None)
+
     return Lease.granted(
-        permit_count, on_release=release_all, on_refund=refund_all, metadata=metadata or None, lost=lost
+        permit_count,
+        on_release=release_all,
+        on_refund=refund_all,
+        metadata=metadata or None,
+        lost=lost,
+        on_settle=settle_all,
     )
 
 

@@ -8,6 +8,7 @@ while another thread logs one. They run on every build (with the GIL they are th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -55,6 +56,35 @@ def test_a_lease_released_by_many_threads_at_once_gives_back_once():
         assert lim.available_permits() == limit
     held = [lim.acquire() for _ in range(limit + 1)]
     assert [bool(lease) for lease in held] == [True] * limit + [False]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["limiter", "per_key"])
+def test_leases_settled_and_released_at_once_give_back_exactly_what_they_took(keyed):
+    """settle() on some threads while others release the same leases: a release gives back what
+    the lease holds when it lands, a settle only what it no longer keeps, never both the same permit."""
+    limit, rounds = 40, 200
+    if keyed:
+        keyed_limiter = PartitionedLimiter.per_key(permits.specs.Concurrency(limit))
+        take = lambda n: keyed_limiter.acquire("k", n)  # noqa: E731
+        available = lambda: keyed_limiter.available_permits("k")  # noqa: E731
+    else:
+        lim = permits.ConcurrencyLimiter(limit)
+        take, available = lim.acquire, lim.available_permits
+    for _ in range(rounds):
+        leases = [take(10) for _ in range(limit // 10)]
+        assert all(leases)
+
+        def work(i, leases=leases):
+            for lease in leases:
+                if i % 2:
+                    lease.release()
+                else:
+                    # each settling thread keeps fewer; ValueError: released first, or settled lower
+                    with contextlib.suppress(ValueError):
+                        lease.settle(10 - 1 - i)
+
+        together(work, n=4)
+        assert available() == limit
 
 
 def test_threads_on_one_concurrency_limiter_never_hold_more_than_its_limit():

@@ -1,4 +1,5 @@
-"""Property tests: refunds at any later time never let a limiter grant more than its algorithm allows.
+"""Property tests: refunds and settles at any later time never let a limiter grant more than its
+algorithm allows.
 
 A refund (a chain giving back an earlier member's grant, a cancelled ``acquire_async``) may come
 long after the grant: a slow member of a chain answers after seconds, a queued wait in it is
@@ -7,9 +8,10 @@ than it could have had the refunded grant never happened.
 
 Hypothesis draws a limiter of every kind (plain, or per key through ``PartitionedLimiter.per_key``
 with a few keys) on a ManualClock and a random sequence of operations: acquire(n), refunding a
-held grant (``Lease._refund()``, what a chain calls), releasing one, advancing the clock. Every
-grant is recorded with its time and key; after the run, the grants never refunded are checked
-against what the algorithm allows, for every interval:
+held grant (``Lease._refund()``, what a chain calls), settling one to fewer permits
+(``lease.settle(k)``: as if it had taken only k), releasing one, advancing the clock. Every grant
+is recorded with its time and key; after the run, the grants never refunded are checked, each
+with the count it kept, against what the algorithm allows, for every interval:
 
 * token bucket: in any interval [a, b], at most ``token_limit`` plus ``tokens_per_period`` for
   every refill in (a, b];
@@ -17,7 +19,8 @@ against what the algorithm allows, for every interval:
 * sliding window: at most ``permit_limit`` in any ``segments_per_window`` consecutive segments;
 * sliding window counter: at every grant, previous * (W - e) + current * W <= permit_limit * W
   (counts of the grants kept, e the time into the current window);
-* concurrency: never more than ``permit_limit`` held at once.
+* concurrency: never more than ``permit_limit`` held at once (a settled lease holds its first
+  count until it is settled, then what it kept).
 """
 
 from __future__ import annotations
@@ -49,6 +52,15 @@ class Grant:
     lease: permits.Lease
     ended: int | None = None  # when it was released (concurrency) or refunded
     refunded: bool = False
+    settled: list[tuple[int, int]] = field(default_factory=list)  # (when, the count kept from then)
+    first: int = 0  # the count granted
+
+    def __post_init__(self) -> None:
+        self.first = self.n
+
+    def held_at(self, t: int) -> int:
+        """What the lease held at time t (its count, or what a settle before then kept)."""
+        return next((n for at, n in reversed(self.settled) if at <= t), self.first)
 
 
 @dataclass
@@ -71,6 +83,7 @@ def scenarios(draw: st.DrawFn, kind: str) -> Scenario:
         st.tuples(st.just("refund"), slots),
         st.tuples(st.just("refund"), slots),
         st.tuples(st.just("release"), slots),
+        st.tuples(st.just("settle"), slots, st.integers(0, config.limit)),
         st.tuples(st.just("advance"), durations(config)),
         st.tuples(st.just("advance"), durations(config)),
     )
@@ -96,6 +109,14 @@ def run(scenario: Scenario) -> tuple[list[Grant], dict[Hashable, int]]:
             lease = limiter.acquire(key, op[1]) if scenario.keyed else limiter.acquire(op[1])
             if lease:
                 grants.append(Grant(key, clock.now_ns(), op[1], lease))
+        elif op[0] == "settle":
+            held = [g for g in grants if g.ended is None]
+            if held:
+                g = held[op[1] % len(held)]
+                keep = op[2] % (g.n + 1)
+                g.lease.settle(keep)
+                g.n = keep
+                g.settled.append((clock.now_ns(), keep))
         elif op[0] in ("refund", "release"):
             held = [g for g in grants if g.ended is None]
             if held:
@@ -118,7 +139,7 @@ def check(config: Config, grants: list[Grant], anchor: int) -> None:
     limit, period = config.limit, config.period_ns
     if config.kind == "concurrency":
         for g in kept:
-            held = sum(h.n for h in grants if h.at <= g.at and (h.ended is None or h.ended > g.at))
+            held = sum(h.held_at(g.at) for h in grants if h.at <= g.at and (h.ended is None or h.ended > g.at))
             assert held <= limit, (g.at, held)
         return
     if config.kind == "token_bucket":

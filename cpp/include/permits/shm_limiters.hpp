@@ -61,6 +61,8 @@ public:
     std::int64_t lost_leases() const noexcept { return lost_leases_.load(); }
     /// A lease's release (Limiter::give_back); true when the lease was lost: nothing was given back.
     bool give_back_lease(std::int64_t n, std::int64_t tag);
+    /// n of a lease's permits given back while the lease goes on (its settle); true when lost.
+    bool give_back_part(std::int64_t n, std::int64_t tag);
 
 protected:
     /// Has `store`'s watcher serve this limiter and renew the process's heartbeat every
@@ -93,8 +95,9 @@ private:
     static constexpr std::size_t kGroups = 32; // holdings with leases at once: one, but for take-backs
     class Guard;
     Group* find_locked(std::int64_t origin) noexcept;
-    /// give_back_at's work; true when the lease was lost.
-    bool give_back_tracked(std::int64_t n, std::int64_t tag, Nanos now);
+    /// give_back_at's work (`ends`: the lease's last permits; else a part, the lease goes on); true
+    /// when the lease was lost.
+    bool give_back_tracked(std::int64_t n, std::int64_t tag, Nanos now, bool ends = true);
     /// Under the guard: whether the group's permits are (still, or again) held; false: lost.
     bool keep_locked(Group& g);
 

@@ -378,13 +378,19 @@ SELECT sig FROM s
 """
 )
 
-# Concurrency: a refund is the lease's release.
+# Concurrency: a refund of all the lease's permits is its release; of fewer (a settle), the lease
+# goes on holding the rest.
 CC_REFUND: LiteralString = (
     _WITH_STATE
     + """,
 u AS (
     DELETE FROM {table} t
-    WHERE t.key = %(key)s AND t.lease = %(lease)s AND NOT EXISTS (SELECT 1 FROM s WHERE s.sig <> %(sig)s))
+    WHERE t.key = %(key)s AND t.lease = %(lease)s AND t.b <= %(n)s
+      AND NOT EXISTS (SELECT 1 FROM s WHERE s.sig <> %(sig)s)),
+p AS (
+    UPDATE {table} t SET b = t.b - %(n)s
+    WHERE t.key = %(key)s AND t.lease = %(lease)s AND t.b > %(n)s
+      AND NOT EXISTS (SELECT 1 FROM s WHERE s.sig <> %(sig)s))
 SELECT sig FROM s
 """
 )

@@ -409,7 +409,7 @@ _TAKE = "local function take(n)" + _TAKE_BODY + "end\n"
 #: next refill's for the token bucket; "0" when refused).
 #:
 #: refund: undoes a grant: ARGV[9] = n, ARGV[10] = the grant's stamp, ARGV[11] = the lease id
-#: (concurrency). Answers {1}.
+#: (concurrency: n below the lease's count gives back that many, and the lease goes on). Answers {1}.
 #:
 #: renew (concurrency): ARGV[9..] = lease ids, whose expiry becomes now + lease_ttl (those still
 #: recorded). Answers {1, the ids not recorded (forgotten: expired, flushed, lost with a restart)...}.
@@ -509,14 +509,21 @@ elseif KIND == 'sliding_log' then
     end
   end
 
-else -- concurrency: the lease's release
+else -- concurrency: the lease's release, or n of its permits (a settle: the lease goes on)
   local held = cc_drop_expired(tonumber(F[4]), true)
   local id = ARGV[11]
   local v = id and redis.call('HGET', H, 'l' .. id)
   if v then
-    held = held - tonumber(string.match(v, '^(%d+):'))
-    redis.call('HDEL', H, 'l' .. id)
-    redis.call('ZREM', X, id)
+    local count, rest = string.match(v, '^(%d+)(:%d+)$')
+    count = tonumber(count)
+    local n = math.min(count, tonumber(ARGV[9]))
+    held = held - n
+    if n < count then
+      redis.call('HSET', H, 'l' .. id, (count - n) .. rest)
+    else
+      redis.call('HDEL', H, 'l' .. id)
+      redis.call('ZREM', X, id)
+    end
   end
   cc_save(held)
 end

@@ -36,7 +36,7 @@ from .._core import Lease
 from ..errors import BackendError
 from .batch import Batch, Batching
 from .returns import IDLE_NS
-from .store_limiter import StoreLimiter
+from .store_limiter import Grant, StoreLimiter
 
 _limiters: weakref.WeakSet[ReservingLimiter] = weakref.WeakSet()
 
@@ -106,7 +106,8 @@ class ReservingLimiter(StoreLimiter):
         self._idle_since = now
         if not n:
             return Lease.granted(0)
-        return Lease.granted(n, on_refund=lambda: self._refunded(n, stamp, until))
+        grant = Grant(n, lambda back: self._refunded(back, stamp, until))
+        return Lease.granted(n, on_refund=grant.refund, on_settle=grant.settle)
 
     def _keep(self, count: int, stamp: int, until: int) -> None:
         """Permits of ``stamp`` valid until ``until`` join the stock (a batch's rest, a refund);

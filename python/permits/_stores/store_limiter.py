@@ -18,10 +18,11 @@ import logging
 import math
 import os
 import secrets
+import threading
 import time
 import warnings
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .. import _lost_leases, _pausing, _polling
@@ -87,6 +88,29 @@ def lease_id() -> str:
     return f"{_token}:{next(_ids)}"
 
 
+class Grant:
+    """A time-based grant's count and its way back (``back(n)``): a refund gives back what the
+    lease holds then, after any ``settle`` gave back a part (never the first count twice)."""
+
+    __slots__ = ("back", "lock", "n")
+
+    def __init__(self, n: int, back: Callable[[int], None]) -> None:
+        self.n, self.back = n, back
+        self.lock = threading.Lock()
+
+    def refund(self) -> None:
+        with self.lock:
+            n, self.n = self.n, 0
+        if n:
+            self.back(n)
+
+    def settle(self, keep: int) -> None:
+        with self.lock:
+            n, self.n = self.n - keep, keep
+        if n > 0:
+            self.back(n)
+
+
 class _Held:
     """A concurrency lease's hold on the server, owned by the lease's callbacks: a lease dropped
     without release() drops it too, and its permits are given back (by the renewal thread: no
@@ -113,6 +137,15 @@ class _Held:
                 self.limiter._lost.discard(self.lid)
                 return
             self.limiter._give_back(self.n, 0, self.lid)
+
+    def settle(self, keep: int) -> None:
+        """``lease.settle(keep)``: the server takes back what the lease no longer holds."""
+        n, self.n = self.n - keep, keep
+        if self.done or n <= 0 or os.getpid() != self.pid:
+            return
+        if self.lid in self.limiter._lost:
+            return  # the server has nothing of it
+        self.limiter._give_back_part(n, self.lid, keep)
 
     def is_lost(self) -> bool:
         return self.lid in self.limiter._lost
@@ -260,12 +293,15 @@ class StoreLimiter(RateLimiter):
             return Lease.granted(0)
         if lid is None:
             stamp = out.stamp
-            return Lease.granted(n, on_refund=lambda: self._give_back(n, stamp, None))
+            grant = Grant(n, lambda back: self._give_back(back, stamp, None))
+            return Lease.granted(n, on_refund=grant.refund, on_settle=grant.settle)
         self.held_here()[lid] = n
         self._idle_since = None
         self.store._renewal.watch(self)
         held = _Held(self, lid, n)
-        return Lease.granted(n, on_release=held.release, on_refund=held.release, lost=held.is_lost)
+        return Lease.granted(
+            n, on_release=held.release, on_refund=held.release, lost=held.is_lost, on_settle=held.settle
+        )
 
     def _failed(self, error: BackendError, n: int) -> Lease:
         if self._on_error != "raise" and not self._degraded:
@@ -391,6 +427,15 @@ class StoreLimiter(RateLimiter):
             if not self.held and not len(self._queue):
                 self._idle_since = self._rl_clock.now_ns()
         self.store._give_back(self, n, stamp, lid)
+        self._queue.changed()
+
+    def _give_back_part(self, n: int, lid: str, keep: int) -> None:
+        """A concurrency lease settled to ``keep``: ``n`` of its permits back on the server, the
+        lease goes on (renewed, re-asserted with ``keep``)."""
+        held = self.held_here()
+        if lid in held:
+            held[lid] = keep
+        self.store._give_back(self, n, 0, lid)
         self._queue.changed()
 
     def _counts(self) -> tuple[int, int]:

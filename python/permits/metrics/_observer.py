@@ -46,6 +46,7 @@ class Observer:
             on_refund=held.refund,
             metadata=metadata or None,
             lost=lease._is_lost,
+            on_settle=lease.settle,
         )
 
     def enqueued(self, permit_count: int) -> tuple[Sink, ...]:

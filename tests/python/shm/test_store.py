@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import permits
+from permits.chain import ChainedLimiter, ChainedPartitionedLimiter
 from permits.shm import SharedConcurrencyLimiter, SharedKeyedLimiter, SharedMemoryStore
 
 
@@ -86,6 +87,55 @@ def test_limiter_takes_a_spec_or_a_rate(segment_name: str) -> None:
     assert store.limiter("tb", permits.specs.TokenBucket(4, 1, 1.0)).available_permits() == 4
     with pytest.raises(TypeError, match="spec must be"):
         store.limiter("x", 10)  # type: ignore[arg-type]
+
+
+def test_several_rates_make_a_chain_of_shared_limiters(segment_name: str) -> None:
+    """ "2/second;3/minute" (issue 42, item 7): a chain of one limiter per rate, named ``name#0``,
+    ``name#1``, each shared by every handle; the same for a per-key limiter."""
+    clock = permits.ManualClock()
+    first, second = SharedMemoryStore(segment_name, clock=clock), SharedMemoryStore(segment_name, clock=clock)
+    a, b = first.limiter("api", "2/second;3/minute"), second.limiter("api", "2/second;3/minute")
+    keyed_a = first.partitioned("2/second;3/minute", name="users")
+    keyed_b = second.partitioned("2/second;3/minute", name="users")
+    assert isinstance(a, ChainedLimiter) and isinstance(keyed_a, ChainedPartitionedLimiter)
+    assert [member.name for member in a.limiters] == ["api#0", "api#1"]
+    assert [member.name for member in keyed_a.limiters] == ["users#0", "users#1"]
+    assert a.acquire() and b.acquire() and not a.acquire()  # the second's 2
+    assert keyed_a.acquire("alice") and keyed_b.acquire("alice") and not keyed_a.acquire("alice")
+    clock.advance(1.0 + 1e-9)
+    assert b.acquire() and not a.acquire()  # the minute's 3
+    assert keyed_b.acquire("alice") and not keyed_a.acquire("alice") and keyed_a.acquire("bob")
+    assert first.limiter("api#1", "3/minute").available_permits() == 0  # the member is that state
+
+
+@pytest.mark.parametrize("kind", ["fixed_window", "sliding_log", "concurrency"])
+@pytest.mark.parametrize("keyed", [False, True], ids=["named", "per_key"])
+def test_settle_gives_back_to_every_handle(segment_name: str, kind: str, keyed: bool) -> None:
+    """lease.settle(n) (issue 42, item 1) on shared state: what the lease no longer keeps is back
+    for every process at once; a concurrency lease goes on holding the rest, and its release gives
+    back only that."""
+    spec = {
+        "fixed_window": permits.specs.FixedWindow(10, 60.0),
+        "sliding_log": permits.specs.SlidingLog(10, 60.0),
+        "concurrency": permits.specs.Concurrency(10),
+    }[kind]
+    clock = permits.ManualClock()
+    here, there = SharedMemoryStore(segment_name, clock=clock), SharedMemoryStore(segment_name, clock=clock)
+    if keyed:
+        mine, theirs = here.partitioned(spec, name="users"), there.partitioned(spec, name="users")
+        lease = mine.acquire("alice", 10)
+        available = lambda: theirs.available_permits("alice")  # noqa: E731
+    else:
+        limiter = here.limiter("api", spec)
+        lease = limiter.acquire(10)
+        available = there.limiter("api", spec).available_permits
+    assert lease and available() == 0
+    lease.settle(7)
+    assert available() == 3
+    lease.settle(2)
+    assert available() == 8
+    lease.release()
+    assert available() == (10 if kind == "concurrency" else 8)
 
 
 @pytest.mark.parametrize(
@@ -188,6 +238,7 @@ def test_another_user_cannot_open_the_segment(segment_name: str) -> None:
     # Everything imported first: nobody may not read the interpreter's own files under /root.
     code = f"""
 import os
+from permits.chain import ChainedLimiter, ChainedPartitionedLimiter
 from permits.shm import SharedMemoryStore
 os.setgid(65534); os.setuid(65534)
 try:

@@ -605,3 +605,16 @@ def test_a_lease_refunded_after_its_window_is_a_refund(client: Any, clock: permi
     clock.advance(10.0)
     lease._refund()  # (a chain's refund, as above)
     assert on_server(store, limiter, clock) == 19
+
+
+def test_a_settle_gives_back_to_the_stock(client: Any, clock: permits.ManualClock) -> None:
+    """lease.settle(n) (issue 42, item 1): what the lease did not use joins this process's stock."""
+    store = reserving(client, clock, reserve=5)
+    limiter = store.limiter(fresh_prefix(), specs.FixedWindow(10, 1.0))
+    lease = limiter.acquire(5)
+    lease.settle(1)  # four back in the stock
+    before = scripts_run(client)
+    assert all(limiter.acquire(1) for _ in range(4))
+    assert scripts_run(client) == before  # served here
+    assert limiter.acquire(5)  # the other five: a batch of the server's
+    assert not limiter.acquire(1)
