@@ -246,12 +246,12 @@ def _kinds(name: str, factory: Callable[[str], Factory], kinds: Iterable[str], *
 
 
 SERVES = "clock_serves_queue"
-ENGINE = ("plain", "queues", "close_fails_waiters", "refunds", SERVES)
-KEYED = ("keyed", "queues", "close_fails_waiters", "refunds", SERVES)
+ENGINE = ("plain", "queues", "close_fails_waiters", "refunds", "settles", SERVES)
+KEYED = ("keyed", "queues", "close_fails_waiters", "refunds", "settles", SERVES)
 COLLECTED = "releases_dropped_leases"
 # The stores in a server: their queues are per process, asked on a waiter's wake (no clock_serves_queue).
-STORE = ("plain", "queues", "close_fails_waiters", "refunds")
-STORE_KEYED = ("keyed", "queues", "close_fails_waiters", "refunds")
+STORE = ("plain", "queues", "close_fails_waiters", "refunds", "settles")
+STORE_KEYED = ("keyed", "queues", "close_fails_waiters", "refunds", "settles")
 
 #: The sliding log (what specs.parse makes) runs the suite as the other time-based kinds do.
 LOGGED = [*TIMED_KINDS, "sliding_log"]
@@ -272,10 +272,11 @@ IMPLEMENTATIONS: list[Implementation] = [
         "queues",
         "close_fails_waiters",
         "refunds",
+        "settles",
         "replenishes_manually",
         SERVES,
     ),
-    *_kinds("chain", chain, ["concurrency"], "plain", "queues", "close_fails_waiters", "refunds", COLLECTED),
+    *_kinds("chain", chain, ["concurrency"], "plain", "queues", "close_fails_waiters", "refunds", "settles", COLLECTED),
     Implementation(
         "custom-fixed_window", custom_fixed_window, frozenset({"timed", "plain", "polls", "refunds"}), PERIOD
     ),

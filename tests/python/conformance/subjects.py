@@ -39,6 +39,10 @@ CAPABILITIES: dict[str, str] = {
         "a grant given back unused (a chain refused further on, an acquire_async cancelled before it runs) "
         "returns its permits (a custom limiter's lease does so through Lease.granted(on_refund=...))"
     ),
+    "settles": (
+        "lease.settle(n) keeps n of a lease's permits and gives the rest back by the refund rule (a custom "
+        "limiter's lease does so through Lease.granted(on_settle=...))"
+    ),
     "releases_dropped_leases": (
         "a concurrency lease dropped without release() gives its permits back when collected, with a "
         "ResourceWarning (leases the engine makes; a custom Lease.granted(on_release=...) has no such net)"
