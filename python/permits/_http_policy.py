@@ -26,6 +26,7 @@ from .keyed_limiter import KeyedRateLimiter
 from .keys import _ClientIP, client_ip
 from .partitioned import PartitionedLimiter
 from .rate_limiter import RateLimiter
+from .translated import TranslatedKeyLimiter
 
 if TYPE_CHECKING:
     from .metrics._requests import RequestCounter
@@ -686,6 +687,8 @@ def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: L
     per-key limiters, a partitioned limiter's partition); for a chain, its member with the fewest
     permits left; None for a limiter that cannot tell (a custom one)."""
     limiter = getattr(limiter, "__wrapped__", limiter)  # (an instrumented limiter: permits.metrics)
+    if isinstance(limiter, TranslatedKeyLimiter):  # the figures of the key it stands for
+        return limiter_quota(limiter.limiter, limiter.translate(key), lease)
     members = getattr(limiter, "limiters", None)
     if isinstance(limiter, _CHAINS) and members:
         return fewest_remaining(limiter_quota(member, key, lease) for member in members)

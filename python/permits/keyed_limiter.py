@@ -3,8 +3,8 @@ what a custom keyed limiter written in Python subclasses."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from . import _polling
 from ._core import Lease
@@ -13,6 +13,9 @@ from ._limiter_base import LimiterBase
 from ._loop_check import blocks_the_loop
 from .awaitables import Attempt, LeaseWait, PolledLeaseWait
 from .rate_limiter import Statistics, _check_permit_count
+
+if TYPE_CHECKING:
+    from .translated import TranslatedKeyLimiter
 
 # A keyed limiter has no permit without a key; what a user of ``with limiter:`` means is one key's.
 _WITH_NEEDS_A_KEY = "a keyed limiter needs a key: use `with keyed.wait(key):` or `async with keyed.wait_async(key):`"
@@ -140,6 +143,14 @@ class KeyedRateLimiter(LimiterBase):
     def evict_idle(self) -> int:
         """Evicts the partitions idle for longer than the idle timeout; returns how many."""
         return 0
+
+    def with_translated_key(self, translate: Callable[[Any], object]) -> TranslatedKeyLimiter:
+        """This limiter's state seen through a key mapping: a keyed limiter whose every call asks
+        this one for ``translate(resource)`` (``users.with_translated_key(str.casefold)``: "Alice"
+        and "alice" share one limit). Closing it closes the view only."""
+        from .translated import TranslatedKeyLimiter
+
+        return TranslatedKeyLimiter(self, translate)
 
 
 class _OneResource:

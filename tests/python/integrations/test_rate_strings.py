@@ -148,6 +148,25 @@ async def test_several_rates_tell_the_client_the_one_that_binds(
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
+async def test_a_translated_key_limits_the_names_it_maps_together(
+    framework: str, serve_asgi: Any, serve_aiohttp: Any
+) -> None:
+    """``keyed.with_translated_key(fn)`` (issue 42, item 6): "Alice" and "alice" are one client, and
+    the headers tell that client's figures. (``keys.header`` keys a request ``(name, value)``.)"""
+    users = permits.PartitionedLimiter.per_key("2/minute", name="users")
+    folded = users.with_translated_key(lambda key: (key[0], key[1].casefold()))
+    async with (
+        serving(framework, folded, serve_asgi, serve_aiohttp, key=CLIENT) as url,
+        httpx.AsyncClient(base_url=url) as client,
+    ):
+        codes = [(await client.get("/hello", headers={"x-client": name})).status_code for name in ("Alice", "alice")]
+        refused = await client.get("/hello", headers={"x-client": "ALICE"})
+        bob = await client.get("/hello", headers={"x-client": "Bob"})
+    assert codes == [200, 200] and refused.status_code == 429 and bob.status_code == 200
+    assert refused.headers["ratelimit-policy"] == '"users";q=2;w=60'
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 async def test_retry_after_is_sent_when_the_lease_knows_none(
     framework: str, serve_asgi: Any, serve_aiohttp: Any
 ) -> None:
