@@ -26,8 +26,10 @@ from ._http_policy import (
     is_exempt,
     refund_before_rejection,
     rejection_text,
+    route_shadowed,
 )
 from ._rates import LimiterLike
+from ._shadow import SHADOW_REJECTED
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: What ``limit`` decorates, and returns as it was typed: a handler, a view's method or a ``web.View`` class.
@@ -90,7 +92,7 @@ async def _route_lease(policy: Policy, key: object, request: web.Request) -> Lea
     if not lease:  # (a timeout, or the client left: the request holds neither)
         return lease
     again = await _acquire(held.policy, held.key, request)
-    if again:
+    if again is not None and (again or held.policy.lets_through(again)):
         held.lease = again
         return lease
     lease._refund()
@@ -158,9 +160,10 @@ async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: 
     return response
 
 
-def _admitted(handoff: Handoff) -> str:
-    """The result counted for a request the global limiter let through."""
-    return handoff.route_rejected or "acquired"
+def _admitted(handoff: Handoff, lease: Lease) -> str:
+    """The result counted for a request the global limiter let through (shadow mode: served though
+    refused)."""
+    return handoff.route_rejected or ("acquired" if lease else SHADOW_REJECTED)
 
 
 def rate_limit_middleware(
@@ -177,6 +180,7 @@ def rate_limit_middleware(
     retry_after: float | None = None,
     exempt: Iterable[str] = (),
     metrics: object = False,
+    enforce: bool = True,
 ) -> Any:
     """The global limiter of an aiohttp application: ``web.Application(middlewares=[...])``.
     Put it first (outermost): it sends the response itself, to hold the lease until then.
@@ -184,12 +188,14 @@ def rate_limit_middleware(
     bound), with at most ``max_queued`` requests of this middleware waiting at once (default
     1000; None: no bound); past either, the rejection (reason ``"timeout"`` or ``"queue_full"``).
     ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
-    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``)."""
+    OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``).
+    ``enforce=False``: shadow mode (a refused request is served, with the headers enforcing would
+    send; its refusal logged, at most once a second, and counted ``shadow_rejected``)."""
     limiter, requests = counted(metrics, limiter)
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
-        retry_after=retry_after,
+        retry_after=retry_after, enforce=enforce,
     )  # fmt: skip
     prefixes = check_exempt(exempt)
 
@@ -208,7 +214,7 @@ def rate_limit_middleware(
         held = request[GLOBAL] = _Global(policy, key, lease)  # (a route's queue may swap its lease)
         try:
             quota = policy.quota(key, lease)
-            if not lease:
+            if not lease and not policy.lets_through(lease):
                 if requests is not None:
                     requests.count("global_limiter")
                 return await _sent(await _rejection(policy, request, lease, quota), request)
@@ -216,13 +222,13 @@ def rate_limit_middleware(
                 response = await handler(request)
             except web.HTTPException as exc:  # aiohttp's HTTP errors are responses: they get the headers too
                 if requests is not None:
-                    requests.count(_admitted(handoff))
+                    requests.count(_admitted(handoff, held.lease))
                 best = fewest_remaining([quota, *handoff.quotas])
                 for name, value in [] if best is None else best.headers():
                     exc.headers.setdefault(name, value)
                 raise
             if requests is not None:
-                requests.count(_admitted(handoff))
+                requests.count(_admitted(handoff, held.lease))
             best = fewest_remaining([quota, *handoff.quotas])
             if best is not None:
                 _add_headers(response, best.headers())
@@ -247,17 +253,19 @@ def limit(
     on_rejected: Callable[[Any, Lease], Any] | None = None,
     headers: bool | str = True,
     retry_after: float | None = None,
+    enforce: bool = True,
 ) -> Callable[[H], H]:
     """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``, on a
     ``web.View`` class (every method) or on a view's method. Runs after the middleware's global
     limiter; a request it rejects at once still counts against the global limit. ``timeout`` and
     ``max_queued`` bound its ``wait=True`` as the middleware's (``max_queued``: the requests
     waiting in this decorator's limit, over every handler it decorates); a request queued here
-    gives its global permit back while it waits, and takes it again when this limit grants."""
+    gives its global permit back while it waits, and takes it again when this limit grants.
+    ``enforce=False``: shadow mode, as the middleware's."""
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
-        retry_after=retry_after,
+        retry_after=retry_after, enforce=enforce,
     )  # fmt: skip
 
     def decorate(handler: Any) -> Any:
@@ -312,7 +320,9 @@ async def _limited(
     handoff = request.get(HANDOFF)
     granted: list[Lease] = request.setdefault(GRANTED, [])
     quota = policy.quota_or_release(key, lease)
-    if not lease:
+    if not lease and policy.lets_through(lease):
+        route_shadowed(handoff)
+    elif not lease:
         refund_before_rejection(granted, handoff, lease)
         return await _rejection(policy, request, lease, quota)
     granted.append(lease)

@@ -20,6 +20,7 @@ from . import _pausing, specs
 from ._core import Clock, Lease, MonotonicClock
 from ._durations import timeout_ns
 from ._rates import limiter_of
+from ._shadow import SHADOW_REJECTED, ShadowLog, check_enforce
 from ._sync_leaving import client_socket, enqueue_of, wait_unless_left
 from .chain import ChainedLimiter, ChainedPartitionedLimiter
 from .keyed_limiter import KeyedRateLimiter
@@ -331,7 +332,9 @@ class Policy:
     __slots__ = (
         "_fixed_quota",
         "_lock",
+        "_shadow",
         "_waiting",
+        "enforce",
         "headers",
         "key",
         "keyed",
@@ -358,6 +361,7 @@ class Policy:
         on_rejected: object,
         headers: object,
         retry_after: object = None,
+        enforce: object = True,
     ) -> None:
         # A rate ("100/minute") or a spec limits each client: a per-key limiter keyed by `key`.
         limiter = limiter_of(limiter, per_key=True)
@@ -415,6 +419,18 @@ class Policy:
         spec = getattr(limiter, "spec", None)
         fixed = bool(style) and isinstance(spec, specs.Spec) and not isinstance(limiter, _CHAINS)
         self._fixed_quota = (_figures(spec), limiter.name) if fixed else None
+        self.enforce = check_enforce(enforce)
+        """False: shadow mode. A request the limit refuses is served anyway (headers as enforcing
+        would send them), its refusal logged and counted as ``shadow_rejected``."""
+        self._shadow = ShadowLog()
+
+    def lets_through(self, lease: Lease) -> bool:
+        """Whether a refused request is served anyway (shadow mode): then its refusal is logged
+        (at most once a second)."""
+        if self.enforce:
+            return False
+        self._shadow.note(self.limiter.name, lease)
+        return True
 
     async def key_of(self, request: Any) -> object:
         if self.key is None:
@@ -599,11 +615,12 @@ class SyncLimit:
         headers: object = True,
         retry_after: object = None,
         exempt: object = (),
+        enforce: object = True,
     ) -> None:
         self.policy = Policy(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers,
-            retry_after=retry_after,
+            retry_after=retry_after, enforce=enforce,
         )  # fmt: skip
         """The checked options: ``policy.limiter`` (the instrumented one when the middleware has
         ``metrics``), ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
@@ -738,6 +755,13 @@ def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: 
     return Quota(name, quota, window, remaining, reset)
 
 
+def route_shadowed(handoff: object) -> None:
+    """A route's limit refused a request that shadow mode serves: the middleware's metrics count it
+    ``shadow_rejected`` (unless a route refused it for good)."""
+    if isinstance(handoff, Handoff) and handoff.route_rejected is None:
+        handoff.route_rejected = SHADOW_REJECTED
+
+
 class Handoff:
     """What a server's middleware and a route's limit share for one request: the route's leases
     (released by the middleware once the response is sent), the route's quotas (for the
@@ -851,5 +875,6 @@ __all__ = [
     "quota_of",
     "refund_before_rejection",
     "refusal",
+    "route_shadowed",
     "wait_or_leave",
 ]

@@ -34,6 +34,7 @@ from ._http_policy import (
 )
 from ._queued import acquire_or_leave, replaying
 from ._rates import LimiterLike
+from ._shadow import SHADOW_REJECTED
 from .keys import _ClientIP, _Header
 
 Scope = MutableMapping[str, Any]
@@ -105,7 +106,9 @@ class RateLimitMiddleware:
     ``max_queued`` requests of this middleware at once (default 1000; None: no bound): past
     either, the request gets the rejection, its lease's reason ``"timeout"`` or ``"queue_full"``.
     A client that disconnects while queued leaves the queue and gets nothing. ``exempt`` path
-    prefixes skip this limiter.
+    prefixes skip this limiter. ``enforce=False`` is shadow mode: a request the limiter refuses is
+    served anyway, with the headers enforcing would send, its refusal logged (at most once a second,
+    INFO, logger ``permits``) and counted ``shadow_rejected`` (``metrics``).
     """
 
     def __init__(
@@ -124,6 +127,7 @@ class RateLimitMiddleware:
         retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,
+        enforce: bool = True,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, got {type(app).__name__}")
@@ -141,6 +145,7 @@ class RateLimitMiddleware:
             on_rejected=on_rejected,
             headers=headers,
             retry_after=retry_after,
+            enforce=enforce,
         )
         """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
         ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
@@ -193,14 +198,14 @@ class RateLimitMiddleware:
             lease = await policy.acquire(key)
         try:
             quota = policy.quota(key, lease)
-            if not lease:
+            if not lease and not policy.lets_through(lease):
                 if self._requests is not None:
                     self._requests.count("global_limiter")
                 await self._reject(scope, receive, send, connection(), lease, quota)
                 return
             handoff = await _run(self.app, scope, receive, send, quota)
             if self._requests is not None:
-                self._requests.count(handoff.route_rejected or "acquired")
+                self._requests.count(handoff.route_rejected or ("acquired" if lease else SHADOW_REJECTED))
         finally:
             lease.release()
 

@@ -43,8 +43,10 @@ from ._http_policy import (
     refund_before_rejection,
     refusal,
     rejection_text,
+    route_shadowed,
 )
 from ._rates import LimiterLike
+from ._shadow import SHADOW_REJECTED
 from .wsgi import GRANTED, HANDOFF, release
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -56,7 +58,7 @@ LEASES = "permits.django.leases"
 _RESPONSE = "django.http.HttpResponseBase"
 _OPTIONS = (
     "limiter", "key", "permit_count", "wait", "timeout", "max_queued", "status_code", "on_rejected", "headers",
-    "retry_after", "exempt", "metrics",
+    "retry_after", "exempt", "metrics", "enforce",
 )  # fmt: skip
 
 
@@ -108,7 +110,9 @@ class RateLimitMiddleware:
     bound), with at most ``max_queued`` requests waiting at once (default 1000; None: no bound);
     past either, the rejection (its lease's reason ``"timeout"`` or ``"queue_full"``).
     ``metrics`` (True, a prometheus_client ``CollectorRegistry`` or an OpenTelemetry ``Meter``)
-    instruments the limiter and counts requests by result (``permits.metrics``)."""
+    instruments the limiter and counts requests by result (``permits.metrics``). ``"enforce": False``
+    is shadow mode: a refused request is served, its refusal logged (at most once a second) and
+    counted ``shadow_rejected``."""
 
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
@@ -130,7 +134,7 @@ class RateLimitMiddleware:
         quota: Quota | None = None
         if not (limit.exempt and is_exempt(request.path_info or "/", limit.exempt, environ_raw_path(meta))):
             lease, quota = limit.admit(meta, lambda: request)
-            if not lease:
+            if not lease and not limit.policy.lets_through(lease):
                 if self.requests is not None:
                     self.requests.count(refusal(lease))
                 try:
@@ -154,7 +158,7 @@ class RateLimitMiddleware:
             release(leases)
             raise
         if self.requests is not None and lease is not None:
-            self.requests.count(handoff.route_rejected or "acquired")
+            self.requests.count(handoff.route_rejected or ("acquired" if lease else SHADOW_REJECTED))
         best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
         if best is not None:
             _add_headers(response, best.headers())
@@ -180,17 +184,19 @@ def limit(
     on_rejected: Callable[[HttpRequest, Lease], HttpResponseBase | None] | None = None,
     headers: bool | str = True,
     retry_after: float | None = None,
+    enforce: bool = True,
 ) -> Callable[[View], View]:
     """One view's limit: ``@limit(limiter)`` on a view function, or on a class-based view (its
     ``dispatch``, every method). It runs after the middleware's global limit; a request it rejects
     still counts against the global limit, and the permits of the other limits stacked on the view
     are given back. ``wait=True`` waits at most ``timeout`` seconds (default 30), with at most
     ``max_queued`` requests waiting in this limit at once (default 1000; over every view it
-    decorates); past either, the rejection."""
+    decorates); past either, the rejection. ``enforce=False``: shadow mode (a refused request is
+    served, its refusal logged and counted ``shadow_rejected``)."""
     checked = SyncLimit(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
-        retry_after=retry_after,
+        retry_after=retry_after, enforce=enforce,
     )  # fmt: skip
     return functools.partial(_decorate, checked)
 
@@ -220,7 +226,9 @@ def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpRe
     meta = request.META
     lease, quota = checked.admit(meta, lambda: request)
     granted: list[Lease] = meta.setdefault(GRANTED, [])
-    if not lease:
+    if not lease and checked.policy.lets_through(lease):
+        route_shadowed(meta.get(HANDOFF))
+    elif not lease:
         try:
             refund_before_rejection(granted, meta.get(HANDOFF), lease)  # (metrics= counts it apart)
             return _rejection(checked, request, lease, quota)

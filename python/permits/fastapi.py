@@ -18,7 +18,14 @@ from fastapi import HTTPException, Request, Response, WebSocket, WebSocketExcept
 from starlette.requests import HTTPConnection
 
 from ._core import Lease
-from ._http_policy import DEFAULT_MAX_QUEUED, DEFAULT_TIMEOUT, Policy, refund_before_rejection, rejection_text
+from ._http_policy import (
+    DEFAULT_MAX_QUEUED,
+    DEFAULT_TIMEOUT,
+    Policy,
+    refund_before_rejection,
+    rejection_text,
+    route_shadowed,
+)
 from ._queued import Message, acquire_or_leave, replaying
 from ._rates import LimiterLike
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
@@ -69,7 +76,8 @@ class RateLimit:
     ``dependencies=[...]``. The options are those of the middleware (see ``permits.asgi``):
     ``wait=True`` waits at most ``timeout`` seconds (default 30) with at most ``max_queued``
     requests of this ``RateLimit`` waiting at once (default 1000); past either, the rejection
-    (reason ``"timeout"`` or ``"queue_full"``)."""
+    (reason ``"timeout"`` or ``"queue_full"``). ``enforce=False``: shadow mode (a refused request
+    is served, its refusal logged and counted ``shadow_rejected``)."""
 
     def __init__(
         self,
@@ -84,6 +92,7 @@ class RateLimit:
         on_rejected: Callable[[Any, Lease], Any] | None = None,
         headers: bool | str = True,
         retry_after: float | None = None,
+        enforce: bool = True,
     ) -> None:
         self.policy = Policy(
             limiter,
@@ -96,6 +105,7 @@ class RateLimit:
             on_rejected=on_rejected,
             headers=headers,
             retry_after=retry_after,
+            enforce=enforce,
         )
         """The checked options: ``policy.limiter``, ``policy.key`` (the key function;
         ``client_ip()`` by default for a keyed limiter, None for a plain one), ``permit_count``,
@@ -127,7 +137,9 @@ class RateLimit:
         handoff = request.scope.get(HANDOFF)
         granted: list[Lease] = request.scope.setdefault(GRANTED, [])
         quota = policy.quota_or_release(key, lease)
-        if not lease:
+        if not lease and policy.lets_through(lease):
+            route_shadowed(handoff)
+        elif not lease:
             refund_before_rejection(granted, handoff, lease)
             if request.scope["type"] == "websocket":  # FastAPI closes the connection, unaccepted
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")

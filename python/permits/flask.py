@@ -37,6 +37,7 @@ from ._http_policy import (
     check_metrics,
     refund_before_rejection,
     rejection_text,
+    route_shadowed,
 )
 from ._rates import LimiterLike
 from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
@@ -88,7 +89,8 @@ class RateLimit:
     those of ``permits.wsgi.RateLimitMiddleware`` (``key`` and ``on_rejected`` receive the
     ``flask.Request``; ``on_rejected`` returns a Flask response or None; ``wait=True`` waits at
     most ``timeout`` seconds, default 30, with at most ``max_queued`` requests waiting at once,
-    default 1000: past either, the rejection). ``RateLimit()`` without a
+    default 1000: past either, the rejection; ``enforce=False``: shadow mode, a refused request served
+    with its refusal logged and counted ``shadow_rejected``). ``RateLimit()`` without a
     limiter sets no global limit: ``init_app`` then only makes the views' limits hold their
     leases until their responses are sent."""
 
@@ -107,11 +109,12 @@ class RateLimit:
         retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,
+        enforce: bool = True,
     ) -> None:
         options: dict[str, Any] = {
             "key": key, "permit_count": permit_count, "wait": wait, "timeout": timeout, "max_queued": max_queued,
             "status_code": status_code, "on_rejected": on_rejected, "headers": headers,
-            "retry_after": retry_after, "exempt": exempt, "metrics": metrics,
+            "retry_after": retry_after, "exempt": exempt, "metrics": metrics, "enforce": enforce,
         }  # fmt: skip
         if limiter is None:
             defaults = inspect.signature(RateLimit.__init__).parameters
@@ -152,15 +155,16 @@ class RateLimit:
         on_rejected: Callable[[flask.Request, Lease], _Response | None] | None = None,
         headers: bool | str = True,
         retry_after: float | None = None,
+        enforce: bool = True,
     ) -> Callable[[View], View]:
         """One view's limit: ``@rate_limit.limit(limiter)`` under ``@app.route``. It runs after the
         global limit; a request it rejects still counts against the global limit, and the permits
         of the other limits stacked on the view are given back. ``max_queued`` counts the requests
-        waiting in this limit (over every view it decorates)."""
+        waiting in this limit (over every view it decorates). ``enforce=False``: shadow mode."""
         limit = SyncLimit(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers,
-            retry_after=retry_after,
+            retry_after=retry_after, enforce=enforce,
         )  # fmt: skip
         return functools.partial(_decorate, limit)
 
@@ -188,7 +192,9 @@ def _decorate(limit: SyncLimit, view: View) -> View:
         environ = request.environ
         lease, quota = limit.admit(environ, lambda: request)
         granted: list[Lease] = environ.setdefault(GRANTED, [])
-        if not lease:
+        if not lease and policy.lets_through(lease):
+            route_shadowed(environ.get(HANDOFF))
+        elif not lease:
             try:
                 refund_before_rejection(granted, environ.get(HANDOFF), lease)
                 return _rejection(policy, lease, quota)

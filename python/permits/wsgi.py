@@ -37,6 +37,7 @@ from ._http_policy import (
     rejection_text,
 )
 from ._rates import LimiterLike
+from ._shadow import SHADOW_REJECTED
 
 if TYPE_CHECKING:
     from .metrics._requests import RequestCounter
@@ -206,7 +207,7 @@ class Gate(SyncLimit):
         if self.exempt and is_exempt(environ.get("PATH_INFO") or "/", self.exempt, environ_raw_path(environ)):
             return run(app, environ, start_response, None, None)  # a route's own limit still applies
         lease, quota = self.admit(environ, lambda: self.request(environ))
-        if not lease:
+        if not lease and not self.policy.lets_through(lease):
             if self.requests is not None:
                 self.requests.count(refusal(lease))
             try:
@@ -217,7 +218,8 @@ class Gate(SyncLimit):
         result = run(app, environ, start_response, quota, lease)
         if self.requests is not None:
             handoff = environ.get(HANDOFF)
-            self.requests.count((isinstance(handoff, Handoff) and handoff.route_rejected) or "acquired")
+            routed = isinstance(handoff, Handoff) and handoff.route_rejected
+            self.requests.count(routed or ("acquired" if lease else SHADOW_REJECTED))
         return result
 
     def _reject(self, environ: Environ, start_response: StartResponse, lease: Lease, quota: Quota | None) -> Any:
@@ -264,6 +266,9 @@ class RateLimitMiddleware:
     ``exempt`` path prefixes (of ``PATH_INFO``, the path below ``SCRIPT_NAME``) skip this limiter.
     ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
     OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``).
+    ``enforce=False`` is shadow mode: a request the limiter refuses is served anyway, with the headers
+    enforcing would send, its refusal logged (at most once a second, INFO, logger ``permits``) and
+    counted ``shadow_rejected``.
     """
 
     def __init__(
@@ -282,6 +287,7 @@ class RateLimitMiddleware:
         retry_after: float | None = None,
         exempt: Iterable[str] = (),
         metrics: object = False,
+        enforce: bool = True,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, got {type(app).__name__}")
@@ -290,7 +296,7 @@ class RateLimitMiddleware:
         self.gate = Gate(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers, retry_after=retry_after,
-            exempt=exempt, metrics=metrics,
+            exempt=exempt, metrics=metrics, enforce=enforce,
         )  # fmt: skip
         """What runs each request: the key, the acquisition, the rejection, the headers."""
         self.policy = self.gate.policy
