@@ -7,6 +7,7 @@ from . import _interpreter  # noqa: F401  (refuses a subinterpreter before the e
 # isort: split
 from . import _asyncio, _foreign, specs  # noqa: F401  (the event loops' bridge, other libraries' waits; specs)
 from ._core import Lease, LimiterClosedError
+from ._cost import SentResponse
 from .adaptive import AdaptiveLimiter
 from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
@@ -57,6 +58,7 @@ __all__ = [
     "PerKeyLimiter",
     "QueueOrder",
     "RateLimiter",
+    "SentResponse",
     "SlidingLogLimiter",
     "SlidingWindowCounterLimiter",
     "SlidingWindowLimiter",

@@ -14,6 +14,7 @@ from aiohttp.abc import AbstractView
 from ._aiohttp_leaving import disconnected
 from ._aiohttp_paths import route_path
 from ._core import Lease
+from ._cost import SentResponse, headers_of
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_TIMEOUT,
@@ -25,8 +26,8 @@ from ._http_policy import (
     fewest_remaining,
     is_exempt,
     refund_before_rejection,
-    rejection_text,
     route_shadowed,
+    settle_routes,
 )
 from ._rates import LimiterLike
 from ._shadow import SHADOW_REJECTED
@@ -154,10 +155,42 @@ class _Sent(web.StreamResponse):
 async def _rejection(policy: Policy, request: web.Request, lease: Lease, quota: Quota | None) -> web.StreamResponse:
     headers = policy.rejection_headers(lease, quota)
     custom = await policy.rejection(request, lease, web.StreamResponse)
+    response: web.StreamResponse
     # (not `custom or ...`: a response is a mapping, false while empty)
-    response = web.Response(status=policy.status_code, text=rejection_text(lease)) if custom is None else custom
+    if custom is None:
+        body, media_type = policy.rejection_body(lease, quota)
+        content_type, _, params = media_type.partition(";")
+        charset = params.partition("=")[2].strip() or None
+        response = web.Response(status=policy.status_code, text=body, content_type=content_type, charset=charset)
+    else:
+        response = custom
     _add_headers(response, headers)
     return response
+
+
+def _settle(
+    policy: Policy | None,
+    key: object,
+    lease: Lease,
+    request: web.Request,
+    handoff: Handoff | None,
+    status: int,
+    headers: Any,
+    sent: web.StreamResponse | None,
+    response: Any,
+) -> None:
+    """The response is sent: the routes' costs (``handoff``) and the limit's own settle."""
+    if (handoff is None or not handoff.charges) and (policy is None or policy.cost is None):
+        return
+    size = None
+    if sent is not None:  # (not StreamResponse.body_length: that counts the status line and headers too)
+        body = getattr(response, "body", None)
+        size = len(body) if isinstance(body, bytes | bytearray) else response.content_length
+    answer = SentResponse(status, headers_of(headers.items()), size, response)
+    if handoff is not None and handoff.charges:
+        settle_routes(handoff, answer)
+    if policy is not None:
+        policy.charge(key, lease, request, answer)
 
 
 def _admitted(handoff: Handoff, lease: Lease) -> str:
@@ -181,6 +214,8 @@ def rate_limit_middleware(
     exempt: Iterable[str] = (),
     metrics: object = False,
     enforce: bool = True,
+    cost: Callable[[web.Request, SentResponse], int] | None = None,
+    problem_details: bool = False,
 ) -> Any:
     """The global limiter of an aiohttp application: ``web.Application(middlewares=[...])``.
     Put it first (outermost): it sends the response itself, to hold the lease until then.
@@ -190,12 +225,15 @@ def rate_limit_middleware(
     ``metrics``: True (Prometheus' default registry), a prometheus_client ``CollectorRegistry`` or an
     OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``).
     ``enforce=False``: shadow mode (a refused request is served, with the headers enforcing would
-    send; its refusal logged, at most once a second, and counted ``shadow_rejected``)."""
+    send; its refusal logged, at most once a second, and counted ``shadow_rejected``). ``cost(request,
+    response) -> int`` settles a request's permits once its response has been sent (``response``: a
+    ``permits.SentResponse``). ``problem_details=True``: a rejection's body is an RFC 9457
+    ``application/problem+json`` document."""
     limiter, requests = counted(metrics, limiter)
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
-        retry_after=retry_after, enforce=enforce,
+        retry_after=retry_after, enforce=enforce, cost=cost, problem_details=problem_details,
     )  # fmt: skip
     prefixes = check_exempt(exempt)
 
@@ -226,13 +264,16 @@ def rate_limit_middleware(
                 best = fewest_remaining([quota, *handoff.quotas])
                 for name, value in [] if best is None else best.headers():
                     exc.headers.setdefault(name, value)
+                _settle(policy, key, held.lease, request, handoff, exc.status, exc.headers, None, exc)
                 raise
             if requests is not None:
                 requests.count(_admitted(handoff, held.lease))
             best = fewest_remaining([quota, *handoff.quotas])
             if best is not None:
                 _add_headers(response, best.headers())
-            return await _sent(response, request)
+            sent = await _sent(response, request)
+            _settle(policy, key, held.lease, request, handoff, response.status, response.headers, sent, response)
+            return sent
         finally:
             held.lease.release()
             for route_lease in handoff.route_leases:
@@ -254,6 +295,8 @@ def limit(
     headers: bool | str = True,
     retry_after: float | None = None,
     enforce: bool = True,
+    cost: Callable[[web.Request, SentResponse], int] | None = None,
+    problem_details: bool = False,
 ) -> Callable[[H], H]:
     """One handler's limit: ``@limit(limiter)`` on ``async def handler(request)``, on a
     ``web.View`` class (every method) or on a view's method. Runs after the middleware's global
@@ -261,11 +304,11 @@ def limit(
     ``max_queued`` bound its ``wait=True`` as the middleware's (``max_queued``: the requests
     waiting in this decorator's limit, over every handler it decorates); a request queued here
     gives its global permit back while it waits, and takes it again when this limit grants.
-    ``enforce=False``: shadow mode, as the middleware's."""
+    ``enforce=False``: shadow mode, and ``cost``, as the middleware's."""
     policy = Policy(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
-        retry_after=retry_after, enforce=enforce,
+        retry_after=retry_after, enforce=enforce, cost=cost, problem_details=problem_details,
     )  # fmt: skip
 
     def decorate(handler: Any) -> Any:
@@ -329,12 +372,20 @@ async def _limited(
     if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
         handoff.route_leases.append(lease)
         handoff.quotas.append(quota)
+        if policy.cost is not None:
+            handoff.charges.append(functools.partial(policy.charge, key, lease, request))
         return await call()
     try:
-        response = await call()
+        try:
+            response = await call()
+        except web.HTTPException as exc:
+            _settle(policy, key, lease, request, None, exc.status, exc.headers, None, exc)
+            raise
         if quota is not None:
             _add_headers(response, quota.headers())
-        return await _sent(response, request)
+        sent = await _sent(response, request)
+        _settle(policy, key, lease, request, None, response.status, response.headers, sent, response)
+        return sent
     finally:
         lease.release()
 

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _pausing, specs
 from ._core import Clock, Lease, MonotonicClock
+from ._cost import SentResponse, charge, check_cost
 from ._durations import timeout_ns
+from ._problem import MEDIA_TYPE as PROBLEM_MEDIA_TYPE
+from ._problem import check_problem_details, problem_json
 from ._rates import limiter_of
 from ._shadow import SHADOW_REJECTED, ShadowLog, check_enforce
 from ._sync_leaving import client_socket, enqueue_of, wait_unless_left
@@ -334,6 +337,7 @@ class Policy:
         "_lock",
         "_shadow",
         "_waiting",
+        "cost",
         "enforce",
         "headers",
         "key",
@@ -342,6 +346,7 @@ class Policy:
         "max_queued",
         "on_rejected",
         "permit_count",
+        "problem_details",
         "retry_after",
         "status_code",
         "timeout",
@@ -362,6 +367,8 @@ class Policy:
         headers: object,
         retry_after: object = None,
         enforce: object = True,
+        cost: object = None,
+        problem_details: object = False,
     ) -> None:
         # A rate ("100/minute") or a spec limits each client: a per-key limiter keyed by `key`.
         limiter = limiter_of(limiter, per_key=True)
@@ -423,6 +430,16 @@ class Policy:
         """False: shadow mode. A request the limit refuses is served anyway (headers as enforcing
         would send them), its refusal logged and counted as ``shadow_rejected``."""
         self._shadow = ShadowLog()
+        self.problem_details = check_problem_details(problem_details)
+        """True: a default rejection's body is an RFC 9457 ``application/problem+json`` document."""
+        self.cost = check_cost(cost)
+        """``cost(request, response) -> int``: the permits a served request really used, settled once
+        its response has been sent; None: ``permit_count``, as taken."""
+
+    def charge(self, key: object, lease: Lease, request: Any, sent: SentResponse) -> None:
+        """A served request's response has been sent: its lease settles to ``cost`` (when given)."""
+        if self.cost is not None:
+            charge(self.cost, self.limiter, key, lease, request, sent)
 
     def lets_through(self, lease: Lease) -> bool:
         """Whether a refused request is served anyway (shadow mode): then its refusal is logged
@@ -587,11 +604,24 @@ class Policy:
 
     def rejection_headers(self, lease: Lease, quota: Quota | None) -> list[tuple[str, str]]:
         found = [] if quota is None else quota.headers()
-        if lease.retry_after is not None:
-            found.append(("Retry-After", str(_retry_seconds(lease.retry_after))))
-        elif self.retry_after is not None:
-            found.append(("Retry-After", str(self.retry_after)))
+        retry = self.retry_seconds(lease)
+        if retry is not None:
+            found.append(("Retry-After", str(retry)))
         return found
+
+    def retry_seconds(self, lease: Lease) -> int | None:
+        """A rejection's ``Retry-After``: the lease's own, else ``retry_after=``'s, else None."""
+        if lease.retry_after is not None:
+            return _retry_seconds(lease.retry_after)
+        return self.retry_after
+
+    def rejection_body(self, lease: Lease, quota: Quota | None) -> tuple[str, str]:
+        """The default rejection's body and its media type: the text naming the limit, or with
+        ``problem_details`` the problem document."""
+        if not self.problem_details:
+            return rejection_text(lease), "text/plain; charset=utf-8"
+        name = None if quota is None else quota.name
+        return problem_json(lease, name, self.status_code, self.retry_seconds(lease)), PROBLEM_MEDIA_TYPE
 
 
 class SyncLimit:
@@ -616,11 +646,13 @@ class SyncLimit:
         retry_after: object = None,
         exempt: object = (),
         enforce: object = True,
+        cost: object = None,
+        problem_details: object = False,
     ) -> None:
         self.policy = Policy(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers,
-            retry_after=retry_after, enforce=enforce,
+            retry_after=retry_after, enforce=enforce, cost=cost, problem_details=problem_details,
         )  # fmt: skip
         """The checked options: ``policy.limiter`` (the instrumented one when the middleware has
         ``metrics``), ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
@@ -643,6 +675,11 @@ class SyncLimit:
     def admit(self, environ: dict[str, Any], request: Callable[[], Any]) -> tuple[Lease, Quota | None]:
         """The request's lease (granted or not) and its headers' figures; ``request()`` makes what
         a key function receives (only called when one runs)."""
+        lease, quota, _ = self.admit_keyed(environ, request)
+        return lease, quota
+
+    def admit_keyed(self, environ: dict[str, Any], request: Callable[[], Any]) -> tuple[Lease, Quota | None, object]:
+        """As ``admit``, with the request's key (a cost's further permits are that key's)."""
         policy = self.policy
         key: object
         if policy.key is None:
@@ -652,7 +689,7 @@ class SyncLimit:
         else:
             key = policy.key_of_sync(request())
         lease = self._wait(key, environ) if policy.wait else policy.acquire_sync(key)
-        return lease, policy.quota_or_release(key, lease)
+        return lease, policy.quota_or_release(key, lease), key
 
     def _wait(self, key: object, environ: dict[str, Any]) -> Lease:
         """The blocking wait of ``wait=True`` (the engine's waits release the GIL: the server's
@@ -755,6 +792,13 @@ def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: 
     return Quota(name, quota, window, remaining, reset)
 
 
+def settle_routes(handoff: Handoff, sent: SentResponse) -> None:
+    """The routes' costs, once the response has been sent (each logs what goes wrong itself)."""
+    for settle in handoff.charges:
+        settle(sent)
+    handoff.charges.clear()
+
+
 def route_shadowed(handoff: object) -> None:
     """A route's limit refused a request that shadow mode serves: the middleware's metrics count it
     ``shadow_rejected`` (unless a route refused it for good)."""
@@ -767,9 +811,14 @@ class Handoff:
     (released by the middleware once the response is sent), the route's quotas (for the
     headers) and its on_rejected response."""
 
-    __slots__ = ("quotas", "rejection", "route_leases", "route_rejected")
+    __slots__ = ("body_size", "charges", "quotas", "rejection", "route_leases", "route_rejected", "started")
 
     def __init__(self) -> None:
+        self.charges: list[Callable[[SentResponse], None]] = []
+        """The routes' ``cost`` settlements, called with the response once it has been sent, before
+        the middleware releases the route leases."""
+        self.started: Any = None  # what a middleware saw of the response's start (its status, headers)
+        self.body_size = 0  # the body's bytes sent so far
         self.route_leases: list[Lease] = []
         """The leases the route's limits granted, released by the middleware once the response has
         been sent."""
@@ -876,5 +925,6 @@ __all__ = [
     "refund_before_rejection",
     "refusal",
     "route_shadowed",
+    "settle_routes",
     "wait_or_leave",
 ]

@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.websockets import WebSocket
 
 from ._core import Lease
+from ._cost import SentResponse, headers_of
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_TIMEOUT,
@@ -30,7 +31,7 @@ from ._http_policy import (
     encoded_headers,
     fewest_remaining,
     is_exempt,
-    rejection_text,
+    settle_routes,
 )
 from ._queued import acquire_or_leave, replaying
 from ._rates import LimiterLike
@@ -108,7 +109,11 @@ class RateLimitMiddleware:
     A client that disconnects while queued leaves the queue and gets nothing. ``exempt`` path
     prefixes skip this limiter. ``enforce=False`` is shadow mode: a request the limiter refuses is
     served anyway, with the headers enforcing would send, its refusal logged (at most once a second,
-    INFO, logger ``permits``) and counted ``shadow_rejected`` (``metrics``).
+    INFO, logger ``permits``) and counted ``shadow_rejected`` (``metrics``). ``cost(request,
+    response) -> int``: the permits the request really used, asked once its response has been sent
+    (``response`` a ``permits.SentResponse``: status, headers, body size); its lease settles to it.
+    ``problem_details=True``: a rejection's body is an RFC 9457 ``application/problem+json`` document
+    (the IETF draft's quota-exceeded problem type).
     """
 
     def __init__(
@@ -128,6 +133,8 @@ class RateLimitMiddleware:
         exempt: Iterable[str] = (),
         metrics: object = False,
         enforce: bool = True,
+        cost: Callable[[Any, SentResponse], int] | None = None,
+        problem_details: bool = False,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, got {type(app).__name__}")
@@ -146,6 +153,8 @@ class RateLimitMiddleware:
             headers=headers,
             retry_after=retry_after,
             enforce=enforce,
+            cost=cost,
+            problem_details=problem_details,
         )
         """The checked options: ``policy.limiter`` (the instrumented one with ``metrics``),
         ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
@@ -206,6 +215,8 @@ class RateLimitMiddleware:
             handoff = await _run(self.app, scope, receive, send, quota)
             if self._requests is not None:
                 self._requests.count(handoff.route_rejected or ("acquired" if lease else SHADOW_REJECTED))
+            if policy.cost is not None:
+                policy.charge(key, lease, connection(), sent_response(handoff))
         finally:
             lease.release()
 
@@ -217,7 +228,8 @@ class RateLimitMiddleware:
         response = await policy.rejection(connection, lease, Response)
         if scope["type"] == "http":
             if response is None:
-                response = PlainTextResponse(rejection_text(lease), policy.status_code)
+                body, media_type = policy.rejection_body(lease, quota)
+                response = Response(body, policy.status_code, media_type=media_type)
             await send_response(response, scope, receive, send, headers)
             return
         message = await receive()  # websocket.connect, before any answer
@@ -246,7 +258,10 @@ async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: 
         nonlocal replaced
         if replaced:
             return  # the framework's answer to a route's rejection, replaced by on_rejected's
-        if message["type"] == "http.response.start":
+        kind = message["type"]
+        if kind == "http.response.body":
+            handoff.body_size += len(message.get("body", b""))
+        elif kind == "http.response.start":
             if handoff.rejection is not None:
                 (response, headers), handoff.rejection = handoff.rejection, None
                 replaced = True
@@ -255,15 +270,35 @@ async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: 
             best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
             if best is not None:
                 message = _with_raw_headers(message, encoded_headers(best))
+            handoff.started = message
+        elif handoff.started is None:  # a WebSocket's answer: accepted, denied or closed
+            handoff.started = message
         await send(message)
 
     try:
         await app(scope, receive, send_with_headers)
     finally:
         if owner:
-            for route_lease in handoff.route_leases:
-                route_lease.release()
+            try:
+                if handoff.charges:
+                    settle_routes(handoff, sent_response(handoff))
+            finally:
+                for route_lease in handoff.route_leases:
+                    route_lease.release()
     return handoff
+
+
+def sent_response(handoff: Handoff) -> SentResponse:
+    """What the application sent, as ``cost`` receives it."""
+    started = handoff.started or {}
+    kind = started.get("type")
+    if kind == "websocket.accept":
+        status = 101
+    elif kind == "websocket.close":
+        status = 403  # closed before it was accepted: the server answers the handshake 403
+    else:
+        status = int(started.get("status", 500))  # (nothing started: the application failed)
+    return SentResponse(status, headers_of(started.get("headers") or ()), handoff.body_size)
 
 
 __all__ = ["HANDOFF", "WEBSOCKET_CLOSE_CODE", "Handoff", "RateLimitMiddleware"]

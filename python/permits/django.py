@@ -30,6 +30,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from ._core import Lease
+from ._cost import SentResponse, headers_of
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_TIMEOUT,
@@ -42,8 +43,8 @@ from ._http_policy import (
     is_exempt,
     refund_before_rejection,
     refusal,
-    rejection_text,
     route_shadowed,
+    settle_routes,
 )
 from ._rates import LimiterLike
 from ._shadow import SHADOW_REJECTED
@@ -58,7 +59,7 @@ LEASES = "permits.django.leases"
 _RESPONSE = "django.http.HttpResponseBase"
 _OPTIONS = (
     "limiter", "key", "permit_count", "wait", "timeout", "max_queued", "status_code", "on_rejected", "headers",
-    "retry_after", "exempt", "metrics", "enforce",
+    "retry_after", "exempt", "metrics", "enforce", "cost", "problem_details",
 )  # fmt: skip
 
 
@@ -71,10 +72,27 @@ def _add_headers(response: HttpResponseBase, headers: list[tuple[str, str]]) -> 
         response.setdefault(name, value)  # the view's own headers win
 
 
-def _release_on_close(response: HttpResponseBase, leases: list[Lease]) -> None:
+def _release_on_close(
+    response: HttpResponseBase, leases: list[Lease], finish: Callable[[SentResponse], None] | None = None
+) -> None:
     # Django's close() (called by the WSGI server once the response is sent, or the client has
-    # gone) runs its resource closers: the leases go back then, each once.
-    response._resource_closers.append(functools.partial(release, leases))  # type: ignore[attr-defined,unused-ignore]
+    # gone) runs its resource closers: the costs are settled (``finish``), then the leases go back,
+    # each once.
+    def closed() -> None:
+        try:
+            if finish is not None:
+                finish(_sent(response))
+        finally:
+            release(leases)
+
+    response._resource_closers.append(closed)  # type: ignore[attr-defined,unused-ignore]
+
+
+def _sent(response: HttpResponseBase) -> SentResponse:
+    """What ``cost`` receives of a Django response (its body's size unless it streams)."""
+    content = getattr(response, "content", None) if not getattr(response, "streaming", False) else None
+    size = len(content) if isinstance(content, bytes) else None
+    return SentResponse(response.status_code, headers_of(response.items()), size, response)
 
 
 def _rejection(limit: SyncLimit, request: HttpRequest, lease: Lease, quota: Quota | None) -> HttpResponseBase:
@@ -82,9 +100,8 @@ def _rejection(limit: SyncLimit, request: HttpRequest, lease: Lease, quota: Quot
     headers = policy.rejection_headers(lease, quota)
     response: HttpResponseBase | None = policy.rejection_sync(request, lease, _is_response, _RESPONSE)
     if response is None:
-        response = HttpResponse(
-            rejection_text(lease), status=policy.status_code, content_type="text/plain; charset=utf-8"
-        )
+        body, media_type = policy.rejection_body(lease, quota)
+        response = HttpResponse(body, status=policy.status_code, content_type=media_type)
     _add_headers(response, headers)
     return response
 
@@ -112,7 +129,8 @@ class RateLimitMiddleware:
     ``metrics`` (True, a prometheus_client ``CollectorRegistry`` or an OpenTelemetry ``Meter``)
     instruments the limiter and counts requests by result (``permits.metrics``). ``"enforce": False``
     is shadow mode: a refused request is served, its refusal logged (at most once a second) and
-    counted ``shadow_rejected``."""
+    counted ``shadow_rejected``; ``"cost"`` settles a request's permits to ``cost(request, response)``
+    once its response has been sent."""
 
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
@@ -132,8 +150,9 @@ class RateLimitMiddleware:
         meta = request.META
         lease: Lease | None = None
         quota: Quota | None = None
+        key: object = None
         if not (limit.exempt and is_exempt(request.path_info or "/", limit.exempt, environ_raw_path(meta))):
-            lease, quota = limit.admit(meta, lambda: request)
+            lease, quota, key = limit.admit_keyed(meta, lambda: request)
             if not lease and not limit.policy.lets_through(lease):
                 if self.requests is not None:
                     self.requests.count(refusal(lease))
@@ -162,7 +181,18 @@ class RateLimitMiddleware:
         best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
         if best is not None:
             _add_headers(response, best.headers())
-        _release_on_close(response, leases)
+        owner = handoff is not found
+        own = limit.policy.cost is not None and lease is not None
+        finish = None
+        if own or (owner and handoff.charges):  # (the view has run: its limits' costs are known)
+
+            def finish(sent: SentResponse) -> None:
+                if owner:
+                    settle_routes(handoff, sent)
+                if own and lease is not None:
+                    limit.policy.charge(key, lease, request, sent)
+
+        _release_on_close(response, leases, finish)
         return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> None:
@@ -185,6 +215,8 @@ def limit(
     headers: bool | str = True,
     retry_after: float | None = None,
     enforce: bool = True,
+    cost: Callable[[HttpRequest, SentResponse], int] | None = None,
+    problem_details: bool = False,
 ) -> Callable[[View], View]:
     """One view's limit: ``@limit(limiter)`` on a view function, or on a class-based view (its
     ``dispatch``, every method). It runs after the middleware's global limit; a request it rejects
@@ -192,11 +224,13 @@ def limit(
     are given back. ``wait=True`` waits at most ``timeout`` seconds (default 30), with at most
     ``max_queued`` requests waiting in this limit at once (default 1000; over every view it
     decorates); past either, the rejection. ``enforce=False``: shadow mode (a refused request is
-    served, its refusal logged and counted ``shadow_rejected``)."""
+    served, its refusal logged and counted ``shadow_rejected``). ``cost(request, response) -> int``
+    settles the request's permits once its response has been sent (``response``: a
+    ``permits.SentResponse``)."""
     checked = SyncLimit(
         limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
         status_code=status_code, on_rejected=on_rejected, headers=headers,
-        retry_after=retry_after, enforce=enforce,
+        retry_after=retry_after, enforce=enforce, cost=cost, problem_details=problem_details,
     )  # fmt: skip
     return functools.partial(_decorate, checked)
 
@@ -224,7 +258,8 @@ def _decorate(checked: SyncLimit, view: View) -> View:
 
 def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpResponseBase]) -> HttpResponseBase:
     meta = request.META
-    lease, quota = checked.admit(meta, lambda: request)
+    lease, quota, key = checked.admit_keyed(meta, lambda: request)
+    policy = checked.policy
     granted: list[Lease] = meta.setdefault(GRANTED, [])
     if not lease and checked.policy.lets_through(lease):
         route_shadowed(meta.get(HANDOFF))
@@ -240,6 +275,8 @@ def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpRe
     if isinstance(handoff, Handoff):  # a middleware holds the lease and writes the headers
         handoff.route_leases.append(lease)
         handoff.quotas.append(quota)
+        if policy.cost is not None:
+            handoff.charges.append(functools.partial(policy.charge, key, lease, request))
         try:
             return call()
         except BaseException:
@@ -251,7 +288,8 @@ def _through(checked: SyncLimit, request: HttpRequest, call: Callable[[], HttpRe
         response = call()
         if quota is not None:
             _add_headers(response, quota.headers())
-        _release_on_close(response, [lease])
+        settle = None if policy.cost is None else functools.partial(policy.charge, key, lease, request)
+        _release_on_close(response, [lease], settle)
     except BaseException:
         lease.release()
         raise

@@ -9,6 +9,7 @@ request still counts against the middleware's global limit.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +19,8 @@ from fastapi import HTTPException, Request, Response, WebSocket, WebSocketExcept
 from starlette.requests import HTTPConnection
 
 from ._core import Lease
+from ._cost import SentResponse
+from ._fastapi_openapi import document_limits
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_TIMEOUT,
@@ -77,7 +80,12 @@ class RateLimit:
     ``wait=True`` waits at most ``timeout`` seconds (default 30) with at most ``max_queued``
     requests of this ``RateLimit`` waiting at once (default 1000); past either, the rejection
     (reason ``"timeout"`` or ``"queue_full"``). ``enforce=False``: shadow mode (a refused request
-    is served, its refusal logged and counted ``shadow_rejected``)."""
+    is served, its refusal logged and counted ``shadow_rejected``). ``cost(request, response)``
+    settles the request's permits once its response has been sent: it needs
+    ``permits.asgi.RateLimitMiddleware`` installed, which sees the response (without it, the
+    request keeps ``permit_count``, and a warning says so once). ``problem_details=True``: the
+    rejection's body is the problem document, sent as ``on_rejected``'s response would be (through the
+    middleware or ``rejection_handler``)."""
 
     def __init__(
         self,
@@ -93,6 +101,8 @@ class RateLimit:
         headers: bool | str = True,
         retry_after: float | None = None,
         enforce: bool = True,
+        cost: Callable[[Any, SentResponse], int] | None = None,
+        problem_details: bool = False,
     ) -> None:
         self.policy = Policy(
             limiter,
@@ -106,12 +116,15 @@ class RateLimit:
             headers=headers,
             retry_after=retry_after,
             enforce=enforce,
+            cost=cost,
+            problem_details=problem_details,
         )
         """The checked options: ``policy.limiter``, ``policy.key`` (the key function;
         ``client_ip()`` by default for a keyed limiter, None for a plain one), ``permit_count``,
         ``wait``, ``timeout``, ``max_queued``, ``status_code``, ``on_rejected``, ``headers``;
         ``policy.waiting``, the requests waiting now."""
         self._warned = False  # about a dropped on_rejected response: once
+        self._warned_cost = False  # about a cost with no middleware to see the response: once
 
     async def __call__(self, request: HTTPConnection, response: Response) -> AsyncIterator[Lease]:
         policy = self.policy
@@ -145,6 +158,9 @@ class RateLimit:
                 raise WebSocketException(WEBSOCKET_CLOSE_CODE, "rate limited")
             headers = policy.rejection_headers(lease, quota)
             custom = await policy.rejection(request, lease, Response)
+            if custom is None and policy.problem_details:  # sent as on_rejected's would be
+                body, media_type = policy.rejection_body(lease, quota)
+                custom = Response(body, policy.status_code, media_type=media_type)
             if custom is not None:
                 if isinstance(handoff, Handoff):  # the middleware sends it in place of FastAPI's answer
                     handoff.rejection = (custom, headers)
@@ -163,8 +179,17 @@ class RateLimit:
             # (those of the limiter with fewer permits left).
             handoff.route_leases.append(lease)
             handoff.quotas.append(quota)
+            if policy.cost is not None:
+                handoff.charges.append(functools.partial(policy.charge, key, lease, request))
             yield lease
             return
+        if policy.cost is not None and not self._warned_cost:
+            self._warned_cost = True
+            logger.warning(
+                "cost= of a RateLimit dependency needs permits.asgi.RateLimitMiddleware to see the response: "
+                "the requests of %s keep their permit_count",
+                request.url.path,
+            )
         if quota is not None:
             for name, value in quota.headers():
                 response.headers[name] = value
@@ -181,4 +206,4 @@ def _handles_rejections(request: HTTPConnection) -> bool:
     return isinstance(handlers, dict) and RateLimitExceeded in handlers
 
 
-__all__ = ["CLIENT_CLOSED_REQUEST", "RateLimit", "RateLimitExceeded", "rejection_handler"]
+__all__ = ["CLIENT_CLOSED_REQUEST", "RateLimit", "RateLimitExceeded", "document_limits", "rejection_handler"]

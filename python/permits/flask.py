@@ -27,6 +27,7 @@ import flask
 from werkzeug.wrappers import Response as _Response
 
 from ._core import Lease
+from ._cost import SentResponse, headers_of
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_TIMEOUT,
@@ -36,7 +37,6 @@ from ._http_policy import (
     SyncLimit,
     check_metrics,
     refund_before_rejection,
-    rejection_text,
     route_shadowed,
 )
 from ._rates import LimiterLike
@@ -70,6 +70,31 @@ class _FlaskGate(Gate):
             found = self.policy.rejection_sync(context.request, lease, _is_response, _RESPONSE)
         return found  # type: ignore[no-any-return]
 
+    def admit_keyed(self, environ: Environ, request: Callable[[], Any]) -> tuple[Lease, Any, object]:
+        try:
+            return super().admit_keyed(environ, request)
+        except Exception as error:  # the key function's: the application answers it (below)
+            raise _KeyFailed(error) from error
+
+    def __call__(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
+        try:
+            return super().__call__(app, environ, start_response)
+        except _KeyFailed as failed:
+            if self.app is None:
+                raise failed.error from None
+            # As an error in a view: Flask logs it and answers with its errorhandler(500) page.
+            with self.app.request_context(environ):
+                response = self.app.handle_exception(failed.error)
+            return response(environ, start_response)
+
+
+class _KeyFailed(Exception):
+    """A global limit's key function raised: what the extension answers through the application."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
 
 class _Middleware:
     """What ``init_app`` puts in place of ``app.wsgi_app``."""
@@ -90,7 +115,8 @@ class RateLimit:
     ``flask.Request``; ``on_rejected`` returns a Flask response or None; ``wait=True`` waits at
     most ``timeout`` seconds, default 30, with at most ``max_queued`` requests waiting at once,
     default 1000: past either, the rejection; ``enforce=False``: shadow mode, a refused request served
-    with its refusal logged and counted ``shadow_rejected``). ``RateLimit()`` without a
+    with its refusal logged and counted ``shadow_rejected``; ``cost(request, response) -> int``
+    settles a request's permits once its response has been sent). ``RateLimit()`` without a
     limiter sets no global limit: ``init_app`` then only makes the views' limits hold their
     leases until their responses are sent."""
 
@@ -110,11 +136,14 @@ class RateLimit:
         exempt: Iterable[str] = (),
         metrics: object = False,
         enforce: bool = True,
+        cost: Callable[[flask.Request, SentResponse], int] | None = None,
+        problem_details: bool = False,
     ) -> None:
         options: dict[str, Any] = {
             "key": key, "permit_count": permit_count, "wait": wait, "timeout": timeout, "max_queued": max_queued,
             "status_code": status_code, "on_rejected": on_rejected, "headers": headers,
-            "retry_after": retry_after, "exempt": exempt, "metrics": metrics, "enforce": enforce,
+            "retry_after": retry_after, "exempt": exempt, "metrics": metrics, "enforce": enforce, "cost": cost,
+            "problem_details": problem_details,
         }  # fmt: skip
         if limiter is None:
             defaults = inspect.signature(RateLimit.__init__).parameters
@@ -156,15 +185,18 @@ class RateLimit:
         headers: bool | str = True,
         retry_after: float | None = None,
         enforce: bool = True,
+        cost: Callable[[flask.Request, SentResponse], int] | None = None,
+        problem_details: bool = False,
     ) -> Callable[[View], View]:
         """One view's limit: ``@rate_limit.limit(limiter)`` under ``@app.route``. It runs after the
         global limit; a request it rejects still counts against the global limit, and the permits
         of the other limits stacked on the view are given back. ``max_queued`` counts the requests
-        waiting in this limit (over every view it decorates). ``enforce=False``: shadow mode."""
+        waiting in this limit (over every view it decorates). ``enforce=False``: shadow mode;
+        ``cost``: as the extension's."""
         limit = SyncLimit(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers,
-            retry_after=retry_after, enforce=enforce,
+            retry_after=retry_after, enforce=enforce, cost=cost, problem_details=problem_details,
         )  # fmt: skip
         return functools.partial(_decorate, limit)
 
@@ -188,9 +220,9 @@ def _decorate(limit: SyncLimit, view: View) -> View:
 
     @functools.wraps(view)
     def limited(*args: Any, **kwargs: Any) -> Any:
-        request = flask.request
+        request = _unproxied(flask.request)  # (not the proxy: unbound once the request has ended)
         environ = request.environ
-        lease, quota = limit.admit(environ, lambda: request)
+        lease, quota, key = limit.admit_keyed(environ, lambda: request)
         granted: list[Lease] = environ.setdefault(GRANTED, [])
         if not lease and policy.lets_through(lease):
             route_shadowed(environ.get(HANDOFF))
@@ -206,12 +238,16 @@ def _decorate(limit: SyncLimit, view: View) -> View:
         if isinstance(handoff, Handoff):  # the middleware holds the lease and writes the headers
             handoff.route_leases.append(lease)
             handoff.quotas.append(quota)
+            if policy.cost is not None:  # (the request itself: the proxy is unbound once it has been sent)
+                handoff.charges.append(functools.partial(policy.charge, key, lease, request))
             return call(*args, **kwargs)
         # Without init_app: the lease goes with the view's response, released when it is closed.
         try:
             response = flask.current_app.make_response(call(*args, **kwargs))
             if quota is not None:
                 _add_headers(response, quota.headers())
+            if policy.cost is not None:
+                response.call_on_close(functools.partial(_charged, policy, key, lease, _unproxied(request), response))
             response.call_on_close(lease.release)
         except BaseException:
             lease.release()
@@ -221,6 +257,19 @@ def _decorate(limit: SyncLimit, view: View) -> View:
     return limited  # type: ignore[return-value]
 
 
+def _unproxied(request: flask.Request) -> flask.Request:
+    """The request behind ``flask.request`` (a proxy, unbound once the request has ended)."""
+    found: flask.Request = getattr(request, "_get_current_object", lambda: request)()
+    return found
+
+
+def _charged(policy: Policy, key: object, lease: Lease, request: flask.Request, response: _Response) -> None:
+    """A view's response closed (sent): its lease settles to ``cost``, before its release."""
+    size = response.calculate_content_length()
+    sent = SentResponse(response.status_code, headers_of(response.headers.items()), size, response)
+    policy.charge(key, lease, request, sent)
+
+
 def _add_headers(response: _Response, headers: list[tuple[str, str]]) -> None:
     for name, value in headers:
         response.headers.setdefault(name, value)
@@ -228,9 +277,10 @@ def _add_headers(response: _Response, headers: list[tuple[str, str]]) -> None:
 
 def _rejection(policy: Policy, lease: Lease, quota: Quota | None) -> _Response:
     headers = policy.rejection_headers(lease, quota)
-    response: _Response | None = policy.rejection_sync(flask.request, lease, _is_response, _RESPONSE)
+    response: _Response | None = policy.rejection_sync(_unproxied(flask.request), lease, _is_response, _RESPONSE)
     if response is None:
-        response = flask.current_app.response_class(rejection_text(lease), policy.status_code, mimetype="text/plain")
+        body, media_type = policy.rejection_body(lease, quota)
+        response = flask.current_app.response_class(body, policy.status_code, content_type=media_type)
     _add_headers(response, headers)
     return response
 

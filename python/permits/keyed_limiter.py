@@ -147,9 +147,11 @@ class KeyedRateLimiter(LimiterBase):
     def with_translated_key(self, translate: Callable[[Any], object]) -> TranslatedKeyLimiter:
         """This limiter's state seen through a key mapping: a keyed limiter whose every call asks
         this one for ``translate(resource)`` (``users.with_translated_key(str.casefold)``: "Alice"
-        and "alice" share one limit). Closing it closes the view only."""
+        and "alice" share one limit). Closing it closes the view only; raises
+        ``LimiterClosedError`` once this limiter is closed."""
         from .translated import TranslatedKeyLimiter
 
+        self._check_open()
         return TranslatedKeyLimiter(self, translate)
 
 

@@ -15,6 +15,7 @@ and released with its own.
 
 from __future__ import annotations
 
+import functools
 import http
 import logging
 import sys
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._core import Lease
+from ._cost import SentResponse, headers_of
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_TIMEOUT,
@@ -34,7 +36,7 @@ from ._http_policy import (
     fewest_remaining,
     is_exempt,
     refusal,
-    rejection_text,
+    settle_routes,
 )
 from ._rates import LimiterLike
 from ._shadow import SHADOW_REJECTED
@@ -100,11 +102,12 @@ def with_headers(headers: Headers, ours: list[tuple[str, str]]) -> Headers:
     return headers + [(name, value) for name, value in ours if name.lower() not in names]
 
 
-def default_rejection(status_code: int, lease: Lease) -> WSGIApp:
-    """The default rejection: ``status_code`` and a plain-text body naming the limiter."""
-    body = rejection_text(lease).encode()
+def default_rejection(status_code: int, text: str, media_type: str) -> WSGIApp:
+    """The default rejection: ``status_code`` and its body (the text naming the limiter, or the
+    problem document)."""
+    body = text.encode()
     status = status_line(status_code)
-    headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+    headers = [("Content-Type", media_type), ("Content-Length", str(len(body)))]
 
     def reject(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         start_response(status, headers)
@@ -114,14 +117,16 @@ def default_rejection(status_code: int, lease: Lease) -> WSGIApp:
 
 
 class _Released:
-    """The application's response iterable, whose ``close()`` also releases the request's leases.
-    Iterating it iterates the application's own iterator: no cost per chunk."""
+    """The application's response iterable, whose ``close()`` also releases the request's leases
+    (after ``finish``, the costs' settlement, when there is one). Iterating it iterates the
+    application's own iterator: no cost per chunk."""
 
-    __slots__ = ("_leases", "_result")
+    __slots__ = ("_finish", "_leases", "_result")
 
-    def __init__(self, result: Iterable[bytes], leases: list[Lease]) -> None:
+    def __init__(self, result: Iterable[bytes], leases: list[Lease], finish: Callable[[], None] | None = None) -> None:
         self._result = result
         self._leases = leases
+        self._finish = finish
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self._result)
@@ -132,7 +137,12 @@ class _Released:
             if close is not None:
                 close()
         finally:
-            release(self._leases)
+            try:
+                finish, self._finish = self._finish, None
+                if finish is not None:
+                    finish()
+            finally:
+                release(self._leases)
 
 
 class _SizedReleased(_Released):
@@ -144,17 +154,40 @@ class _SizedReleased(_Released):
         return len(self._result)  # type: ignore[arg-type]
 
 
+class _CountedReleased(_Released):
+    """A response whose costs are settled when it closes: it counts the body's bytes as they go."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, result: Iterable[bytes], leases: list[Lease], finish: Callable[[], None]) -> None:
+        super().__init__(result, leases, finish)
+        self.size = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._result:
+            self.size += len(chunk)
+            yield chunk
+
+
 def release(leases: list[Lease]) -> None:
     """Releases each lease of ``leases`` once, emptying the list (a second call releases nothing)."""
     while leases:  # each once, even when close() is called again
         leases.pop().release()
 
 
-def run(app: WSGIApp, environ: Environ, start_response: StartResponse, quota: Quota | None, lease: Lease | None) -> Any:
+def run(
+    app: WSGIApp,
+    environ: Environ,
+    start_response: StartResponse,
+    quota: Quota | None,
+    lease: Lease | None,
+    settle: Callable[[SentResponse], None] | None = None,
+) -> Any:
     """Runs the application with the handoff a route's limit finds in the environ: the headers of
     the limit with the fewest permits left are added to its response, and the leases (``lease``
     and the route's) are released when the server closes the response, or at once if the
-    application raises."""
+    application raises. Before that release, the routes' costs and ``settle`` (the caller's own
+    cost) are given what was sent."""
     found = environ.get(HANDOFF)
     owner = not isinstance(found, Handoff)  # (else an outer middleware made it, and releases its leases)
     handoff = found if isinstance(found, Handoff) else Handoff()
@@ -170,6 +203,7 @@ def run(app: WSGIApp, environ: Environ, start_response: StartResponse, quota: Qu
         best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
         if best is not None:
             headers = with_headers(headers, best.headers())
+        handoff.started = (status, headers)
         return start_response(status, headers, exc_info)
 
     try:
@@ -177,6 +211,19 @@ def run(app: WSGIApp, environ: Environ, start_response: StartResponse, quota: Qu
     except BaseException:
         release(leases)
         raise
+    if settle is not None or (owner and handoff.charges):  # (the views have run: their costs are known)
+        counted: _CountedReleased
+
+        def finish() -> None:
+            status, headers = handoff.started or ("500 Internal Server Error", [])
+            sent = SentResponse(int(status.split(None, 1)[0]), headers_of(headers), counted.size)
+            if owner:
+                settle_routes(handoff, sent)
+            if settle is not None:
+                settle(sent)
+
+        counted = _CountedReleased(result, leases, finish)
+        return counted
     if not leases and not owner:
         return result  # nothing of ours to release: the application's own iterable
     return (_SizedReleased if isinstance(result, list | tuple) else _Released)(result, leases)
@@ -206,7 +253,7 @@ class Gate(SyncLimit):
     def __call__(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
         if self.exempt and is_exempt(environ.get("PATH_INFO") or "/", self.exempt, environ_raw_path(environ)):
             return run(app, environ, start_response, None, None)  # a route's own limit still applies
-        lease, quota = self.admit(environ, lambda: self.request(environ))
+        lease, quota, key = self.admit_keyed(environ, lambda: self.request(environ))
         if not lease and not self.policy.lets_through(lease):
             if self.requests is not None:
                 self.requests.count(refusal(lease))
@@ -215,7 +262,12 @@ class Gate(SyncLimit):
             except BaseException:
                 lease.release()
                 raise
-        result = run(app, environ, start_response, quota, lease)
+        policy = self.policy
+        settle = None
+        if policy.cost is not None:
+            request = self.request(environ)
+            settle = functools.partial(policy.charge, key, lease, request)
+        result = run(app, environ, start_response, quota, lease, settle)
         if self.requests is not None:
             handoff = environ.get(HANDOFF)
             routed = isinstance(handoff, Handoff) and handoff.route_rejected
@@ -231,7 +283,7 @@ class Gate(SyncLimit):
             started.append(True)
             return start_response(status, with_headers(response_headers, headers), exc_info)
 
-        default = default_rejection(policy.status_code, lease)
+        default = default_rejection(policy.status_code, *policy.rejection_body(lease, quota))
         custom = self.rejection(environ, lease)
         if custom is None:
             return default(environ, start_with_headers)
@@ -268,7 +320,9 @@ class RateLimitMiddleware:
     OpenTelemetry ``Meter`` instruments the limiter and counts requests by result (``permits.metrics``).
     ``enforce=False`` is shadow mode: a request the limiter refuses is served anyway, with the headers
     enforcing would send, its refusal logged (at most once a second, INFO, logger ``permits``) and
-    counted ``shadow_rejected``.
+    counted ``shadow_rejected``. ``cost(environ, response) -> int`` settles a request's permits when
+    the server closes its response (``response``: a ``permits.SentResponse``, its body's size counted).
+    ``problem_details=True``: a rejection's body is an RFC 9457 ``application/problem+json`` document.
     """
 
     def __init__(
@@ -288,6 +342,8 @@ class RateLimitMiddleware:
         exempt: Iterable[str] = (),
         metrics: object = False,
         enforce: bool = True,
+        cost: Callable[[Environ, SentResponse], int] | None = None,
+        problem_details: bool = False,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, got {type(app).__name__}")
@@ -296,7 +352,7 @@ class RateLimitMiddleware:
         self.gate = Gate(
             limiter, key=key, permit_count=permit_count, wait=wait, timeout=timeout, max_queued=max_queued,
             status_code=status_code, on_rejected=on_rejected, headers=headers, retry_after=retry_after,
-            exempt=exempt, metrics=metrics, enforce=enforce,
+            exempt=exempt, metrics=metrics, enforce=enforce, cost=cost, problem_details=problem_details,
         )  # fmt: skip
         """What runs each request: the key, the acquisition, the rejection, the headers."""
         self.policy = self.gate.policy

@@ -54,7 +54,10 @@ def test_signatures_are_the_documented_ones() -> None:
         per_key.wait_async: "(resource, /, permit_count=1)",
         per_key.evict_idle: "()",
         lease.release: "()",
-        permits.Lease.granted: "(permit_count=1, *, on_release=None, on_refund=None, metadata=None, lost=None)",
+        permits.Lease.granted: (
+            "(permit_count=1, *, on_release=None, on_refund=None, metadata=None, lost=None, on_settle=None)"
+        ),
+        lease.settle: "(permit_count, /)",
         permits.Lease.denied: "(reason='limit_reached', *, retry_after=None, metadata=None)",
         permits.MonotonicClock: "()",
         permits.MonotonicClock().now_ns: "()",

@@ -71,6 +71,9 @@ async def serving(
     elif framework == "wsgi":
 
         def wsgi_hello(environ: Any, start_response: Callable[..., Any]) -> list[bytes]:
+            if environ.get("PATH_INFO") != "/hello":
+                start_response("404 Not Found", [("Content-Type", "text/plain")])
+                return [b"not found"]
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"hello"]
 

@@ -311,3 +311,45 @@ def test_a_queued_request_is_served_when_a_permit_comes_back_or_times_out(
             assert queued.result(timeout=20).status_code == 429
             held.release()
     assert site.calls == ["served"]
+
+
+def test_a_views_key_and_on_rejected_get_the_request_itself(clock: permits.ManualClock) -> None:
+    """Not the ``flask.request`` proxy, which is unbound once the request has ended (issue 43,
+    item 6): what a key function keeps is still readable afterwards."""
+    kept: list[Any] = []
+
+    def key(request: Any) -> str:
+        kept.append(request)
+        return "k"
+
+    def on_rejected(request: Any, lease: permits.Lease) -> Any:
+        kept.append(request)
+        return None
+
+    route = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(1, 60), clock=clock)
+    rate_limit = RateLimit()
+    site = Site(rate_limit, rate_limit.limit(route, key=key, on_rejected=on_rejected))
+    with serve_wsgi(site.app) as url, httpx.Client(base_url=url) as client:
+        codes = [client.get("/hello", params={"n": str(i)}).status_code for i in range(2)]
+    assert codes == [200, 429]
+    assert [request.args["n"] for request in kept] == ["0", "1", "1"]  # read after the requests ended
+    assert all(type(request) is flask.Request for request in kept)
+
+
+def test_a_global_key_that_raises_is_answered_by_the_applications_error_handling(
+    clock: permits.ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under init_app the global limit runs before Flask: a key function's error is still the
+    application's to answer (its errorhandler(500) page, its log), as an error in a view is."""
+
+    def key(request: Any) -> str:
+        raise LookupError("no tenant header")
+
+    per_user = permits.PartitionedLimiter.per_key(permits.specs.FixedWindow(5, 60), clock=clock)
+    site = Site(RateLimit(per_user, key=key))
+    site.app.register_error_handler(500, lambda error: ("sorry, our fault", 500))
+    with serve_wsgi(site.app) as url, httpx.Client(base_url=url) as client:
+        response = client.get("/hello")
+    assert response.status_code == 500 and response.text == "sorry, our fault"
+    assert site.calls == []  # the view never ran
+    assert any("no tenant header" in (r.exc_text or "") for r in caplog.records if r.exc_info)
