@@ -1,6 +1,6 @@
 """`import permits` (and permits.keys) imports no web framework nor server client: the integrations
 and stores are imported only by name (permits.asgi, permits.fastapi, permits.aiohttp, permits.wsgi,
-permits.flask, permits.django, permits.redis, permits.postgres)."""
+permits.flask, permits.django, permits.drf, permits.celery, permits.redis, permits.postgres)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ FRAMEWORKS = (
     "flask",
     "werkzeug",
     "waitress",
+    "django",
+    "rest_framework",
+    "celery",
+    "kombu",
 )
 
 
@@ -44,6 +48,10 @@ def test_each_integration_imports_its_own_framework() -> None:
     assert modules_after("import permits.wsgi").isdisjoint({"flask", "werkzeug", "starlette", "django"})
     assert "django" in modules_after("import permits.django")
     assert "django" not in modules_after("import permits.flask")
+    # (DRF reads Django's settings as its throttling module is imported: a project has them)
+    assert "rest_framework" in modules_after("import django.conf; django.conf.settings.configure(); import permits.drf")
+    celery_task = modules_after("import permits.celery")
+    assert "celery" in celery_task and celery_task.isdisjoint({"django", "rest_framework", "flask"})
 
 
 def test_each_store_imports_its_own_client() -> None:
