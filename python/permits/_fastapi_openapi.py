@@ -2,10 +2,16 @@
 ``permits.fastapi.RateLimit`` dependency (its own, its router's or the application's) gets the
 limit's rejection as a response (429 unless ``status_code`` says otherwise) with its
 ``Retry-After``, ``RateLimit`` and ``RateLimit-Policy`` headers and its body (the text, or the
-problem document with ``problem_details``)."""
+problem document with ``problem_details``).
+
+It is automatic: importing ``permits.fastapi`` wraps ``FastAPI.openapi`` once, so that a schema
+FastAPI makes gets the limits of the operations that have one (an application without a
+``RateLimit`` gets its schema unchanged). ``document_limits(app)`` does the same for an application
+whose ``openapi`` is its own function."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -52,10 +58,11 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
 
 
 def document_limits(app: FastAPI) -> None:
-    """Documents ``app``'s rate limits in its OpenAPI schema (``app.openapi()``, ``/docs``): each
-    path operation with a ``RateLimit`` dependency shows the limit's rejection, its status, headers
-    and body (a status the operation documents itself is left as it is). Call it once, before or
-    after the routes are added: they are read when the schema is made."""
+    """Documents ``app``'s rate limits in its OpenAPI schema (``app.openapi()``, ``/docs``) when
+    ``app.openapi`` is a function of the application's own (FastAPI's own documents them already,
+    once ``permits.fastapi`` is imported): each path operation with a ``RateLimit`` dependency
+    shows the limit's rejection, its status, headers and body (a status the operation documents
+    itself is left as it is). The routes are read when the schema is made."""
     if not isinstance(app, FastAPI):
         raise TypeError(f"document_limits() takes a FastAPI application, got {type(app).__name__}")
     if getattr(app, _DOCUMENTED, False):
@@ -67,16 +74,39 @@ def document_limits(app: FastAPI) -> None:
         fresh = app.openapi_schema is None
         schema = made()
         if fresh:
-            for path, methods, dependant in _operations(app):
-                for status, limits in _by_status(_limits_of(dependant)).items():
-                    for method in methods:
-                        operation = schema.get("paths", {}).get(path, {}).get(method.lower())
-                        if operation is not None:
-                            operation.setdefault("responses", {}).setdefault(str(status), _rejection(limits))
+            _add_limits(app, schema)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.openapi_schema = None  # (made already: made again, with the limits)
+
+
+def _add_limits(app: FastAPI, schema: dict[str, Any]) -> None:
+    """Each limited operation's rejection, where the operation does not document that status itself."""
+    for path, methods, dependant in _operations(app):
+        for status, limits in _by_status(_limits_of(dependant)).items():
+            for method in methods:
+                operation = schema.get("paths", {}).get(path, {}).get(method.lower())
+                if operation is not None:
+                    operation.setdefault("responses", {}).setdefault(str(status), _rejection(limits))
+
+
+def install() -> None:
+    """Wraps ``FastAPI.openapi`` (once per process): every schema FastAPI makes documents its limits."""
+    original = FastAPI.openapi
+    if getattr(original, "_permits_limits", False):
+        return
+
+    @functools.wraps(original)
+    def openapi(self: FastAPI) -> dict[str, Any]:
+        fresh = self.openapi_schema is None
+        schema = original(self)
+        if fresh:
+            _add_limits(self, schema)
+        return schema
+
+    openapi._permits_limits = True  # type: ignore[attr-defined]
+    FastAPI.openapi = openapi  # type: ignore[method-assign]
 
 
 def _operations(app: FastAPI) -> Iterator[tuple[str, set[str], Dependant]]:

@@ -20,7 +20,7 @@ from starlette.requests import HTTPConnection
 
 from ._core import Lease
 from ._cost import SentResponse
-from ._fastapi_openapi import document_limits
+from ._fastapi_openapi import document_limits, install
 from ._http_policy import (
     DEFAULT_MAX_QUEUED,
     DEFAULT_TIMEOUT,
@@ -205,5 +205,7 @@ def _handles_rejections(request: HTTPConnection) -> bool:
     handlers = getattr(request.scope.get("app"), "exception_handlers", None)
     return isinstance(handlers, dict) and RateLimitExceeded in handlers
 
+
+install()  # every FastAPI schema documents the limits of its operations (_fastapi_openapi.py)
 
 __all__ = ["CLIENT_CLOSED_REQUEST", "RateLimit", "RateLimitExceeded", "document_limits", "rejection_handler"]

@@ -1,6 +1,7 @@
 """A FastAPI application's OpenAPI schema documents its rate limits (issue 43, item 3; slowapi #74):
-``permits.fastapi.document_limits(app)``, then every path operation with a ``RateLimit`` dependency
-(its own, its router's, the application's) shows the rejection, its headers and its body."""
+every path operation with a ``RateLimit`` dependency (its own, its router's, the application's) shows
+the rejection, its headers and its body, with nothing to call; ``document_limits(app)`` for an
+application whose ``openapi`` is its own function."""
 
 from __future__ import annotations
 
@@ -68,19 +69,39 @@ def test_a_routers_limit_documents_its_own_status_and_problem_document() -> None
     assert "busy" in refused["description"]
 
 
-def test_documented_before_the_routes_or_after_the_schema_was_made() -> None:
+def test_it_needs_nothing_to_be_called() -> None:
+    app = app_with_limits()
+    schema = app.openapi()
+    assert "429" in responses(schema, "/search") and "503" in responses(schema, "/report")
+    assert "429" not in responses(schema, "/free")
+    plain = FastAPI()
+
+    @plain.get("/x")
+    async def x() -> dict[str, str]:
+        return {}
+
+    assert set(responses(plain.openapi(), "/x")) == {"200"}  # an app without limits: as FastAPI makes it
+
+
+def test_an_application_with_its_own_openapi_function() -> None:
     app = FastAPI()
-    document_limits(app)  # before the routes: they are read when the schema is made
 
     @app.get("/late", dependencies=[Depends(RateLimit("5/second"))])
     async def late() -> dict[str, str]:
         return {}
 
-    assert "429" in responses(app.openapi(), "/late")
-    other = app_with_limits()
-    assert "429" not in responses(other.openapi(), "/search")  # made without the limits...
-    document_limits(other)
-    assert "429" in responses(other.openapi(), "/search")  # ... and again with them
+    def custom_openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            app.openapi_schema = get_openapi(title="custom", version="1", routes=app.routes)
+        return app.openapi_schema
+
+    app.openapi = custom_openapi  # type: ignore[method-assign]
+    assert "429" not in responses(app.openapi(), "/late")  # made by a function of its own...
+    document_limits(app)
+    schema = app.openapi()
+    assert schema["info"]["title"] == "custom" and "429" in responses(schema, "/late")  # ... and again
 
 
 def test_the_served_schema_and_the_limit_still_work() -> None:
