@@ -277,14 +277,12 @@ async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: 
 
     try:
         await app(scope, receive, send_with_headers)
+        if owner and handoff.charges:  # (an application that raised: its requests keep what they took)
+            settle_routes(handoff, sent_response(handoff))
     finally:
         if owner:
-            try:
-                if handoff.charges:
-                    settle_routes(handoff, sent_response(handoff))
-            finally:
-                for route_lease in handoff.route_leases:
-                    route_lease.release()
+            for route_lease in handoff.route_leases:
+                route_lease.release()
     return handoff
 
 
