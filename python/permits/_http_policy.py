@@ -5,23 +5,31 @@ acquisition; the ``Retry-After`` and IETF ``RateLimit`` / ``RateLimit-Policy`` h
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import math
-import re
 import threading
-import unicodedata
-import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from . import _pausing, specs
 from ._core import Clock, Lease, MonotonicClock
 from ._cost import SentResponse, charge, check_cost
 from ._durations import timeout_ns
+from ._exempt_paths import check_exempt, environ_raw_path, has_dot_segment, is_exempt
 from ._problem import MEDIA_TYPE as PROBLEM_MEDIA_TYPE
 from ._problem import check_problem_details, problem_json
+from ._quota_headers import (
+    Quota,
+    _figures,
+    _quota,
+    _retry_seconds,
+    check_headers,
+    encoded_headers,
+    fewest_remaining,
+    quota_of,
+    rejection_text,
+)
 from ._rates import limiter_of
 from ._shadow import SHADOW_REJECTED, ShadowLog, check_enforce
 from ._sync_leaving import client_socket, enqueue_of, wait_unless_left
@@ -43,122 +51,6 @@ DEFAULT_TIMEOUT = 30.0
 #: The most requests waiting with ``wait=True`` in one middleware (or route limit) at once, by default.
 DEFAULT_MAX_QUEUED = 1000
 logger = logging.getLogger("permits")
-
-
-#: The integrations' ``headers=``: the fields each style sends.
-HEADER_STYLES = ("ietf", "legacy", "both")
-
-
-def check_headers(headers: object) -> str | None:
-    """``headers=``: True or "ietf" (the IETF ``RateLimit`` and ``RateLimit-Policy`` fields),
-    "legacy" (``X-RateLimit-Limit``, ``-Remaining``, ``-Reset``), "both", or False (none)."""
-    if headers is True:
-        return "ietf"
-    if headers is False:
-        return None
-    if isinstance(headers, str) and headers in HEADER_STYLES:
-        return headers
-    raise TypeError(f"headers must be True, False, 'ietf', 'legacy' or 'both', got {headers!r}")
-
-
-class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a frozen dataclass)
-    """What the rate-limit headers say about one limiter, for one request."""
-
-    name: str
-    quota: int
-    window: int | None  # seconds; None for a concurrency limit (no time window)
-    remaining: int
-    reset: int | None  # seconds until more permits; None when time frees nothing
-    style: str = "ietf"  # which fields: HEADER_STYLES
-
-    def headers(self) -> list[tuple[str, str]]:
-        # (made on every response of a sync server: the part that never changes is cached)
-        found: list[tuple[str, str]] = []
-        if self.style != "legacy":
-            name = _sf_string(self.name)
-            state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
-            found += [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
-        if self.style != "ietf":
-            found += [("X-RateLimit-Limit", str(self.quota)), ("X-RateLimit-Remaining", str(self.remaining))]
-            if self.reset is not None:
-                found.append(("X-RateLimit-Reset", str(self.reset)))
-        return found
-
-
-def rejection_text(lease: Lease) -> str:
-    """The default rejection's body: it says which limit refused (its limiter's name), so that a
-    client or a log tells a per-key limit from a global one."""
-    name = lease.metadata.get("limiter")
-    return "Too Many Requests" if name is None else f"Too Many Requests (limiter: {name})"
-
-
-def encoded_headers(quota: Quota) -> tuple[tuple[bytes, bytes], ...]:
-    """The quota's headers as an ASGI message carries them (lowercase names, latin-1 bytes): the
-    same text as ``headers()``, made on every response, so the parts that never change are cached."""
-    if quota.style != "ietf":
-        return tuple((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in quota.headers())
-    name = _sf_bytes(quota.name)
-    if quota.reset is None:
-        state = b"%s;r=%d" % (name, quota.remaining)
-    else:
-        state = b"%s;r=%d;t=%d" % (name, quota.remaining, quota.reset)
-    return _policy_header(quota.name, quota.quota, quota.window), (b"ratelimit", state)
-
-
-@functools.lru_cache(maxsize=256)
-def _sf_bytes(name: str) -> bytes:
-    return _sf_string(name).encode("latin-1")
-
-
-# A limit with no window is a concurrency limit: its quota unit says so (the draft's "qu").
-@functools.lru_cache(maxsize=256)
-def _policy_header(name: str, quota: int, window: int | None) -> tuple[bytes, bytes]:
-    policy = b"%s;q=%d" % (_sf_bytes(name), quota) + (
-        b';qu="concurrent-requests"' if window is None else b";w=%d" % window
-    )
-    return b"ratelimit-policy", policy
-
-
-@functools.lru_cache(maxsize=256)
-def _policy_text(name: str, quota: int, window: int | None) -> tuple[str, str]:
-    policy = f"{_sf_string(name)};q={quota}" + (';qu="concurrent-requests"' if window is None else f";w={window}")
-    return "RateLimit-Policy", policy
-
-
-@functools.lru_cache(maxsize=256)  # a few limiter names, formatted on every response
-def _sf_string(text: str) -> str:
-    """An RFC 8941 string: printable ASCII, with quote and backslash escaped (others dropped)."""
-    kept = "".join(c for c in text if " " <= c <= "~")
-    return '"' + kept.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _seconds(value: float) -> int:
-    return max(0, math.ceil(value - 1e-9))  # whole seconds rounded up (float noise aside)
-
-
-def _retry_seconds(value: float) -> int:
-    """A rejection's wait in whole seconds: at least 1, so that a client told 0 does not come
-    straight back (a nanosecond before a refill rounds to 0)."""
-    return max(1, _seconds(value))
-
-
-def fewest_remaining(quotas: Iterable[Quota | None]) -> Quota | None:
-    """Of several limiters' quotas, the one with the fewest remaining permits (the binding one)."""
-    found = [q for q in quotas if q is not None]
-    return min(found, key=lambda q: q.remaining) if found else None
-
-
-def check_exempt(exempt: object) -> tuple[str, ...]:
-    if isinstance(exempt, str):
-        exempt = (exempt,)
-    if not isinstance(exempt, Iterable):
-        raise TypeError(f"exempt must be path prefixes (e.g. ('/health',)), got {type(exempt).__name__}")
-    prefixes = []
-    for prefix in exempt:
-        if not isinstance(prefix, str) or not prefix.startswith("/"):
-            raise ValueError(f"exempt paths must be str starting with '/', got {prefix!r}")
-        prefixes.append(prefix.rstrip("/") or "/")
-    return tuple(prefixes)
 
 
 def counted(metrics: object, limiter: Any) -> tuple[Any, RequestCounter | None]:
@@ -241,92 +133,6 @@ def check_sync(name: str, function: object) -> None:
     call = inspect.getattr_static(type(function), "__call__", None)  # (an object whose __call__ is async)
     if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call):
         raise TypeError(f"{name} must be a plain function under WSGI (nothing awaits there), got a coroutine function")
-
-
-# Encodings beyond RFC 3986's that some servers still decode: IIS's %uXXXX and the overlong
-# UTF-8 forms of '.', '/' and '\\'.
-_NON_STANDARD = re.compile(r"%u([0-9a-f]{4})|%c0%ae|%e0%80%ae|%c0%af|%c1%9c", re.IGNORECASE)
-_OVERLONG = {"%c0%ae": ".", "%e0%80%ae": ".", "%c0%af": "/", "%c1%9c": "\\"}
-_STILL_ENCODED = re.compile(r"%[0-9a-f]{2}|%u[0-9a-f]{4}", re.IGNORECASE)
-# Decoding layers undone, at most: a path still encoded after that many is refused its exemption
-# (each layer is a pass over the path: an attacker's %252525... must not buy one pass per layer).
-_MAX_DECODINGS = 4
-# What a server may trim around a segment before resolving it (Windows trims spaces and dots).
-_IGNORED = " \t\r\n\x00\x0b\x0c."
-
-
-def _non_standard(match: re.Match[str]) -> str:
-    code = match.group(1)
-    return chr(int(code, 16)) if code else _OVERLONG[match.group().lower()]
-
-
-_OVERLONG_BYTES = ((b"\xc0\xae", b"."), (b"\xe0\x80\xae", b"."), (b"\xc0\xaf", b"/"), (b"\xc1\x9c", b"\\"))
-
-
-def _as_utf8(path: str) -> str:
-    """A path whose characters are bytes (PEP 3333's latin-1 ``PATH_INFO``) read as UTF-8, as the
-    frameworks read it, overlong forms of '.', '/' and '\\' included; others as they are."""
-    try:
-        raw = path.encode("latin-1")
-    except UnicodeEncodeError:
-        return path  # (already text: an ASGI or aiohttp path)
-    for overlong, char in _OVERLONG_BYTES:
-        raw = raw.replace(overlong, char)
-    return raw.decode("utf-8", errors="replace")
-
-
-def has_dot_segment(path: str) -> bool:
-    """Whether some server or proxy could resolve a segment of ``path`` as ``.`` or ``..``: after
-    undoing up to ``_MAX_DECODINGS`` layers of percent-encoding (``%2e``, ``%252e``, any case,
-    IIS's ``%u002e``, overlong UTF-8) and Unicode compatibility forms (a full-width dot), with a
-    backslash as a slash, a segment's ``;`` parameters dropped (Tomcat's ``..;``) and blanks
-    trimmed, a segment made of dots only. A path still encoded after that many layers counts as
-    one (refused rather than read further)."""
-    if path.isascii():
-        if "." not in path and "%" not in path:  # (the common case)
-            return False
-    else:
-        path = _as_utf8(path)
-    for _ in range(_MAX_DECODINGS):
-        decoded = urllib.parse.unquote(_NON_STANDARD.sub(_non_standard, path), errors="replace")
-        if decoded == path:
-            break
-        path = decoded
-    else:
-        if _STILL_ENCODED.search(path):
-            return True
-    if not path.isascii():
-        path = unicodedata.normalize("NFKC", path)  # U+FF0E (full-width) and U+2024 are dots then
-    for segment in path.replace("\\", "/").split("/"):
-        segment = segment.split(";", 1)[0]
-        if "." in segment and not segment.strip(_IGNORED):
-            return True
-    return False
-
-
-def is_exempt(path: str, prefixes: tuple[str, ...], raw: str | bytes | None = None) -> bool:
-    """A path is exempt when it equals a prefix or continues it after a '/', and has no dot segment
-    in any spelling (``/health/../admin``, ``/health/%2e%2e/admin``, ``/health/..;/admin``,
-    ``/health/..\\admin``: each leaves the prefix in an app, or a proxy, that resolves it).
-    ``raw``: the request target as the client sent it, where the server gives it (ASGI's
-    ``raw_path``, aiohttp's ``raw_path``, a WSGI server's ``RAW_URI``), checked too: the server's
-    own decoding may have lost a spelling (an overlong form) that something behind it reads."""
-    if not any(prefix == "/" or path == prefix or path.startswith(prefix + "/") for prefix in prefixes):
-        return False
-    if has_dot_segment(path):
-        return False
-    if raw is None:
-        return True
-    if isinstance(raw, bytes):
-        raw = raw.decode("latin-1")
-    return not has_dot_segment(raw.split("?", 1)[0])
-
-
-def environ_raw_path(environ: Any) -> str | None:
-    """The request target as the client sent it, where the WSGI server gives it (gunicorn's
-    ``RAW_URI``, werkzeug's and waitress's ``REQUEST_URI``)."""
-    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
-    return raw if isinstance(raw, str) else None
 
 
 class Policy:
@@ -755,41 +561,6 @@ def limiter_quota(limiter: RateLimiter | KeyedRateLimiter, key: object, lease: L
         return None
     remaining = limiter.available_permits(key) if isinstance(limiter, KeyedRateLimiter) else limiter.available_permits()
     return quota_of(spec, name, remaining, lease)
-
-
-@functools.lru_cache(maxsize=256)  # specs are values: the figures of each are worked out once
-def _figures(spec: specs.Spec[Any]) -> tuple[int, int | None, float | None]:
-    """(quota, window in whole seconds, replenishment period) of a limit."""
-    if isinstance(spec, specs.Concurrency):
-        return spec.permit_limit, None, None
-    if isinstance(spec, specs.TokenBucket):
-        # The bucket's quota is its size, over the time it takes to fill from empty: q/w is the rate.
-        periods = math.ceil(spec.token_limit / spec.tokens_per_period)
-        return spec.token_limit, max(1, _seconds(spec.replenishment_period * periods)), spec.replenishment_period
-    if isinstance(spec, specs.FixedWindow | specs.SlidingWindow | specs.SlidingWindowCounter):
-        return spec.permit_limit, max(1, _seconds(spec.window)), spec.replenishment_period
-    if isinstance(spec, specs.SlidingLog):
-        # Every permit is back one window after it was taken: more comes within the window.
-        return spec.permit_limit, max(1, _seconds(spec.window)), spec.window
-    return 0, None, None  # a spec this module does not know yet: no time figures
-
-
-def quota_of(spec: specs.Spec[Any], name: str, remaining: int, lease: Lease) -> Quota:
-    """``t`` (seconds until more): a failed lease's own ``retry_after``; otherwise at most one
-    replenishment period (the limiter does not say where in its period it is), 0 when full."""
-    return _quota(_figures(spec), name, remaining, lease)
-
-
-def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: int, lease: Lease) -> Quota:
-    remaining = max(0, remaining)
-    quota, window, period = figures
-    if period is None:
-        return Quota(name, quota, window, remaining, None)
-    if not lease and lease.retry_after is not None:
-        reset = _retry_seconds(lease.retry_after)
-    else:
-        reset = 0 if remaining >= quota else _seconds(period)
-    return Quota(name, quota, window, remaining, reset)
 
 
 def settle_routes(handoff: Handoff, sent: SentResponse) -> None:

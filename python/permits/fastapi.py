@@ -26,10 +26,10 @@ from ._http_policy import (
     DEFAULT_TIMEOUT,
     Policy,
     refund_before_rejection,
-    rejection_text,
     route_shadowed,
 )
 from ._queued import Message, acquire_or_leave, replaying
+from ._quota_headers import rejection_text
 from ._rates import LimiterLike
 from .asgi import HANDOFF, WEBSOCKET_CLOSE_CODE, Handoff
 
