@@ -36,7 +36,6 @@ from ._http_policy import (
     DEFAULT_TIMEOUT,
     Handoff,
     Quota,
-    SyncLimit,
     counted,
     environ_raw_path,
     fewest_remaining,
@@ -48,6 +47,7 @@ from ._http_policy import (
 )
 from ._rates import LimiterLike
 from ._shadow import SHADOW_REJECTED
+from ._sync_limit import SyncLimit
 from .wsgi import GRANTED, HANDOFF, release
 
 View = TypeVar("View", bound=Callable[..., Any])

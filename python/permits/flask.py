@@ -34,12 +34,12 @@ from ._http_policy import (
     Handoff,
     Policy,
     Quota,
-    SyncLimit,
     check_metrics,
     refund_before_rejection,
     route_shadowed,
 )
 from ._rates import LimiterLike
+from ._sync_limit import SyncLimit
 from .wsgi import GRANTED, HANDOFF, Environ, Gate, StartResponse, WSGIApp, run
 
 View = TypeVar("View", bound=Callable[..., Any])

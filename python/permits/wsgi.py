@@ -30,7 +30,6 @@ from ._http_policy import (
     DEFAULT_TIMEOUT,
     Handoff,
     Quota,
-    SyncLimit,
     counted,
     environ_raw_path,
     fewest_remaining,
@@ -40,6 +39,7 @@ from ._http_policy import (
 )
 from ._rates import LimiterLike
 from ._shadow import SHADOW_REJECTED
+from ._sync_limit import SyncLimit
 
 if TYPE_CHECKING:
     from .metrics._requests import RequestCounter
