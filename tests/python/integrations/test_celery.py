@@ -5,6 +5,7 @@ refusal's ``retry_after`` as its countdown, so the worker never waits for a perm
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ app.conf.update(
     task_default_retry_delay=0,
     broker_connection_retry_on_startup=False,
     broker_transport_options={"polling_interval": 0.05},
+    worker_hijack_root_logger=False,
 )
 ran: list[tuple[str, int]] = []
 pool = permits.ConcurrencyLimiter(1, name="db")
@@ -63,8 +65,16 @@ def query() -> int:
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[None]:
-    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
-        yield
+    # The worker sets up logging (the root logger's level and a handler): the later tests' logging,
+    # and pytest's capture of it, get theirs back.
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            yield
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
 
 
 def most_in_any_interval(times: list[int], interval_ns: int) -> int:
