@@ -159,7 +159,9 @@ def _postgres_pool() -> Any:
 
     server = PostgresServer(_need_bin_dir())
     _servers.callback(server.cleanup)
-    pool = ConnectionPool(server.conninfo, min_size=1, max_size=4, open=True)
+    # Each connection checked as it is lent: one closed under the pool (a forked child of another
+    # test ending with copies of them, which says goodbye to the server on them) is replaced, not lent.
+    pool = ConnectionPool(server.conninfo, min_size=1, max_size=4, open=True, check=ConnectionPool.check_connection)
     _servers.callback(pool.close)
     return pool
 
