@@ -4,8 +4,10 @@ refusal's ``retry_after`` as its countdown, so the worker never waits for a perm
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import logging
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +22,7 @@ celery = require("celery")
 from celery.contrib.testing.worker import start_worker  # noqa: E402
 
 from permits.celery import rate_limited  # noqa: E402
+from permits.shm import SharedMemoryStore  # noqa: E402
 
 SECOND = 1_000_000_000
 
@@ -33,6 +36,9 @@ app.conf.update(
 ran: list[tuple[str, int]] = []
 pool = permits.ConcurrencyLimiter(1, name="db")
 seen: list[int] = []
+SEGMENT = f"test-celery-{os.getpid()}"
+shared = SharedMemoryStore(SEGMENT)  # another process's handle on it would be a second SharedMemoryStore(SEGMENT)
+atexit.register(shared.unlink)  # (whichever of xdist's workers imported this module: its own segment)
 
 
 # (the tasks are the worker's from its start: every test's are here)
@@ -61,6 +67,13 @@ def fetch(host: str, path: str) -> str:
 def query() -> int:
     seen.append(pool.available_permits())
     return 1
+
+
+@app.task
+@rate_limited(shared.limiter("exports", permits.specs.FixedWindow(1, 3600.0)))
+def export() -> str:
+    ran.append(("export", time.monotonic_ns()))
+    return "exported"
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +126,20 @@ def test_a_limit_per_key(worker: None) -> None:
 def test_a_concurrency_permit_is_held_while_the_task_runs(worker: None) -> None:
     assert query.delay().get(timeout=10) == 1
     assert seen == [0] and pool.available_permits() == 1  # held while it ran, given back after
+
+
+def test_a_limit_shared_with_other_processes(worker: None) -> None:
+    """A shared-memory limiter: what another process took counts here (a second handle on the
+    segment stands for that process)."""
+    ran.clear()
+    other = SharedMemoryStore(SEGMENT).limiter("exports", permits.specs.FixedWindow(1, 3600.0))
+    assert other.acquire()  # the other process took the hour's one export
+    refused = export.delay()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and refused.state != "RETRY":
+        time.sleep(0.02)
+    assert refused.state == "RETRY" and ran == []  # refused here too: retried in about an hour
+    refused.revoke()
 
 
 def test_bad_arguments() -> None:
