@@ -8,6 +8,7 @@ import atexit
 import bisect
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,6 @@ celery = require("celery")
 from celery.contrib.testing.worker import start_worker  # noqa: E402
 
 from permits.celery import rate_limited  # noqa: E402
-from permits.shm import SharedMemoryStore  # noqa: E402
 
 SECOND = 1_000_000_000
 
@@ -37,8 +37,7 @@ ran: list[tuple[str, int]] = []
 pool = permits.ConcurrencyLimiter(1, name="db")
 seen: list[int] = []
 SEGMENT = f"test-celery-{os.getpid()}"
-shared = SharedMemoryStore(SEGMENT)  # another process's handle on it would be a second SharedMemoryStore(SEGMENT)
-atexit.register(shared.unlink)  # (whichever of xdist's workers imported this module: its own segment)
+ON_LINUX = sys.platform == "linux"  # (permits.shm is Linux only)
 
 
 # (the tasks are the worker's from its start: every test's are here)
@@ -69,11 +68,17 @@ def query() -> int:
     return 1
 
 
-@app.task
-@rate_limited(shared.limiter("exports", permits.specs.FixedWindow(1, 3600.0)))
-def export() -> str:
-    ran.append(("export", time.monotonic_ns()))
-    return "exported"
+if ON_LINUX:
+    from permits.shm import SharedMemoryStore
+
+    shared = SharedMemoryStore(SEGMENT)  # another process's handle: a second SharedMemoryStore(SEGMENT)
+    atexit.register(shared.unlink)  # (whichever of xdist's workers imported this module: its own segment)
+
+    @app.task
+    @rate_limited(shared.limiter("exports", permits.specs.FixedWindow(1, 3600.0)))
+    def export() -> str:
+        ran.append(("export", time.monotonic_ns()))
+        return "exported"
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +133,7 @@ def test_a_concurrency_permit_is_held_while_the_task_runs(worker: None) -> None:
     assert seen == [0] and pool.available_permits() == 1  # held while it ran, given back after
 
 
+@pytest.mark.skipif(not ON_LINUX, reason="permits.shm is Linux only")
 def test_a_limit_shared_with_other_processes(worker: None) -> None:
     """A shared-memory limiter: what another process took counts here (a second handle on the
     segment stands for that process)."""
