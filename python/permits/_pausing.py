@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 import weakref
@@ -32,6 +33,15 @@ SLICE = 1.0
 _changed = threading.Condition()
 #: Registered wakers, in the order they were registered (a dict as an ordered set).
 _wakers: dict[Callable[[], object], None] = {}
+
+
+def _after_fork_in_child() -> None:
+    global _changed
+    _changed = threading.Condition()  # (a waiting thread of the parent may have held its lock)
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def cancelled_here() -> bool:

@@ -82,12 +82,14 @@ def in_fork(body):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-    give_up = time.monotonic() + 30  # a safety net, never the thing under test
+    give_up = time.monotonic() + float(os.environ.get("FORK_GIVE_UP", 30))  # a safety net, never the thing under test
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
         if time.monotonic() > give_up:
+            os.kill(pid, 6)  # SIGABRT: faulthandler prints where the child's threads are
+            time.sleep(2)
             os.kill(pid, 9)
             os.waitpid(pid, 0)
             raise SystemExit("the forked child hung")

@@ -45,10 +45,13 @@ class LocalQueue:
         return len(self._entries)
 
     def is_head(self, entry: Entry) -> bool:
-        entries = self._entries
-        if not entries:
-            return False
-        return (entries[-1] if self.newest else entries[0]) is entry
+        # Under the lock: on a free-threaded build a close may empty the deque between a
+        # check for emptiness and the index.
+        with self._lock:
+            entries = self._entries
+            if not entries:
+                return False
+            return (entries[-1] if self.newest else entries[0]) is entry
 
     def join(self, n: int) -> Entry | None:
         """A new entry for ``n`` permits, or None when the queue has no room for it. Under

@@ -16,11 +16,25 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .renewal import renewed_event
+
 logger = logging.getLogger("permits")
 
 #: Seconds between two rounds; rows per statement (a round goes on while a statement fills one).
 PURGE_S = 1.0
 BATCH = 5000
+
+
+_all: weakref.WeakSet[Purger] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for purger in list(_all):  # (the parent's thread may have held the lock, or its wait the Event's)
+        purger._lock, purger._stop = threading.Lock(), renewed_event(purger._stop)
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Purger:
@@ -34,6 +48,7 @@ class Purger:
         self._tasks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
             weakref.WeakKeyDictionary()
         )
+        _all.add(self)
 
     def poke(self) -> None:
         """The store is in use: make sure a purge runs (a thread, or a task of the running loop)."""

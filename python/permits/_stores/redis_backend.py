@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
+import os
 import threading
 import time
 import weakref
@@ -116,6 +117,29 @@ def _moving(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.TryAgainError) or str(exc).startswith("TTL exhausted")
 
 
+#: Every backend, for the after-fork hook below.
+_BACKENDS: weakref.WeakSet[RedisBackend] = weakref.WeakSet()
+#: A forked child's copies of its parent's sync clients: kept, never used nor closed, for as long
+#: as the child lives (their pools' locks may have been copied held: see _after_fork_in_child).
+_INHERITED: list[object] = []
+
+
+def _after_fork_in_child() -> None:
+    """A thread of the parent (the renewal's, the eviction check's) may have been inside the
+    bounded client's pool at the fork: the child's copy of its lock stays held, and redis-py's
+    after-fork reset of the pool takes that lock (the child's first command would hang). The child
+    builds clients of its own instead, and a lock of its own to build them under."""
+    for backend in list(_BACKENDS):
+        backend._lock = threading.Lock()
+        if backend._bounded is not None:
+            _INHERITED.append(backend._bounded)
+            backend._bounded = None
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Made(NamedTuple):
     """A rule's constant arguments, made once (with the key_margin_ms they were made with)."""
 
@@ -170,6 +194,7 @@ class RedisBackend:
         self._replicas = redis_replicas.check_wait_replicas(wait_replicas)
         self._wait_ms = redis_replicas.wait_ms(self._timeout)
         self._waiting_ready: set[str] = set()  # the scripts whose function or script was loaded
+        _BACKENDS.add(self)
 
     # ---- the steps ----
 

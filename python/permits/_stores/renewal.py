@@ -62,6 +62,27 @@ def _quiet(doing: str) -> Iterator[None]:
         yield
 
 
+def renewed_event(event: threading.Event) -> threading.Event:
+    """A new Event in the state of ``event``: for a forked child, whose copy of an Event a thread
+    of the parent may have held the lock of at the fork (in wait(), set()): it would never be freed."""
+    fresh = threading.Event()
+    if event.is_set():
+        fresh.set()
+    return fresh
+
+
+_all: weakref.WeakSet[Renewal] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for renewal in list(_all):
+        renewal._forked()
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Renewal:
     def __init__(self, backend: Any, now: Any) -> None:
         self._backend = backend
@@ -79,6 +100,17 @@ class Renewal:
         self._pending = 0  # dropped leases not yet given back
         self._settled = threading.Condition()
         self._kick = threading.Event()
+        _all.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's thread is not here, and what it may have held at the
+        fork (a lock, an Event's) is made anew. Its dropped leases are the parent's to give back."""
+        self._lock = threading.RLock()
+        self._stop, self._kick = renewed_event(self._stop), threading.Event()
+        self._settled = threading.Condition()
+        self._dropped.clear()
+        self._pending = 0
+        self._thread = None
 
     def watch(self, limiter: StoreLimiter) -> None:
         """``limiter`` holds a lease now: make sure something renews it."""

@@ -18,6 +18,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
+from .renewal import renewed_event
+
 if TYPE_CHECKING:
     from .reserving import ReservingLimiter
 
@@ -33,11 +35,15 @@ _all: weakref.WeakSet[Returns] = weakref.WeakSet()
 
 
 def _after_fork() -> None:
+    # (a round of the parent's thread may have held the lock, or its wait the Event's)
     for returns in list(_all):
-        returns._lock = threading.Lock()  # (a round of the parent's thread may have held it)
+        returns._lock = threading.Lock()
+        returns._stop = renewed_event(returns._stop)
+        returns._thread = None
 
 
-os.register_at_fork(after_in_child=_after_fork)
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class Returns:

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import secrets
+import sys
 import threading
 import time
 import warnings
@@ -150,7 +151,9 @@ class _Held:
     def is_lost(self) -> bool:
         return self.lid in self.limiter._lost
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        if _finalizing():
+            return  # the interpreter is ending: its modules are being cleared, nothing renews the lease
         if not self.done and os.getpid() != self.pid:
             self.done = True  # (a forked child's copy: nothing of it is the child's)
         if not self.done and self.lid in self.limiter._lost:

@@ -97,3 +97,74 @@ def test_a_forked_childs_copy_of_a_lease_releases_nothing(kind: str, request: py
         env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "copy_test"}
     child = run_ok(IN_FORK + COPY_SCENARIO.format(store=STORES[kind]), env=env)
     assert child.lines()[-1] == "ok"
+
+
+HELD_SCENARIO = """
+import os, threading, gc
+from permits import _pausing
+TARGET, PREFIX = os.environ["STORE_TARGET"], os.environ["STORE_PREFIX"]
+{store}
+window = store.fixed_window("api", 10, 3600.0)
+jobs = store.concurrency("jobs", 2, lease_ttl=30.0)
+assert window.acquire()
+held = jobs.acquire()
+assert held
+# The store's threads (the lease renewal's, the eviction check's, the purge's, a waiter's pause) are
+# inside a lock of the store, of its connection pool or of an Event when the process forks: the
+# child's copies of those locks are held by threads the child does not have.
+locks = [store._renewal._lock, store._renewal._kick._cond, store._renewal._stop._cond, store._renewal._settled,
+         _pausing._changed]
+if hasattr(store._backend, "_bounded"):
+    locks.append(store._backend._bounded.client.connection_pool._lock)
+    locks.append(store._backend._lock)
+else:
+    locks += [store._purger._lock, store._purger._stop._cond]
+inside, leave = threading.Event(), threading.Event()
+def busy():
+    for lock in locks:
+        lock.acquire()
+    inside.set()
+    leave.wait()
+    for lock in reversed(locks):
+        lock.release()
+threading.Thread(target=busy, daemon=True).start()
+assert inside.wait(10)
+
+def child():
+    assert window.acquire()  # through connections of its own, not the copied pool
+    assert window.available_permits() == 8
+    lease = jobs.acquire()
+    assert lease and not jobs.acquire()
+    lease.release()
+    dropped = jobs.acquire()
+    assert dropped
+    del dropped  # given back by a renewal thread of the child's own
+    gc.collect()
+    assert store._renewal.flush(__import__("time").monotonic() + 10)
+    assert jobs.available_permits() == 1
+    store.close()
+
+in_fork(child)
+leave.set()
+assert window.available_permits() == 8
+assert jobs.available_permits() == 1
+held.release()
+store.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_fork_while_the_stores_threads_hold_its_locks_leaves_the_child_a_working_store(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    # (Found on the free-threaded build: a fork right after a store's first calls, while its eviction
+    # check was taking a connection or its new renewal thread was entering its wait, left the child
+    # hung in redis-py's after-fork reset of the pool, or in the store's close.)
+    env: dict[str, Any]
+    if kind.startswith("redis"):
+        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"held-{kind}:"}
+    else:
+        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "held_test"}
+    child = run_ok(IN_FORK + HELD_SCENARIO.format(store=STORES[kind]), env={**env, "FORK_GIVE_UP": "15"})
+    assert child.lines()[-1] == "ok"
