@@ -291,6 +291,9 @@ async def settled(store: Any) -> None:
     async with asyncio.timeout(BOUND):
         while store._background:
             await asyncio.gather(*store._background)
+            # (a task done but still in the set, its discard callback not run yet: gather then ends
+            # at once without yielding, and without this the loop would never run that callback)
+            await asyncio.sleep(0)
 
 
 def drain(limiter: Any, limit: int) -> list[permits.Lease]:
