@@ -12,7 +12,9 @@ limiter closes or its clock advances: ``permits._pausing.wake_all`` is the one s
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import deque
 
 from .. import _pausing
@@ -29,8 +31,26 @@ class Entry:
         self.outcome: Lease | None = None
 
 
+_all: weakref.WeakSet[LocalQueue] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The queued requests are the parent's threads' and tasks': the child has none of them, and
+    # behind them (head-of-line) its own requests would wait for ever. A thread of the parent may
+    # also have held the lock at the fork.
+    for queue in list(_all):
+        queue._lock = threading.Lock()
+        queue._entries.clear()
+        queue.permits = 0
+        queue.version += 1
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class LocalQueue:
-    __slots__ = ("_entries", "_lock", "limit", "newest", "permits", "version")
+    __slots__ = ("__weakref__", "_entries", "_lock", "limit", "newest", "permits", "version")
 
     def __init__(self, limit: int, newest: bool) -> None:
         self.limit = limit
@@ -40,6 +60,7 @@ class LocalQueue:
         self.version = 0
         self._entries: deque[Entry] = deque()
         self._lock = threading.Lock()
+        _all.add(self)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -168,3 +168,51 @@ def test_a_fork_while_the_stores_threads_hold_its_locks_leaves_the_child_a_worki
         env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "held_test"}
     child = run_ok(IN_FORK + HELD_SCENARIO.format(store=STORES[kind]), env={**env, "FORK_GIVE_UP": "15"})
     assert child.lines()[-1] == "ok"
+
+
+QUEUED_SCENARIO = """
+import os, threading, time
+TARGET, PREFIX = os.environ["STORE_TARGET"], os.environ["STORE_PREFIX"]
+{store}
+jobs = store.concurrency("queued", 2, lease_ttl=30.0, queue_limit=4)
+held = jobs.acquire()
+assert held
+# A thread of the parent waits for 2 permits (1 is free): it heads the process's queue when the
+# process forks. The child has no such thread: its copy of the queue must not keep its requests
+# behind it.
+outcome = []
+waiter = threading.Thread(target=lambda: outcome.append(jobs.wait(2, timeout=30)), daemon=True)
+waiter.start()
+deadline = time.monotonic() + 10
+while jobs.statistics().current_queued_count != 2:
+    assert time.monotonic() < deadline, "the parent's waiter never queued"
+    time.sleep(0.01)
+
+def child():
+    started = time.monotonic()
+    lease = jobs.wait(1, timeout=5)
+    assert lease, lease.reason  # the free permit, at once: no waiter of the child's is before it
+    assert time.monotonic() - started < 4
+    assert jobs.statistics().current_queued_count == 0
+    lease.release()
+    store.close()
+
+in_fork(child)
+held.release()  # the parent's waiter gets its 2
+waiter.join(10)
+assert outcome and outcome[0], outcome
+outcome[0].release()
+store.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_a_forked_childs_queue_holds_none_of_its_parents_waiters(kind: str, request: pytest.FixtureRequest) -> None:
+    env: dict[str, Any]
+    if kind.startswith("redis"):
+        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"queued-{kind}:"}
+    else:
+        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "queued_test"}
+    child = run_ok(IN_FORK + QUEUED_SCENARIO.format(store=STORES[kind]), env=env)
+    assert child.lines()[-1] == "ok"
