@@ -21,7 +21,7 @@ bool FixedWindowRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair
         return false;
     }
     next = {w, used + n};
-    tag = w;
+    tag = window_start(anchor, w);
     return true;
 }
 
@@ -42,8 +42,9 @@ Nanos FixedWindowRule::time_until(Pair s, Nanos anchor, std::int64_t needed, Nan
 
 bool FixedWindowRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
                                 Pair& next) const noexcept {
-    // Only the current window's count can be given back; a past window is gone.
-    if (s.a != tag || window_index(anchor, now) != tag) {
+    // Only the current window's count can be given back; a past window is gone, and so is one of a
+    // state made before this one (its windows started before this anchor).
+    if (window_index(anchor, now) != s.a || window_start(anchor, s.a) != tag) {
         return false;
     }
     next = {s.a, std::max<std::int64_t>(0, s.b - n)};

@@ -100,10 +100,12 @@ template <class Before> Nanos full_at_with(const SlidingWindowShape& w, Pair h, 
     return last < 0 ? w.segment_start(h.a) : w.segment_start(last + w.segments);
 }
 
-/// The state with head h given back n permits taken in segment `tag`: only the current segment's
-/// count can be (the head's, at `now`); false when nothing changes.
+/// The state with head h given back n permits taken in the segment starting at `tag`: only the
+/// current segment's count can be (the head's, at `now`; of this state's segments, not of one made
+/// before it); false when nothing changes.
 bool give_back_to(const SlidingWindowShape& w, Pair h, std::int64_t n, std::int64_t tag, Nanos now, Pair& next) {
-    if (w.segment_of(h.a) != tag || w.segment_index(now) != tag) {
+    const std::int64_t current = w.segment_index(now);
+    if (w.segment_of(h.a) != current || w.segment_start(current) != tag) {
         return false;
     }
     next = Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))};
@@ -338,7 +340,7 @@ bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noex
             next.b = pack(n, used);
         }
         if (head->compare_exchange(h, next)) {
-            tag = p;
+            tag = segment_start(p);
             return true;
         }
     }
@@ -365,7 +367,7 @@ bool SlidingWindowState::take_log(std::int64_t n, Nanos now, std::int64_t& tag) 
             next = Pair{now, pack(n, sliding_log::older_at(*this, h, p, entry))};
         }
         if (head->compare_exchange(h, next)) {
-            tag = p;
+            tag = segment_start(p);
             return true;
         }
     }
@@ -492,7 +494,7 @@ bool CompactSlidingWindow::take(std::uint32_t* state, Nanos anchor, std::int64_t
         next.b = pack(n, used);
     }
     set_head(state, next);
-    tag = p;
+    tag = w.segment_start(p);
     return true;
 }
 
@@ -522,7 +524,7 @@ bool CompactSlidingWindow::take_log(const SlidingWindowShape& w, std::uint32_t* 
         }
     }
     set_head(state, next);
-    tag = p;
+    tag = w.segment_start(p);
     return true;
 }
 

@@ -52,7 +52,7 @@ bool SlidingWindowCounterRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos 
         return false;
     }
     next = {c.window, pack_counts(c.previous, c.current + n)};
-    tag = c.window;
+    tag = window_start(anchor, c.window);
     return true;
 }
 
@@ -92,11 +92,11 @@ Nanos SlidingWindowCounterRule::time_until(Pair s, Nanos anchor, std::int64_t ne
 
 bool SlidingWindowCounterRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
                                          Pair& next) const noexcept {
-    if (s.a != tag || window_index(anchor, now) != tag) {
-        return false; // only the current window's count can be given back
+    if (window_index(anchor, now) != s.a || window_start(anchor, s.a) != tag) {
+        return false; // only the current window's count can be given back (of this state's windows)
     }
-    const Counts c = counts_at(s, tag);
-    next = {tag, pack_counts(c.previous, std::max<std::int64_t>(0, c.current - n))};
+    const Counts c = counts_at(s, s.a);
+    next = {s.a, pack_counts(c.previous, std::max<std::int64_t>(0, c.current - n))};
     return next != s;
 }
 

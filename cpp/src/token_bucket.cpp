@@ -31,7 +31,7 @@ bool TokenBucketRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair
         return false;
     }
     next = {p, tokens - n};
-    tag = p;
+    tag = period_start(anchor, p);
     return true;
 }
 
@@ -53,11 +53,15 @@ Nanos TokenBucketRule::time_until(Pair s, Nanos anchor, std::int64_t needed, Nan
 
 bool TokenBucketRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
                                 Pair& next) const noexcept {
+    if (tag < anchor) {
+        return false; // granted by a state made before this one: this one started full
+    }
     const std::int64_t p = std::max(period_index(anchor, now), s.a);
-    // Only what the bucket could not have refilled since the grant (period `tag`) comes back: had
-    // the grant never happened, each refill since would have found those tokens there already, so
-    // giving back more would let it grant more in some interval than its rate allows.
-    const i128 refilled = static_cast<i128>(std::max<std::int64_t>(0, p - tag)) * per_period_;
+    const std::int64_t granted_in = period_index(anchor, tag);
+    // Only what the bucket could not have refilled since the grant (in period `granted_in`) comes
+    // back: had the grant never happened, each refill since would have found those tokens there
+    // already, so giving back more would let it grant more in some interval than its rate allows.
+    const i128 refilled = static_cast<i128>(std::max<std::int64_t>(0, p - granted_in)) * per_period_;
     if (refilled >= n) {
         return false;
     }

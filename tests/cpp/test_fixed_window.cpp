@@ -83,7 +83,7 @@ TEST(FixedWindow, CountResetsAtEachBoundary) {
     EXPECT_EQ(fw->available_permits(), 2);
     o = fw->acquire(1);
     EXPECT_TRUE(o.acquired);
-    EXPECT_EQ(o.tag, 1);
+    EXPECT_EQ(o.tag, 20 * kSec); // the start of window (period, segment) 1
     EXPECT_EQ(fw->available_permits(), 1);
 }
 
@@ -95,7 +95,7 @@ TEST(FixedWindow, ResetsHoweverLateTheNextRequestComes) {
     EXPECT_EQ(fw->available_permits(), 2);
     const Outcome o = fw->acquire(2);
     ASSERT_TRUE(o.acquired);
-    EXPECT_EQ(o.tag, 3);
+    EXPECT_EQ(o.tag, 60 * kSec); // the start of window (period, segment) 3
     // Windows stay anchored at construction: the next boundary is 80 s, not 85 s.
     EXPECT_EQ(fw->acquire(1).retry_after, 15 * kSec);
 }
@@ -187,8 +187,8 @@ TEST(FixedWindow, GiveBackRefundsOnlyTheCurrentWindow) {
     clock->advance(20 * kSec); // t = 25 s, window 1
     const Outcome second = fw->acquire(2);
     ASSERT_TRUE(second.acquired);
-    EXPECT_EQ(second.tag, 1);
-    fw->give_back(1, first.tag); // window 0 is gone
+    EXPECT_EQ(second.tag, 20 * kSec); // the start of window (period, segment) 1
+    fw->give_back(1, first.tag);      // window 0 is gone
     EXPECT_EQ(fw->available_permits(), 0);
     fw->give_back(1, second.tag);
     EXPECT_EQ(fw->available_permits(), 1);
@@ -229,13 +229,13 @@ TEST(FixedWindow, QueuedRequestsAreServedAtBoundaries) {
     clock->advance(1);
     ASSERT_EQ(a.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(a.waiter->outcome().acquired);
-    EXPECT_EQ(a.waiter->outcome().tag, 1);
+    EXPECT_EQ(a.waiter->outcome().tag, 20 * kSec); // the start of window (period, segment) 1
     EXPECT_EQ(b.waiter->state(), Waiter::Pending);
 
     clock->advance(20 * kSec);
     ASSERT_EQ(b.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(b.waiter->outcome().acquired);
-    EXPECT_EQ(b.waiter->outcome().tag, 2);
+    EXPECT_EQ(b.waiter->outcome().tag, 40 * kSec); // the start of window (period, segment) 2
 
     const Statistics s = fw->statistics();
     EXPECT_EQ(s.current_available_permits, 0);
@@ -309,7 +309,7 @@ TEST(FixedWindow, ManualModeStaysAnchoredAtConstruction) {
     EXPECT_EQ(fw->available_permits(), 1);
     const Outcome o = fw->acquire(1);
     ASSERT_TRUE(o.acquired);
-    EXPECT_EQ(o.tag, 1);
+    EXPECT_EQ(o.tag, 10 * kSec); // the start of window (period, segment) 1
     // Not re-anchored at the replenish (15 s): the next window starts at 20 s.
     clock->advance(5 * kSec);
     EXPECT_TRUE(fw->try_replenish());
@@ -338,7 +338,7 @@ TEST(FixedWindow, ManualModeServesQueueOnlyInTryReplenish) {
     EXPECT_TRUE(fw->try_replenish());
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(q.waiter->outcome().acquired);
-    EXPECT_EQ(q.waiter->outcome().tag, 3);
+    EXPECT_EQ(q.waiter->outcome().tag, 30 * kSec); // the start of window (period, segment) 3
 }
 
 TEST(FixedWindow, StatisticsCountLikeDotnet) {

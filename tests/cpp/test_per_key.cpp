@@ -12,6 +12,7 @@
 #include "permits/fixed_window.hpp"
 #include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
+#include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
 #include "support.hpp"
 
@@ -186,6 +187,45 @@ TEST(PerKey, ARefundGoesBackToTheKeysBucketAndWindow) {
     fw->give_back("a", 1, again.outcome.tag); // its window has gone: nothing to give back
     EXPECT_TRUE(fw->acquire("a", 1).outcome.acquired);
     EXPECT_FALSE(fw->acquire("a", 1).outcome.acquired);
+}
+
+// A key evicted and made again starts a new timeline at a later anchor: a refund of a grant the
+// evicted record made (a lease settled long after its work began) must not go into the new record,
+// whose windows count other grants (before: the refund matched the new record's window of the same
+// index, and a limit of 4 granted 8 in one window).
+template <class L, class R> void check_a_refund_outlives_its_record(const R& rule, const char* kind) {
+    auto clock = make_clock();
+    clock->advance(3 * kSec + 7); // anchors not on a window boundary
+    auto k = per_key_of<L>(clock, rule, 1 * kSec);
+    const auto old = k->acquire("a", 4);
+    ASSERT_TRUE(old.outcome.acquired) << kind;
+    clock->advance(40 * kSec); // the record is full again, and idle: evicted (by the clock's timer)
+    EXPECT_EQ(k->size(), 0) << kind;
+    clock->advance(5 * kSec + 3);
+    ASSERT_TRUE(k->acquire("a", 4).outcome.acquired) << kind; // a new record, its whole limit taken
+    k->give_back("a", 4, old.outcome.tag);
+    EXPECT_EQ(k->statistics("a")->current_available_permits, 0) << kind;
+    EXPECT_FALSE(k->acquire("a", 1).outcome.acquired) << kind;
+}
+
+TEST(PerKey, ARefundOfAGrantOfAnEvictedRecordGivesNothingToTheKeysNewRecord) {
+    check_a_refund_outlives_its_record<FixedWindow>(FixedWindowRule(4, 10 * kSec), "fixed window");
+    check_a_refund_outlives_its_record<TokenBucket>(TokenBucketRule(4, 4, 10 * kSec), "token bucket");
+    check_a_refund_outlives_its_record<SlidingWindowCounter>(SlidingWindowCounterRule(4, 10 * kSec),
+                                                             "sliding window counter");
+    // A sliding window's record: its compact state out of the record.
+    auto clock = make_clock();
+    clock->advance(3 * kSec + 7);
+    auto k =
+        std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate::sliding_window(clock, 4, 10 * kSec, 5, {}), 1 * kSec, 0);
+    const auto old = k->acquire("a", 4);
+    ASSERT_TRUE(old.outcome.acquired);
+    clock->advance(40 * kSec);
+    EXPECT_EQ(k->size(), 0);
+    clock->advance(5 * kSec + 3);
+    ASSERT_TRUE(k->acquire("a", 4).outcome.acquired);
+    k->give_back("a", 4, old.outcome.tag);
+    EXPECT_EQ(k->statistics("a")->current_available_permits, 0);
 }
 
 TEST(PerKey, AFailedRecordRequestReportsTheExactRetryAfter) {
@@ -546,6 +586,7 @@ TEST(PerKey, ASlidingWindowKeyIsACompactRecordUntilARequestQueues) {
     auto k = std::make_shared<PerKeyLimiter>(
         clock, PerKeyTemplate::sliding_window(clock, kParsed.limit, kParsed.window, kParsed.segments, QueueOptions{5}),
         10 * kSec, 0);
+    const Nanos created = clock->now(); // the key's anchor
     const auto first = k->acquire("a", 4);
     ASSERT_TRUE(first.outcome.acquired);
     EXPECT_FALSE(first.promoted);
@@ -567,7 +608,7 @@ TEST(PerKey, ASlidingWindowKeyIsACompactRecordUntilARequestQueues) {
     clock->advance(1); // segment 23: segment 3's 6 are back too
     ASSERT_FALSE(queued.enqueued.waiter->pending());
     EXPECT_TRUE(queued.enqueued.waiter->outcome().acquired);
-    EXPECT_EQ(queued.enqueued.waiter->outcome().tag, 23);
+    EXPECT_EQ(queued.enqueued.waiter->outcome().tag, created + 23 * segment); // segment 23's start
 }
 
 TEST(PerKey, KindsWithoutARuleGetAFullLimiterPerKey) {

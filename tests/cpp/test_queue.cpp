@@ -664,7 +664,7 @@ TEST(Queue, TimedWaiterIsGrantedByReplenishmentBeforeItsDeadline) {
     EXPECT_TRUE(pending(b));
     clock->advance(1);
     EXPECT_TRUE(granted(b));
-    EXPECT_EQ(b.waiter->outcome().tag, 1);
+    EXPECT_EQ(b.waiter->outcome().tag, 20 * kSec); // the start of window (period, segment) 1
 }
 
 TEST(Queue, EarlierDeadlineIsHonouredWhenALaterTimerIsSet) {
@@ -799,7 +799,7 @@ TEST(Queue, NewestFirstTimerFollowsTheNewestRequest) {
     EXPECT_TRUE(pending(a));
     clock->advance(1);
     EXPECT_TRUE(granted(a));
-    EXPECT_EQ(a.waiter->outcome().tag, 3);
+    EXPECT_EQ(a.waiter->outcome().tag, 60 * kSec); // the start of window (period, segment) 3
 }
 
 TEST(Queue, HugeTimeoutMeansNoDeadline) {

@@ -82,7 +82,7 @@ TEST(SlidingWindow, PermitsComeBackWhenTheirSegmentLeavesTheWindow) {
     EXPECT_EQ(sw->available_permits(), 4);
     o = sw->acquire(1);
     ASSERT_TRUE(o.acquired);
-    EXPECT_EQ(o.tag, 4);
+    EXPECT_EQ(o.tag, 8 * kSec); // the start of window (period, segment) 4
 }
 
 TEST(SlidingWindow, SlidesOneSegmentAtATime) {
@@ -123,7 +123,7 @@ TEST(SlidingWindow, SteadyTrafficAcrossManyWindowsWrapsTheRing) {
         ASSERT_EQ(sw->available_permits(), expected) << "t = " << t;
         const Outcome o = sw->acquire(1);
         ASSERT_TRUE(o.acquired) << "t = " << t;
-        EXPECT_EQ(o.tag, t);
+        EXPECT_EQ(o.tag, t * kSec); // the start of segment t
         if (t >= 2) {
             const Outcome f = sw->acquire(1);
             ASSERT_FALSE(f.acquired) << "t = " << t;
@@ -238,7 +238,7 @@ TEST(SlidingWindow, GiveBackRefundsOnlyTheCurrentSegment) {
     EXPECT_EQ(sw->available_permits(), 1);
     const Outcome o2 = sw->acquire(1);
     ASSERT_TRUE(o2.acquired);
-    EXPECT_EQ(o2.tag, 1);
+    EXPECT_EQ(o2.tag, 2 * kSec); // the start of window (period, segment) 1
     sw->give_back(1, o.tag);
     EXPECT_EQ(sw->available_permits(), 0);
     sw->give_back(5, o2.tag); // never below zero in the segment
@@ -276,7 +276,7 @@ TEST(SlidingWindow, QueuedRequestIsGrantedWhenASegmentFreesEnough) {
     clock->advance(1); // t = 10 s
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(q.waiter->outcome().acquired);
-    EXPECT_EQ(q.waiter->outcome().tag, 5);
+    EXPECT_EQ(q.waiter->outcome().tag, 10 * kSec); // the start of window (period, segment) 5
     EXPECT_EQ(sw->available_permits(), 0);
 }
 
@@ -308,7 +308,7 @@ TEST(SlidingWindow, CanAcquireMultipleRequestsAsyncWorkedExample) {
     clock->advance(10 * kSec); // slide: segment 0 frees 2, granted to the queued 2
     ASSERT_EQ(two.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(two.waiter->outcome().acquired);
-    EXPECT_EQ(two.waiter->outcome().tag, 3);
+    EXPECT_EQ(two.waiter->outcome().tag, 30 * kSec); // the start of window (period, segment) 3
 
     const Statistics s = sw->statistics();
     EXPECT_EQ(s.current_available_permits, 0);
@@ -404,7 +404,7 @@ TEST(SlidingWindow, ManualModeServesQueueOnlyInTryReplenish) {
     EXPECT_TRUE(sw->try_replenish());
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(q.waiter->outcome().acquired);
-    EXPECT_EQ(q.waiter->outcome().tag, 10);
+    EXPECT_EQ(q.waiter->outcome().tag, 20 * kSec); // the start of window (period, segment) 10
 }
 
 TEST(SlidingWindow, ManualModeRetryAfterClampsToZero) {

@@ -86,7 +86,7 @@ TEST(SlidingWindowCounter, GrantsExactlyWhenTheEstimateFits) {
     clock->advance(15 * kSec);
     const Outcome five = swc->acquire(5);
     ASSERT_TRUE(five.acquired);
-    EXPECT_EQ(five.tag, 1);
+    EXPECT_EQ(five.tag, 10 * kSec); // the start of window (period, segment) 1
     Outcome o = swc->acquire(1);
     EXPECT_FALSE(o.acquired);
     EXPECT_EQ(o.reason, Reason::LimitReached);
@@ -127,7 +127,7 @@ TEST(SlidingWindowCounter, PreviousCountsZeroAfterALongGap) {
     EXPECT_EQ(swc->available_permits(), 10);
     const Outcome o = swc->acquire(10);
     ASSERT_TRUE(o.acquired);
-    EXPECT_EQ(o.tag, 2);
+    EXPECT_EQ(o.tag, 20 * kSec); // the start of window (period, segment) 2
     // Still anchored at construction: window 3 starts at 30 s.
     EXPECT_EQ(swc->acquire(1).retry_after, 6 * kSec); // 31 s: 10 * 0.9 + 1 = 10
 }
@@ -260,7 +260,7 @@ TEST(SlidingWindowCounter, QueuedRequestIsGrantedWhenTheEstimateAdmitsIt) {
     clock->advance(1);
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(q.waiter->outcome().acquired);
-    EXPECT_EQ(q.waiter->outcome().tag, 1);
+    EXPECT_EQ(q.waiter->outcome().tag, 10 * kSec); // the start of window (period, segment) 1
     EXPECT_EQ(swc->available_permits(), 0);
     const Statistics s = swc->statistics();
     EXPECT_EQ(s.total_successful_leases, 2);
@@ -280,7 +280,7 @@ TEST(SlidingWindowCounter, GiveBackRefundsOnlyTheCurrentWindow) {
     EXPECT_EQ(swc->available_permits(), 8);
     const Outcome second = swc->acquire(2);
     ASSERT_TRUE(second.acquired);
-    EXPECT_EQ(second.tag, 1);
+    EXPECT_EQ(second.tag, 10 * kSec);       // the start of window (period, segment) 1
     EXPECT_EQ(swc->available_permits(), 6); // 10 - 1.6 - 2 = 6.4
     swc->give_back(2, first.tag);
     EXPECT_EQ(swc->available_permits(), 6);

@@ -101,7 +101,7 @@ TEST(TokenBucket, StartsFullAndReplenishesOneTokenPerPeriod) {
     EXPECT_EQ(tb->available_permits(), 1);
     const Outcome again = tb->acquire(1);
     EXPECT_TRUE(again.acquired);
-    EXPECT_EQ(again.tag, 1); // the period index it was taken in
+    EXPECT_EQ(again.tag, 20 * kSec); // the period index it was taken in
 }
 
 TEST(TokenBucket, RetryAfterIsExactAndCountsElapsedTime) {
@@ -362,7 +362,7 @@ TEST(TokenBucket, QueuedRequestIsGrantedWhenItsTokenArrives) {
     EXPECT_TRUE(o.acquired);
     EXPECT_EQ(o.reason, Reason::None);
     EXPECT_EQ(o.permits, 1);
-    EXPECT_EQ(o.tag, 1);
+    EXPECT_EQ(o.tag, 20 * kSec); // the start of window (period, segment) 1
 
     const Statistics s = tb->statistics();
     EXPECT_EQ(s.current_available_permits, 0);
@@ -399,7 +399,7 @@ TEST(TokenBucket, QueuedRequestsNeedingSeveralPeriodsWaitForAllOfThem) {
     clock->advance(10 * kSec);
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(q.waiter->outcome().acquired);
-    EXPECT_EQ(q.waiter->outcome().tag, 3);
+    EXPECT_EQ(q.waiter->outcome().tag, 30 * kSec); // the start of window (period, segment) 3
 }
 
 TEST(TokenBucket, StatisticsCountLikeDotnet) {
@@ -473,7 +473,7 @@ TEST(TokenBucket, ManualModeReplenishesOnlyInTryReplenish) {
     EXPECT_EQ(tb->available_permits(), 2);
     const Outcome o = tb->acquire(1);
     EXPECT_TRUE(o.acquired);
-    EXPECT_EQ(o.tag, 2);
+    EXPECT_EQ(o.tag, 40 * kSec); // the start of window (period, segment) 2
 }
 
 TEST(TokenBucket, ManualModeKeepsPartialPeriods) {
@@ -525,7 +525,7 @@ TEST(TokenBucket, ManualModeServesQueueOnlyInTryReplenish) {
     EXPECT_TRUE(tb->try_replenish());
     ASSERT_EQ(q.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(q.waiter->outcome().acquired);
-    EXPECT_EQ(q.waiter->outcome().tag, 3);
+    EXPECT_EQ(q.waiter->outcome().tag, 60 * kSec); // the start of window (period, segment) 3
     EXPECT_EQ(tb->available_permits(), 0);
 }
 
@@ -647,9 +647,9 @@ TEST(TokenBucket, LateTimerCatchesUpWithoutLosingTokensToTheCap) {
         ASSERT_EQ(w->waiter->state(), Waiter::Completed);
         EXPECT_TRUE(w->waiter->outcome().acquired);
     }
-    EXPECT_EQ(a.waiter->outcome().tag, 1);
-    EXPECT_EQ(b.waiter->outcome().tag, 2);
-    EXPECT_EQ(c.waiter->outcome().tag, 3);
+    EXPECT_EQ(a.waiter->outcome().tag, 20 * kSec); // the start of window (period, segment) 1
+    EXPECT_EQ(b.waiter->outcome().tag, 40 * kSec); // the start of window (period, segment) 2
+    EXPECT_EQ(c.waiter->outcome().tag, 60 * kSec); // the start of window (period, segment) 3
     EXPECT_EQ(tb->available_permits(), 0);
     EXPECT_EQ(tb->acquire(1).retry_after, 20 * kSec);
 }
@@ -663,7 +663,7 @@ TEST(TokenBucket, LateTimerHonoursDeadlinesInBetween) {
     clock->advance(60 * kSec);
     ASSERT_EQ(a.waiter->state(), Waiter::Completed);
     EXPECT_TRUE(a.waiter->outcome().acquired);
-    EXPECT_EQ(a.waiter->outcome().tag, 1);
+    EXPECT_EQ(a.waiter->outcome().tag, 20 * kSec); // the start of window (period, segment) 1
     ASSERT_EQ(b.waiter->state(), Waiter::Completed);
     EXPECT_FALSE(b.waiter->outcome().acquired);
     EXPECT_EQ(b.waiter->outcome().reason, Reason::Timeout);

@@ -217,3 +217,22 @@ def test_an_instrumented_limiter_settles_its_inner_lease() -> None:
     assert limiter.available_permits() == 6
     lease.release()
     assert limiter.available_permits() == 10
+
+
+@pytest.mark.parametrize("kind", list(TIMED))
+def test_a_settle_after_its_key_was_evicted_and_made_again_gives_nothing_back(kind: str) -> None:
+    """A key's record made again (evicted once idle, then used) starts a new timeline at a later
+    anchor: a lease of the evicted record settled late (work that ran long) gives nothing back into
+    the new record's windows, which count other grants (before: 20 grants in a window of 10)."""
+    clock = ManualClock()
+    spec = TIMED[kind]
+    keyed: Any = PartitionedLimiter.per_key(spec, idle_timeout=0.5, clock=clock)
+    old = keyed.acquire("k", 10)
+    assert old
+    clock.advance(5.0)  # full again and idle: evicted
+    assert keyed.partition_count == 0
+    clock.advance(0.375)
+    assert keyed.acquire("k", 10)  # the new record's whole limit
+    old.settle(0)
+    assert keyed.available_permits("k") == 0
+    assert not keyed.acquire("k")

@@ -43,7 +43,11 @@ public:
     /// The state of a new, full limiter anchored at `anchor`.
     virtual Pair initial(Nanos anchor) const noexcept = 0;
     /// Takes n > 0 permits if that many are available at `now`: true, with the state after and
-    /// the grant's tag (where the permits were taken, for refunds).
+    /// the grant's tag (where the permits were taken, for refunds): the time-based rules tag a grant
+    /// with the start of its window or period in clock time, not its index from the anchor, so that
+    /// a state made again at a later anchor (a per-key record evicted and made anew, a shared slot
+    /// reused) never takes back the permits of a grant its predecessor made: every window of the
+    /// new state starts after that grant's.
     virtual bool take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair& next,
                       std::int64_t& tag) const noexcept = 0;
     virtual std::int64_t available(Pair s, Nanos anchor, Nanos now) const noexcept = 0;

@@ -8,6 +8,7 @@ import pickle
 import stat
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,36 @@ def test_several_rates_make_a_chain_of_shared_limiters(segment_name: str) -> Non
     assert b.acquire() and not a.acquire()  # the minute's 3
     assert keyed_b.acquire("alice") and not keyed_a.acquire("alice") and keyed_a.acquire("bob")
     assert first.limiter("api#1", "3/minute").available_permits() == 0  # the member is that state
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        permits.specs.FixedWindow(10, 10.0),
+        permits.specs.TokenBucket(10, 10, 10.0),
+        permits.specs.SlidingWindow(10, 10.0, 5),
+        permits.specs.SlidingLog(10, 10.0),
+        permits.specs.SlidingWindowCounter(10, 10.0),
+    ],
+    ids=lambda spec: type(spec).__name__,
+)
+def test_a_settle_after_its_key_was_evicted_and_made_again_gives_nothing_back(
+    segment_name: str, spec: permits.specs.Spec[Any]
+) -> None:
+    """A key's state made again (evicted once idle, then used) starts a new timeline: a lease of the
+    old one settled late (work that ran long) gives back nothing into the new one's windows, which
+    count other grants (before: 20 grants in a window of 10)."""
+    clock = permits.ManualClock()
+    keyed = SharedMemoryStore(segment_name, clock=clock).partitioned(spec, name="users", idle_timeout=1.0)
+    old = keyed.acquire("alice", 10)
+    assert old
+    clock.advance(30.0)
+    assert keyed.evict_idle() == 1
+    clock.advance(5.25)
+    assert keyed.acquire("alice", 10)  # the new state's whole limit
+    old.settle(0)
+    assert keyed.available_permits("alice") == 0
+    assert not keyed.acquire("alice")
 
 
 @pytest.mark.parametrize("kind", ["fixed_window", "sliding_log", "concurrency"])
