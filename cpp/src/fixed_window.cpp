@@ -21,7 +21,7 @@ bool FixedWindowRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair
         return false;
     }
     next = {w, used + n};
-    tag = window_start(anchor, w);
+    tag = period_tag(anchor, w, window_);
     return true;
 }
 
@@ -44,7 +44,7 @@ bool FixedWindowRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64
                                 Pair& next) const noexcept {
     // Only the current window's count can be given back; a past window is gone, and so is one of a
     // state made before this one (its windows started before this anchor).
-    if (window_index(anchor, now) != s.a || window_start(anchor, s.a) != tag) {
+    if (window_index(anchor, now) != s.a || period_tag(anchor, s.a, window_) != tag) {
         return false;
     }
     next = {s.a, std::max<std::int64_t>(0, s.b - n)};

@@ -105,7 +105,7 @@ template <class Before> Nanos full_at_with(const SlidingWindowShape& w, Pair h, 
 /// before it); false when nothing changes.
 bool give_back_to(const SlidingWindowShape& w, Pair h, std::int64_t n, std::int64_t tag, Nanos now, Pair& next) {
     const std::int64_t current = w.segment_index(now);
-    if (w.segment_of(h.a) != current || w.segment_start(current) != tag) {
+    if (w.segment_of(h.a) != current || period_tag(w.anchor, current, w.segment) != tag) {
         return false;
     }
     next = Pair{h.a, pack(std::max<std::int64_t>(0, current_of(h) - n), older_of(h))};
@@ -340,7 +340,7 @@ bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noex
             next.b = pack(n, used);
         }
         if (head->compare_exchange(h, next)) {
-            tag = segment_start(p);
+            tag = period_tag(anchor, p, segment);
             return true;
         }
     }
@@ -367,7 +367,7 @@ bool SlidingWindowState::take_log(std::int64_t n, Nanos now, std::int64_t& tag) 
             next = Pair{now, pack(n, sliding_log::older_at(*this, h, p, entry))};
         }
         if (head->compare_exchange(h, next)) {
-            tag = segment_start(p);
+            tag = period_tag(anchor, p, segment);
             return true;
         }
     }
@@ -494,7 +494,7 @@ bool CompactSlidingWindow::take(std::uint32_t* state, Nanos anchor, std::int64_t
         next.b = pack(n, used);
     }
     set_head(state, next);
-    tag = w.segment_start(p);
+    tag = period_tag(w.anchor, p, w.segment);
     return true;
 }
 
@@ -524,7 +524,7 @@ bool CompactSlidingWindow::take_log(const SlidingWindowShape& w, std::uint32_t* 
         }
     }
     set_head(state, next);
-    tag = w.segment_start(p);
+    tag = period_tag(w.anchor, p, w.segment);
     return true;
 }
 

@@ -52,7 +52,7 @@ bool SlidingWindowCounterRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos 
         return false;
     }
     next = {c.window, pack_counts(c.previous, c.current + n)};
-    tag = window_start(anchor, c.window);
+    tag = period_tag(anchor, c.window, window_);
     return true;
 }
 
@@ -92,7 +92,7 @@ Nanos SlidingWindowCounterRule::time_until(Pair s, Nanos anchor, std::int64_t ne
 
 bool SlidingWindowCounterRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
                                          Pair& next) const noexcept {
-    if (window_index(anchor, now) != s.a || window_start(anchor, s.a) != tag) {
+    if (window_index(anchor, now) != s.a || period_tag(anchor, s.a, window_) != tag) {
         return false; // only the current window's count can be given back (of this state's windows)
     }
     const Counts c = counts_at(s, s.a);

@@ -31,7 +31,7 @@ bool TokenBucketRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair
         return false;
     }
     next = {p, tokens - n};
-    tag = period_start(anchor, p);
+    tag = period_tag(anchor, p, period_);
     return true;
 }
 

@@ -54,6 +54,14 @@ inline constexpr Nanos kMaxTime = (Nanos{1} << 62) + (Nanos{1} << 61) + (Nanos{1
 /// The largest permit count, limit or queue limit (as .NET's int permit counts).
 inline constexpr std::int64_t kMaxPermits = 2147483647;
 
+/// A time-based grant's tag: the start of period `index` (of `unit` ns) of the timeline anchored at
+/// `anchor` (rule.hpp, Rule::take). Plain 64-bit arithmetic (a take's fast path): exact for every
+/// period a clock reaches, and the same function compares a refund's tag.
+inline std::int64_t period_tag(Nanos anchor, std::int64_t index, Nanos unit) noexcept {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(anchor) +
+                                     static_cast<std::uint64_t>(index) * static_cast<std::uint64_t>(unit));
+}
+
 /// a + b, saturating at kNever (times here are never negative).
 inline Nanos sat_add(Nanos a, Nanos b) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
