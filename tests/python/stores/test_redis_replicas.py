@@ -159,8 +159,11 @@ def test_a_refusal_needs_no_replica(paused: Any) -> None:
 def test_more_replicas_than_there_are_never_grant(redis_replicated: Any) -> None:
     with redis_replicated.master.client() as client:
         store = RedisStore(client, prefix=prefix(), wait_replicas=2, timeout=TIMEOUT)
-        with pytest.raises(BackendError, match="only 1 of 2 replicas acknowledged"):
-            store.fixed_window("l", 3, 100.0).acquire(1)
+        limiter = store.fixed_window("l", 3, 100.0)
+        # (the one replica acknowledges, or on a loaded machine not even it within the wait)
+        with pytest.raises(BackendError, match="only [01] of 2 replicas acknowledged"):
+            limiter.acquire(1)
+        assert limiter.available_permits() == 3  # not trusted: given back
         store.close()
 
 
