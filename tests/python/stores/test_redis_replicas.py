@@ -161,7 +161,7 @@ def test_more_replicas_than_there_are_never_grant(redis_replicated: Any) -> None
         store = RedisStore(client, prefix=prefix(), wait_replicas=2, timeout=TIMEOUT)
         limiter = store.fixed_window("l", 3, 100.0)
         # (the one replica acknowledges, or on a loaded machine not even it within the wait)
-        with pytest.raises(BackendError, match="only [01] of 2 replicas acknowledged"):
+        with pytest.raises(BackendError, match=r"only [01] of 2 replicas acknowledged"):
             limiter.acquire(1)
         assert limiter.available_permits() == 3  # not trusted: given back
         store.close()
