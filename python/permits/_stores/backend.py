@@ -41,9 +41,11 @@ The rules, as the engine's limiters (``n`` the request, ``limit`` the rule's lim
   a retried step is harmless). Refused: no ``retry_after`` (``-1``).
 
 ``available`` in an ``Outcome`` is the permits available after the step (for the counter:
-the formula above). ``stamp`` identifies where a grant was counted (token bucket: the period
-index ``(now - anchor) // period`` of the grant; fixed window and counter: ``w``; sliding window:
-``s``), so that ``Backend.refund`` can undo it.
+the formula above). ``stamp`` identifies where a grant was counted, so that ``Backend.refund`` can
+undo it: the start, in the clock's nanoseconds, of the grant's period (token bucket), window (fixed
+window, counter) or segment (sliding window and log), ``anchor + index * length``. Not the index
+itself: a state whose keys expired (or were evicted, flushed, purged) is made again anchored later,
+and a refund of its predecessor's grant, whose stamp is before its anchor, changes nothing in it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ def _ceil_div(a: int, b: int) -> int:
 def token_bucket(rule: Rule, n: int, ok: bool, anchor: int, a: int, b: int, now: int) -> Outcome:
     # State after the step: period a, tokens b.
     if ok:
-        return Outcome(True, b, -1, a)
+        return Outcome(True, b, -1, anchor + a * rule.period_ns)  # the stamp: the period's start
     at = anchor + (a + _ceil_div(max(n, 1) - b, rule.amount)) * rule.period_ns
     return Outcome(False, b, max(0, at - now), a)
 
@@ -30,7 +30,7 @@ def token_bucket(rule: Rule, n: int, ok: bool, anchor: int, a: int, b: int, now:
 def fixed_window(rule: Rule, ok: bool, anchor: int, a: int, b: int, now: int) -> Outcome:
     # State after the step: window a, b used in it; a refusal waits for the next window.
     if ok:
-        return Outcome(True, rule.limit - b, -1, a)
+        return Outcome(True, rule.limit - b, -1, anchor + a * rule.period_ns)  # the stamp: the window's start
     return Outcome(False, rule.limit - b, max(0, anchor + (a + 1) * rule.period_ns - now), a)
 
 
@@ -50,7 +50,7 @@ def counter(rule: Rule, n: int, ok: bool, anchor: int, a: int, b: int, c: int, n
     # State after the step: window a, current b, previous c.
     available = _counter_available(rule, anchor, a, c, b, now)
     if ok:
-        return Outcome(True, available, -1, a)
+        return Outcome(True, available, -1, anchor + a * rule.period_ns)  # the stamp: the window's start
     period, need = rule.period_ns, max(n, 1)
 
     def earliest(w: int, previous: int, current: int) -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import LiteralString
 
-from .postgres_sql import _INDEX_U, _STATE, _WITH_STATE, state_locked
+from .postgres_sql import _INDEX_U, _STATE, _WITH_STATE, STAMP_INDEX, state_locked
 
 # The step: the row is locked, the segments whose permits came back are dropped, and a grant adds n
 # to the head segment (its stamp becomes the later of its own and now) or opens the segment of now.
@@ -41,7 +41,7 @@ BEGIN
            coalesce(array_agg(u.c ORDER BY u.s), ARRAY[]::bigint[]), coalesce(sum(u.c), 0)
         INTO ts, cs, used
         FROM unnest(st.segs, st.counts) AS u(s, c) WHERE u.s + win + 1 > now;
-    stamp := p;
+    stamp := st.anchor + p * seg;  -- the segment's start (a grant's stamp: backend.py)
     IF lim - used >= need THEN
         ok := true;
         available := lim - used - n;
@@ -93,12 +93,18 @@ u AS (
     FROM v
     WHERE """
     + _STATE
-    + """ AND t.sig = %(sig)s AND t.a = %(stamp)s AND cardinality(t.segs) > 0
+    + """ AND t.sig = %(sig)s AND t.a = """
+    + STAMP_INDEX
+    + """ AND cardinality(t.segs) > 0
       AND """
     + _LAST_SEGMENT
-    + """ = %(stamp)s AND """
+    + " = "
+    + STAMP_INDEX
+    + " AND "
     + _INDEX_U
-    + """ = %(stamp)s)
+    + " = "
+    + STAMP_INDEX
+    + """)
 SELECT sig FROM s
 """
 )

@@ -77,7 +77,7 @@ def state_locked(first_segment: LiteralString) -> LiteralString:
                 CASE WHEN n > 0 THEN ARRAY[n] ELSE ARRAY[]::bigint[] END, true, now, now + 2 * lifetime)
         ON CONFLICT DO NOTHING;
         IF FOUND THEN  -- a new state: full, anchored now
-            ok := true; stamp := 0; available := lim - n;
+            ok := true; stamp := now; available := lim - n;  -- segment 0's start: the anchor
             RETURN;
         END IF;
         SELECT * INTO st FROM {table} WHERE key = k AND lease = ''::bytea FOR UPDATE;  -- made meanwhile
@@ -118,7 +118,7 @@ BEGIN
            coalesce(array_agg(u.c ORDER BY u.s), ARRAY[]::bigint[]), coalesce(sum(u.c), 0)
         INTO ss, cs, used
         FROM unnest(st.segs, st.counts) AS u(s, c) WHERE u.s > p - nseg;
-    stamp := p;
+    stamp := st.anchor + p * seg;  -- the segment's start (a grant's stamp: backend.py)
     IF lim - used >= need THEN
         ok := true;
         available := lim - used - n;
@@ -317,6 +317,13 @@ _WITH_STATE: LiteralString = (
 )
 # The index of the step's period / window / segment, in an UPDATE (the state row is t).
 _INDEX_U: LiteralString = "CASE WHEN v.now <= t.anchor THEN 0 ELSE (v.now - t.anchor) / %(period)s END"
+# A refund's stamp (the start of the grant's period, window or segment in clock time) as that
+# period's index in the state's timeline; NULL, and nothing changes, for a stamp this state never
+# made: one of a state purged and made again since (anchored after it).
+STAMP_INDEX: LiteralString = (
+    "(CASE WHEN %(stamp)s >= t.anchor AND mod(%(stamp)s - t.anchor, %(period)s) = 0 "
+    "THEN (%(stamp)s - t.anchor) / %(period)s END)"
+)
 
 # Only what the bucket could not have refilled since the grant (period stamp) comes back (as the
 # engine): had the grant never happened, each refill since would have found those tokens there.
@@ -328,17 +335,23 @@ u AS (
         SELECT q.p, least(%(limit)s, q.tokens + %(n)s - q.refilled), v.now,
                CASE WHEN t.expires < v.now + %(lifetime)s THEN v.now + 2 * %(lifetime)s ELSE t.expires END
         FROM (SELECT r.p, least(%(limit)s, t.b + least(r.p - t.a, %(limit)s) * %(amount)s) AS tokens,
-                     least(greatest(0, r.p - %(stamp)s), %(n)s) * %(amount)s AS refilled
+                     least(greatest(0, r.p - """
+    + STAMP_INDEX
+    + """), %(n)s) * %(amount)s AS refilled
               FROM (SELECT greatest("""
     + _INDEX_U
     + """, t.a) AS p) r) q)
     FROM v
     WHERE """
     + _STATE
-    + """ AND t.sig = %(sig)s
+    + """ AND t.sig = %(sig)s AND """
+    + STAMP_INDEX
+    + """ IS NOT NULL  -- (greatest() and least() ignore a NULL)
       AND least(greatest(0, greatest("""
     + _INDEX_U
-    + """, t.a) - %(stamp)s), %(n)s) * %(amount)s < %(n)s)
+    + """, t.a) - """
+    + STAMP_INDEX
+    + """), %(n)s) * %(amount)s < %(n)s)
 SELECT sig FROM s
 """
 )
@@ -353,9 +366,13 @@ u AS (
     FROM v
     WHERE """
     + _STATE
-    + """ AND t.sig = %(sig)s AND t.a = %(stamp)s AND """
+    + """ AND t.sig = %(sig)s AND t.a = """
+    + STAMP_INDEX
+    + """ AND """
     + _INDEX_U
-    + """ = %(stamp)s)
+    + " = "
+    + STAMP_INDEX
+    + """)
 SELECT sig FROM s
 """
 )
@@ -370,10 +387,16 @@ u AS (
     FROM v
     WHERE """
     + _STATE
-    + """ AND t.sig = %(sig)s AND t.a = %(stamp)s AND cardinality(t.segs) > 0
-      AND t.segs[cardinality(t.segs)] = %(stamp)s AND """
+    + """ AND t.sig = %(sig)s AND t.a = """
+    + STAMP_INDEX
+    + """ AND cardinality(t.segs) > 0
+      AND t.segs[cardinality(t.segs)] = """
+    + STAMP_INDEX
+    + """ AND """
     + _INDEX_U
-    + """ = %(stamp)s)
+    + " = "
+    + STAMP_INDEX
+    + """)
 SELECT sig FROM s
 """
 )

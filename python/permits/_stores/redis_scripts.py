@@ -78,6 +78,17 @@ end
 _COMMON = r"""
 local function index_of(length) return wdiv(SINCE, length) end
 local function start_of(index, length) return wadd(ANCHOR, wmul(index, length)) end
+-- A grant's stamp is the start of its period (of `length`) in clock time, not its index from the
+-- anchor: a state made again (its keys expired, were evicted or flushed) is anchored later, and a
+-- stamp of its predecessor's is before its anchor, so a late refund never goes into it.
+local function stamp_of(index, length) return wfmt(start_of(index, length)) end
+-- the index of the period a stamp starts in this state's timeline; nil when this state made no such stamp
+local function index_of_stamp(stamp, length)
+  if wcmp(stamp, ANCHOR) < 0 then return nil end
+  local i = wdiv(wsub(stamp, ANCHOR), length)
+  if wcmp(start_of(i, length), stamp) ~= 0 then return nil end
+  return i
+end
 -- nanoseconds from now until `at` (0 if past), as a decimal string
 local function wait_until(at)
   if wcmp(at, NOW) > 0 then return wfmt(wsub(at, NOW)) end
@@ -245,7 +256,7 @@ if KIND == 'token_bucket' then
   local p, tokens = tb_view()
   if n == 0 and tokens > 0 or n > 0 and tokens >= n then
     if n > 0 or not EXISTS then save(wfmt(p), tokens - n) end
-    return {1, 1, tokens - n, '-1', wfmt(p)}
+    return {1, 1, tokens - n, '-1', stamp_of(p, PERIOD)}
   end
   -- tokens arrive `amount` at a time, at each period's start
   local at = start_of(wadd(p, wnum(iceil(needed - tokens, AMOUNT))), PERIOD)
@@ -256,7 +267,7 @@ elseif KIND == 'fixed_window' then
   local free = LIMIT - used
   if n == 0 and free > 0 or n > 0 and free >= n then
     if n > 0 or not EXISTS then save(wfmt(w), used + n) end
-    return {1, 1, free - n, '-1', wfmt(w)}
+    return {1, 1, free - n, '-1', stamp_of(w, PERIOD)}
   end
   local at = start_of(wadd(w, wnum(iceil(needed - free, LIMIT))), PERIOD)
   return {1, 0, free, wait_until(at), '0'}
@@ -273,7 +284,7 @@ elseif KIND == 'sliding_window_counter' then
   end
   if ok then
     if n > 0 or not EXISTS then save(wfmt(w), prev, cur + n) end
-    return {1, 1, swc_available(prev, cur + n, elapsed), '-1', wfmt(w)}
+    return {1, 1, swc_available(prev, cur + n, elapsed), '-1', stamp_of(w, PERIOD)}
   end
   -- The earliest time the estimate admits `needed`: in this window, else in the next one (where
   -- this window's count is the previous one). Elapsed e with prev*(W - e) <= spare*W, rounded up.
@@ -319,7 +330,7 @@ elseif KIND == 'sliding_window' then
     elseif not EXISTS then
       save('0', 0)
     end
-    return {1, 1, free - n, '-1', wfmt(p)}
+    return {1, 1, free - n, '-1', stamp_of(p, SEG)}
   end
   -- Walk the window's segments oldest first: when segment j leaves (at the start of j + amount)
   -- its permits come back.
@@ -355,7 +366,7 @@ elseif KIND == 'sliding_log' then
     elseif not EXISTS then
       save('0', 0)
     end
-    return {1, 1, free - n, '-1', wfmt(p)}
+    return {1, 1, free - n, '-1', stamp_of(p, SEG)}
   end
   -- Walk the items still held, oldest first: each one's permits come back at its stamp + window + 1.
   local items = redis.call('LRANGE', X, gone, -1)
@@ -462,7 +473,11 @@ return r
         r"""
 if not EXISTS then return {1} end -- the state is gone: as good as new already
 local n = tonumber(ARGV[9])
-local tag = wstr(ARGV[10])
+local tag
+if KIND ~= 'concurrency' then
+  tag = index_of_stamp(wstr(ARGV[10]), (KIND == 'sliding_window' or KIND == 'sliding_log') and SEG or PERIOD)
+  if not tag then return {1} end -- granted by a state made before this one: nothing of it is here
+end
 
 if KIND == 'token_bucket' then
   local p, tokens = tb_view()
@@ -562,7 +577,8 @@ return out
         r"""
 if not EXISTS then return {1} end -- the state is gone: as good as new already
 local n = tonumber(ARGV[9])
-local tag = wstr(ARGV[10])
+local tag = index_of_stamp(wstr(ARGV[10]), KIND == 'sliding_window_counter' and PERIOD or SEG)
+if not tag then return {1} end -- counted by a state made before this one: nothing of it is here
 if KIND == 'sliding_window_counter' then
   local w, prev, cur = swc_view()
   if wcmp(w, tag) == 0 then cur = math.max(0, cur - n)
@@ -698,7 +714,7 @@ local function fw_take(keys, args)
         redis.call('PEXPIRE', h, ttl)
       end
     end
-    return '1 1 ' .. (free - n) .. ' -1 ' .. string.format('%d', w)
+    return '1 1 ' .. (free - n) .. ' -1 ' .. wfmt(wadd(pair(ah, al), wmul(w, period))) -- the stamp: the window's start
   end
   -- refused: the window in which `needed` fits starts at anchor + (w + k) * period
   local k = iceil(math.max(n, 1) - free, limit)

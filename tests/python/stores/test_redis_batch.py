@@ -8,6 +8,7 @@ engine's leases' refunds do."""
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import pytest
@@ -85,9 +86,9 @@ async def differential(made: RedisBackend, kind: str, seed: int, scale: str) -> 
             extra = len(singles)
             assert got.taken == n + extra, context
             assert got.retry_after_ns == -1 and got.available == engine.available_permits(), context
-            stamp = (now - anchor) // length
-            assert got.stamp == stamp, context
-            assert got.valid_ns == anchor + (stamp + 1) * length - now, context
+            index = (now - anchor) // length
+            assert got.stamp == anchor + index * length, context  # the stamp: the period's start
+            assert got.valid_ns == anchor + (index + 1) * length - now, context
             seen["granted"] += 1
             seen["extra"] += extra
             if n:
@@ -166,6 +167,10 @@ def test_the_servers_clock_stamps_and_bounds_a_batch(redis_server: Any) -> None:
     with redis_server.client() as client:
         made = backend(client)
         rule = Rule("fixed_window", 10, 10**9)
+        before = time.time_ns()
         got = made.take_batch("served", rule, 1, 4, None)
-        assert (got.granted, got.taken, got.stamp, got.available) == (True, 4, 0, 6)
+        after = time.time_ns()
+        assert (got.granted, got.taken, got.available) == (True, 4, 6)
+        # the stamp: the start of the new state's first window, its anchor, the server's time then
+        assert before - 10**6 <= got.stamp <= after + 10**6
         assert 0 < got.valid_ns <= 10**9

@@ -5,6 +5,8 @@ sync and asyncio clients, named and per key (a reserving store's: test_redis_res
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import permits
@@ -87,3 +89,33 @@ async def test_settle_with_an_asyncio_client(shared_server: Server) -> None:
     reader = shared_server.store()
     assert reader.limiter(window.name, SPECS["fixed_window"]).available_permits() == 8
     assert reader.limiter(pool.name, SPECS["concurrency"]).available_permits() == 5
+
+
+def _forget(store: Any, name: str) -> None:
+    """The state of ``name`` gone, as a Redis key that expired (or was evicted, flushed) and a
+    PostgreSQL row purged once expired are."""
+    backend = store._backend
+    if hasattr(backend, "keys_of"):
+        assert backend._sync_client().delete(*backend.keys_of(name)) >= 1
+    else:
+        assert store._purger.purge_now() >= 1
+
+
+@pytest.mark.parametrize("kind", [kind for kind in SPECS if kind != "concurrency"])
+def test_a_settle_after_the_state_was_made_again_gives_nothing_back(shared_server: Server, kind: str) -> None:
+    """A state whose keys expired is made again at its next request, anchored then: a lease of the
+    old state settled late (work that ran long) gives nothing back into the new one's windows,
+    which count other grants (before: 20 grants in a window of 10)."""
+    clock = permits.ManualClock(1000.0)
+    store = shared_server.store(clock=clock)
+    name = fresh_name("remade")
+    limiter = store.limiter(name, SPECS[kind])
+    old = limiter.acquire(10)
+    assert old
+    clock.advance(1000.0)  # long past the state's lifetime: expired
+    _forget(store, name)
+    clock.advance(7.25)
+    assert limiter.acquire(10)  # the new state's whole limit
+    old.settle(0)
+    assert limiter.available_permits() == 0
+    assert not limiter.acquire(1)
