@@ -714,7 +714,16 @@ local function fw_take(keys, args)
         redis.call('PEXPIRE', h, ttl)
       end
     end
-    return '1 1 ' .. (free - n) .. ' -1 ' .. wfmt(wadd(pair(ah, al), wmul(w, period))) -- the stamp: the window's start
+    -- the stamp: the window's start, anchor + w * period (in doubles while w * period is below P)
+    local span, stamp = w * period, nil
+    if span < 9000000000000000 then
+      local lo = al + span
+      local carry = idiv(lo, 1000000000)
+      stamp = string.format('%d%09d', ah + carry, lo - carry * 1000000000)
+    else
+      stamp = wfmt(wadd(pair(ah, al), wmul(wnum(w), period)))
+    end
+    return '1 1 ' .. (free - n) .. ' -1 ' .. stamp
   end
   -- refused: the window in which `needed` fits starts at anchor + (w + k) * period
   local k = iceil(math.max(n, 1) - free, limit)
