@@ -171,6 +171,12 @@ private:
     }
 
     std::int64_t index(Nanos t) const { return t <= anchor_ ? 0 : (t - anchor_) / unit_; }
+    // A time-based grant's tag is the start of its period, window or segment in clock time: the
+    // index it starts, checked to be a start of this limiter's timeline.
+    std::int64_t tag_index(const Outcome& o) const {
+        CHECK(o.tag >= anchor_ && (o.tag - anchor_) % unit_ == 0);
+        return (o.tag - anchor_) / unit_;
+    }
 
     // ---- operations ----
     template <class F> void expect_count_call(std::int64_t n, F&& f) {
@@ -358,7 +364,7 @@ private:
             break;
         case Kind::TokenBucket:
             if (effective) { // only what the refills since the grant could not have brought
-                const permits::i128 refilled = static_cast<permits::i128>(index(t) - o.tag) * per_period_;
+                const permits::i128 refilled = static_cast<permits::i128>(index(t) - tag_index(o)) * per_period_;
                 refunded_ += static_cast<std::int64_t>(std::max<permits::i128>(0, o.permits - refilled));
             }
             break;
@@ -366,9 +372,9 @@ private:
         case Kind::SlidingWindow:
         case Kind::SlidingWindowCounter:
             // Given back only while its window (segment) is current.
-            if (effective && index(t) == o.tag) {
-                net_[o.tag] -= o.permits;
-                CHECK(net_[o.tag] >= 0);
+            if (effective && index(t) == tag_index(o)) {
+                net_[tag_index(o)] -= o.permits;
+                CHECK(net_[tag_index(o)] >= 0);
             }
             break;
         }
@@ -406,33 +412,37 @@ private:
         case Kind::TokenBucket: {
             granted_ += o.permits;
             const std::int64_t p = index(t);
-            CHECK(o.tag >= 0 && o.tag <= p);
+            CHECK(tag_index(o) <= p);
             const permits::i128 bound =
                 static_cast<permits::i128>(limit_) + static_cast<permits::i128>(per_period_) * p + refunded_;
             CHECK(static_cast<permits::i128>(granted_) <= bound);
             break;
         }
-        case Kind::FixedWindow:
-            CHECK(o.tag >= 0 && o.tag <= index(t));
-            net_[o.tag] += o.permits;
-            CHECK(net_[o.tag] <= limit_);
+        case Kind::FixedWindow: {
+            const std::int64_t w = tag_index(o);
+            CHECK(w <= index(t));
+            net_[w] += o.permits;
+            CHECK(net_[w] <= limit_);
             break;
+        }
         case Kind::SlidingWindow: {
-            CHECK(o.tag >= 0 && o.tag <= index(t));
-            net_[o.tag] += o.permits;
+            const std::int64_t w = tag_index(o);
+            CHECK(w <= index(t));
+            net_[w] += o.permits;
             std::int64_t sum = 0;
-            for (auto it = net_.lower_bound(o.tag - segments_ + 1); it != net_.end() && it->first <= o.tag; ++it) {
+            for (auto it = net_.lower_bound(w - segments_ + 1); it != net_.end() && it->first <= w; ++it) {
                 sum += it->second;
             }
             CHECK(sum <= limit_);
             break;
         }
         case Kind::SlidingWindowCounter: {
-            CHECK(o.tag >= 0 && o.tag <= index(t));
-            net_[o.tag] += o.permits;
-            const std::int64_t cur = net_[o.tag];
-            const std::int64_t prev = net_.count(o.tag - 1) ? net_[o.tag - 1] : 0;
-            const permits::i128 start = static_cast<permits::i128>(anchor_) + static_cast<permits::i128>(o.tag) * unit_;
+            const std::int64_t w = tag_index(o);
+            CHECK(w <= index(t));
+            net_[w] += o.permits;
+            const std::int64_t cur = net_[w];
+            const std::int64_t prev = net_.count(w - 1) ? net_[w - 1] : 0;
+            const permits::i128 start = static_cast<permits::i128>(anchor_) + static_cast<permits::i128>(w) * unit_;
             const permits::i128 elapsed = std::clamp<permits::i128>(static_cast<permits::i128>(t) - start, 0, unit_);
             // At the latest time the grant could have been made (now), the previous window weighs
             // the least: the constraint there is implied by the one at the grant's own time.
