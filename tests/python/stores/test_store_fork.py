@@ -6,8 +6,6 @@ Each scenario runs in a child interpreter under a time limit (tests/python/_chil
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from _child import IN_FORK, run_ok
@@ -17,6 +15,18 @@ STORES = {
     "store = RedisStore(redis.Redis.from_url(TARGET), prefix=PREFIX)\n",
     "postgres-conninfo": "from permits.postgres import PostgresStore\nstore = PostgresStore(TARGET, table=PREFIX)\n",
 }
+
+
+def _run_in_fork(kind: str, request: pytest.FixtureRequest, scenario: str, prefix: str, give_up: str = "30") -> None:
+    """Runs ``scenario`` (IN_FORK's ``in_fork`` defined) with the store of ``kind``, in a child
+    interpreter that must print "ok" last; ``prefix`` keeps its state apart from other tests'."""
+    if kind.startswith("redis"):
+        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"{prefix}-{kind}:"}
+    else:
+        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": f"{prefix}_test"}
+    child = run_ok(IN_FORK + scenario.format(store=STORES[kind]), env={**env, "FORK_GIVE_UP": give_up})
+    assert child.lines()[-1] == "ok"
+
 
 SCENARIO = """
 import asyncio, os
@@ -56,13 +66,7 @@ print("ok")
 def test_a_forked_child_shares_the_limit_and_leaves_the_parents_connections(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
-    env: dict[str, Any]
-    if kind.startswith("redis"):
-        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"fork-{kind}:"}
-    else:
-        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "fork_test"}
-    child = run_ok(IN_FORK + SCENARIO.format(store=STORES[kind]), env=env)
-    assert child.lines()[-1] == "ok"
+    _run_in_fork(kind, request, SCENARIO, "fork")
 
 
 COPY_SCENARIO = """
@@ -90,17 +94,11 @@ print("ok")
 
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_a_forked_childs_copy_of_a_lease_releases_nothing(kind: str, request: pytest.FixtureRequest) -> None:
-    env: dict[str, Any]
-    if kind.startswith("redis"):
-        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"copy-{kind}:"}
-    else:
-        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "copy_test"}
-    child = run_ok(IN_FORK + COPY_SCENARIO.format(store=STORES[kind]), env=env)
-    assert child.lines()[-1] == "ok"
+    _run_in_fork(kind, request, COPY_SCENARIO, "copy")
 
 
 HELD_SCENARIO = """
-import os, threading, gc
+import os, threading, gc, time
 from permits import _pausing
 TARGET, PREFIX = os.environ["STORE_TARGET"], os.environ["STORE_PREFIX"]
 {store}
@@ -140,7 +138,7 @@ def child():
     assert dropped
     del dropped  # given back by a renewal thread of the child's own
     gc.collect()
-    assert store._renewal.flush(__import__("time").monotonic() + 10)
+    assert store._renewal.flush(time.monotonic() + 10)
     assert jobs.available_permits() == 1
     store.close()
 
@@ -161,13 +159,7 @@ def test_a_fork_while_the_stores_threads_hold_its_locks_leaves_the_child_a_worki
     # (Found on the free-threaded build: a fork right after a store's first calls, while its eviction
     # check was taking a connection or its new renewal thread was entering its wait, left the child
     # hung in redis-py's after-fork reset of the pool, or in the store's close.)
-    env: dict[str, Any]
-    if kind.startswith("redis"):
-        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"held-{kind}:"}
-    else:
-        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "held_test"}
-    child = run_ok(IN_FORK + HELD_SCENARIO.format(store=STORES[kind]), env={**env, "FORK_GIVE_UP": "15"})
-    assert child.lines()[-1] == "ok"
+    _run_in_fork(kind, request, HELD_SCENARIO, "held", give_up="15")
 
 
 QUEUED_SCENARIO = """
@@ -209,10 +201,4 @@ print("ok")
 
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_a_forked_childs_queue_holds_none_of_its_parents_waiters(kind: str, request: pytest.FixtureRequest) -> None:
-    env: dict[str, Any]
-    if kind.startswith("redis"):
-        env = {"STORE_TARGET": request.getfixturevalue("redis_server").url, "STORE_PREFIX": f"queued-{kind}:"}
-    else:
-        env = {"STORE_TARGET": request.getfixturevalue("postgres_server").conninfo, "STORE_PREFIX": "queued_test"}
-    child = run_ok(IN_FORK + QUEUED_SCENARIO.format(store=STORES[kind]), env=env)
-    assert child.lines()[-1] == "ok"
+    _run_in_fork(kind, request, QUEUED_SCENARIO, "queued")
