@@ -172,19 +172,26 @@ def _stop_servers() -> Iterator[None]:
     _servers.close()
 
 
+#: The stores' timeout: the suite tests what they decide, not how fast a busy machine answers (a
+#: PostgreSQL call of four threads contending for one row took over a second under a loaded CI run).
+STORE_TIMEOUT = 10.0
+
+
 def _redis_store(clock: permits.ManualClock) -> Any:
     """A Redis store of its own (a key prefix of its own) on the test's clock, with a sync client
     (its async members ask from the loop's thread, so a wait is queued before it first suspends)."""
     from permits.redis import RedisStore
 
-    return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock)
+    return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock, timeout=STORE_TIMEOUT)
 
 
 def _redis_reserving_store(clock: permits.ManualClock) -> Any:
     """A Redis store serving its time-based permits from batches of 3 taken ahead (reserve)."""
     from permits.redis import RedisStore
 
-    return RedisStore(_redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock, reserve=3)
+    return RedisStore(
+        _redis().client(), prefix=f"conformance:{next(_SEGMENTS)}:", clock=clock, reserve=3, timeout=STORE_TIMEOUT
+    )
 
 
 def _postgres_store(clock: permits.ManualClock) -> Any:
@@ -192,7 +199,7 @@ def _postgres_store(clock: permits.ManualClock) -> Any:
     the Redis one)."""
     from permits.postgres import PostgresStore
 
-    return PostgresStore(_postgres_pool(), clock=clock)
+    return PostgresStore(_postgres_pool(), clock=clock, timeout=STORE_TIMEOUT)
 
 
 def in_server(make_store: Callable[[permits.ManualClock], Any]) -> Callable[[str], Factory]:
