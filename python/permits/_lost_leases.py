@@ -10,6 +10,8 @@ import threading
 import weakref
 from typing import Protocol
 
+from ._forking import in_child
+
 _log = logging.getLogger("permits")
 
 
@@ -25,6 +27,12 @@ class LostSink(Protocol):
 
 _sinks: dict[str, weakref.WeakSet[LostSink]] = {}
 _lock = threading.Lock()
+
+
+@in_child
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # (a store's renewal thread reporting a loss may have held it at the fork)
 
 
 def listen(name: str, sink: LostSink) -> None:

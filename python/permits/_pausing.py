@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 import time
 import weakref
@@ -26,6 +25,7 @@ from typing import Any
 
 from . import _core, _foreign
 from ._core import Clock, Lease
+from ._forking import in_child
 
 #: The longest real sleep of a pause before it looks again (its clock, its limiter).
 SLICE = 1.0
@@ -35,13 +35,10 @@ _changed = threading.Condition()
 _wakers: dict[Callable[[], object], None] = {}
 
 
+@in_child
 def _after_fork_in_child() -> None:
     global _changed
     _changed = threading.Condition()  # (a waiting thread of the parent may have held its lock)
-
-
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def cancelled_here() -> bool:

@@ -12,6 +12,7 @@ import weakref
 from typing import Any
 
 from . import _lost_leases
+from ._forking import AfterFork
 
 _WAKE_NS = 5_000_000_000  # a closed or collected store's thread ends within this
 
@@ -61,15 +62,11 @@ class LostWatch:
                 _lost_leases.report(source.name, new)
 
 
-_watches: weakref.WeakSet[LostWatch] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
+def _watch_again(watch: LostWatch) -> None:
     # The parent's threads are gone: a store that was watched is watched again here.
-    for watch in list(_watches):
-        if watch._pid != 0:
-            watch._pid = 0
-            watch.start()
+    if watch._pid != 0:
+        watch._pid = 0
+        watch.start()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_watches: AfterFork[LostWatch] = AfterFork(_watch_again)

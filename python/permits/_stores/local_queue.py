@@ -12,13 +12,12 @@ limiter closes or its clock advances: ``permits._pausing.wake_all`` is the one s
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from collections import deque
 
 from .. import _pausing
 from .._core import Lease
+from .._forking import AfterFork
 
 
 class Entry:
@@ -31,22 +30,17 @@ class Entry:
         self.outcome: Lease | None = None
 
 
-_all: weakref.WeakSet[LocalQueue] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
+def _forked(queue: LocalQueue) -> None:
     # The queued requests are the parent's threads' and tasks': the child has none of them, and
     # behind them (head-of-line) its own requests would wait for ever. A thread of the parent may
     # also have held the lock at the fork.
-    for queue in list(_all):
-        queue._lock = threading.Lock()
-        queue._entries.clear()
-        queue.permits = 0
-        queue.version += 1
+    queue._lock = threading.Lock()
+    queue._entries.clear()
+    queue.permits = 0
+    queue.version += 1
 
 
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_all: AfterFork[LocalQueue] = AfterFork(_forked)
 
 
 class LocalQueue:

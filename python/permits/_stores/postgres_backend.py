@@ -27,6 +27,7 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.types.numeric import Int8
 
+from .._forking import AfterFork
 from ..errors import BackendError
 from . import postgres_arith as arith
 from . import postgres_log_sql as log_q
@@ -55,6 +56,13 @@ Plan = Generator[tuple[bytes, dict[str, Any]], Row | None, T]
 _MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
 #: Lifetimes and lease ttls beyond 2**60 ns (36 years) count as that: now + 2 * it stays a bigint.
 _MAX_LIFETIME = 2**60
+
+
+def _forked(backend: PostgresBackend) -> None:
+    backend._statements_lock = threading.Lock()  # (a store's renewal or purge thread may have held it)
+
+
+_BACKENDS: AfterFork[PostgresBackend] = AfterFork(_forked)
 
 
 def _digest(text: str | bytes) -> bytes:
@@ -141,6 +149,7 @@ class PostgresBackend:
             )
         self._statements: _Statements | None = None
         self._statements_lock = threading.Lock()
+        _BACKENDS.add(self)
 
     # -- the schema ----------------------------------------------------------------------------
 

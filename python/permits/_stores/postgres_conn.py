@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import select
 import threading
 import time
@@ -33,6 +32,7 @@ import psycopg_pool
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from .._forking import AfterFork, keep_inherited
 from ..errors import BackendError
 from .postgres_watchdog import WATCHDOG, arm_async, disarm_async
 
@@ -43,18 +43,7 @@ AConn = psycopg.AsyncConnection[tuple[Any, ...]]
 #: Idle connections kept per list (more callers at once make more, closed after use).
 MAX_IDLE = 8
 
-#: A forked child's copies of its parent's connections: kept, never used nor closed (closing one
-#: would end the parent's session on the shared socket), for as long as the child lives.
-_INHERITED: list[object] = []
-_OWN_SOURCES: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for source in list(_OWN_SOURCES):
-        source._forget_after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_OWN_SOURCES: AfterFork[Any] = AfterFork(lambda source: source._forget_after_fork())
 
 
 def _remaining(deadline: float, timeout: float) -> float:
@@ -156,7 +145,7 @@ class OwnSyncPool(SyncSource):
 
     def _forget_after_fork(self) -> None:
         """In a forked child: the parent's connections and threads are not this process's."""
-        _INHERITED.extend(self._idle)
+        keep_inherited(self._idle)  # (closing one would end the parent's session on the shared socket)
         self._idle = []
         self._lock = threading.Lock()
         self._connector = ThreadPoolExecutor(max_workers=2, thread_name_prefix="permits-postgres-connect")
@@ -324,7 +313,7 @@ class OwnAsyncPools(AsyncSource):
     def _forget_after_fork(self) -> None:
         """In a forked child: the parent's connections (and loops) are not this process's."""
         for idle in self._idle.values():
-            _INHERITED.extend(idle)
+            keep_inherited(list(idle))
             idle.clear()
         self._idle = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()

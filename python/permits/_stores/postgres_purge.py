@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .renewal import renewed_event
+from .._forking import AfterFork, renewed_event
 
 logger = logging.getLogger("permits")
 
@@ -25,16 +25,12 @@ PURGE_S = 1.0
 BATCH = 5000
 
 
-_all: weakref.WeakSet[Purger] = weakref.WeakSet()
+def _forked(purger: Purger) -> None:
+    # (the parent's thread may have held the lock, or its wait the Event's)
+    purger._lock, purger._stop = threading.Lock(), renewed_event(purger._stop)
 
 
-def _after_fork_in_child() -> None:
-    for purger in list(_all):  # (the parent's thread may have held the lock, or its wait the Event's)
-        purger._lock, purger._stop = threading.Lock(), renewed_event(purger._stop)
-
-
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_all: AfterFork[Purger] = AfterFork(_forked)
 
 
 class Purger:

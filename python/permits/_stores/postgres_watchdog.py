@@ -17,6 +17,8 @@ import socket
 import threading
 import time
 
+from .._forking import in_child
+
 
 def shut_down(fd: int) -> None:
     """Ends the stream of socket ``fd`` both ways (its file descriptor stays open for its owner)."""
@@ -92,7 +94,7 @@ class _Watchdog:
 
 
 WATCHDOG = _Watchdog()
-os.register_at_fork(after_in_child=WATCHDOG._after_fork)
+in_child(WATCHDOG._after_fork)
 
 
 def arm_async(loop: asyncio.AbstractEventLoop, deadline: float, fd: int) -> Alarm:

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import hashlib
 import math
-import os
 import threading
 import time
 import weakref
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis.asyncio.cluster
 import redis.exceptions
 
+from .._forking import AfterFork, keep_inherited
 from ..errors import BackendError
 from . import redis_eviction, redis_replicas, redis_scripts
 from .backend import Backend, Outcome
@@ -117,27 +117,18 @@ def _moving(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.TryAgainError) or str(exc).startswith("TTL exhausted")
 
 
-#: Every backend, for the after-fork hook below.
-_BACKENDS: weakref.WeakSet[RedisBackend] = weakref.WeakSet()
-#: A forked child's copies of its parent's sync clients: kept, never used nor closed, for as long
-#: as the child lives (their pools' locks may have been copied held: see _after_fork_in_child).
-_INHERITED: list[object] = []
-
-
-def _after_fork_in_child() -> None:
+def _forked(backend: RedisBackend) -> None:
     """A thread of the parent (the renewal's, the eviction check's) may have been inside the
     bounded client's pool at the fork: the child's copy of its lock stays held, and redis-py's
     after-fork reset of the pool takes that lock (the child's first command would hang). The child
-    builds clients of its own instead, and a lock of its own to build them under."""
-    for backend in list(_BACKENDS):
-        backend._lock = threading.Lock()
-        if backend._bounded is not None:
-            _INHERITED.append(backend._bounded)
-            backend._bounded = None
+    builds clients of its own instead (the copy is kept unused), and a lock of its own to build them under."""
+    backend._lock = threading.Lock()
+    if backend._bounded is not None:
+        keep_inherited(backend._bounded)
+        backend._bounded = None
 
 
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_BACKENDS: AfterFork[RedisBackend] = AfterFork(_forked)
 
 
 class _Made(NamedTuple):

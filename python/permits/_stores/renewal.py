@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._forking import AfterFork, renewed_event
 from ..errors import BackendError
 
 if TYPE_CHECKING:
@@ -62,25 +63,7 @@ def _quiet(doing: str) -> Iterator[None]:
         yield
 
 
-def renewed_event(event: threading.Event) -> threading.Event:
-    """A new Event in the state of ``event``: for a forked child, whose copy of an Event a thread
-    of the parent may have held the lock of at the fork (in wait(), set()): it would never be freed."""
-    fresh = threading.Event()
-    if event.is_set():
-        fresh.set()
-    return fresh
-
-
-_all: weakref.WeakSet[Renewal] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for renewal in list(_all):
-        renewal._forked()
-
-
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_all: AfterFork[Renewal] = AfterFork(lambda renewal: renewal._forked())
 
 
 class Renewal:

@@ -26,31 +26,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 import time
 import weakref
 from typing import Any
 
 from .._core import Lease
+from .._forking import AfterFork
 from ..errors import BackendError
 from .batch import Batch, Batching
 from .returns import IDLE_NS
 from .store_limiter import Grant, StoreLimiter
 
-_limiters: weakref.WeakSet[ReservingLimiter] = weakref.WeakSet()
 
-
-def _forget_stocks() -> None:
+def _forget_stock(limiter: ReservingLimiter) -> None:
     # A fork's child must not serve its parent's permits (the parent serves them too).
-    for limiter in list(_limiters):
-        limiter._lock = threading.Lock()
-        limiter._stock = None
-        limiter._fetching = None  # (a parent's thread's batch: it never lands here)
-        limiter._fetching_async = weakref.WeakKeyDictionary()
+    limiter._lock = threading.Lock()
+    limiter._stock = None
+    limiter._fetching = None  # (a parent's thread's batch: it never lands here)
+    limiter._fetching_async = weakref.WeakKeyDictionary()
 
 
-os.register_at_fork(after_in_child=_forget_stocks)
+_limiters: AfterFork[ReservingLimiter] = AfterFork(_forget_stock)
 
 
 class Stock:

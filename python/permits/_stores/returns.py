@@ -18,7 +18,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from .renewal import renewed_event
+from .._forking import AfterFork, renewed_event
 
 if TYPE_CHECKING:
     from .reserving import ReservingLimiter
@@ -31,19 +31,14 @@ ROUND_S = 0.25
 logger = logging.getLogger("permits")
 
 
-_all: weakref.WeakSet[Returns] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
+def _forked(returns: Returns) -> None:
     # (a round of the parent's thread may have held the lock, or its wait the Event's)
-    for returns in list(_all):
-        returns._lock = threading.Lock()
-        returns._stop = renewed_event(returns._stop)
-        returns._thread = None
+    returns._lock = threading.Lock()
+    returns._stop = renewed_event(returns._stop)
+    returns._thread = None
 
 
-if hasattr(os, "register_at_fork"):  # (not on Windows)
-    os.register_at_fork(after_in_child=_after_fork)
+_all: AfterFork[Returns] = AfterFork(_forked)
 
 
 class Returns:

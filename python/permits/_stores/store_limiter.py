@@ -29,6 +29,7 @@ from typing import Any
 from .. import _lost_leases, _pausing, _polling
 from .._core import Clock, Lease
 from .._durations import timeout_ns
+from .._forking import in_child
 from .._loop_check import blocks_the_loop
 from ..awaitables import Attempt, LeaseWait, PolledLeaseWait
 from ..errors import BackendError
@@ -47,12 +48,10 @@ _ids = itertools.count()
 _token = secrets.token_hex(8)
 
 
-def _new_token() -> None:
+@in_child
+def _new_token() -> None:  # a child's lease ids must differ from its parent's
     global _token
     _token = secrets.token_hex(8)
-
-
-os.register_at_fork(after_in_child=_new_token)  # a child's lease ids must differ from its parent's
 
 
 _steps: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None

@@ -99,7 +99,7 @@ def test_a_forked_childs_copy_of_a_lease_releases_nothing(kind: str, request: py
 
 HELD_SCENARIO = """
 import os, threading, gc, time
-from permits import _pausing
+from permits import _lost_leases, _pausing
 TARGET, PREFIX = os.environ["STORE_TARGET"], os.environ["STORE_PREFIX"]
 {store}
 window = store.fixed_window("api", 10, 3600.0)
@@ -111,12 +111,13 @@ assert held
 # inside a lock of the store, of its connection pool or of an Event when the process forks: the
 # child's copies of those locks are held by threads the child does not have.
 locks = [store._renewal._lock, store._renewal._kick._cond, store._renewal._stop._cond, store._renewal._settled,
-         _pausing._changed]
-if hasattr(store._backend, "_bounded"):
+         _pausing._changed, _lost_leases._lock]
+postgres = not hasattr(store._backend, "_bounded")
+if postgres:
+    locks += [store._purger._lock, store._purger._stop._cond, store._backend._statements_lock]
+else:
     locks.append(store._backend._bounded.client.connection_pool._lock)
     locks.append(store._backend._lock)
-else:
-    locks += [store._purger._lock, store._purger._stop._cond]
 inside, leave = threading.Event(), threading.Event()
 def busy():
     for lock in locks:
@@ -129,6 +130,9 @@ threading.Thread(target=busy, daemon=True).start()
 assert inside.wait(10)
 
 def child():
+    _lost_leases.report("child", 1)  # a loss the child's renewal found: logged under the lock
+    if postgres:
+        store._backend._statements = None  # (as after a failure: the schema is looked for again)
     assert window.acquire()  # through connections of its own, not the copied pool
     assert window.available_permits() == 8
     lease = jobs.acquire()
