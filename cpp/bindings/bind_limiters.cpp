@@ -167,6 +167,10 @@ void bind_limiters(py::module_& m) {
             "_idle_duration_ns", [](py::handle self) { return self_of<Limiter>(self).idle_duration(); },
             "_idle_duration_ns(self, /)\n--\n\nNanoseconds fully idle, or None while in use.")
         .def(
+            "_reset", [](py::handle self) { return self_of<Limiter>(self).reset(); },
+            "_reset(self, /)\n--\n\nForgets what a time-based limiter granted (full from now, its queue served); "
+            "False when it cannot (concurrency, closed).")
+        .def(
             "try_replenish", [](py::handle self) { return self_of<Limiter>(self).try_replenish(); },
             "try_replenish(self, /)\n--\n\nManual mode: applies the replenishment elapsed time allows and "
             "returns True; False in auto mode.")

@@ -148,6 +148,13 @@ void bind_per_key(py::module_& m) {
                 "_enqueue(self, resource, permit_count, timeout_ns, notifier)\n--\n\nA lease now, or a "
                 "WaitHandle.")
             .def(
+                "_reset",
+                [](py::handle self, py::handle resource) {
+                    return self_of<PerKeyLimiter>(self).reset(key_of(resource));
+                },
+                "_reset(self, resource, /)\n--\n\nForgets the key's time-based usage; False when there was nothing to "
+                "forget.")
+            .def(
                 "_statistics",
                 [](py::handle self, py::handle resource) -> py::object {
                     const auto s = self_of<PerKeyLimiter>(self).statistics(key_of(resource));

@@ -397,6 +397,28 @@ void Limiter::recheck() {
     drop_timers_if_idle_locked();
 }
 
+bool Limiter::reset() {
+    if (releases_permits()) {
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_.load()) {
+        return false;
+    }
+    const Nanos now = state_now();
+    if (refund_floor_.load() < now) {
+        refund_floor_.store(now); // (under mu_: resets never race each other)
+    }
+    if (!reset_state(now)) {
+        return false;
+    }
+    invalidate_projection_locked();
+    process_queue_locked(now);
+    schedule_locked(now);
+    drop_timers_if_idle_locked();
+    return true;
+}
+
 void Limiter::give_back(std::int64_t n, std::int64_t tag) {
     if (n <= 0) {
         return;
@@ -407,7 +429,17 @@ void Limiter::give_back(std::int64_t n, std::int64_t tag) {
         }
         return;
     }
-    give_back_at(n, tag, state_now());
+    if (releases_permits()) {
+        give_back_at(n, tag, state_now());
+    } else {
+        // A refund. Under the queue's lock, which a reset holds: a refund before it is reset
+        // away, one after it sees its floor (lock-free, one could land in the state just reset).
+        std::lock_guard<std::mutex> lock(mu_);
+        if (tag <= refund_floor_.load()) {
+            return; // granted in the window (period, segment) of a reset, or before it
+        }
+        give_back_at(n, tag, state_now());
+    }
     recheck(); // permits came back: serve the queue
 }
 

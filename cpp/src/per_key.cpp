@@ -492,6 +492,41 @@ void PerKeyLimiter::recheck(std::string_view key) {
     }
 }
 
+bool PerKeyLimiter::reset(std::string_view key) {
+    if (closed_.load()) {
+        return false;
+    }
+    std::shared_ptr<Limiter> full;
+    {
+        auto at = locate(key, false);
+        if (!at.found()) {
+            return false; // a key made at its next request starts full
+        }
+        Record& r = at.shard.table.at(at.index);
+        if (r.promoted()) {
+            full = r.limiter(); // reset outside the shard's lock: it serves the key's queue
+        } else {
+            if (releases_) {
+                return false;
+            }
+            // Anchored just after now: every window (segment, period) of the new state starts after
+            // every grant made so far, so their refunds give nothing back (Rule::take's tags).
+            const Nanos anchor = sat_add(clock_->now(), 1);
+            if (tmpl_.window) {
+                tmpl_.window->init(r.block());
+            } else {
+                r.state = tmpl_.rule->initial(anchor);
+            }
+            r.anchor = anchor;
+            check_at_locked(at.shard, at.index, sat_add(record_full_at(r), sat_add(idle_timeout_, 1)));
+            return true;
+        }
+    }
+    const bool done = full->reset();
+    recheck(key); // idle now, maybe: its eviction check
+    return done;
+}
+
 std::optional<Statistics> PerKeyLimiter::statistics(std::string_view key) {
     auto at = locate(key, true);
     if (!at.found()) {

@@ -317,6 +317,17 @@ void SlidingWindowState::exhaust(Nanos now) noexcept {
     }
 }
 
+void SlidingWindowState::refill(Nanos now) noexcept {
+    Pair h = head->load();
+    while (!head->compare_exchange(h, Pair{stamped ? now : segment_index(now), pack(0, 0)})) {
+    }
+    for (std::int64_t j = 0; j < segments; ++j) {
+        Pair r = ring[j].load();
+        while (!ring[j].compare_exchange(r, Pair{-1 - segments, 0})) { // empty, as init_storage() makes it
+        }
+    }
+}
+
 bool SlidingWindowState::take(std::int64_t n, Nanos now, std::int64_t& tag) noexcept {
     if (stamped) {
         return take_log(n, now, tag);

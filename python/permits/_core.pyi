@@ -288,6 +288,9 @@ class Limiter:
         """
     def _statistics(self) -> tuple[int, int, int, int]: ...
     def _idle_duration_ns(self) -> int | None: ...
+    def _reset(self) -> bool:
+        """Forgets what a time-based limiter granted (full from now, its queue served); False when it cannot
+        (concurrency, closed)."""
     def try_replenish(self) -> bool:
         """With ``auto_replenishment=False``: applies all the replenishment the time since the last
         call allows (by the automatic mode's rules), serves the queue and returns True. In automatic mode,
@@ -546,6 +549,8 @@ class PerKey:
     def _enqueue(
         self, resource: object, permit_count: int, timeout_ns: int, notifier: Notifier | None
     ) -> Lease | WaitHandle: ...
+    def _reset(self, resource: object, /) -> bool:
+        """Forgets the key's time-based usage; False when there was nothing to forget."""
     def _statistics(self, resource: object, /) -> tuple[int, int, int, int] | None: ...
     @property
     def partition_count(self) -> int:

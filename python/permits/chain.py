@@ -303,6 +303,12 @@ class ChainedPartitionedLimiter(KeyedRateLimiter):
             raise ExceptionGroup("errors while closing evicted partitions", errors)
         return evicted
 
+    def _reset(self, resource: object) -> None:
+        # The keyed members' state of the key; a plain member's limit is everybody's, not the key's.
+        for lim in self._limiters:
+            if isinstance(lim, KeyedRateLimiter):
+                lim.reset(resource)
+
     def _acquire(self, resource: object, permit_count: int) -> Lease:
         def step(lim: Member) -> Lease:
             if isinstance(lim, KeyedRateLimiter):

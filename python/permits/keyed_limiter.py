@@ -58,6 +58,10 @@ class KeyedRateLimiter(LimiterBase):
         not a timeout or a close; not the attempts of a polling wait): where a custom keyed limiter
         counts per resource."""
 
+    def _reset(self, resource: object) -> None:
+        """What ``reset(resource)`` does: a custom keyed limiter that can forget a key overrides it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reset a key: it implements no _reset(resource)")
+
     def _statistics(self, resource: object) -> Statistics:
         """Without an override: the counts of successful and failed leases over every resource."""
         if resource is None:
@@ -134,6 +138,15 @@ class KeyedRateLimiter(LimiterBase):
         """One resource's statistics, or with no resource the totals."""
         self._check_open()
         return self._statistics(resource)
+
+    def reset(self, resource: object) -> None:
+        """Forgets what ``resource``'s limit has counted (support staff unblocking a user): its whole
+        limit is available from now, and requests queued for it are served from it. A refund of a
+        lease granted before gives nothing back. A concurrency limit's permits are those its leases
+        hold: they stay held until released. The key's statistics (its counts) stay. Raises
+        ``LimiterClosedError`` once closed."""
+        self._check_open()
+        self._reset(resource)
 
     @property
     def partition_count(self) -> int:

@@ -9,6 +9,7 @@ heap holds when each partition is next worth looking at, and each call pops only
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -18,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, overload
 
-from . import _pausing
+from . import _core, _pausing
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
 from ._loop_check import blocks_the_loop
@@ -32,6 +33,9 @@ from .partition import Partition, _check_options, _members, _SpecFactory, _templ
 from .per_key import PerKeyLimiter
 from .rate_limiter import RateLimiter, Statistics, _check_permit_count, _no_copies
 from .specs import Spec, SpecList
+
+#: The engine's limiter over shared memory (absent where there is none): its state is not this process's alone.
+_SHARED: Any = getattr(_core, "SharedLimiter", ())
 
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
 _MAX_KEY_DEPTH = 16
@@ -470,6 +474,31 @@ class PartitionedLimiter(KeyedRateLimiter):
         key's partition is made, as by ``acquire``; 0 when ``max_partitions`` leaves no room for it).
         Raises ``LimiterClosedError`` after ``close()``."""
         return int(self._on_limiter(resource, lambda limiter: limiter.available_permits(), 0))
+
+    def _reset(self, resource: object) -> None:
+        partition = self._partition(resource)
+        with self._lock:
+            entry = self._entries.get(partition.key)
+            limiter = None if entry is None else entry.limiter
+        on_server = getattr(self, "_reset_on_server", None)
+        if on_server is not None:  # a store's: the key's state is on its server, for every process
+            forget = getattr(limiter, "_rl_forget", None)  # what this process keeps of it
+            if forget is not None:
+                forget()  # (before: a reserving limiter's stock is the old state's)
+            on_server(partition.key)
+            if forget is not None:
+                forget()  # (after: its queue asks the new state)
+            return
+        if limiter is None:
+            return  # no partition (or one being made): it starts full
+        if not isinstance(limiter, _core.Limiter) or isinstance(limiter, _SHARED):
+            raise NotImplementedError(
+                f"a partition's {type(limiter).__name__} cannot be reset: only the engine's in-process limiters can"
+            )
+        with contextlib.suppress(LimiterClosedError):  # evicted meanwhile: the next one starts full
+            if limiter.closed:
+                return
+            limiter._reset()
 
     def _statistics(self, resource: object) -> Statistics:
         """One partition's statistics, or with no resource the totals over every partition

@@ -57,6 +57,11 @@ class TranslatedKeyLimiter(KeyedRateLimiter):
         self._check_open()
         return self.limiter.statistics(None if resource is None else self.translate(resource))
 
+    def reset(self, resource: object) -> None:
+        """The limiter's ``reset(translate(resource))``."""
+        self._check_open()
+        self.limiter.reset(self.translate(resource))
+
     @property
     def partition_count(self) -> int:
         """The limiter's live partitions (this view keeps none of its own)."""

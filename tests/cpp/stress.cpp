@@ -234,6 +234,57 @@ void windows_never_exceed(const char* name, Make make, std::int64_t limit, std::
     std::printf("%s: %zu windows checked\n", name, per_tag.size());
 }
 
+// reset() racing acquires, refunds and queued waits on a clock that never moves: every reset gives one
+// whole limit more, and no refund of a grant made before a reset's end ever adds to it.
+template <class L, class Make> void resets_never_exceed(const char* name, Make make) {
+    constexpr std::int64_t kLimit = 40;
+    constexpr int kResets = 200;
+    auto clock = std::make_shared<ManualClock>(5 * 1'000'000'000LL);
+    std::shared_ptr<L> lim = make(clock);
+    std::atomic<long> granted{0};
+    std::atomic<long> may_have_landed{0}; // refunds begun before the first reset ended
+    std::atomic<bool> first_reset_done{false};
+    std::atomic<bool> stop{false};
+    std::thread resetter([&] {
+        for (int i = 0; i < kResets; ++i) {
+            check(lim->reset(), "a time-based limiter resets");
+            first_reset_done = true;
+            std::this_thread::yield();
+        }
+        stop = true;
+    });
+    run_threads(kThreads, [&](int t) {
+        int i = 0;
+        while (!stop.load()) {
+            if (t == 0 && i % 7 == 0) { // a queued wait, served by a reset or cancelled
+                auto q = lim->enqueue(2, -1);
+                if (q.waiter) {
+                    if (!lim->cancel(*q.waiter)) { // completed (or completing) by a reset: its outcome
+                        while (!q.waiter->wait_for(1'000'000'000)) {
+                        }
+                        granted += q.waiter->outcome().acquired ? 2 : 0;
+                    }
+                } else if (q.outcome.acquired) {
+                    granted += 2;
+                }
+            }
+            const Outcome o = lim->acquire(1);
+            if (o.acquired) {
+                granted += 1;
+                if (++i % 3 == 0) {
+                    if (!first_reset_done.load()) {
+                        may_have_landed += 1;
+                    }
+                    lim->give_back(1, o.tag);
+                }
+            }
+        }
+    });
+    resetter.join();
+    check(granted.load() <= kLimit * (kResets + 1) + may_have_landed.load(), name);
+    std::printf("%s: %ld granted over %d resets\n", name, granted.load(), kResets);
+}
+
 // Queued waiters served by the timer while threads also cancel and the limiter finally closes.
 void waiters_and_close() {
     auto clock = std::make_shared<ManualClock>(0);
@@ -846,6 +897,21 @@ int main() {
     windows_never_exceed<SlidingWindowCounter>(
         "sliding window counter: a window's own count never exceeds the limit",
         [](auto c) { return std::make_shared<SlidingWindowCounter>(c, 50, 1'000'000, QueueOptions{}, false); }, 50, 1);
+    resets_never_exceed<FixedWindow>("fixed window: resets never give more than a limit each", [](auto c) {
+        return std::make_shared<FixedWindow>(c, 40, 1'000'000'000, QueueOptions{64, QueueOrder::OldestFirst}, false);
+    });
+    resets_never_exceed<TokenBucket>("token bucket: resets never give more than a limit each", [](auto c) {
+        return std::make_shared<TokenBucket>(c, 40, 1, 1'000'000'000, QueueOptions{64, QueueOrder::OldestFirst}, false);
+    });
+    resets_never_exceed<SlidingWindow>("sliding window: resets never give more than a limit each", [](auto c) {
+        return std::make_shared<SlidingWindow>(c, 40, 1'000'000'000, 4, QueueOptions{64, QueueOrder::OldestFirst},
+                                               false);
+    });
+    resets_never_exceed<SlidingWindowCounter>(
+        "sliding window counter: resets never give more than a limit each", [](auto c) {
+            return std::make_shared<SlidingWindowCounter>(c, 40, 1'000'000'000,
+                                                          QueueOptions{64, QueueOrder::OldestFirst}, false);
+        });
     waiters_and_close();
     cancel_scopes();
     per_key_partitions();

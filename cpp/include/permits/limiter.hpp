@@ -110,6 +110,11 @@ public:
     /// The state changed where this limiter cannot see it (another process released permits into
     /// a shared state): serves what the queue can now be served.
     void recheck();
+    /// Forgets what a time-based limiter has granted: its whole limit is available from now, and
+    /// its queue is served from it. A refund of a grant made in the window (period, segment) of
+    /// the reset, before or after it, gives nothing back: never more than the limit after the reset.
+    /// False (nothing changes) for concurrency, whose permits are those held, and once closed.
+    bool reset();
 
     void on_timer(Nanos now) override;
 
@@ -137,6 +142,8 @@ protected:
     /// Called under the queue's lock after a request joined the queue (it may only signal, never
     /// call back in): a shared limiter starts listening for releases in other processes.
     virtual void on_queued() {}
+    /// Under the queue's lock: the state made full at `now` (reset()); false if the kind cannot.
+    virtual bool reset_state(Nanos /*now*/) { return false; }
 
     /// The time state is evaluated at: the clock, or the last try_replenish() in manual mode.
     Nanos state_now() const noexcept { return manual_ ? manual_now_.load() : clock_->now(); }
@@ -190,6 +197,9 @@ private:
     std::atomic<std::int64_t> queued_entries_{0};
     std::atomic<std::int64_t> successful_{0};
     std::atomic<std::int64_t> failed_{0};
+    // reset(): a refund of a grant tagged at or before it gives nothing back (tags are the starts
+    // of windows, periods or segments in clock time).
+    std::atomic<std::int64_t> refund_floor_{std::numeric_limits<std::int64_t>::min()};
 
     // The lock exists only for the queue: it is taken when a request queues, when queued requests
     // are served or expire, and on close. An acquire that is not queued never takes it.

@@ -42,7 +42,7 @@ struct Outcome {
     Reason reason = Reason::None;
     Nanos retry_after = -1;    ///< -1: none; saturates at kNever (292 years)
     std::int64_t permits = 0;  ///< permits requested (held, when acquired)
-    std::int64_t tag = 0;      ///< where the permits were taken (window/segment index), for refunds
+    std::int64_t tag = 0;      ///< where the permits were taken (their window's start in clock time), for refunds
     double retry_seconds = -1; ///< retry_after in seconds, exact even past kNever
 
     static Outcome granted(std::int64_t n, std::int64_t tag) { return {true, Reason::None, -1, n, tag, -1}; }

@@ -90,6 +90,12 @@ public:
     void recheck(std::string_view key);
     bool releases_permits() const noexcept { return releases_; }
 
+    /// Forgets what the key's time-based limiter has granted: its whole limit is available from
+    /// now and its queued requests are served from it; a refund of a grant made before (or, for a
+    /// key that queues, in the same window) gives nothing back. Its counts stay. False when there
+    /// was nothing to forget: an absent key (full), a concurrency limit (its permits are those its
+    /// leases hold: they stay held), a closed limiter.
+    bool reset(std::string_view key);
     /// The key's statistics and available permits (the partition is created if absent, as
     /// .NET does); nullopt at the bound.
     std::optional<Statistics> statistics(std::string_view key);

@@ -88,6 +88,13 @@ protected:
         detail::rule_give_back(rule_, *state_, anchor_, n, tag, now);
     }
     std::unique_ptr<Projection> project() const override { return rule_.project(state_->load(), anchor_); }
+    bool reset_state(Nanos /*now*/) override {
+        // A new limiter's state is full at any time after its anchor: a take moves it on to now.
+        Pair s = state_->load();
+        while (!state_->compare_exchange(s, rule_.initial(anchor_))) {
+        }
+        return true;
+    }
 
 private:
     const R rule_;

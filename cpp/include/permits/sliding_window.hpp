@@ -93,6 +93,9 @@ struct SlidingWindowState : SlidingWindowShape {
     bool head_sound(Pair h) const noexcept;
     /// Makes the head say its whole limit was taken in the segment of `now`: a damaged head's repair.
     void exhaust(Nanos now) noexcept;
+    /// Makes the window full at `now`: the head empty in the segment of `now`, no ring entry read
+    /// (a take racing with it may archive its old head after: that count stays, never one too few).
+    void refill(Nanos now) noexcept;
 };
 
 class SlidingWindow final : public Limiter {
@@ -121,6 +124,10 @@ protected:
     Nanos time_until(std::int64_t needed, Nanos now) const override { return st_.time_until(needed, now); }
     void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override { st_.give_back(n, tag, now); }
     std::unique_ptr<Projection> project() const override { return st_.project(); }
+    bool reset_state(Nanos now) override {
+        st_.refill(now);
+        return true;
+    }
 
 private:
     std::unique_ptr<AtomicPair[]> own_;      // the head and ring, unless they are kept elsewhere

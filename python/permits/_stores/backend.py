@@ -92,6 +92,11 @@ class Backend(Protocol):
     def available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         """The permits a request would find now (for the counter: its ``available``); reads only."""
 
+    def reset(self, name: str | bytes, rule: Rule) -> None:
+        """A time-based state forgotten: the next step makes it anew, full and anchored then (a
+        refund of an earlier grant, stamped before that anchor, changes nothing in it). Concurrency
+        leases are never passed here."""
+
     async def take_async(
         self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
     ) -> Outcome: ...
@@ -105,6 +110,8 @@ class Backend(Protocol):
     ) -> list[str]: ...
 
     async def available_async(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int: ...
+
+    async def reset_async(self, name: str | bytes, rule: Rule) -> None: ...
 
     def close(self) -> None:
         """Releases what the backend opened itself (not a client or pool it was given)."""

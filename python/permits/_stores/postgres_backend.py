@@ -97,6 +97,7 @@ class _Statements:
     cc_held: bytes
     signature: bytes
     purge: bytes
+    reset: bytes
 
 
 def _compose(template: str, ids: dict[str, sql.Composable]) -> bytes:
@@ -199,6 +200,7 @@ class PostgresBackend:
             cc_held=_compose(q.CC_HELD, ids),
             signature=_compose(q.SIGNATURE, ids),
             purge=_compose(q.PURGE, ids),
+            reset=_compose(q.RESET_STATE, ids),
         )
         with self._statements_lock:
             self._statements = statements
@@ -336,6 +338,11 @@ class PostgresBackend:
             raise self._mismatch(name, rule, row[1])
         return arith.available(rule, row)
 
+    def _reset(self, name: str | bytes, rule: Rule) -> Plan[None]:
+        st = yield from self._ensure()
+        yield st.reset, {"key": _digest(name)}
+        return None
+
     # -- drivers ---------------------------------------------------------------------------------
 
     def _sync_source(self) -> SyncSource:
@@ -399,6 +406,9 @@ class PostgresBackend:
     def available(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         return self._run(lambda: self._available(name, rule, now_ns))
 
+    def reset(self, name: str | bytes, rule: Rule) -> None:
+        self._run(lambda: self._reset(name, rule))
+
     async def take_async(
         self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
     ) -> Outcome:
@@ -414,6 +424,9 @@ class PostgresBackend:
 
     async def available_async(self, name: str | bytes, rule: Rule, now_ns: int | None) -> int:
         return await self._run_async(lambda: self._available(name, rule, now_ns))
+
+    async def reset_async(self, name: str | bytes, rule: Rule) -> None:
+        await self._run_async(lambda: self._reset(name, rule))
 
     def close(self) -> None:
         """Closes the connections the backend made (not a connection or pool it was given)."""

@@ -478,3 +478,5 @@ SELECT (SELECT t.sig FROM {table} t WHERE """
 )
 
 SIGNATURE: LiteralString = "SELECT t.sig FROM {table} t WHERE " + _STATE
+# reset(): the state row goes; the next step makes it anew (concurrency's lease rows are never asked).
+RESET_STATE: LiteralString = "DELETE FROM {table} t WHERE " + _STATE + " RETURNING 1"

@@ -117,6 +117,15 @@ def _moving(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.TryAgainError) or str(exc).startswith("TTL exhausted")
 
 
+def _deleting(client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+    """How reset() sends its step: a DEL of the state's keys (one slot: they share a hash tag)."""
+    return client.delete(*keys)
+
+
+async def _deleting_async(client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+    return await client.delete(*keys)
+
+
 def _forked(backend: RedisBackend) -> None:
     """A thread of the parent (the renewal's, the eviction check's) may have been inside the
     bounded client's pool at the fork: the child's copy of its lock stays held, and redis-py's
@@ -254,6 +263,14 @@ class RedisBackend:
         self._sync_only("available")
         keys, args = self.keys_of(name), self._rule_args(rule, now_ns)
         return int(self._check(name, rule, self._run(_AVAILABLE, keys, args))[1])
+
+    def reset(self, name: Name, rule: Rule) -> None:
+        self._sync_only("reset")
+        self._run(_AVAILABLE, self.keys_of(name), (), _deleting)
+
+    async def reset_async(self, name: Name, rule: Rule) -> None:
+        self._async_only("reset_async")
+        await self._run_async(_AVAILABLE, self.keys_of(name), (), _deleting_async)
 
     async def take_async(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
         self._async_only("take_async")

@@ -78,6 +78,11 @@ class ReservingLimiter(StoreLimiter):
         )
         _limiters.add(self)
 
+    def _rl_forget(self) -> None:
+        with self._lock:
+            self._stock = None  # taken from the state the reset forgets: not served on top of the new one
+        super()._rl_forget()
+
     # ---- the stock ----
     def _serve(self, n: int, *, keep: bool = False) -> tuple[Lease | None, Stock | None]:
         """A grant from the stock, or none and the stock taken out (too small or expired; with

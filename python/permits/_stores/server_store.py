@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import weakref
 from typing import Any
 
@@ -23,6 +24,8 @@ from .renewal import Renewal
 from .reserving import ReservingLimiter
 from .rules import rule_of
 from .store_limiter import ON_ERROR, StoreLimiter
+
+_log = logging.getLogger("permits")
 
 #: A per-key limiter's state names: its name, then this, then the key as the engine encodes it.
 KEY_SEPARATOR = b"\x00"
@@ -145,6 +148,9 @@ class ServerStore(StoreFactories):
             of_key, idle_timeout=idle, max_partitions=max_partitions, clock=self._pause_clock, name=name
         )
         keyed.store = self  # type: ignore[attr-defined]
+        rule = rule_of(spec, ttl if isinstance(spec, specs.Concurrency) else 0)
+        # reset(key) reaches the server whether this process holds the key's limiter or not.
+        keyed._reset_on_server = lambda key: self._reset(prefix + _key_bytes(key), rule, name)  # type: ignore[attr-defined]
         self._limiters.add(keyed)
         return keyed
 
@@ -172,6 +178,23 @@ class ServerStore(StoreFactories):
         else:
             step = backend.refund_async(limiter._state, limiter._rule, n, stamp, lid, now)
         task = loop.create_task(_quietly(step))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _reset(self, state: str | bytes, rule: Any, name: str) -> None:
+        """A key's time-based state forgotten on the server, for every process: done when it
+        returns with a sync client (a server that fails raises ``BackendError``); with an asyncio
+        client, in a task of the running loop (a sync call must not block it), whose failure is logged."""
+        if not rule.timed:
+            return  # a concurrency limit's permits are its held leases: they stay held
+        backend = self._backend
+        loop = _running_loop()
+        if backend.is_async is False or (backend.is_async is None and loop is None):
+            backend.reset(state, rule)
+            return
+        if loop is None:
+            raise TypeError("a store with an asyncio client resets a key from a running event loop")
+        task = loop.create_task(_logged(backend.reset_async(state, rule), name))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -222,6 +245,13 @@ def _check_name(name: object) -> None:
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     return asyncio._get_running_loop()
+
+
+async def _logged(step: Any, name: str) -> None:
+    try:
+        await step
+    except BackendError:
+        _log.warning("the reset of a key of limiter %r did not reach the server", name, exc_info=True)
 
 
 async def _quietly(step: Any) -> None:

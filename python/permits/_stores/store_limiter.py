@@ -267,6 +267,11 @@ class StoreLimiter(RateLimiter):
         self._rl_tally.grant()
         return lease
 
+    def _rl_forget(self) -> None:
+        """The key's state was reset: what this process kept of it goes, and its queue asks again."""
+        self._seen = self._rule.limit
+        self._queue.changed()
+
     # ---- one step on the server ----
     def _now(self) -> int | None:
         return None if self._time is None else self._time.now_ns()

@@ -213,6 +213,10 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
         """The wrapped limiter's ``evict_idle()``."""
         return self.__wrapped__.evict_idle()
 
+    def reset(self, resource: object) -> None:
+        """The wrapped limiter's ``reset(resource)``."""
+        self.__wrapped__.reset(resource)
+
     def close(self) -> None:
         """Closes the wrapped limiter."""
         self.__wrapped__.close()

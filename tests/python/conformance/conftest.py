@@ -257,6 +257,7 @@ def _kinds(name: str, factory: Callable[[str], Factory], kinds: Iterable[str], *
 SERVES = "clock_serves_queue"
 ENGINE = ("plain", "queues", "close_fails_waiters", "refunds", "settles", SERVES)
 KEYED = ("keyed", "queues", "close_fails_waiters", "refunds", "settles", SERVES)
+RESETS = "resets"
 COLLECTED = "releases_dropped_leases"
 # The stores in a server: their queues are per process, asked on a waiter's wake (no clock_serves_queue).
 STORE = ("plain", "queues", "close_fails_waiters", "refunds", "settles")
@@ -268,10 +269,10 @@ LOGGED = [*TIMED_KINDS, "sliding_log"]
 IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
     *_kinds("engine", engine, LOGGED, *ENGINE, "replenishes_manually"),
-    *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED),
-    *_kinds("per_key", per_key, LOGGED, *KEYED),
-    *_kinds("general", general, ["fixed_window"], *KEYED),
-    *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED),
+    *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
+    *_kinds("per_key", per_key, LOGGED, *KEYED, RESETS),
+    *_kinds("general", general, ["fixed_window"], *KEYED, RESETS),
+    *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED, RESETS),
     # close() closes the chain only (its members may be shared), and ends the waits in its members.
     *_kinds(
         "chain",
@@ -301,13 +302,13 @@ IMPLEMENTATIONS: list[Implementation] = [
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
     *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED),
     *_kinds("redis", in_server(_redis_store), LOGGED, *STORE),
-    *_kinds("redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED),
-    *_kinds("redis_per_key", in_server_per_key(_redis_store), LOGGED, *STORE_KEYED),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED, RESETS),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), LOGGED, *STORE_KEYED, RESETS),
     *_kinds("redis_reserve", in_server(_redis_reserving_store), LOGGED, *STORE),
     *_kinds("postgres", in_server(_postgres_store), ["concurrency"], *STORE, COLLECTED),
     *_kinds("postgres", in_server(_postgres_store), LOGGED, *STORE),
-    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ["concurrency"], *STORE_KEYED, COLLECTED),
-    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), LOGGED, *STORE_KEYED),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ["concurrency"], *STORE_KEYED, COLLECTED, RESETS),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), LOGGED, *STORE_KEYED, RESETS),
 ]
 
 

@@ -47,6 +47,10 @@ CAPABILITIES: dict[str, str] = {
         "a concurrency lease dropped without release() gives its permits back when collected, with a "
         "ResourceWarning (leases the engine makes; a custom Lease.granted(on_release=...) has no such net)"
     ),
+    "resets": (
+        "keyed.reset(key): a time-based key's whole limit is available at once, its queued waits are "
+        "served from it and nothing granted before comes back into it; a concurrency key's held leases stay held"
+    ),
     "replenishes_manually": "auto_replenishment=False: permits come back only in try_replenish()",
     "clock_serves_queue": (
         "the limiter's own clock serves its queue: an advance grants the waiters that came due inside "
@@ -196,6 +200,10 @@ class Subject:
     def statistics(self) -> permits.Statistics:
         s: permits.Statistics = self.limiter.statistics(*self._args())
         return s
+
+    def reset(self) -> None:
+        assert self.has("resets"), "mark the test @needs('resets')"
+        self.limiter.reset(self.key)
 
     def try_replenish(self) -> bool:
         assert self.has("plain"), "partitioned limiters have no try_replenish()"
