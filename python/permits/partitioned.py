@@ -37,6 +37,11 @@ from .specs import Spec, SpecList
 #: The engine's limiter over shared memory (absent where there is none): its state is not this process's alone.
 _SHARED: Any = getattr(_core, "SharedLimiter", ())
 
+
+def _nothing() -> None:
+    pass
+
+
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
 _MAX_KEY_DEPTH = 16
 #: At most this many least-recently-used partitions are examined for a free place at the bound.
@@ -482,12 +487,9 @@ class PartitionedLimiter(KeyedRateLimiter):
             limiter = None if entry is None else entry.limiter
         on_server = getattr(self, "_reset_on_server", None)
         if on_server is not None:  # a store's: the key's state is on its server, for every process
-            forget = getattr(limiter, "_rl_forget", None)  # what this process keeps of it
-            if forget is not None:
-                forget()  # (before: a reserving limiter's stock is the old state's)
-            on_server(partition.key)
-            if forget is not None:
-                forget()  # (after: its queue asks the new state)
+            forget = getattr(limiter, "_rl_forget", None) or _nothing  # what this process keeps of it
+            forget()  # (before: a reserving limiter's stock is the old state's)
+            on_server(partition.key, forget)  # (and after: its queue asks the new state)
             return
         if limiter is None:
             return  # no partition (or one being made): it starts full

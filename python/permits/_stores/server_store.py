@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .. import specs
@@ -150,7 +151,7 @@ class ServerStore(StoreFactories):
         keyed.store = self  # type: ignore[attr-defined]
         rule = rule_of(spec, ttl if isinstance(spec, specs.Concurrency) else 0)
         # reset(key) reaches the server whether this process holds the key's limiter or not.
-        keyed._reset_on_server = lambda key: self._reset(prefix + _key_bytes(key), rule, name)  # type: ignore[attr-defined]
+        keyed._reset_on_server = lambda key, after: self._reset(prefix + _key_bytes(key), rule, name, after)  # type: ignore[attr-defined]
         self._limiters.add(keyed)
         return keyed
 
@@ -181,20 +182,22 @@ class ServerStore(StoreFactories):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _reset(self, state: str | bytes, rule: Any, name: str) -> None:
-        """A key's time-based state forgotten on the server, for every process: done when it
-        returns with a sync client (a server that fails raises ``BackendError``); with an asyncio
-        client, in a task of the running loop (a sync call must not block it), whose failure is logged."""
+    def _reset(self, state: str | bytes, rule: Any, name: str, after: Callable[[], object]) -> None:
+        """A key's time-based state forgotten on the server, for every process, then ``after()``:
+        done when it returns with a sync client (a server that fails raises ``BackendError``); with an
+        asyncio client, in a task of the running loop (a sync call must not block it), whose failure
+        is logged."""
         if not rule.timed:
             return  # a concurrency limit's permits are its held leases: they stay held
         backend = self._backend
         loop = _running_loop()
         if backend.is_async is False or (backend.is_async is None and loop is None):
             backend.reset(state, rule)
+            after()
             return
         if loop is None:
             raise TypeError("a store with an asyncio client resets a key from a running event loop")
-        task = loop.create_task(_logged(backend.reset_async(state, rule), name))
+        task = loop.create_task(_logged(backend.reset_async(state, rule), name, after))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -247,11 +250,13 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
     return asyncio._get_running_loop()
 
 
-async def _logged(step: Any, name: str) -> None:
+async def _logged(step: Any, name: str, after: Callable[[], object]) -> None:
     try:
         await step
     except BackendError:
         _log.warning("the reset of a key of limiter %r did not reach the server", name, exc_info=True)
+    else:
+        after()
 
 
 async def _quietly(step: Any) -> None:

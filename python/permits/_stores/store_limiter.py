@@ -269,6 +269,8 @@ class StoreLimiter(RateLimiter):
 
     def _rl_forget(self) -> None:
         """The key's state was reset: what this process kept of it goes, and its queue asks again."""
+        if not self._rule.timed:
+            return  # (a concurrency key's held leases stay held)
         self._seen = self._rule.limit
         self._queue.changed()
 

@@ -98,6 +98,24 @@ async def test_an_asyncio_clients_reset_lands_in_a_task_of_the_loop(shared_serve
     assert shared_server.store(clock=clock).partitioned(SPECS["fixed_window"], name=name).available_permits("k") == 10
 
 
+async def test_an_asyncio_clients_reset_serves_the_keys_queued_wait_once_it_lands(shared_server: Server) -> None:
+    clock = permits.ManualClock(1000.0)
+    async with shared_server.async_store(clock=clock) as store:
+        keyed = store.partitioned(
+            permits.Partition.fixed_window(None, 2, 60.0, queue_limit=1), name=fresh_name("reset")
+        )
+        for _ in range(2):
+            assert await keyed.acquire_async("k")
+        waiting = asyncio.ensure_future(keyed.wait_async("k"))
+        deadline = time.monotonic() + 10
+        while keyed.statistics("k").current_queued_count == 0:
+            assert time.monotonic() < deadline, "the wait never queued"
+            await asyncio.sleep(0.01)
+        keyed.reset("k")  # the clock never moves: only the reset, once it lands, can grant it
+        lease = await asyncio.wait_for(waiting, 10)
+        assert lease, lease.reason
+
+
 async def test_an_asyncio_clients_reset_outside_a_loop_says_where_it_works(shared_server: Server) -> None:
     async with shared_server.async_store() as store:
         keyed = store.partitioned(SPECS["fixed_window"], name=fresh_name("reset"))
