@@ -312,6 +312,13 @@ void bind_shm(py::module_& m) {
                 },
                 "_statistics(self, resource, /)\n--\n\nThe key's statistics tuple.")
             .def(
+                "_reset",
+                [](py::handle self, py::handle resource) {
+                    return self_of<shm::KeyedLimiter>(self).reset(key_of(resource));
+                },
+                "_reset(self, resource, /)\n--\n\nForgets the key's time-based state for every process; False when "
+                "there was nothing to forget.")
+            .def(
                 "_totals", [](py::handle self) { return statistics_tuple(self_of<shm::KeyedLimiter>(self).totals()); },
                 "_totals(self, /)\n--\n\nThe statistics over the keys this process keeps, with those it dropped.")
             .def(

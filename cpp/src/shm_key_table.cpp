@@ -560,6 +560,22 @@ KeyTable::HolderEntry* KeyTable::entry_for_locked(Record& r, Holding h, bool cla
     return nullptr;
 }
 
+bool KeyTable::reset(const Key& key, Nanos now) {
+    if (releases_permits()) {
+        return false;
+    }
+    const std::uint32_t shard = shard_of(key);
+    RobustLock lock(lock_of(data_, shard));
+    Record* r = find_locked(shard, key, now, false);
+    if (r == nullptr) {
+        return false; // made full at its next request
+    }
+    // Every process reads the record's anchor and words under this lock: they change together. A
+    // process killed halfway leaves a record repair_locked() mends to the safe side.
+    init_record(*r, key, sat_add(now, 1));
+    return true;
+}
+
 bool KeyTable::give_back(const Key& key, std::int64_t n, std::int64_t tag, Nanos now) {
     return give_back_count(key, n, tag, now) > 0;
 }

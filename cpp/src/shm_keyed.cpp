@@ -216,6 +216,24 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     }
 }
 
+bool KeyedLimiter::reset(std::string_view key) {
+    if (closed_.load() || !table_->reset(table_->key_of(key), table_->store().now())) {
+        return false;
+    }
+    std::shared_ptr<SharedLimiter> queued;
+    {
+        Guard guard(*this);
+        const auto found = kept_->index.find(Probe{key, hash_key(key)});
+        if (found != kept_->index.end() && found->second->limiter) {
+            queued = found->second->limiter;
+        }
+    }
+    if (queued) {
+        queued->recheck(); // the whole limit is there: serve the key's queue
+    }
+    return true;
+}
+
 Statistics KeyedLimiter::statistics(std::string_view key) {
     std::vector<std::shared_ptr<SharedLimiter>> dropped;
     Guard guard(*this);

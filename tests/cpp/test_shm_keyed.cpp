@@ -74,6 +74,38 @@ TEST(ShmKeyed, ATimeBasedKeyIsGrantedFromItsRecordWithNoLimiter) {
     EXPECT_THROW(k->acquire("alice", -1), std::invalid_argument);
 }
 
+TEST(ShmKeyed, AResetKeyIsFullForEveryProcessAndTakesBackNothingGrantedBefore) {
+    for (const Params& p : {params_of(FixedWindowRule(2, kHour)), params_of(TokenBucketRule(2, 1, kHour)),
+                            params_of(SlidingWindowCounterRule(2, kHour)), params_of_sliding(2, kHour, 4),
+                            params_of_sliding(2, kHour, -4)}) {
+        Two t("reset");
+        auto k = keyed(*t.a, p, 8, kSec);
+        auto other = keyed(*t.b, p, 8, kSec);
+        EXPECT_FALSE(other->reset("alice")); // no record: made full at its first request
+        const Outcome before = k->acquire("alice", 2).outcome;
+        ASSERT_TRUE(before.acquired);
+        ASSERT_TRUE(k->acquire("bob", 2).outcome.acquired);
+        EXPECT_TRUE(other->reset("alice")); // another process's, at the instant of the grant
+        EXPECT_EQ(k->statistics("alice").current_available_permits, 2);
+        EXPECT_TRUE(k->acquire("alice", 2).outcome.acquired);
+        k->give_back("alice", 2, before.tag); // granted before the reset: nothing comes back
+        EXPECT_FALSE(other->acquire("alice", 1).outcome.acquired);
+        EXPECT_FALSE(other->acquire("bob", 1).outcome.acquired);
+    }
+}
+
+TEST(ShmKeyed, AResetConcurrencyKeyKeepsItsHeldPermits) {
+    Two t("reset-cc");
+    auto k = keyed(*t.a, params_of_concurrency(1, kHour), 8, kSec);
+    auto jobs = k->limiter("k");
+    const Outcome held = jobs->acquire(1);
+    ASSERT_TRUE(held.acquired);
+    EXPECT_FALSE(k->reset("k"));
+    EXPECT_FALSE(jobs->acquire(1).acquired);
+    jobs->give_back(1, held.tag);
+    EXPECT_TRUE(jobs->acquire(1).acquired);
+}
+
 TEST(ShmKeyed, AKeyGrantedFromItsRecordThenWaitedOnSharesOneStateAndQueueOrder) {
     Two t("wait");
     auto k = keyed(*t.a, params_of(FixedWindowRule(2, kSec)), 8, kSec);

@@ -85,6 +85,10 @@ public:
     void note_lost(std::int64_t leases) noexcept;
     /// Leases of this table's keys found lost in this process so far.
     std::int64_t lost_leases() const noexcept { return lost_leases_.load(); }
+    /// Time-based kinds: the key's record made anew, anchored just after `now` (every grant made so
+    /// far is in a window that starts before it: their refunds give nothing back); false when the key
+    /// has no record or is a concurrency key (its held permits stay held).
+    bool reset(const Key& key, Nanos now);
     std::int64_t available(const Key& key, Nanos now);
     Nanos time_until(const Key& key, std::int64_t needed, Nanos now);
     Nanos full_at(const Key& key);

@@ -57,6 +57,9 @@ public:
     std::shared_ptr<SharedLimiter> limiter(std::string_view key);
     /// Gives back a grant of the key's record (a refund of a time-based grant).
     void give_back(std::string_view key, std::int64_t n, std::int64_t tag);
+    /// The key's time-based state made anew for every process (KeyTable::reset), and this process's
+    /// queue for it served; false when there was nothing to forget.
+    bool reset(std::string_view key);
 
     /// The key's statistics: permits available (every process's grants counted), and this
     /// process's queued permits and lease counts for it since it has been kept here.
