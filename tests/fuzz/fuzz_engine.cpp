@@ -4,7 +4,7 @@
 // replenishment, small limits, the period or window, the clock's start), the rest is a sequence of
 // operations on it: acquire, try_now, enqueue (waiters are kept), cancel, give_back of a granted
 // outcome (a concurrency release or a refund), clock advances (small, by periods, huge),
-// try_replenish, available_permits, statistics, idle_duration, close, and a retry_after probe.
+// try_replenish, available_permits, statistics, idle_duration, close, reset, and a retry_after probe.
 // After every operation the harness checks what must always hold and calls __builtin_trap() when
 // something does not:
 //   * concurrency: never more permits held than the limit, available == limit - held;
@@ -12,6 +12,8 @@
 //   * sliding window: never more than the limit in any `segments` consecutive segments;
 //   * sliding window counter: previous * (W - elapsed) + current * W <= limit * W;
 //   * token bucket: never more granted than limit + tokens_per_period * elapsed periods + refunds;
+//   * reset(): a time-based limiter's counts above start again from it (its whole limit), and a refund
+//     of a grant tagged at or before it (its window's start) gives nothing back; concurrency: no reset;
 //   * statistics: counters never decrease, queued == the permits of the pending waiters,
 //     0 <= available <= limit, queued permits <= queue_limit;
 //   * a failed LimitReached outcome of a time-based limiter has retry_after >= 0, and (nothing
@@ -111,7 +113,7 @@ public:
     void run() {
         int steps = 0;
         while (in_.remaining_bytes() > 0 && steps++ < 256) {
-            step(in_.ConsumeIntegralInRange<int>(0, 15));
+            step(in_.ConsumeIntegralInRange<int>(0, 16));
             observe();
             check();
         }
@@ -324,6 +326,20 @@ private:
             break;
         case 14: probe(); break;
         case 15: clock_->run_due(); break;
+        case 16: { // reset
+            const Nanos t = manual_ ? state_now_ : clock_->now();
+            const bool done = limiter_->reset();
+            CHECK(done == (kind_ != Kind::Concurrency && !closed_));
+            if (done) { // the model's counts start again: the whole limit is there from t
+                floor_ = std::max(floor_, t);
+                net_.clear();
+                granted_ = 0;
+                refunded_ = 0;
+                tb_base_ = index(t);
+                served_ = true;
+            }
+            break;
+        }
         }
     }
 
@@ -363,7 +379,7 @@ private:
             }
             break;
         case Kind::TokenBucket:
-            if (effective) { // only what the refills since the grant could not have brought
+            if (effective && o.tag > floor_) { // only what the refills since the grant could not have brought
                 const permits::i128 refilled = static_cast<permits::i128>(index(t) - tag_index(o)) * per_period_;
                 refunded_ += static_cast<std::int64_t>(std::max<permits::i128>(0, o.permits - refilled));
             }
@@ -371,8 +387,8 @@ private:
         case Kind::FixedWindow:
         case Kind::SlidingWindow:
         case Kind::SlidingWindowCounter:
-            // Given back only while its window (segment) is current.
-            if (effective && index(t) == tag_index(o)) {
+            // Given back only while its window (segment) is current, and not reset since it began.
+            if (effective && index(t) == tag_index(o) && o.tag > floor_) {
                 net_[tag_index(o)] -= o.permits;
                 CHECK(net_[tag_index(o)] >= 0);
             }
@@ -413,8 +429,8 @@ private:
             granted_ += o.permits;
             const std::int64_t p = index(t);
             CHECK(tag_index(o) <= p);
-            const permits::i128 bound =
-                static_cast<permits::i128>(limit_) + static_cast<permits::i128>(per_period_) * p + refunded_;
+            const permits::i128 bound = static_cast<permits::i128>(limit_) +
+                                        static_cast<permits::i128>(per_period_) * (p - tb_base_) + refunded_;
             CHECK(static_cast<permits::i128>(granted_) <= bound);
             break;
         }
@@ -567,11 +583,13 @@ private:
     std::shared_ptr<permits::Limiter> limiter_;
 
     std::vector<Tracked> waiters_;
-    std::vector<Outcome> held_;                // granted, not given back
-    std::int64_t held_permits_ = 0;            // concurrency
-    std::int64_t granted_ = 0;                 // token bucket
-    std::int64_t refunded_ = 0;                // token bucket
-    std::map<std::int64_t, std::int64_t> net_; // window/segment tag -> permits granted minus refunds
+    std::vector<Outcome> held_;                       // granted, not given back
+    std::int64_t held_permits_ = 0;                   // concurrency
+    std::int64_t granted_ = 0;                        // token bucket, since the last reset
+    std::int64_t refunded_ = 0;                       // token bucket, since the last reset
+    std::int64_t tb_base_ = 0;                        // token bucket: the period of the last reset
+    Nanos floor_ = std::numeric_limits<Nanos>::min(); // the last reset's time: refunds tagged at or before it are void
+    std::map<std::int64_t, std::int64_t> net_;        // window/segment tag -> permits granted minus refunds
     permits::Statistics last_{};
 };
 
