@@ -12,14 +12,12 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import os
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, overload
 
-from . import _core, _pausing
+from . import _core, _partitioned_fork, _pausing
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns
 from ._loop_check import blocks_the_loop
@@ -154,8 +152,7 @@ class PartitionedLimiter(KeyedRateLimiter):
         self._troubles: list[tuple[Exception, object, str]] = []
         if isinstance(self._clock, ManualClock):
             self._clock._on_advance(self)
-        with _live_lock:
-            _live.add(self)
+        _partitioned_fork.track(self)
 
     __reduce_ex__ = _no_copies
 
@@ -632,43 +629,6 @@ class PartitionedLimiter(KeyedRateLimiter):
             return template.with_key(resource)
 
         return cls(partitioner, idle_timeout=idle_timeout, max_partitions=max_partitions, clock=clock, name=name)
-
-
-# ---- fork: a thread holding a limiter's lock, or building a partition, is not in the child ----
-_live: weakref.WeakSet[PartitionedLimiter] = weakref.WeakSet()
-_live_lock = threading.Lock()
-_forking: list[PartitionedLimiter] = []
-
-
-def _before_fork() -> None:
-    # Every lock held by the forking thread: the child gets them in a known state (its own).
-    _live_lock.acquire()
-    _forking[:] = list(_live)
-    for limiter in _forking:
-        limiter._lock.acquire()
-
-
-def _after_fork_in_parent() -> None:
-    for limiter in _forking:
-        limiter._lock.release()
-    _forking.clear()
-    _live_lock.release()
-
-
-def _after_fork_in_child() -> None:
-    me = threading.get_ident()
-    for limiter in _forking:
-        # A partition another thread was building never will be: the key's next caller builds it.
-        for key, entry in list(limiter._entries.items()):
-            if not entry.ready.is_set() and entry.builder != me:
-                del limiter._entries[key]
-        limiter._lock.release()
-    _forking.clear()
-    _live_lock.release()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 __all__ = ["PartitionedLimiter"]
