@@ -24,8 +24,9 @@ from ._loop_check import blocks_the_loop
 from ._partition_wait import ENGINE_TYPES, PartitionWait
 from ._unraisable import report_unraisable
 from .awaitables import LeaseWait
-from .chain import ChainedPartitionedLimiter, chain
+from .chain import ChainedLimiter, ChainedPartitionedLimiter, chain
 from .clock import ManualClock
+from .engine_limiters import NoLimiter
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _members, _SpecFactory, _template_of
 from .per_key import PerKeyLimiter
@@ -38,6 +39,23 @@ _SHARED: Any = getattr(_core, "SharedLimiter", ())
 
 def _nothing() -> None:
     pass
+
+
+def _reset_limiter(limiter: RateLimiter) -> None:
+    """A partition's limiter forgets what it granted: the engine's in-process limiters, and chains of them."""
+    if isinstance(limiter, NoLimiter):
+        return
+    if isinstance(limiter, ChainedLimiter):
+        for member in limiter.limiters:
+            _reset_limiter(member)
+        return
+    if not isinstance(limiter, _core.Limiter) or isinstance(limiter, _SHARED):
+        raise NotImplementedError(
+            f"a partition's {type(limiter).__name__} cannot be reset: only the engine's in-process limiters can"
+        )
+    with contextlib.suppress(LimiterClosedError):  # evicted meanwhile: the next one starts full
+        if not limiter.closed:
+            limiter._reset()
 
 
 #: How deep a tuple key may nest (deeper keys are a sign of a bug, or of an attack).
@@ -488,16 +506,8 @@ class PartitionedLimiter(KeyedRateLimiter):
             forget()  # (before: a reserving limiter's stock is the old state's)
             on_server(partition.key, forget)  # (and after: its queue asks the new state)
             return
-        if limiter is None:
-            return  # no partition (or one being made): it starts full
-        if not isinstance(limiter, _core.Limiter) or isinstance(limiter, _SHARED):
-            raise NotImplementedError(
-                f"a partition's {type(limiter).__name__} cannot be reset: only the engine's in-process limiters can"
-            )
-        with contextlib.suppress(LimiterClosedError):  # evicted meanwhile: the next one starts full
-            if limiter.closed:
-                return
-            limiter._reset()
+        if limiter is not None:  # (none, or one being made: it starts full)
+            _reset_limiter(limiter)
 
     def _statistics(self, resource: object) -> Statistics:
         """One partition's statistics, or with no resource the totals over every partition

@@ -172,6 +172,20 @@ def test_a_custom_keyed_limiter_without_a_reset_says_so() -> None:
         Everyone().reset("k")
 
 
+def test_a_partition_of_several_rates_resets_each_and_a_partition_without_limit_has_nothing_to_forget() -> None:
+    clock = ManualClock()
+    keyed = PartitionedLimiter(
+        lambda key: Partition.of(key, "2/second;3/minute") if key != "staff" else Partition.no_limiter(key), clock=clock
+    )
+    take_all(keyed, "k", 2)
+    clock.advance(1.0 + 1e-9)
+    assert keyed.acquire("k") and not keyed.acquire("k")  # the minute's 3 are spent
+    keyed.reset("k")  # both rates forget
+    take_all(keyed, "k", 2)
+    assert keyed.acquire("staff")
+    keyed.reset("staff")
+
+
 def test_a_custom_partition_limiter_cannot_be_reset() -> None:
     class Mine(permits.RateLimiter):
         def _acquire(self, permit_count: int) -> Lease:
