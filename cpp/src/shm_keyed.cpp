@@ -203,6 +203,10 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
     }
     // (after close() too: other processes count on the permits, as Limiter::give_back does)
     table_->give_back(table_->key_of(key), n, tag, table_->store().now());
+    recheck_kept(key); // permits came back: serve the key's queue
+}
+
+void KeyedLimiter::recheck_kept(std::string_view key) {
     std::shared_ptr<SharedLimiter> queued;
     {
         Guard guard(*this);
@@ -212,7 +216,7 @@ void KeyedLimiter::give_back(std::string_view key, std::int64_t n, std::int64_t 
         }
     }
     if (queued) {
-        queued->recheck(); // permits came back: serve the key's queue
+        queued->recheck(); // (outside the guard: it serves waiters)
     }
 }
 
@@ -220,17 +224,7 @@ bool KeyedLimiter::reset(std::string_view key) {
     if (closed_.load() || !table_->reset(table_->key_of(key), table_->store().now())) {
         return false;
     }
-    std::shared_ptr<SharedLimiter> queued;
-    {
-        Guard guard(*this);
-        const auto found = kept_->index.find(Probe{key, hash_key(key)});
-        if (found != kept_->index.end() && found->second->limiter) {
-            queued = found->second->limiter;
-        }
-    }
-    if (queued) {
-        queued->recheck(); // the whole limit is there: serve the key's queue
-    }
+    recheck_kept(key); // the whole limit is there: serve the key's queue
     return true;
 }
 

@@ -111,6 +111,8 @@ private:
     bool through_limiter(const Entry& e) const noexcept;
     /// Under the guard: the entry's counts, added to the totals of dropped keys.
     void drop_locked(std::list<Entry>::iterator it, std::vector<std::shared_ptr<SharedLimiter>>& dropped);
+    /// The key's Limiter in this process, if it has one, serves its queue again.
+    void recheck_kept(std::string_view key);
     /// Why a request of the record refused is refused, and when to retry (Limiter::acquire's).
     Outcome refused(const KeyTable::Key& key, std::int64_t n, Nanos now);
 
