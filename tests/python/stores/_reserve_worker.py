@@ -23,7 +23,7 @@ KINDS: dict[str, Any] = {
 def hammer(
     port: int, prefix: str, kind: str, params: tuple[Any, ...], reserve: int, start_ns: int, stop_ns: int, pace: float
 ) -> tuple[list[tuple[int, int]], int]:
-    """Acquires one permit every ``pace`` seconds from ``start_ns`` to ``stop_ns``: the grants'
+    """Acquires one permit every ``pace`` seconds (0: back to back) from ``start_ns`` to ``stop_ns``: the grants'
     times and the number refused."""
     client = redis.Redis(host="127.0.0.1", port=port)
     store = RedisStore(client, prefix=prefix, reserve=reserve, timeout=5.0)
@@ -39,7 +39,8 @@ def hammer(
             grants.append((before, after))
         else:
             refused += 1
-        time.sleep(pace)
+        if pace:
+            time.sleep(pace)
     store.close()
     client.close()
     return grants, refused
