@@ -82,8 +82,8 @@ PerKeyLimiter::~PerKeyLimiter() {
     }
 }
 
-std::uint32_t PerKeyLimiter::find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash) {
-    detail::KeyTable& table = shard.table;
+std::uint32_t PerKeyLimiter::find_or_create_locked(Located& at, std::string_view key, std::uint64_t hash) {
+    detail::KeyTable& table = at.shard.table;
     if (const std::uint32_t found = table.find(key, hash); found != detail::kNoRecord) {
         return found;
     }
@@ -92,10 +92,27 @@ std::uint32_t PerKeyLimiter::find_or_create_locked(Shard& shard, std::string_vie
     }
     const Nanos now = clock_->now();
     // Reserve the new partition's place first: shards insert concurrently, the bound is global.
-    if (!reserve_place() && !(free_a_place_locked(shard, now) && reserve_place())) {
-        return detail::kNoRecord;
+    if (std::uint64_t busy = 0; !reserve_place() && !(free_a_place_locked(at.shard, now, busy) && reserve_place())) {
+        if (busy == 0) {
+            return detail::kNoRecord;
+        }
+        // Shards another thread held (a statistics() read, an eviction, a request) were skipped: an
+        // idle partition there still gives its place. Looked at with this shard's lock let go (one
+        // lock at a time: no deadlock), then this shard is looked at again: the key may be there now.
+        at.lock.unlock();
+        const bool freed = free_a_place_in(busy, now);
+        at.lock.lock();
+        if (const std::uint32_t found = table.find(key, hash); found != detail::kNoRecord) {
+            return found;
+        }
+        if (closed_.load()) {
+            throw ClosedError();
+        }
+        if (!freed || !reserve_place()) {
+            return detail::kNoRecord;
+        }
     }
-    if (table.full() && !free_a_place_locked(shard, now)) {
+    if (std::uint64_t busy = 0; table.full() && !free_a_place_locked(at.shard, now, busy)) {
         size_.fetch_sub(1); // 16.7 million keys in one shard (a billion in all): treated as the bound
         return detail::kNoRecord;
     }
@@ -119,7 +136,7 @@ std::uint32_t PerKeyLimiter::find_or_create_locked(Shard& shard, std::string_vie
         size_.fetch_sub(1);
         throw;
     }
-    check_at_locked(shard, i, sat_add(now, sat_add(idle_timeout_, 1)));
+    check_at_locked(at.shard, i, sat_add(now, sat_add(idle_timeout_, 1)));
     return i;
 }
 
@@ -145,35 +162,53 @@ Nanos PerKeyLimiter::full_at_locked(Record& r, bool& poll) const {
     return at;
 }
 
-bool PerKeyLimiter::free_a_place_locked(Shard& shard, Nanos now) {
-    // A fully idle partition, however briefly idle, gives its place. At most 32 are examined,
-    // this shard's first; other shards only if their lock is free right now (try_lock: a new key
-    // never waits on, nor deadlocks with, another shard).
-    int examined = 0;
-    auto search = [&](Shard& s) {
-        for (std::uint32_t i = 0; i < s.table.used() && examined < 32; ++i) {
-            Record& r = s.table.at(i);
-            if (!r.live()) {
-                continue;
-            }
-            ++examined;
-            bool poll = false;
-            if (full_at_locked(r, poll) <= now) {
-                drop_locked(s, i);
-                return true;
-            }
+bool PerKeyLimiter::drop_an_idle_locked(Shard& shard, Nanos now, int& examined) {
+    for (std::uint32_t i = 0; i < shard.table.used() && examined < 32; ++i) {
+        Record& r = shard.table.at(i);
+        if (!r.live()) {
+            continue;
         }
-        return false;
-    };
-    if (search(shard)) {
+        ++examined;
+        bool poll = false;
+        if (full_at_locked(r, poll) <= now) {
+            drop_locked(shard, i);
+            return true;
+        }
+    }
+    return false;
+}
+
+bool PerKeyLimiter::free_a_place_locked(Shard& shard, Nanos now, std::uint64_t& busy) {
+    // A fully idle partition, however briefly idle, gives its place. At most 32 are examined,
+    // this shard's first; other shards only if their lock is free right now (try_lock: holding
+    // this shard's lock, waiting for another could deadlock with a thread doing the same).
+    static_assert(kShards <= 64, "the busy shards are bits of one 64-bit word");
+    int examined = 0;
+    if (drop_an_idle_locked(shard, now, examined)) {
         return true;
     }
     const auto first = static_cast<std::size_t>(&shard - shards_->data());
     for (std::size_t k = 1; k < kShards && examined < 32; ++k) {
-        Shard& other = (*shards_)[(first + k) % kShards];
-        std::unique_lock<std::mutex> lock(other.mu, std::try_to_lock);
-        if (lock.owns_lock() && search(other)) {
+        const std::size_t index = (first + k) % kShards;
+        std::unique_lock<std::mutex> lock((*shards_)[index].mu, std::try_to_lock);
+        if (!lock.owns_lock()) {
+            busy |= std::uint64_t{1} << index;
+        } else if (drop_an_idle_locked((*shards_)[index], now, examined)) {
             return true;
+        }
+    }
+    return false;
+}
+
+bool PerKeyLimiter::free_a_place_in(std::uint64_t busy, Nanos now) {
+    int examined = 0;
+    for (std::size_t index = 0; index < kShards && examined < 32; ++index) {
+        if ((busy >> index & 1U) != 0) {
+            Shard& shard = (*shards_)[index];
+            std::lock_guard<std::mutex> lock(shard.mu);
+            if (drop_an_idle_locked(shard, now, examined)) {
+                return true;
+            }
         }
     }
     return false;
@@ -386,7 +421,7 @@ PerKeyLimiter::Located PerKeyLimiter::locate(std::string_view key, bool create) 
     const std::uint64_t hash = hash_key(key);
     Shard& shard = (*shards_)[hash % kShards];
     Located at{shard, std::unique_lock<std::mutex>(shard.mu)};
-    at.index = create ? find_or_create_locked(shard, key, hash) : shard.table.find(key, hash);
+    at.index = create ? find_or_create_locked(at, key, hash) : shard.table.find(key, hash);
     return at;
 }
 

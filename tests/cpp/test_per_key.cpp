@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <optional>
 #include <random>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
+#include "permits/key_hash.hpp"
 #include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
@@ -33,6 +35,30 @@ std::shared_ptr<PerKeyLimiter> per_key_of(const std::shared_ptr<ManualClock>& cl
                                           QueueOptions queue = {}) {
     return std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate::of<L>(clock, rule, queue), idle_timeout, 0);
 }
+
+/// A ManualClock whose now() stalls, on threads that ask for it, until `go`: holds the caller's
+/// shard lock for as long as a test wants.
+class StallingClock final : public Clock {
+public:
+    explicit StallingClock(std::shared_ptr<ManualClock> inner) : inner_(std::move(inner)) {}
+    Nanos now() const noexcept override {
+        if (stall_this_thread) {
+            entered = true;
+            while (!go.load()) {
+                std::this_thread::yield();
+            }
+        }
+        return inner_->now();
+    }
+    Scheduler& scheduler() noexcept override { return inner_->scheduler(); }
+
+    static inline thread_local bool stall_this_thread = false;
+    mutable std::atomic<bool> entered{false};
+    std::atomic<bool> go{false};
+
+private:
+    std::shared_ptr<ManualClock> inner_;
+};
 
 } // namespace
 
@@ -93,6 +119,40 @@ TEST(PerKey, AtTheBoundANewKeyTakesAnIdlePartitionsPlaceOrIsRefused) {
     EXPECT_EQ(refused.retry_after, -1);
     clock->advance(10 * kSec); // a is idle (however briefly): b may take its place
     EXPECT_TRUE(k->acquire("b", 1).outcome.acquired);
+    EXPECT_EQ(k->size(), 1);
+}
+
+TEST(PerKey, AtTheBoundAnIdlePartitionGivesItsPlaceWhileAnotherThreadHoldsItsShard) {
+    // A thread holds the idle key's shard (stalled in the clock, which a request reads under its
+    // shard's lock) when a new key needs a place: the new key waits for that shard rather than
+    // being refused "partition_limit" while an idle partition could give its place.
+    auto manual = make_clock();
+    auto clock = std::make_shared<StallingClock>(manual);
+    auto tmpl = PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(10, 10 * kSec), QueueOptions{});
+    auto k = std::make_shared<PerKeyLimiter>(clock, tmpl, 100 * kSec, 1);
+    const std::string idle = "idle";
+    std::string fresh = "fresh";
+    while (hash_key(fresh) % 64 == hash_key(idle) % 64) { // another shard (there are 64)
+        fresh += "!";
+    }
+    ASSERT_TRUE(k->acquire(idle, 0).outcome.acquired); // taking nothing: the key stays idle
+    std::thread holder([&] {
+        StallingClock::stall_this_thread = true;
+        (void)k->acquire(idle, 0); // stalls holding idle's shard
+    });
+    while (!clock->entered.load()) {
+        std::this_thread::yield();
+    }
+    std::thread releaser([&] {
+        // Only an order, never a verdict: a release before the new key looks would let the old
+        // code pass too, not fail the new one.
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        clock->go = true;
+    });
+    const Outcome placed = k->acquire(fresh, 1).outcome;
+    releaser.join();
+    holder.join();
+    EXPECT_TRUE(placed.acquired) << reason_name(placed.reason);
     EXPECT_EQ(k->size(), 1);
 }
 

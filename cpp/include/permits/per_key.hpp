@@ -144,11 +144,18 @@ private:
     /// The key's shard, locked, and its record's index: created if absent when `create`
     /// (detail::kNoRecord at the bound; ClosedError once closed), else kNoRecord when absent.
     Located locate(std::string_view key, bool create);
-    /// Under the shard's lock: the key's record index, created if absent; kNoRecord at the bound.
-    std::uint32_t find_or_create_locked(Shard& shard, std::string_view key, std::uint64_t hash);
+    /// Under the shard's lock (`at`): the key's record index, created if absent; kNoRecord at the
+    /// bound. At the bound the lock may be let go and taken again while other shards are searched.
+    std::uint32_t find_or_create_locked(Located& at, std::string_view key, std::uint64_t hash);
     bool reserve_place() noexcept;
-    /// Under the shard's lock: one fully idle partition dropped to make room.
-    bool free_a_place_locked(Shard& shard, Nanos now);
+    /// Under the shard's lock: one fully idle partition dropped to make room. Other shards are
+    /// only tried (never waited for); those busy are added to `busy` (bit = shard index).
+    bool free_a_place_locked(Shard& shard, Nanos now, std::uint64_t& busy);
+    /// Holding no shard lock: one fully idle partition of the `busy` shards dropped, each shard
+    /// locked in turn.
+    bool free_a_place_in(std::uint64_t busy, Nanos now);
+    /// Under `shard`'s lock: its first fully idle partition dropped (at most 32 examined in all).
+    bool drop_an_idle_locked(Shard& shard, Nanos now, int& examined);
     void drop_locked(Shard& shard, std::uint32_t index);
     /// When the key is (or will be, if nothing else happens) fully idle; kNever: in use.
     /// `poll`: in use in a way no give_back will report (a full limiter's queue or leases).
