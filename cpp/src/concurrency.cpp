@@ -4,13 +4,13 @@
 
 namespace permits {
 
-ConcurrencyRule::ConcurrencyRule(std::int64_t permit_limit) : limit_(permit_limit) {
+ConcurrencyRule::ConcurrencyRule(std::int64_t permit_limit) : limit_(permit_limit), base_(permit_limit) {
     detail::check_limit("permit_limit", permit_limit);
 }
 
 bool ConcurrencyRule::take(Pair s, Nanos /*anchor*/, std::int64_t n, Nanos /*now*/, Pair& next,
                            std::int64_t& tag) const noexcept {
-    if (s.a < n) {
+    if (s.a - base_ + limit_ < n) {
         return false;
     }
     next = {s.a - n, s.b};
@@ -19,14 +19,22 @@ bool ConcurrencyRule::take(Pair s, Nanos /*anchor*/, std::int64_t n, Nanos /*now
 }
 
 Nanos ConcurrencyRule::time_until(Pair s, Nanos /*anchor*/, std::int64_t needed, Nanos /*now*/) const noexcept {
-    return s.a >= needed ? 0 : kNever; // only a release brings permits back
+    return s.a - base_ + limit_ >= needed ? 0 : kNever; // only a release brings permits back
 }
 
 bool ConcurrencyRule::give_back(Pair s, Nanos /*anchor*/, std::int64_t n, std::int64_t /*tag*/, Nanos now,
                                 Pair& next) const noexcept {
-    const std::int64_t available = std::min(limit_, s.a + n);
-    next = {available, available >= limit_ ? now : s.b}; // idle from the release that brought all back
+    const std::int64_t available = std::min(base_, s.a + n);
+    next = {available, available >= base_ ? now : s.b}; // idle from the release that brought all back
     return true;
+}
+
+const char* ConcurrencyRule::cannot_follow(const Rule& before) const noexcept {
+    return dynamic_cast<const ConcurrencyRule*>(&before) == nullptr ? "a limiter keeps its kind" : nullptr;
+}
+
+void ConcurrencyRule::adopt(const Rule& next) noexcept {
+    limit_.set(next.max_permits()); // the base stays: the states count from it
 }
 
 } // namespace permits

@@ -26,17 +26,20 @@ bool FixedWindowRule::take(Pair s, Nanos anchor, std::int64_t n, Nanos now, Pair
 }
 
 std::int64_t FixedWindowRule::available(Pair s, Nanos anchor, Nanos now) const noexcept {
-    return window_index(anchor, now) > s.a ? limit_ : limit_ - s.b;
+    // More than the limit taken in this window after a lower limit: none available.
+    const std::int64_t limit = limit_;
+    return window_index(anchor, now) > s.a ? limit : std::max<std::int64_t>(0, limit - s.b);
 }
 
 Nanos FixedWindowRule::time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept {
     const std::int64_t w = std::max(window_index(anchor, now), s.a);
-    const std::int64_t available = w == s.a ? limit_ - s.b : limit_;
+    const std::int64_t limit = limit_;
+    const std::int64_t available = w == s.a ? std::max<std::int64_t>(0, limit - s.b) : limit;
     if (available >= needed) {
         return 0;
     }
     // Each later window brings `limit` permits (treated as fungible across windows).
-    const Nanos at = window_start(anchor, w + ceil_div(needed - available, limit_));
+    const Nanos at = window_start(anchor, w + ceil_div(needed - available, limit));
     return at == kNever ? kNever : std::max<Nanos>(0, at - now);
 }
 
@@ -97,6 +100,18 @@ struct FixedWindowRule::Proj final : Projection {
 
 std::unique_ptr<Projection> FixedWindowRule::project(Pair s, Nanos anchor) const {
     return std::make_unique<Proj>(*this, anchor, s);
+}
+
+const char* FixedWindowRule::cannot_follow(const Rule& before) const noexcept {
+    const auto* was = dynamic_cast<const FixedWindowRule*>(&before);
+    if (was == nullptr) {
+        return "a limiter keeps its kind";
+    }
+    return was->window_ != window_ ? "a limiter keeps its window" : nullptr;
+}
+
+void FixedWindowRule::adopt(const Rule& next) noexcept {
+    limit_.set(next.max_permits());
 }
 
 } // namespace permits

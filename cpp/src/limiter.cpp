@@ -26,8 +26,9 @@ void detail::check_queue(const QueueOptions& queue) {
 }
 
 Limiter::Limiter(std::shared_ptr<Clock> clock, std::int64_t max_permits, QueueOptions queue, bool manual)
-    : clock_(std::move(clock)), max_permits_(max_permits), queue_(queue), manual_(manual), manual_now_(clock_->now()) {
-    detail::check_queue(queue_);
+    : clock_(std::move(clock)), max_permits_(max_permits), queue_limit_(queue.queue_limit), queue_order_(queue.order),
+      manual_(manual), manual_now_(clock_->now()) {
+    detail::check_queue(queue);
     detail::ForkRegistry::add(this);
 }
 
@@ -56,7 +57,7 @@ void Limiter::fork_reset_child(std::vector<std::shared_ptr<Waiter>>& dropped, bo
 }
 
 void Limiter::validate(std::int64_t n) const {
-    detail::check_permit_count(n, max_permits_);
+    detail::check_permit_count(n, max_permits());
 }
 
 void detail::check_permit_count(std::int64_t n, std::int64_t max_permits) {
@@ -70,7 +71,7 @@ void detail::check_permit_count(std::int64_t n, std::int64_t max_permits) {
 }
 
 i128 Limiter::retry_after(std::int64_t n, Nanos state_time) {
-    if (queue_.order == QueueOrder::OldestFirst && queued_entries_.load() > 0) {
+    if (queue_order() == QueueOrder::OldestFirst && queued_entries_.load() > 0) {
         std::lock_guard<std::mutex> lock(mu_); // the requests queued ahead count: read them under the lock
         return retry_after_locked(n, state_time);
     }
@@ -78,7 +79,7 @@ i128 Limiter::retry_after(std::int64_t n, Nanos state_time) {
 }
 
 i128 Limiter::retry_after_locked(std::int64_t n, Nanos state_time) {
-    if (queue_.order == QueueOrder::NewestFirst || queued_entries_.load() == 0) {
+    if (queue_order() == QueueOrder::NewestFirst || queued_entries_.load() == 0) {
         return retry_after_alone(n, state_time);
     }
     if (!tail_) {
@@ -171,8 +172,8 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
     }
     // Room is counted in permits (a zero-permit request always fits). Under NEWEST_FIRST a request
     // that could ever fit makes room by failing the oldest requests.
-    const bool room = queue_.queue_limit - queued_permits_.load() >= n;
-    const bool can_evict = queue_.order == QueueOrder::NewestFirst && n <= queue_.queue_limit;
+    const bool room = queue_limit() - queued_permits_.load() >= n;
+    const bool can_evict = queue_order() == QueueOrder::NewestFirst && n <= queue_limit();
     if (!room && !can_evict) {
         failed_.fetch_add(1);
         return {Outcome::failed(n, Reason::QueueFull, retry_after_locked(n, now)), nullptr};
@@ -180,7 +181,7 @@ Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_pt
     if (timeout == 0) {
         return {Outcome::failed(n, Reason::Timeout), nullptr}; // would wait: nobody is evicted for it
     }
-    while (queue_.queue_limit - queued_permits_.load() < n && !queue_entries_.empty()) {
+    while (queue_limit() - queued_permits_.load() < n && !queue_entries_.empty()) {
         auto oldest = queue_entries_.front();
         queue_entries_.pop_front();
         if (oldest->pending()) {
@@ -253,7 +254,7 @@ bool Limiter::cancel(Waiter& w) {
 
 void Limiter::process_queue_locked(Nanos state_time) {
     while (!queue_entries_.empty()) {
-        const bool oldest = queue_.order == QueueOrder::OldestFirst;
+        const bool oldest = queue_order() == QueueOrder::OldestFirst;
         auto& next = oldest ? queue_entries_.front() : queue_entries_.back();
         if (!next->pending()) {
             oldest ? queue_entries_.pop_front() : queue_entries_.pop_back();
@@ -368,7 +369,7 @@ Nanos Limiter::next_timer() {
 }
 
 std::shared_ptr<Waiter> Limiter::next_waiter_locked() const {
-    if (queue_.order == QueueOrder::OldestFirst) {
+    if (queue_order() == QueueOrder::OldestFirst) {
         for (const auto& w : queue_entries_) {
             if (w->pending()) {
                 return w;
@@ -417,6 +418,58 @@ bool Limiter::reset() {
     schedule_locked(now);
     drop_timers_if_idle_locked();
     return true;
+}
+
+void Limiter::reconfigure_with(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change) {
+    detail::check_queue(queue);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    change();
+    max_permits_.store(max_permits);
+    queue_limit_.store(queue.queue_limit);
+    queue_order_.store(queue.order);
+    invalidate_projection_locked();
+    fail_unservable_locked();
+    const Nanos now = state_now();
+    process_queue_locked(now);
+    schedule_locked(now);
+    drop_timers_if_idle_locked();
+}
+
+void Limiter::fail_unservable_locked() {
+    // In the order they would be served: those the new queue limit keeps come first.
+    std::vector<std::pair<std::shared_ptr<Waiter>, Reason>> failing;
+    std::int64_t kept = 0;
+    auto look = [&](const std::shared_ptr<Waiter>& w) {
+        if (!w->pending()) {
+            return;
+        }
+        const std::int64_t n = w->permits();
+        if (n > max_permits()) {
+            failing.emplace_back(w, Reason::LimitReached); // never, however long it waits
+        } else if (queue_limit() - kept < n) {
+            failing.emplace_back(w, Reason::QueueFull);
+        } else {
+            kept += n;
+        }
+    };
+    if (queue_order() == QueueOrder::OldestFirst) {
+        std::for_each(queue_entries_.begin(), queue_entries_.end(), look);
+    } else {
+        std::for_each(queue_entries_.rbegin(), queue_entries_.rend(), look);
+    }
+    for (auto& entry : failing) {
+        queue_entries_.erase(entry.first->queue_position); // (pending until now: still in the queue)
+    }
+    invalidate_projection_locked();
+    const Nanos now = state_now();
+    for (auto& [w, reason] : failing) {
+        failed_.fetch_add(1);
+        const i128 wait = reason == Reason::QueueFull ? retry_after_locked(w->permits(), now) : -1;
+        finish_locked(*w, Outcome::failed(w->permits(), reason, wait));
+    }
 }
 
 void Limiter::give_back(std::int64_t n, std::int64_t tag) {
@@ -495,7 +548,7 @@ void Limiter::close() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     // Queued requests complete with failed leases, in the order they would have been served.
-    const bool oldest = queue_.order == QueueOrder::OldestFirst;
+    const bool oldest = queue_order() == QueueOrder::OldestFirst;
     while (!queue_entries_.empty()) {
         auto w = oldest ? queue_entries_.front() : queue_entries_.back();
         oldest ? queue_entries_.pop_front() : queue_entries_.pop_back();

@@ -175,4 +175,16 @@ std::unique_ptr<Projection> SlidingWindowCounterRule::project(Pair s, Nanos anch
     return std::make_unique<Proj>(*this, anchor, s);
 }
 
+const char* SlidingWindowCounterRule::cannot_follow(const Rule& before) const noexcept {
+    const auto* was = dynamic_cast<const SlidingWindowCounterRule*>(&before);
+    if (was == nullptr) {
+        return "a limiter keeps its kind";
+    }
+    return was->window_ != window_ ? "a limiter keeps its window" : nullptr;
+}
+
+void SlidingWindowCounterRule::adopt(const Rule& next) noexcept {
+    limit_.set(next.max_permits());
+}
+
 } // namespace permits

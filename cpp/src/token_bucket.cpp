@@ -12,11 +12,12 @@ TokenBucketRule::TokenBucketRule(std::int64_t token_limit, std::int64_t tokens_p
 }
 
 std::int64_t TokenBucketRule::tokens_at(Pair s, std::int64_t p) const noexcept {
+    const std::int64_t limit = limit_;
     if (p <= s.a) {
-        return s.b;
+        return std::min(s.b, limit); // (more after a lower token_limit: the bucket holds no more)
     }
-    const i128 t = static_cast<i128>(s.b) + static_cast<i128>(p - s.a) * per_period_;
-    return t >= limit_ ? limit_ : static_cast<std::int64_t>(t);
+    const i128 t = static_cast<i128>(s.b) + static_cast<i128>(p - s.a) * per_period_.get();
+    return t >= limit ? limit : static_cast<std::int64_t>(t);
 }
 
 Nanos TokenBucketRule::period_start(Nanos anchor, std::int64_t p) const noexcept {
@@ -66,7 +67,8 @@ bool TokenBucketRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64
         return false;
     }
     const i128 tokens = static_cast<i128>(tokens_at(s, p)) + (n - refilled);
-    next = {p, tokens >= limit_ ? limit_ : static_cast<std::int64_t>(tokens)};
+    const std::int64_t limit = limit_;
+    next = {p, tokens >= limit ? limit : static_cast<std::int64_t>(tokens)};
     return next != s;
 }
 
@@ -101,7 +103,8 @@ struct TokenBucketRule::Proj final : Projection {
     i128 index_at(i128 t) const { return t <= anchor ? 0 : (t - anchor) / tb.period_; }
     i128 tokens_at(i128 q) const {
         const i128 t = tokens + (q - p) * tb.per_period_;
-        return t >= tb.limit_ ? tb.limit_ : t;
+        const i128 limit = tb.limit_.get();
+        return t >= limit ? limit : t;
     }
     i128 grant(std::int64_t n, i128 not_before, bool apply) override {
         const std::int64_t need = std::max<std::int64_t>(n, 1);
@@ -121,6 +124,20 @@ struct TokenBucketRule::Proj final : Projection {
 
 std::unique_ptr<Projection> TokenBucketRule::project(Pair s, Nanos anchor) const {
     return std::make_unique<Proj>(*this, anchor, s);
+}
+
+const char* TokenBucketRule::cannot_follow(const Rule& before) const noexcept {
+    const auto* was = dynamic_cast<const TokenBucketRule*>(&before);
+    if (was == nullptr) {
+        return "a limiter keeps its kind";
+    }
+    return was->period_ != period_ ? "a limiter keeps its replenishment_period" : nullptr;
+}
+
+void TokenBucketRule::adopt(const Rule& next) noexcept {
+    const auto& bucket = static_cast<const TokenBucketRule&>(next); // (cannot_follow: the same kind)
+    limit_.set(bucket.limit_);
+    per_period_.set(bucket.per_period_);
 }
 
 } // namespace permits

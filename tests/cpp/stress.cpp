@@ -869,6 +869,54 @@ void shm_keyed() {
 }
 #endif
 
+// Limits and queues changed while requests, waits, cancels and releases race: a concurrency limit
+// neither loses nor makes a permit (all released, exactly the last limit is available), and a window
+// with time frozen never grants more than the highest limit it had.
+void reconfigures_keep_every_permit() {
+    auto clock = std::make_shared<ManualClock>(0);
+    auto held = std::make_shared<Concurrency>(clock, 4, QueueOptions{8, QueueOrder::OldestFirst});
+    auto window = std::make_shared<FixedWindow>(clock, 10, 1'000'000'000, QueueOptions{}, false);
+    std::atomic<bool> stop{false};
+    std::atomic<std::int64_t> window_granted{0};
+    std::thread changer([&] {
+        for (int i = 0; !stop.load(); ++i) {
+            const QueueOrder order = i % 3 == 0 ? QueueOrder::NewestFirst : QueueOrder::OldestFirst;
+            held->reconfigure(ConcurrencyRule(1 + i % 6), QueueOptions{i % 5, order});
+            window->reconfigure(FixedWindowRule(i % 2 == 0 ? 10 : 40, 1'000'000'000), QueueOptions{});
+        }
+    });
+    run_threads(kThreads, [&](int t) {
+        for (int i = 0; i < 4000; ++i) {
+            if ((i + t) % 5 == 0) {
+                auto q = held->enqueue(1, 2'000'000'000);
+                if (q.waiter && t % 2 == 0) {
+                    held->cancel(*q.waiter);
+                }
+                if (q.waiter) {
+                    while (q.waiter->pending() && !q.waiter->wait_for(1'000'000)) {
+                        held->reconfigure(ConcurrencyRule(4), QueueOptions{8, QueueOrder::OldestFirst}); // room
+                    }
+                }
+                const Outcome o = q.waiter ? q.waiter->outcome() : q.outcome;
+                if (o.acquired) {
+                    held->give_back(1, o.tag);
+                }
+            } else if (const Outcome o = held->acquire(1); o.acquired) {
+                held->give_back(1, o.tag);
+            }
+            window_granted += window->acquire(1).acquired ? 1 : 0;
+        }
+    });
+    stop = true;
+    changer.join();
+    held->reconfigure(ConcurrencyRule(3), QueueOptions{});
+    check(held->available_permits() == 3, "reconfigure: every permit released comes back, none made");
+    check(held->queued_requests() == 0, "reconfigure: no request left queued");
+    check(window_granted.load() <= 40, "reconfigure: a window never grants more than its highest limit");
+    std::printf("reconfigure: %lld granted by the window (limits 10 and 40)\n",
+                static_cast<long long>(window_granted.load()));
+}
+
 int main() {
 #if defined(__linux__)
 #if defined(PERMITS_UNDER_TSAN)
@@ -885,6 +933,7 @@ int main() {
     shm_keyed();
 #endif
     concurrency_holders();
+    reconfigures_keep_every_permit();
     token_bucket_exact();
     windows_never_exceed<FixedWindow>(
         "fixed window never exceeds the limit",

@@ -21,6 +21,8 @@ public:
     Nanos time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept override;
     bool give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
                    Pair& next) const noexcept override;
+    const char* cannot_follow(const Rule& before) const noexcept override;
+    void adopt(const Rule& next) noexcept override;
     Nanos full_at(Pair s, Nanos anchor) const noexcept override;
     std::unique_ptr<Projection> project(Pair s, Nanos anchor) const override;
     const char* damage(Pair s, Nanos anchor) const noexcept override;
@@ -33,7 +35,7 @@ private:
     }
     Nanos window_start(Nanos anchor, std::int64_t w) const noexcept;
 
-    std::int64_t limit_;
+    detail::Live<std::int64_t> limit_;
     Nanos window_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <list>
 #include <memory>
@@ -89,8 +90,8 @@ public:
     void close();
     bool closed() const noexcept { return closed_.load(); }
 
-    std::int64_t max_permits() const noexcept { return max_permits_; }
-    QueueOptions queue_options() const noexcept { return queue_; }
+    std::int64_t max_permits() const noexcept { return max_permits_.load(std::memory_order_relaxed); }
+    QueueOptions queue_options() const noexcept { return {queue_limit(), queue_order()}; }
     bool manual() const noexcept { return manual_; }
     const std::shared_ptr<Clock>& clock() const noexcept { return clock_; }
     /// True for limiters whose permits come back on release (concurrency).
@@ -144,6 +145,11 @@ protected:
     virtual void on_queued() {}
     /// Under the queue's lock: the state made full at `now` (reset()); false if the kind cannot.
     virtual bool reset_state(Nanos /*now*/) { return false; }
+    /// A new limit (reconfigure): under the queue's lock, `change` makes the kind's own change (its
+    /// rule, its state); then `max_permits` and `queue` hold, the requests queued that can no longer
+    /// be served fail (more than `max_permits`: LimitReached; beyond the queue limit, served last:
+    /// QueueFull) and the queue is served from the new limit. ClosedError once closed.
+    void reconfigure_with(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change);
 
     /// The time state is evaluated at: the clock, or the last try_replenish() in manual mode.
     Nanos state_now() const noexcept { return manual_ ? manual_now_.load() : clock_->now(); }
@@ -169,8 +175,13 @@ private:
     void invalidate_projection_locked() noexcept { tail_.reset(); }
     void project_push_locked(const Waiter& w, Nanos state_time);
     bool queue_blocks_barging() const noexcept {
-        return queue_.order == QueueOrder::OldestFirst && queued_permits_.load() > 0;
+        return queue_order() == QueueOrder::OldestFirst && queued_permits_.load() > 0;
     }
+    // Read by the fast path without the lock; changed under it (reconfigure).
+    std::int64_t queue_limit() const noexcept { return queue_limit_.load(std::memory_order_relaxed); }
+    QueueOrder queue_order() const noexcept { return queue_order_.load(std::memory_order_relaxed); }
+    /// Under mu_: the queued requests a new limit cannot serve fail (reconfigure_with).
+    void fail_unservable_locked();
     // All *_locked members run under mu_.
     void process_queue_locked(Nanos state_time);
     void expire_locked(Nanos clock_now);
@@ -186,8 +197,9 @@ private:
     void left_timed_locked();
 
     std::shared_ptr<Clock> clock_;
-    const std::int64_t max_permits_;
-    const QueueOptions queue_;
+    std::atomic<std::int64_t> max_permits_;
+    std::atomic<std::int64_t> queue_limit_;
+    std::atomic<QueueOrder> queue_order_;
     const bool manual_;
     std::atomic<Nanos> manual_now_;
     std::atomic<bool> closed_{false};

@@ -13,6 +13,7 @@
 // sliding window would need its ring in the shared region too, and a store protocol of its own.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -20,6 +21,28 @@
 #include "permits/time.hpp"
 
 namespace permits {
+
+namespace detail {
+/// A rule's amount that reconfigure changes while requests read it: a relaxed atomic (a plain
+/// load where it matters), copied by value. A request reads each amount once; one deciding as
+/// it changes is decided under the old or the new value.
+template <class T> class Live {
+public:
+    Live(T v) noexcept : v_(v) {} // NOLINT(google-explicit-constructor): used as the T it holds
+    Live(const Live& o) noexcept : v_(o.get()) {}
+    Live& operator=(const Live& o) noexcept {
+        set(o.get());
+        return *this;
+    }
+    ~Live() = default;
+    operator T() const noexcept { return get(); } // NOLINT(google-explicit-constructor)
+    T get() const noexcept { return v_.load(std::memory_order_relaxed); }
+    void set(T v) noexcept { v_.store(v, std::memory_order_relaxed); }
+
+private:
+    std::atomic<T> v_;
+};
+} // namespace detail
 
 /// A copy of a limiter's state onto which future grants are applied in order, without touching
 /// the real state: it answers "when could these requests be served, one after the other?"
@@ -70,6 +93,14 @@ public:
     /// The state with its whole limit taken at `now`: what a damaged state is repaired to (what it
     /// really held is unknown; from here it never grants more than its limit allows).
     virtual Pair exhausted(Nanos anchor, Nanos /*now*/) const noexcept { return initial(anchor); }
+
+    /// Why this rule cannot take over a state `before` kept (reconfigure): another kind, another
+    /// window or period (the state counts in those); nullptr when it can. Only the amounts change.
+    virtual const char* cannot_follow(const Rule& before) const noexcept = 0;
+    /// Takes `next`'s amounts (its limit, its rate), in place: the states it keeps are read as
+    /// they are (the time-based kinds count what was taken, which any limit reads). Only after
+    /// cannot_follow(*this) said nothing; under the owner's lock, requests deciding meanwhile.
+    virtual void adopt(const Rule& next) noexcept = 0;
 };
 
 } // namespace permits

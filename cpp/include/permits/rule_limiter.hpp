@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 
 #include "permits/atomic_pair.hpp"
 #include "permits/limiter.hpp"
@@ -72,32 +73,43 @@ public:
 
     const R& rule() const noexcept { return rule_; }
     Nanos anchor() const noexcept { return anchor_; }
-    bool releases_permits() const noexcept override { return rule_.releases_permits(); }
+    bool releases_permits() const noexcept override { return rule().releases_permits(); }
     bool shares_state() const noexcept override { return keep_alive_ != nullptr; }
-    Nanos full_at() const override { return rule_.full_at(state_->load(), anchor_); }
+    Nanos full_at() const override { return rule().full_at(state_->load(), anchor_); }
+
+    /// From now on `rule` and `queue` hold; the state is kept (what is taken stays taken, a lower
+    /// limit holds as permits come back). A request deciding as it changes is decided under
+    /// either. std::invalid_argument if `rule` cannot take the state over (another window,
+    /// period); ClosedError once closed.
+    void reconfigure(const R& rule, QueueOptions queue) {
+        if (const char* why = rule.cannot_follow(this->rule()); why != nullptr) {
+            throw std::invalid_argument(why);
+        }
+        reconfigure_with(rule.max_permits(), queue, [&] { rule_.adopt(rule); });
+    }
 
 protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override {
-        return detail::rule_take(rule_, *state_, anchor_, n, now, tag);
+        return detail::rule_take(rule(), *state_, anchor_, n, now, tag);
     }
-    std::int64_t available_at(Nanos now) const override { return rule_.available(state_->load(), anchor_, now); }
+    std::int64_t available_at(Nanos now) const override { return rule().available(state_->load(), anchor_, now); }
     Nanos time_until(std::int64_t needed, Nanos now) const override {
-        return rule_.time_until(state_->load(), anchor_, needed, now);
+        return rule().time_until(state_->load(), anchor_, needed, now);
     }
     void give_back_at(std::int64_t n, std::int64_t tag, Nanos now) override {
-        detail::rule_give_back(rule_, *state_, anchor_, n, tag, now);
+        detail::rule_give_back(rule(), *state_, anchor_, n, tag, now);
     }
-    std::unique_ptr<Projection> project() const override { return rule_.project(state_->load(), anchor_); }
+    std::unique_ptr<Projection> project() const override { return rule().project(state_->load(), anchor_); }
     bool reset_state(Nanos /*now*/) override {
         // A new limiter's state is full at any time after its anchor: a take moves it on to now.
         Pair s = state_->load();
-        while (!state_->compare_exchange(s, rule_.initial(anchor_))) {
+        while (!state_->compare_exchange(s, rule().initial(anchor_))) {
         }
         return true;
     }
 
 private:
-    const R rule_;
+    R rule_; // its amounts change in place (reconfigure): the state is never touched
     const Nanos anchor_;
     AtomicPair own_;                         // the state, unless it is kept elsewhere
     AtomicPair* const state_;                // &own_, or a shared slot's word

@@ -22,6 +22,8 @@ public:
     Nanos time_until(Pair s, Nanos anchor, std::int64_t needed, Nanos now) const noexcept override;
     bool give_back(Pair s, Nanos anchor, std::int64_t n, std::int64_t tag, Nanos now,
                    Pair& next) const noexcept override;
+    const char* cannot_follow(const Rule& before) const noexcept override;
+    void adopt(const Rule& next) noexcept override;
     Nanos full_at(Pair s, Nanos anchor) const noexcept override;
     std::unique_ptr<Projection> project(Pair s, Nanos anchor) const override;
     const char* damage(Pair s, Nanos anchor) const noexcept override;
@@ -43,7 +45,7 @@ private:
     /// limit*W - previous*(W - elapsed) - current*W: the room left, in permit-nanoseconds.
     i128 room(const Counts& c, Nanos anchor, Nanos now) const noexcept;
 
-    std::int64_t limit_;
+    detail::Live<std::int64_t> limit_;
     Nanos window_;
 };
 
