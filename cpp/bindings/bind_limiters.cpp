@@ -141,6 +141,20 @@ std::shared_ptr<L> from_spec(std::shared_ptr<Clock> clock, py::handle spec, py::
 template <class L, class P> void def_init_from_spec(py::class_<L, Limiter, std::shared_ptr<L>>& cls) {
     cls.def(py::init(&from_spec<L, P>), py::arg("clock"), py::arg("spec"), py::arg("queue_limit"),
             py::arg("newest_first"), py::arg("manual"));
+    cls.def(
+        "_reconfigure_engine",
+        [](py::handle self, py::handle spec, py::handle queue_limit, bool newest_first) {
+            const P params = read_spec_as<P>(spec, py::type::of<L>());
+            const QueueOptions q = queue_options(queue_limit, newest_first);
+            if constexpr (std::is_same_v<P, SlidingWindowParams>) {
+                self_of<L>(self).reconfigure(params.permit_limit, params.window, params.segments, q);
+            } else {
+                self_of<L>(self).reconfigure(params, q);
+            }
+        },
+        py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),
+        "_reconfigure_engine(self, spec, queue_limit, newest_first)\n--\n\nThe spec's limit and these queue options "
+        "from now on; the state kept.");
 }
 
 } // namespace
@@ -179,6 +193,15 @@ void bind_limiters(py::module_& m) {
             "close(self, /)\n--\n\nFails queued requests with reason 'closed'; later calls raise.")
         .def_property_readonly("closed", [](py::handle self) { return self_of<Limiter>(self).closed(); })
         .def_property_readonly("_max_permits", [](py::handle self) { return self_of<Limiter>(self).max_permits(); })
+        .def_property_readonly(
+            "_queue",
+            [](py::handle self) {
+                const QueueOptions q = self_of<Limiter>(self).queue_options();
+                const py::object limit =
+                    q.queue_limit == kNoQueueLimit ? py::object(py::none()) : py::object(py::int_(q.queue_limit));
+                return py::make_tuple(limit, q.order == QueueOrder::NewestFirst);
+            },
+            "(queue_limit or None for no bound, newest_first) as they are now.")
         .def_property_readonly(
             "_clock", [](py::handle self) { return self_of<Limiter>(self).clock(); }, "The clock the limiter runs on.");
 

@@ -422,6 +422,10 @@ bool Limiter::reset() {
 
 void Limiter::reconfigure_with(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change) {
     detail::check_queue(queue);
+    if (shares_state()) {
+        // Every process decides with its own copy of the limit: one changing alone would disagree.
+        throw std::logic_error("a limiter on shared state cannot change its limit alone");
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_.load()) {
         throw ClosedError();

@@ -232,6 +232,16 @@ SlidingWindow::SlidingWindow(std::shared_ptr<Clock> clock, std::int64_t permit_l
     }
 }
 
+void SlidingWindow::reconfigure(std::int64_t permit_limit, Nanos window, std::int64_t segments, QueueOptions queue) {
+    SlidingWindowState::check(permit_limit, window, segments);
+    if (window != st_.window || SlidingWindowShape::slots(segments) != st_.segments || (segments < 0) != st_.stamped) {
+        throw std::invalid_argument("a limiter keeps its window and its segments");
+    }
+    // The counts are kept as they are: each is read against the limit of the moment (a count over a
+    // lower limit reads as that limit: its segment has no room while it is in the window).
+    reconfigure_with(permit_limit, queue, [&] { st_.limit.set(permit_limit); });
+}
+
 Nanos SlidingWindowShape::segment_start(std::int64_t s) const noexcept {
     return sat_nanos(static_cast<i128>(anchor) + static_cast<i128>(s) * segment);
 }
@@ -253,7 +263,9 @@ Pair SlidingWindowState::ring_entry(std::int64_t j) const noexcept {
     if (r.a < 0 || segment_of(r.a) != j) {
         return {0, 0};
     }
-    return {r.b < 0 || r.b > limit ? limit : r.b, r.a}; // (a damaged count never makes room)
+    // A damaged count never makes room; nor does one over a lower limit (reconfigure), read as it.
+    const std::int64_t cap = limit;
+    return {r.b < 0 || r.b > cap ? cap : r.b, r.a};
 }
 
 void SlidingWindowState::archive(Pair h) const noexcept {
@@ -391,7 +403,8 @@ std::int64_t SlidingWindowState::available_at(Nanos now) const noexcept {
             0, limit - sliding_log::used_with(*this, h, std::max(segment_index(now), segment_index(h.a)), now,
                                               sliding_log::RingEntries{this}));
     }
-    return limit - used_at(h, std::max(segment_index(now), h.a));
+    // (Below zero after a lower limit, while more than it is in the window: none.)
+    return std::max<std::int64_t>(0, limit - used_at(h, std::max(segment_index(now), h.a)));
 }
 
 Nanos SlidingWindowState::time_until(std::int64_t needed, Nanos now) const noexcept {
@@ -548,8 +561,8 @@ std::int64_t CompactSlidingWindow::available(const std::uint32_t* state, Nanos a
             0, w.limit - sliding_log::used_with(w, h, std::max(w.segment_index(now), w.segment_index(h.a)), now,
                                                 RecordEntries{w, counts}));
     }
-    return w.limit -
-           used_with(w, h, std::max(w.segment_index(now), h.a), [&](std::int64_t j) { return counts[j % w.segments]; });
+    return std::max<std::int64_t>(0, w.limit - used_with(w, h, std::max(w.segment_index(now), h.a),
+                                                         [&](std::int64_t j) { return counts[j % w.segments]; }));
 }
 
 Nanos CompactSlidingWindow::time_until(const std::uint32_t* state, Nanos anchor, std::int64_t needed,

@@ -307,9 +307,12 @@ class Limiter:
         """True once ``close()`` was called."""
     @property
     def _max_permits(self) -> int: ...
+    @property
+    def _queue(self) -> tuple[int | None, bool]: ...
 
 # The engine's limiters are made from their permits.specs value (the one the class is named after).
 class TokenBucket(Limiter):
+    def _reconfigure_engine(self, spec: specs.TokenBucket, queue_limit: int | None, newest_first: bool) -> None: ...
     @overload
     def __init__(
         self, clock: Clock, spec: specs.TokenBucket, queue_limit: int | None, newest_first: bool, manual: bool
@@ -349,6 +352,7 @@ class TokenBucket(Limiter):
         """
 
 class FixedWindow(Limiter):
+    def _reconfigure_engine(self, spec: specs.FixedWindow, queue_limit: int | None, newest_first: bool) -> None: ...
     @overload
     def __init__(
         self, clock: Clock, spec: specs.FixedWindow, queue_limit: int | None, newest_first: bool, manual: bool
@@ -388,6 +392,9 @@ class FixedWindow(Limiter):
         """
 
 class SlidingWindow(Limiter):
+    def _reconfigure_engine(
+        self, spec: specs.SlidingWindow | specs.SlidingLog, queue_limit: int | None, newest_first: bool
+    ) -> None: ...
     @overload
     def __init__(
         self,
@@ -437,6 +444,9 @@ class SlidingWindow(Limiter):
         """
 
 class SlidingWindowCounter(Limiter):
+    def _reconfigure_engine(
+        self, spec: specs.SlidingWindowCounter, queue_limit: int | None, newest_first: bool
+    ) -> None: ...
     @overload
     def __init__(
         self, clock: Clock, spec: specs.SlidingWindowCounter, queue_limit: int | None, newest_first: bool, manual: bool
@@ -476,6 +486,7 @@ class SlidingWindowCounter(Limiter):
         """
 
 class Concurrency(Limiter):
+    def _reconfigure_engine(self, spec: specs.Concurrency, queue_limit: int | None, newest_first: bool) -> None: ...
     def __init__(
         self, clock: Clock, spec: specs.Concurrency, queue_limit: int | None, newest_first: bool, manual: bool
     ) -> None: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -46,6 +47,10 @@ def _check_queue(queue_limit: object, queue_order: object, name: object) -> tupl
 
 
 _E = TypeVar("_E", bound="_EngineLimiter")
+
+#: reconfigure() changes the engine's limit and the limiter's attributes (spec, permit_limit...)
+#: under it: two at once leave both saying the same.
+_RECONFIGURING = threading.Lock()
 
 
 def _builds(spec_type: type[specs.Spec[Any]]) -> Callable[[type[_E]], type[_E]]:
@@ -94,6 +99,34 @@ class _EngineLimiter(RateLimiter):
 
     def _core_self(self) -> _core.Limiter:
         return self  # type: ignore[return-value]
+
+    def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
+        engine: Any = self  # (each engine class takes its own spec class)
+        if getattr(self, "store", None) is not None or not hasattr(engine, "_reconfigure_engine"):
+            raise NotImplementedError(
+                f"{type(self).__name__} of a shared-memory store cannot be reconfigured: each process "
+                "decides with its own copy of the limit"
+            )
+        if type(spec) is not type(self.spec):
+            kind = type(self.spec).__name__
+            raise TypeError(f"spec must be a permits.specs.{kind}: a limiter keeps its kind, got {type(spec).__name__}")
+        assert isinstance(spec, specs.Spec)  # (for the type checker: the same class as self.spec)
+        for public, compared in spec._timeline:
+            if getattr(spec, compared) != getattr(self.spec, compared):
+                raise ValueError(
+                    f"spec's {public} is {getattr(spec, public)!r}, this limiter's {getattr(self.spec, public)!r}: "
+                    f"a limiter keeps its {public} (its state counts in it); make a new limiter for another"
+                )
+        limit, newest = self._core_self()._queue
+        if queue_limit is not ...:
+            limit = _queue_limit(queue_limit)
+        if queue_order is not ...:
+            newest = _queue_order(queue_order)
+        with _RECONFIGURING:  # the engine and these attributes change together
+            engine._reconfigure_engine(spec, limit, newest)
+            self.spec = spec
+            for attribute in spec._attributes:
+                setattr(self, attribute, getattr(spec, attribute))
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks the calling thread (without holding the GIL) until ``permit_count`` permits are

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NoReturn
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _polling
 from ._core import Lease
@@ -12,6 +13,9 @@ from ._durations import timeout_ns
 from ._limiter_base import LimiterBase
 from ._loop_check import blocks_the_loop
 from .awaitables import Attempt, LeaseWait, PolledLeaseWait
+
+if TYPE_CHECKING:
+    from .specs import Spec
 
 
 class QueueOrder(enum.Enum):
@@ -166,3 +170,30 @@ class RateLimiter(LimiterBase):
         """In manual mode (``auto_replenishment=False``) applies the replenishment due and returns True;
         False where there is nothing to do by hand. This default, a custom limiter's, returns False."""
         return False
+
+    def reconfigure(
+        self,
+        spec: Spec[Any],
+        *,
+        queue_limit: int | EllipsisType | None = ...,
+        queue_order: QueueOrder | EllipsisType = ...,
+    ) -> None:
+        """Makes ``spec``'s limit this limiter's from now on, without losing its state or its waiters:
+        what is taken stays taken (a lower limit holds as permits come back, a higher one adds the
+        difference at once) and queued requests are served from the new limit. ``queue_limit`` and
+        ``queue_order`` change the queue too (``...``: as they are); the requests queued beyond a new
+        ``queue_limit`` (those that would be served last) fail with ``"queue_full"``, and those asking
+        for more than the new limit with ``"limit_reached"``. ``spec`` is of the limiter's kind, with
+        its window (period, segments): ``TypeError`` or ``ValueError`` otherwise, and nothing changes.
+        A request deciding as the limit changes is decided under the old or the new one. Raises
+        ``LimiterClosedError`` once closed; ``NotImplementedError`` for a limiter that cannot change
+        (a custom one without ``_reconfigure``)."""
+        self._check_open()
+        self._reconfigure(spec, queue_limit, queue_order)
+
+    def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
+        """What ``reconfigure`` does: a custom limiter whose limit can change overrides it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot be reconfigured: "
+            "it implements no _reconfigure(spec, queue_limit, queue_order)"
+        )

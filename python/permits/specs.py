@@ -53,6 +53,9 @@ class Spec(Generic[L]):
     _limiter_type: ClassVar[type[_EngineLimiter]]
     #: Whether limiter() takes auto_replenishment.
     _replenishing: ClassVar[bool] = True
+    #: What a limiter keeps through reconfigure(): (public name, the attribute compared), the
+    #: durations and segments its state counts in; only the amounts may change.
+    _timeline: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: The limits as integers (durations in ns): what equality and the hash compare.
     _key: tuple[int, ...]
 
@@ -125,6 +128,7 @@ class TokenBucket(Spec["TokenBucketLimiter"]):
     __slots__ = ("_period_ns", "replenishment_period", "token_limit", "tokens_per_period")
     __match_args__ = ("token_limit", "tokens_per_period", "replenishment_period")
     _attributes = __match_args__
+    _timeline = (("replenishment_period", "_period_ns"),)
     _engine = _core.TokenBucket
     token_limit: int
     """The most tokens the bucket holds: the largest burst."""
@@ -151,6 +155,7 @@ class _Window(Spec[L]):
     __slots__ = ("_window_ns", "permit_limit", "window")
     __match_args__ = ("permit_limit", "window")
     _attributes = (*__match_args__, "replenishment_period")
+    _timeline = (("window", "_window_ns"),)
     permit_limit: int
     """The most grants per window."""
     window: float  # seconds
@@ -186,6 +191,7 @@ class SlidingWindow(Spec["SlidingWindowLimiter"]):
     __slots__ = ("_window_ns", "permit_limit", "segments_per_window", "window")
     __match_args__ = ("permit_limit", "window", "segments_per_window")
     _attributes = (*__match_args__, "replenishment_period")
+    _timeline = (("window", "_window_ns"), ("segments_per_window", "segments_per_window"))
     _engine = _core.SlidingWindow
     permit_limit: int
     """The most grants in any window."""
@@ -230,6 +236,7 @@ class SlidingLog(Spec["SlidingLogLimiter"]):
     __slots__ = ("_window_ns", "permit_limit", "window")
     __match_args__ = ("permit_limit", "window")
     _attributes = (*__match_args__, "replenishment_period")
+    _timeline = (("window", "_window_ns"),)
     _engine = _core.SlidingWindow
     permit_limit: int
     """The most grants in any interval of ``window``."""

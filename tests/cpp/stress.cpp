@@ -876,13 +876,16 @@ void reconfigures_keep_every_permit() {
     auto clock = std::make_shared<ManualClock>(0);
     auto held = std::make_shared<Concurrency>(clock, 4, QueueOptions{8, QueueOrder::OldestFirst});
     auto window = std::make_shared<FixedWindow>(clock, 10, 1'000'000'000, QueueOptions{}, false);
+    auto log = std::make_shared<SlidingWindow>(clock, 10, 1'000'000'000, -4, QueueOptions{}, false);
     std::atomic<bool> stop{false};
     std::atomic<std::int64_t> window_granted{0};
+    std::atomic<std::int64_t> log_granted{0};
     std::thread changer([&] {
         for (int i = 0; !stop.load(); ++i) {
             const QueueOrder order = i % 3 == 0 ? QueueOrder::NewestFirst : QueueOrder::OldestFirst;
             held->reconfigure(ConcurrencyRule(1 + i % 6), QueueOptions{i % 5, order});
             window->reconfigure(FixedWindowRule(i % 2 == 0 ? 10 : 40, 1'000'000'000), QueueOptions{});
+            log->reconfigure(i % 2 == 0 ? 10 : 40, 1'000'000'000, -4, QueueOptions{});
         }
     });
     run_threads(kThreads, [&](int t) {
@@ -905,6 +908,7 @@ void reconfigures_keep_every_permit() {
                 held->give_back(1, o.tag);
             }
             window_granted += window->acquire(1).acquired ? 1 : 0;
+            log_granted += log->acquire(1).acquired ? 1 : 0;
         }
     });
     stop = true;
@@ -913,6 +917,7 @@ void reconfigures_keep_every_permit() {
     check(held->available_permits() == 3, "reconfigure: every permit released comes back, none made");
     check(held->queued_requests() == 0, "reconfigure: no request left queued");
     check(window_granted.load() <= 40, "reconfigure: a window never grants more than its highest limit");
+    check(log_granted.load() <= 40, "reconfigure: a sliding log never grants more than its highest limit");
     std::printf("reconfigure: %lld granted by the window (limits 10 and 40)\n",
                 static_cast<long long>(window_granted.load()));
 }

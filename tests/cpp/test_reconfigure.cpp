@@ -10,6 +10,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
+#include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
 #include "support.hpp"
@@ -86,6 +87,33 @@ TEST(Reconfigure, ASlidingWindowCounterKeepsItsCountsUnderTheNewLimit) {
     EXPECT_EQ(take_all(l), 1);
     l.reconfigure(SlidingWindowCounterRule(20, kSec), kQueue);
     EXPECT_EQ(take_all(l), 16); // 20 - 2.5 - 1, rounded down
+}
+
+TEST(Reconfigure, ASlidingWindowAndLogKeepTheirCountsUntilTheyLeaveTheWindow) {
+    for (const std::int64_t segments : {4, -4}) { // the window in 4 segments; the log
+        auto clock = make_clock();
+        SlidingWindow l(clock, 10, kSec, segments, kQueue, false);
+        for (int i = 0; i < 8; ++i) {
+            ASSERT_TRUE(l.acquire(1).acquired) << segments; // 8 in the first segment
+        }
+        clock->advance(kSec / 4 + 1);
+        ASSERT_EQ(take_all(l), 2) << segments; // 2 in the second
+        l.reconfigure(5, kSec, segments, kQueue);
+        EXPECT_EQ(l.permit_limit(), 5);
+        EXPECT_EQ(l.available_permits(), 0) << segments;
+        const Outcome refused = l.acquire(1);
+        EXPECT_FALSE(refused.acquired) << segments;
+        clock->advance(kSec * 3 / 4); // the first segment's 8 have left: 2 in the window
+        EXPECT_EQ(take_all(l), 3) << segments;
+        clock->advance(kSec + kSec / 4); // (the log: a permit comes back a window and 1 ns after it was taken)
+        EXPECT_EQ(take_all(l), 5) << segments;
+        l.reconfigure(12, kSec, segments, kQueue);
+        EXPECT_EQ(take_all(l), 7) << segments; // the difference, at once
+        EXPECT_THROW(l.reconfigure(12, 2 * kSec, segments, kQueue), std::invalid_argument);
+        EXPECT_THROW(l.reconfigure(12, kSec, -segments, kQueue), std::invalid_argument);
+        EXPECT_THROW(l.reconfigure(12, kSec, 8, kQueue), std::invalid_argument);
+        EXPECT_THROW(l.acquire(13), std::invalid_argument);
+    }
 }
 
 TEST(Reconfigure, ConcurrencyKeepsWhatIsHeldAndAReleaseGivesBackExactlyWhatItTook) {

@@ -30,7 +30,7 @@ namespace permits {
 
 /// A sliding window's parameters, anchored: what its arithmetic needs besides the counts.
 struct SlidingWindowShape {
-    std::int64_t limit = 0;
+    detail::Live<std::int64_t> limit = 0; // reconfigure changes it while requests read it
     Nanos window = 0;
     std::int64_t segments = 0;
     Nanos segment = 0;
@@ -117,6 +117,9 @@ public:
     Nanos segment_length() const noexcept { return st_.segment; }
     Nanos full_at() const override { return st_.full_at(); }
     bool shares_state() const noexcept override { return keep_alive_ != nullptr; }
+    /// From now on `permit_limit` and `queue` hold; the counts are kept (a lower limit holds as they
+    /// leave the window). std::invalid_argument for another window or segments; ClosedError once closed.
+    void reconfigure(std::int64_t permit_limit, Nanos window, std::int64_t segments, QueueOptions queue);
 
 protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override { return st_.take(n, now, tag); }
