@@ -263,3 +263,19 @@ def test_threads_racing_limit_changes_leave_every_permit_accounted_for() -> None
     limiter.reconfigure(specs.Concurrency(5))
     assert limiter.available_permits() == 5  # all released: exactly the limit
     assert limiter.idle_duration is not None
+
+
+def test_an_instrumented_limiter_reconfigures_what_it_wraps() -> None:
+    import prometheus_client
+
+    from permits.metrics import instrument
+
+    clock = ManualClock()
+    limiter = instrument(
+        permits.FixedWindowLimiter(2, 1.0, clock=clock, name="reconfigure-instrumented"),
+        registry=prometheus_client.CollectorRegistry(),
+    )
+    limiter.reconfigure(specs.FixedWindow(4, 1.0), queue_limit=3)
+    assert limiter.spec == specs.FixedWindow(4, 1.0) and limiter.permit_limit == 4
+    assert len(take_all(limiter)) == 4
+    assert limiter.__wrapped__._queue == (3, False)

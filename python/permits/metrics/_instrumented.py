@@ -145,6 +145,9 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
         """The wrapped limiter's ``try_replenish()``."""
         return self.__wrapped__.try_replenish()
 
+    def _reconfigure(self, spec: Any, queue_limit: Any, queue_order: Any) -> None:
+        self.__wrapped__.reconfigure(spec, queue_limit=queue_limit, queue_order=queue_order)
+
     def close(self) -> None:
         """Closes the wrapped limiter."""
         self.__wrapped__.close()
