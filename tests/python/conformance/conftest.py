@@ -258,6 +258,7 @@ SERVES = "clock_serves_queue"
 ENGINE = ("plain", "queues", "close_fails_waiters", "refunds", "settles", SERVES)
 KEYED = ("keyed", "queues", "close_fails_waiters", "refunds", "settles", SERVES)
 RESETS = "resets"
+RECONFIGURES = "reconfigures"
 COLLECTED = "releases_dropped_leases"
 # The stores in a server: their queues are per process, asked on a waiter's wake (no clock_serves_queue).
 STORE = ("plain", "queues", "close_fails_waiters", "refunds", "settles")
@@ -267,8 +268,8 @@ STORE_KEYED = ("keyed", "queues", "close_fails_waiters", "refunds", "settles")
 LOGGED = [*TIMED_KINDS, "sliding_log"]
 
 IMPLEMENTATIONS: list[Implementation] = [
-    *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED),
-    *_kinds("engine", engine, LOGGED, *ENGINE, "replenishes_manually"),
+    *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED, RECONFIGURES),
+    *_kinds("engine", engine, LOGGED, *ENGINE, "replenishes_manually", RECONFIGURES),
     *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
     *_kinds("per_key", per_key, LOGGED, *KEYED, RESETS),
     *_kinds("general", general, ["fixed_window"], *KEYED, RESETS),

@@ -51,6 +51,10 @@ CAPABILITIES: dict[str, str] = {
         "keyed.reset(key): a time-based key's whole limit is available at once, its queued waits are "
         "served from it and nothing granted before comes back into it; a concurrency key's held leases stay held"
     ),
+    "reconfigures": (
+        "limiter.reconfigure(spec): the new limit from now on, what is taken stays taken, queued waits "
+        "stay queued (a queue beyond a new queue_limit fails its requests served last)"
+    ),
     "replenishes_manually": "auto_replenishment=False: permits come back only in try_replenish()",
     "clock_serves_queue": (
         "the limiter's own clock serves its queue: an advance grants the waiters that came due inside "
@@ -204,6 +208,16 @@ class Subject:
     def reset(self) -> None:
         assert self.has("resets"), "mark the test @needs('resets')"
         self.limiter.reset(self.key)
+
+    def reconfigure(self, limit: int, **queue: Any) -> None:
+        """The limiter's spec with ``limit`` (its shape kept: a token bucket's period refills it)."""
+        assert self.has("reconfigures"), "mark the test @needs('reconfigures')"
+        spec = self.limiter.spec
+        args = [getattr(spec, name) for name in spec.__match_args__]
+        args[0] = limit
+        if isinstance(spec, permits.specs.TokenBucket):
+            args[1] = limit
+        self.limiter.reconfigure(type(spec)(*args), **queue)
 
     def try_replenish(self) -> bool:
         assert self.has("plain"), "partitioned limiters have no try_replenish()"
