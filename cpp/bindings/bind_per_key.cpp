@@ -148,6 +148,24 @@ void bind_per_key(py::module_& m) {
                 "_enqueue(self, resource, permit_count, timeout_ns, notifier)\n--\n\nA lease now, or a "
                 "WaitHandle.")
             .def(
+                "_reconfigure_engine",
+                [](py::handle self, py::handle spec, py::handle queue_limit, bool newest_first) {
+                    PerKeyLimiter& limiter = self_of<PerKeyLimiter>(self);
+                    limiter.reconfigure(make_template(limiter.clock(), spec, queue_limit, newest_first));
+                },
+                py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),
+                "_reconfigure_engine(self, spec, queue_limit, newest_first)\n--\n\nEvery key's limit and queue "
+                "options from now on, present and future; each key's state kept.")
+            .def_property_readonly(
+                "_queue",
+                [](py::handle self) {
+                    const QueueOptions q = self_of<PerKeyLimiter>(self).queue_options();
+                    const py::object limit =
+                        q.queue_limit == kNoQueueLimit ? py::object(py::none()) : py::object(py::int_(q.queue_limit));
+                    return py::make_tuple(limit, q.order == QueueOrder::NewestFirst);
+                },
+                "(queue_limit or None for no bound, newest_first) as they are now.")
+            .def(
                 "_reset",
                 [](py::handle self, py::handle resource) {
                     return self_of<PerKeyLimiter>(self).reset(key_of(resource));

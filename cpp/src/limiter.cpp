@@ -435,14 +435,17 @@ void Limiter::reconfigure_with(std::int64_t max_permits, QueueOptions queue, con
     queue_limit_.store(queue.queue_limit);
     queue_order_.store(queue.order);
     invalidate_projection_locked();
-    fail_unservable_locked();
+    // Those the new limit can never serve first (at the head they would block the rest), then
+    // what it serves now, then the queue as the new queue limit keeps it.
+    fail_unservable_locked(false);
     const Nanos now = state_now();
     process_queue_locked(now);
+    fail_unservable_locked(true);
     schedule_locked(now);
     drop_timers_if_idle_locked();
 }
 
-void Limiter::fail_unservable_locked() {
+void Limiter::fail_unservable_locked(bool beyond_queue_limit) {
     // In the order they would be served: those the new queue limit keeps come first.
     std::vector<std::pair<std::shared_ptr<Waiter>, Reason>> failing;
     std::int64_t kept = 0;
@@ -453,7 +456,7 @@ void Limiter::fail_unservable_locked() {
         const std::int64_t n = w->permits();
         if (n > max_permits()) {
             failing.emplace_back(w, Reason::LimitReached); // never, however long it waits
-        } else if (queue_limit() - kept < n) {
+        } else if (beyond_queue_limit && queue_limit() - kept < n) {
             failing.emplace_back(w, Reason::QueueFull);
         } else {
             kept += n;

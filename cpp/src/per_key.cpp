@@ -32,12 +32,17 @@ PerKeyTemplate PerKeyTemplate::sliding_window(const std::shared_ptr<Clock>& cloc
     // A compact state per key, not a full SlidingWindow: its ring of AtomicPairs (32 bytes a
     // segment), wait queue and lock took "10/second" (20 segments) to 1,160 B a key
     // (benchmarks/RESULTS.md, issue 35).
-    auto w = std::make_shared<const CompactSlidingWindow>(permit_limit, window, segments);
-    return {nullptr, queue,
-            [clock, w, queue](Nanos anchor, Pair) -> std::shared_ptr<Limiter> {
-                return w->promote(clock, queue, anchor, nullptr);
-            },
-            w};
+    auto w = std::make_shared<CompactSlidingWindow>(permit_limit, window, segments);
+    PerKeyTemplate t{nullptr, queue,
+                     [clock, w, queue](Nanos anchor, Pair) -> std::shared_ptr<Limiter> {
+                         return w->promote(clock, queue, anchor, nullptr);
+                     },
+                     w};
+    t.adopt = [w](const PerKeyTemplate& next) { w->set_limit(next.window->permit_limit()); };
+    t.reconfigure_full = [w](Limiter& full, QueueOptions q) {
+        static_cast<SlidingWindow&>(full).reconfigure(w->permit_limit(), w->window(), w->given_segments(), q);
+    };
+    return t;
 }
 
 struct PerKeyLimiter::Shard {
@@ -346,11 +351,60 @@ void PerKeyLimiter::on_timer(Nanos now) {
     }
 }
 
+void PerKeyLimiter::reconfigure(const PerKeyTemplate& next) {
+    if (!tmpl_.adopt || !tmpl_.reconfigure_full) {
+        throw std::logic_error("this keyed limiter's template cannot change its limit");
+    }
+    if (tmpl_.rule && next.rule) {
+        if (const char* why = next.rule->cannot_follow(*tmpl_.rule); why != nullptr) {
+            throw std::invalid_argument(why);
+        }
+    } else if (tmpl_.window && next.window) {
+        const CompactSlidingWindow& was = *tmpl_.window;
+        const CompactSlidingWindow& now = *next.window;
+        if (was.window() != now.window() || was.given_segments() != now.given_segments()) {
+            throw std::invalid_argument("a limiter keeps its window and its segments");
+        }
+    } else {
+        throw std::invalid_argument("a limiter keeps its kind");
+    }
+    detail::check_queue(next.queue);
+    // Every shard, in order (a request holds one at a time; one at the bound only tries others):
+    // no key decides while the template and the keys' full limiters change.
+    std::vector<std::unique_lock<std::mutex>> locks;
+    locks.reserve(kShards);
+    for (auto& shard : *shards_) {
+        locks.emplace_back(shard.mu);
+    }
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    tmpl_.adopt(next);
+    tmpl_.queue = next.queue;
+    reconfigured_ = true;
+    for (auto& shard : *shards_) {
+        for (std::uint32_t i = 0; i < shard.table.used(); ++i) {
+            Record& r = shard.table.at(i);
+            if (r.live() && r.promoted()) {
+                tmpl_.reconfigure_full(*r.limiter(), tmpl_.queue);
+            }
+        }
+    }
+}
+
+QueueOptions PerKeyLimiter::queue_options() {
+    std::lock_guard<std::mutex> lock((*shards_)[0].mu); // (reconfigure changes them under every one)
+    return tmpl_.queue;
+}
+
 std::shared_ptr<Limiter>& PerKeyLimiter::promote_locked(Record& r) {
     if (!r.promoted()) {
         // Built before the record changes: if it throws, the record goes on as it was.
         auto full = r.has_block() ? tmpl_.window->promote(clock_, tmpl_.queue, r.anchor, r.block())
                                   : tmpl_.promote(r.anchor, r.state);
+        if (reconfigured_ && !r.has_block()) {
+            tmpl_.reconfigure_full(*full, tmpl_.queue); // built with the queue options it was made with
+        }
         auto* holder = new std::shared_ptr<Limiter>(std::move(full));
         if (r.has_block()) {
             detail::KeyTable::release_block(r); // its state is the full limiter's now

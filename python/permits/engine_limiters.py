@@ -48,6 +48,34 @@ def _check_queue(queue_limit: object, queue_order: object, name: object) -> tupl
 
 _E = TypeVar("_E", bound="_EngineLimiter")
 
+
+def _check_reconfigured(current: specs.Spec[Any], spec: object) -> None:
+    """reconfigure(spec) keeps the kind and its window (period, segments): TypeError or ValueError
+    naming what differs."""
+    if type(spec) is not type(current):
+        kind = type(current).__name__
+        raise TypeError(f"spec must be a permits.specs.{kind}: a limiter keeps its kind, got {type(spec).__name__}")
+    assert isinstance(spec, specs.Spec)  # (for the type checker: the same class as current)
+    for public, compared in spec._timeline:
+        if getattr(spec, compared) != getattr(current, compared):
+            raise ValueError(
+                f"spec's {public} is {getattr(spec, public)!r}, this limiter's {getattr(current, public)!r}: "
+                f"a limiter keeps its {public} (its state counts in it); make a new limiter for another"
+            )
+
+
+def _reconfigured_queue(
+    current: tuple[int | None, bool], queue_limit: object, queue_order: object
+) -> tuple[int | None, bool]:
+    """The queue options after reconfigure: those given, checked, and the others (``...``) as they are."""
+    limit, newest = current
+    if queue_limit is not ...:
+        limit = _queue_limit(queue_limit)
+    if queue_order is not ...:
+        newest = _queue_order(queue_order)
+    return limit, newest
+
+
 #: reconfigure() changes the engine's limit and the limiter's attributes (spec, permit_limit...)
 #: under it: two at once leave both saying the same.
 _RECONFIGURING = threading.Lock()
@@ -107,21 +135,9 @@ class _EngineLimiter(RateLimiter):
                 f"{type(self).__name__} of a shared-memory store cannot be reconfigured: each process "
                 "decides with its own copy of the limit"
             )
-        if type(spec) is not type(self.spec):
-            kind = type(self.spec).__name__
-            raise TypeError(f"spec must be a permits.specs.{kind}: a limiter keeps its kind, got {type(spec).__name__}")
-        assert isinstance(spec, specs.Spec)  # (for the type checker: the same class as self.spec)
-        for public, compared in spec._timeline:
-            if getattr(spec, compared) != getattr(self.spec, compared):
-                raise ValueError(
-                    f"spec's {public} is {getattr(spec, public)!r}, this limiter's {getattr(self.spec, public)!r}: "
-                    f"a limiter keeps its {public} (its state counts in it); make a new limiter for another"
-                )
-        limit, newest = self._core_self()._queue
-        if queue_limit is not ...:
-            limit = _queue_limit(queue_limit)
-        if queue_order is not ...:
-            newest = _queue_order(queue_order)
+        _check_reconfigured(self.spec, spec)
+        assert isinstance(spec, specs.Spec)  # (checked: the same class as self.spec)
+        limit, newest = _reconfigured_queue(self._core_self()._queue, queue_limit, queue_order)
         with _RECONFIGURING:  # the engine and these attributes change together
             engine._reconfigure_engine(spec, limit, newest)
             self.spec = spec

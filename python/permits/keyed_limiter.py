@@ -4,6 +4,7 @@ what a custom keyed limiter written in Python subclasses."""
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from . import _polling
@@ -12,9 +13,10 @@ from ._durations import timeout_ns
 from ._limiter_base import LimiterBase
 from ._loop_check import blocks_the_loop
 from .awaitables import Attempt, LeaseWait, PolledLeaseWait
-from .rate_limiter import Statistics, _check_permit_count
+from .rate_limiter import QueueOrder, Statistics, _check_permit_count
 
 if TYPE_CHECKING:
+    from .specs import Spec
     from .translated import TranslatedKeyLimiter
 
 # A keyed limiter has no permit without a key; what a user of ``with limiter:`` means is one key's.
@@ -138,6 +140,31 @@ class KeyedRateLimiter(LimiterBase):
         """One resource's statistics, or with no resource the totals."""
         self._check_open()
         return self._statistics(resource)
+
+    def reconfigure(
+        self,
+        spec: Spec[Any],
+        *,
+        queue_limit: int | EllipsisType | None = ...,
+        queue_order: QueueOrder | EllipsisType = ...,
+    ) -> None:
+        """Makes ``spec`` every key's limit from now on, present keys and future ones, as
+        ``RateLimiter.reconfigure`` does for one limiter: each key keeps what it has taken (a lower
+        limit holds as its permits come back) and its queued requests, served from the new limit; the
+        queue options change too (``...``: as they are), a key's queue beyond a new ``queue_limit``
+        failing its requests served last with ``"queue_full"``. ``spec`` is of the limiter's kind, with
+        its window (period, segments): ``TypeError`` or ``ValueError`` otherwise. Raises
+        ``LimiterClosedError`` once closed; ``NotImplementedError`` for a keyed limiter that cannot
+        change (a custom one without ``_reconfigure``)."""
+        self._check_open()
+        self._reconfigure(spec, queue_limit, queue_order)
+
+    def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
+        """What ``reconfigure`` does: a custom keyed limiter whose limit can change overrides it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot be reconfigured: "
+            "it implements no _reconfigure(spec, queue_limit, queue_order)"
+        )
 
     def reset(self, resource: object) -> None:
         """Forgets what ``resource``'s limit has counted (support staff unblocking a user): its whole

@@ -8,6 +8,7 @@ from . import _core
 from ._core import Lease, LimiterClosedError
 from ._durations import duration_ns, timeout_ns
 from ._loop_check import blocks_the_loop
+from .engine_limiters import _RECONFIGURING, _check_reconfigured, _reconfigured_queue
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _template_of
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
@@ -52,6 +53,14 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
 
     def _core_self(self) -> _core.PerKey:
         return self
+
+    def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
+        _check_reconfigured(self.spec, spec)
+        assert isinstance(spec, Spec)  # (checked: the same class as self.spec)
+        limit, newest = _reconfigured_queue(self._core_self()._queue, queue_limit, queue_order)
+        with _RECONFIGURING:  # the engine's template and self.spec change together
+            self._core_self()._reconfigure_engine(spec, limit, newest)
+            self.spec = spec
 
     def _check_open(self) -> None:
         if self._core_self().closed:

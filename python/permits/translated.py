@@ -57,6 +57,9 @@ class TranslatedKeyLimiter(KeyedRateLimiter):
         self._check_open()
         return self.limiter.statistics(None if resource is None else self.translate(resource))
 
+    def _reconfigure(self, spec: Any, queue_limit: Any, queue_order: Any) -> None:
+        self.limiter.reconfigure(spec, queue_limit=queue_limit, queue_order=queue_order)  # (every key's)
+
     def reset(self, resource: object) -> None:
         """The limiter's ``reset(translate(resource))``."""
         self._check_open()

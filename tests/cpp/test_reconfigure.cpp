@@ -10,6 +10,7 @@
 
 #include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
+#include "permits/per_key.hpp"
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
@@ -262,4 +263,113 @@ TEST(Reconfigure, ReleasesRacingLimitChangesNeitherLoseNorMakePermits) {
     EXPECT_EQ(over.load(), 0);
     EXPECT_EQ(l->available_permits(), 5); // everything released: exactly the limit, none lost or made
     EXPECT_NE(l->full_at(), kNever);
+}
+
+// ---- PerKeyLimiter::reconfigure: every key, present and future
+
+namespace {
+std::shared_ptr<PerKeyLimiter> fixed_per_key(const std::shared_ptr<ManualClock>& clock, std::int64_t limit,
+                                             QueueOptions queue = kQueue) {
+    return std::make_shared<PerKeyLimiter>(
+        clock, PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(limit, kSec), queue), 100 * kSec, 0);
+}
+
+int take_all(PerKeyLimiter& k, const char* key) {
+    int granted = 0;
+    while (k.acquire(key, 1).outcome.acquired) {
+        ++granted;
+    }
+    return granted;
+}
+} // namespace
+
+TEST(ReconfigurePerKey, EveryKeyPresentAndFutureHasTheNewLimitAndKeepsWhatItTook) {
+    auto clock = make_clock();
+    auto k = fixed_per_key(clock, 10);
+    for (int i = 0; i < 8; ++i) {
+        ASSERT_TRUE(k->acquire("a", 1).outcome.acquired);
+    }
+    ASSERT_TRUE(k->acquire("b", 1).outcome.acquired);
+    k->reconfigure(PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(5, kSec), kQueue));
+    EXPECT_EQ(take_all(*k, "a"), 0); // 8 taken: more than 5
+    EXPECT_EQ(take_all(*k, "b"), 4);
+    EXPECT_EQ(take_all(*k, "c"), 5); // a key made since
+    EXPECT_THROW(k->acquire("d", 6), std::invalid_argument);
+    clock->advance(kSec);
+    EXPECT_EQ(take_all(*k, "a"), 5);
+    k->reconfigure(PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(7, kSec), kQueue));
+    EXPECT_EQ(take_all(*k, "a"), 2); // the difference, at once
+}
+
+TEST(ReconfigurePerKey, AConcurrencyKeysReleasesGiveBackExactlyWhatTheyTook) {
+    auto clock = make_clock();
+    auto k = std::make_shared<PerKeyLimiter>(
+        clock, PerKeyTemplate::of<Concurrency>(clock, ConcurrencyRule(4), QueueOptions{}), 100 * kSec, 0);
+    std::vector<Outcome> held;
+    for (int i = 0; i < 3; ++i) {
+        held.push_back(k->acquire("a", 1).outcome);
+        ASSERT_TRUE(held.back().acquired);
+    }
+    k->reconfigure(PerKeyTemplate::of<Concurrency>(clock, ConcurrencyRule(2), QueueOptions{}));
+    EXPECT_FALSE(k->acquire("a", 1).outcome.acquired);
+    EXPECT_EQ(k->statistics("a")->current_available_permits, 0);
+    for (const Outcome& o : held) {
+        k->give_back("a", 1, o.tag);
+    }
+    EXPECT_EQ(k->statistics("a")->current_available_permits, 2);
+    EXPECT_EQ(take_all(*k, "fresh"), 2);
+}
+
+TEST(ReconfigurePerKey, AKeysQueueIsServedFromTheNewLimitAndTrimmedToTheNewQueueLimit) {
+    auto clock = make_clock();
+    auto k = fixed_per_key(clock, 1);
+    ASSERT_TRUE(k->acquire("a", 1).outcome.acquired);
+    auto first = k->enqueue("a", 1, -1).enqueued.waiter;
+    auto second = k->enqueue("a", 1, -1).enqueued.waiter;
+    auto third = k->enqueue("a", 1, -1).enqueued.waiter;
+    ASSERT_TRUE(first && second && third);
+    k->reconfigure(
+        PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(2, kSec), QueueOptions{1, QueueOrder::OldestFirst}));
+    EXPECT_TRUE(first->outcome().acquired); // the raised limit serves it at once
+    EXPECT_TRUE(second->pending());         // kept: within the new queue limit of 1
+    EXPECT_EQ(third->outcome().reason, Reason::QueueFull);
+    // A key promoted since (its request queues) gets the new queue options too.
+    ASSERT_TRUE(k->acquire("b", 2).outcome.acquired);
+    EXPECT_TRUE(k->enqueue("b", 1, -1).enqueued.waiter);
+    EXPECT_EQ(k->enqueue("b", 1, -1).enqueued.outcome.reason, Reason::QueueFull);
+    clock->advance(kSec);
+    EXPECT_TRUE(second->outcome().acquired);
+}
+
+TEST(ReconfigurePerKey, ACompactSlidingWindowKeyKeepsItsCounts) {
+    for (const std::int64_t segments : {4, -4}) {
+        auto clock = make_clock();
+        auto k = std::make_shared<PerKeyLimiter>(
+            clock, PerKeyTemplate::sliding_window(clock, 10, kSec, segments, kQueue), 100 * kSec, 0);
+        for (int i = 0; i < 8; ++i) {
+            ASSERT_TRUE(k->acquire("a", 1).outcome.acquired);
+        }
+        k->reconfigure(PerKeyTemplate::sliding_window(clock, 5, kSec, segments, kQueue));
+        EXPECT_EQ(take_all(*k, "a"), 0) << segments;
+        EXPECT_EQ(take_all(*k, "b"), 5) << segments;
+        clock->advance(kSec + kSec / 4);
+        EXPECT_EQ(take_all(*k, "a"), 5) << segments;
+    }
+}
+
+TEST(ReconfigurePerKey, AnotherKindOrWindowOrAHandMadeTemplateIsRefused) {
+    auto clock = make_clock();
+    auto k = fixed_per_key(clock, 10);
+    EXPECT_THROW(k->reconfigure(PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(10, 2 * kSec), kQueue)),
+                 std::invalid_argument);
+    EXPECT_THROW(k->reconfigure(PerKeyTemplate::of<Concurrency>(clock, ConcurrencyRule(10), kQueue)),
+                 std::invalid_argument);
+    EXPECT_THROW(k->reconfigure(PerKeyTemplate::sliding_window(clock, 10, kSec, 4, kQueue)), std::invalid_argument);
+    EXPECT_EQ(take_all(*k, "a"), 10); // nothing changed
+    auto make = [clock](Nanos, Pair) { return std::make_shared<FixedWindow>(clock, 2, kSec, QueueOptions{}, false); };
+    auto by_hand = std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate{nullptr, {}, make}, kSec, 0);
+    EXPECT_THROW(by_hand->reconfigure(PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(3, kSec), kQueue)),
+                 std::logic_error);
+    k->close();
+    EXPECT_THROW(k->reconfigure(PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(3, kSec), kQueue)), ClosedError);
 }

@@ -279,3 +279,72 @@ def test_an_instrumented_limiter_reconfigures_what_it_wraps() -> None:
     assert limiter.spec == specs.FixedWindow(4, 1.0) and limiter.permit_limit == 4
     assert len(take_all(limiter)) == 4
     assert limiter.__wrapped__._queue == (3, False)
+
+
+# ---- per key: every key, present and future
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_key_present_and_future_gets_the_new_limit_and_keeps_what_it_took(kind: str) -> None:
+    clock = ManualClock()
+    keyed = permits.PartitionedLimiter.per_key(KINDS[kind](10), clock=clock)
+    held = [keyed.acquire("alice") for _ in range(8)]
+    assert all(held)
+    keyed.reconfigure(KINDS[kind](5))
+    assert keyed.spec == KINDS[kind](5)
+    left = 2 if kind == "token_bucket" else 0  # a bucket keeps its tokens, up to its new token_limit
+    assert keyed.available_permits("alice") == left
+    assert keyed.available_permits("bob") == 5  # a key made since
+    bobs = [keyed.acquire("bob") for _ in range(6)]
+    assert sum(map(bool, bobs)) == 5
+    with pytest.raises(ValueError, match="exceeds"):
+        keyed.acquire("carol", 6)
+    for lease in held:
+        lease.release()
+    clock.advance(2.0)
+    assert keyed.available_permits("alice") == 5
+
+
+async def test_a_keys_queued_waits_are_served_from_a_higher_limit_and_trimmed_to_the_new_queue_limit() -> None:
+    clock = ManualClock()
+    keyed = permits.PartitionedLimiter.per_key(
+        permits.Partition.of(None, specs.FixedWindow(1, 1.0), queue_limit=10), clock=clock
+    )
+    assert keyed.acquire("alice")
+    waits = [asyncio.ensure_future(keyed.wait_async("alice")) for _ in range(3)]
+    await asyncio.sleep(0)
+    keyed.reconfigure(specs.FixedWindow(2, 1.0), queue_limit=1)
+    await asyncio.wait(waits[0::2], timeout=5.0)
+    assert waits[0].result()  # the raise serves it at once
+    assert not waits[2].result() and waits[2].result().reason == "queue_full"
+    assert not waits[1].done()
+    assert keyed._queue == (1, False)
+    clock.advance(1.0)
+    assert await asyncio.wait_for(waits[1], 5.0)
+
+
+def test_a_per_key_limiter_refuses_another_kind_or_window_and_nothing_changes() -> None:
+    keyed = permits.PartitionedLimiter.per_key(specs.FixedWindow(3, 1.0), clock=ManualClock())
+    with pytest.raises(TypeError, match="keeps its kind"):
+        keyed.reconfigure(specs.SlidingWindowCounter(3, 1.0))
+    with pytest.raises(ValueError, match="keeps its window"):
+        keyed.reconfigure(specs.FixedWindow(3, 2.0))
+    assert keyed.spec == specs.FixedWindow(3, 1.0)
+    assert sum(bool(keyed.acquire("a")) for _ in range(4)) == 3
+    keyed.close()
+    with pytest.raises(LimiterClosedError):
+        keyed.reconfigure(specs.FixedWindow(4, 1.0))
+
+
+def test_a_translated_view_reconfigures_every_key_of_its_limiter() -> None:
+    keyed = permits.PartitionedLimiter.per_key(specs.FixedWindow(2, 1.0), clock=ManualClock())
+    folded = keyed.with_translated_key(str.casefold)
+    folded.reconfigure(specs.FixedWindow(3, 1.0))
+    assert keyed.spec == specs.FixedWindow(3, 1.0)
+    assert sum(bool(folded.acquire("Alice")) for _ in range(4)) == 3
+
+
+def test_a_keyed_limiter_without_the_hook_says_so() -> None:
+    keyed = permits.PartitionedLimiter(lambda key: permits.Partition.fixed_window(key, 2, 1.0))
+    with pytest.raises(NotImplementedError, match="cannot be reconfigured"):
+        keyed.reconfigure(specs.FixedWindow(3, 1.0))

@@ -180,8 +180,9 @@ private:
     // Read by the fast path without the lock; changed under it (reconfigure).
     std::int64_t queue_limit() const noexcept { return queue_limit_.load(std::memory_order_relaxed); }
     QueueOrder queue_order() const noexcept { return queue_order_.load(std::memory_order_relaxed); }
-    /// Under mu_: the queued requests a new limit cannot serve fail (reconfigure_with).
-    void fail_unservable_locked();
+    /// Under mu_: the queued requests a new limit can never serve fail (reconfigure_with), and with
+    /// `beyond_queue_limit` those past the new queue limit in the order they would be served.
+    void fail_unservable_locked(bool beyond_queue_limit);
     // All *_locked members run under mu_.
     void process_queue_locked(Nanos state_time);
     void expire_locked(Nanos clock_now);

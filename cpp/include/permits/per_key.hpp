@@ -44,6 +44,11 @@ struct PerKeyTemplate {
     /// A sliding window (rule nullptr): applied to each key's compact state, out of the record,
     /// which it also promotes from.
     std::shared_ptr<const CompactSlidingWindow> window;
+    /// reconfigure: takes `next`'s amounts into this template's rule or window in place (the
+    /// records read them as they are), and gives a key's full limiter the current ones and `queue`.
+    /// Unset (a template made by hand): the limit cannot change.
+    std::function<void(const PerKeyTemplate& next)> adopt;
+    std::function<void(Limiter& full, QueueOptions queue)> reconfigure_full;
 
     /// Each key a sliding window: std::invalid_argument naming the option unless they make one.
     static PerKeyTemplate sliding_window(const std::shared_ptr<Clock>& clock, std::int64_t permit_limit, Nanos window,
@@ -52,10 +57,13 @@ struct PerKeyTemplate {
     /// For a RuleLimiter type L (TokenBucket, FixedWindow, ...) and its rule.
     template <class L, class R>
     static PerKeyTemplate of(const std::shared_ptr<Clock>& clock, const R& rule, QueueOptions queue) {
-        auto r = std::make_shared<const R>(rule);
-        return {r, queue, [clock, r, queue](Nanos anchor, Pair state) {
-                    return std::make_shared<L>(clock, *r, queue, anchor, state);
-                }};
+        auto r = std::make_shared<R>(rule); // (its amounts change in place: reconfigure)
+        PerKeyTemplate t{r, queue, [clock, r, queue](Nanos anchor, Pair state) {
+                             return std::make_shared<L>(clock, *r, queue, anchor, state);
+                         }};
+        t.adopt = [r](const PerKeyTemplate& next) { r->adopt(*next.rule); };
+        t.reconfigure_full = [r](Limiter& full, QueueOptions q) { static_cast<L&>(full).reconfigure(*r, q); };
+        return t;
     }
 };
 
@@ -119,6 +127,14 @@ public:
         std::size_t key_bytes = 0; ///< of which the keys' bytes (inline or on the heap)
     };
     Memory memory();
+    /// Every key's limit from now on, present and future: `next`'s amounts (its limit, its rate)
+    /// and queue options; each key's state kept, as reconfigure keeps a limiter's. Under every shard
+    /// lock. std::invalid_argument unless `next` is of the same kind with the same window (period,
+    /// segments); std::logic_error for a template made by hand; ClosedError once closed.
+    void reconfigure(const PerKeyTemplate& next);
+    const std::shared_ptr<Clock>& clock() const noexcept { return clock_; }
+    /// Every key's queue options as they are (read under a shard lock).
+    QueueOptions queue_options();
     /// Checks the table's own consistency (index, records, check heap); throws std::logic_error
     /// naming what is wrong. O(keys): for tests and fuzzing.
     void check_invariants();
@@ -177,8 +193,9 @@ private:
     void schedule(Nanos when);
 
     std::shared_ptr<Clock> clock_;
-    const PerKeyTemplate tmpl_;
-    const bool releases_; // the rule's, asked once: every per-key lease reads it
+    PerKeyTemplate tmpl_;       // its queue and amounts change under every shard lock (reconfigure)
+    bool reconfigured_ = false; // (under every shard lock): keys promoted since take its queue
+    const bool releases_;       // the rule's, asked once: every per-key lease reads it
     const Nanos idle_timeout_;
     const std::int64_t max_partitions_;
     std::unique_ptr<std::array<Shard, kShards>> shards_;

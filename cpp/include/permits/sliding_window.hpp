@@ -153,6 +153,10 @@ public:
     std::int64_t permit_limit() const noexcept { return shape_.limit; }
     Nanos window() const noexcept { return shape_.window; }
     std::int64_t segments() const noexcept { return shape_.segments; }
+    /// The segments as the constructor took them (below zero: the log).
+    std::int64_t given_segments() const noexcept { return given_segments_; }
+    /// A new limit (reconfigure), under every lock of the states it reads: the counts stay.
+    void set_limit(std::int64_t permit_limit) noexcept { shape_.limit.set(permit_limit); }
     /// The state's length in 32-bit words.
     std::size_t words() const noexcept {
         return 4 + static_cast<std::size_t>(shape_.segments) * (shape_.stamped ? 2 : 1);

@@ -48,6 +48,9 @@ class _Instrumented:
     def __repr__(self) -> str:
         return f"<instrumented {self.__wrapped__!r}>"
 
+    def _reconfigure(self, spec: Any, queue_limit: Any, queue_order: Any) -> None:
+        self.__wrapped__.reconfigure(spec, queue_limit=queue_limit, queue_order=queue_order)
+
     def _observe_wait(self, waiting: Callable[[], Lease | None], permit_count: int = 1) -> Lease | None:
         """A queued wait made on the wrapped limiter by someone else (a sync server's wait that
         watches its client): its time queued and its outcome observed. None (the client left
@@ -144,9 +147,6 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
     def try_replenish(self) -> bool:
         """The wrapped limiter's ``try_replenish()``."""
         return self.__wrapped__.try_replenish()
-
-    def _reconfigure(self, spec: Any, queue_limit: Any, queue_order: Any) -> None:
-        self.__wrapped__.reconfigure(spec, queue_limit=queue_limit, queue_order=queue_order)
 
     def close(self) -> None:
         """Closes the wrapped limiter."""

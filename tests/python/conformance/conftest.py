@@ -270,8 +270,8 @@ LOGGED = [*TIMED_KINDS, "sliding_log"]
 IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("engine", engine, ["concurrency"], *ENGINE, COLLECTED, RECONFIGURES),
     *_kinds("engine", engine, LOGGED, *ENGINE, "replenishes_manually", RECONFIGURES),
-    *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
-    *_kinds("per_key", per_key, LOGGED, *KEYED, RESETS),
+    *_kinds("per_key", per_key, ["concurrency"], *KEYED, COLLECTED, RESETS, RECONFIGURES),
+    *_kinds("per_key", per_key, LOGGED, *KEYED, RESETS, RECONFIGURES),
     *_kinds("general", general, ["fixed_window"], *KEYED, RESETS),
     *_kinds("general", general, ["concurrency"], *KEYED, COLLECTED, RESETS),
     # close() closes the chain only (its members may be shared), and ends the waits in its members.

@@ -52,8 +52,8 @@ CAPABILITIES: dict[str, str] = {
         "served from it and nothing granted before comes back into it; a concurrency key's held leases stay held"
     ),
     "reconfigures": (
-        "limiter.reconfigure(spec): the new limit from now on, what is taken stays taken, queued waits "
-        "stay queued (a queue beyond a new queue_limit fails its requests served last)"
+        "limiter.reconfigure(spec) (a keyed one: every key's): the new limit from now on, what is taken "
+        "stays taken, queued waits stay queued (a queue beyond a new queue_limit fails its requests served last)"
     ),
     "replenishes_manually": "auto_replenishment=False: permits come back only in try_replenish()",
     "clock_serves_queue": (
