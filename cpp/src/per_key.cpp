@@ -33,11 +33,12 @@ PerKeyTemplate PerKeyTemplate::sliding_window(const std::shared_ptr<Clock>& cloc
     // segment), wait queue and lock took "10/second" (20 segments) to 1,160 B a key
     // (benchmarks/RESULTS.md, issue 35).
     auto w = std::make_shared<CompactSlidingWindow>(permit_limit, window, segments);
-    PerKeyTemplate t{nullptr, queue,
-                     [clock, w, queue](Nanos anchor, Pair) -> std::shared_ptr<Limiter> {
-                         return w->promote(clock, queue, anchor, nullptr);
-                     },
-                     w};
+    PerKeyTemplate t;
+    t.queue = queue;
+    t.promote = [clock, w, queue](Nanos anchor, Pair) -> std::shared_ptr<Limiter> {
+        return w->promote(clock, queue, anchor, nullptr);
+    };
+    t.window = w;
     t.adopt = [w](const PerKeyTemplate& next) { w->set_limit(next.window->permit_limit()); };
     t.reconfigure_full = [w](Limiter& full, QueueOptions q) {
         static_cast<SlidingWindow&>(full).reconfigure(w->permit_limit(), w->window(), w->given_segments(), q);

@@ -58,9 +58,12 @@ struct PerKeyTemplate {
     template <class L, class R>
     static PerKeyTemplate of(const std::shared_ptr<Clock>& clock, const R& rule, QueueOptions queue) {
         auto r = std::make_shared<R>(rule); // (its amounts change in place: reconfigure)
-        PerKeyTemplate t{r, queue, [clock, r, queue](Nanos anchor, Pair state) {
-                             return std::make_shared<L>(clock, *r, queue, anchor, state);
-                         }};
+        PerKeyTemplate t;
+        t.rule = r;
+        t.queue = queue;
+        t.promote = [clock, r, queue](Nanos anchor, Pair state) {
+            return std::make_shared<L>(clock, *r, queue, anchor, state);
+        };
         t.adopt = [r](const PerKeyTemplate& next) { r->adopt(*next.rule); };
         t.reconfigure_full = [r](Limiter& full, QueueOptions q) { static_cast<L&>(full).reconfigure(*r, q); };
         return t;
