@@ -26,6 +26,14 @@ inline std::int64_t int_arg(py::handle v, const char* name) {
     return n;
 }
 
+/// A bool argument (an int refused), as bool.
+inline bool bool_arg(py::handle v, const char* name) {
+    if (!PyBool_Check(v.ptr())) {
+        throw py::type_error(std::string(name) + " must be a bool, got " + Py_TYPE(v.ptr())->tp_name);
+    }
+    return v.ptr() == Py_True;
+}
+
 /// queue_limit: None is no bound on the queue (the engine's kNoQueueLimit), else an int.
 inline std::int64_t queue_limit_arg(py::handle v) {
     return v.is_none() ? kNoQueueLimit : int_arg(v, "queue_limit");

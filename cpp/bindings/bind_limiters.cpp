@@ -143,13 +143,14 @@ template <class L, class P> void def_init_from_spec(py::class_<L, Limiter, std::
             py::arg("newest_first"), py::arg("manual"));
     cls.def(
         "_reconfigure_engine",
-        [](py::handle self, py::handle spec, py::handle queue_limit, bool newest_first) {
+        [](py::handle self, py::handle spec, py::handle queue_limit, py::handle newest_first) {
+            L& limiter = self_of<L>(self); // first: an instance never initialized says so
             const P params = read_spec_as<P>(spec, py::type::of<L>());
-            const QueueOptions q = queue_options(queue_limit, newest_first);
+            const QueueOptions q = queue_options(queue_limit, bool_arg(newest_first, "newest_first"));
             if constexpr (std::is_same_v<P, SlidingWindowParams>) {
-                self_of<L>(self).reconfigure(params.permit_limit, params.window, params.segments, q);
+                limiter.reconfigure(params.permit_limit, params.window, params.segments, q);
             } else {
-                self_of<L>(self).reconfigure(params, q);
+                limiter.reconfigure(params, q);
             }
         },
         py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),

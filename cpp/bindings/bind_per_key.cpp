@@ -149,9 +149,10 @@ void bind_per_key(py::module_& m) {
                 "WaitHandle.")
             .def(
                 "_reconfigure_engine",
-                [](py::handle self, py::handle spec, py::handle queue_limit, bool newest_first) {
-                    PerKeyLimiter& limiter = self_of<PerKeyLimiter>(self);
-                    limiter.reconfigure(make_template(limiter.clock(), spec, queue_limit, newest_first));
+                [](py::handle self, py::handle spec, py::handle queue_limit, py::handle newest_first) {
+                    PerKeyLimiter& limiter = self_of<PerKeyLimiter>(self); // first: uninitialized says so
+                    const bool newest = bool_arg(newest_first, "newest_first");
+                    limiter.reconfigure(make_template(limiter.clock(), spec, queue_limit, newest));
                 },
                 py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),
                 "_reconfigure_engine(self, spec, queue_limit, newest_first)\n--\n\nEvery key's limit and queue "
