@@ -180,6 +180,7 @@ class _DeafLoop(ReceivingLoop):
 def test_a_loop_that_cannot_be_woken_refuses_a_wait_that_would_queue() -> None:
     limiter = permits.ConcurrencyLimiter(1, queue_limit=4)
     held = limiter.acquire()
+    gc.collect()  # earlier tests' garbage closes its descriptors now, not in the count below
     before = open_fds()
 
     async def main() -> None:
@@ -197,4 +198,4 @@ def test_a_loop_that_cannot_be_woken_refuses_a_wait_that_would_queue() -> None:
     held.release()
     assert limiter.available_permits() == 1
     gc.collect()
-    assert open_fds() == before
+    assert fds_settle_at_most(before) <= before

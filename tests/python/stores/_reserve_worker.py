@@ -21,17 +21,17 @@ KINDS: dict[str, Any] = {
 
 
 def hammer(
-    port: int, prefix: str, kind: str, params: tuple[Any, ...], reserve: int, start_ns: int, stop_ns: int, pace: float
+    port: int, prefix: str, kind: str, params: tuple[Any, ...], reserve: int, together: Any, run_ns: int, pace: float
 ) -> tuple[list[tuple[int, int]], int]:
-    """Acquires one permit every ``pace`` seconds (0: back to back) from ``start_ns`` to ``stop_ns``: the grants'
-    times and the number refused."""
+    """Once every process is ready (``together``, a barrier), acquires one permit every ``pace``
+    seconds (0: back to back) for ``run_ns``: the grants' times and the number refused."""
     client = redis.Redis(host="127.0.0.1", port=port)
     store = RedisStore(client, prefix=prefix, reserve=reserve, timeout=5.0)
     limiter = store.limiter("hammer", KINDS[kind](*params))
     grants: list[tuple[int, int]] = []
     refused = 0
-    while time.time_ns() < start_ns:
-        time.sleep(0.001)
+    together.wait(60)
+    stop_ns = time.time_ns() + run_ns
     while (before := time.time_ns()) < stop_ns:
         lease = limiter.acquire()
         after = time.time_ns()

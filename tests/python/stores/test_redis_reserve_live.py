@@ -48,17 +48,20 @@ Grant = tuple[int, int]  # ns before and after the acquire that granted it
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[Any]:
-    with multiprocessing.get_context("spawn").Pool(len(PACES)) as made:
-        yield made
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Manager() as manager, spawn.Pool(len(PACES)) as made:
+        yield made, manager
 
 
 def run(pool: Any, server: RedisProcess, kind: str) -> tuple[list[Grant], int, int]:
     """The grants of every process, the refusals, and the state's anchor (ns, server time)."""
+    made, manager = pool
     prefix = f"live-{uuid.uuid4().hex[:8]}:"
-    start = time.time_ns() + 500_000_000  # the processes are spawned already: they start together
-    stop = start + int(RUN_S * 1e9)
-    args = [(server.port, prefix, kind, PARAMS[kind], RESERVE, start, stop, pace) for pace in PACES]
-    results = pool.starmap(hammer, args)
+    # They start together once each is ready (a process importing permits on a loaded machine can
+    # take longer than any head start: then one ran alone, or none ran out a window).
+    together = manager.Barrier(len(PACES))
+    args = [(server.port, prefix, kind, PARAMS[kind], RESERVE, together, int(RUN_S * 1e9), pace) for pace in PACES]
+    results = made.starmap(hammer, args)
     grants = [grant for got, _ in results for grant in got]
     refused = sum(count for _, count in results)
     with server.client() as client:
