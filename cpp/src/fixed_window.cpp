@@ -85,7 +85,7 @@ struct FixedWindowRule::Proj final : Projection {
         i128 v = std::max(now_w, w);
         i128 u = v == w ? used : 0;
         i128 at = not_before;
-        if (fw.limit_ - u < need) {
+        if (fw.limit_.get() - u < need) {
             ++v; // head-of-line: what this window has left is not enough, the next one is
             u = 0;
             at = static_cast<i128>(anchor) + v * fw.window_;

@@ -180,12 +180,12 @@ struct SlidingLogProj final : Projection {
     i128 grant(std::int64_t n, i128 not_before, bool apply) override {
         const std::int64_t need = std::max<std::int64_t>(n, 1);
         i128 at = not_before;
-        if (sw.limit - used(at) < need) {
+        if (sw.limit.get() - used(at) < need) {
             // Segments come back oldest first, each one window after its stamp.
             i128 last = at;
             for (const auto& [j, e] : held) {
                 last = std::max(last, e.first + sw.window + 1);
-                if (sw.limit - used(last) >= need) {
+                if (sw.limit.get() - used(last) >= need) {
                     break;
                 }
             }

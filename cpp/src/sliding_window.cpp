@@ -136,11 +136,11 @@ struct SlidingWindowProj final : Projection {
         const i128 now_p = not_before <= sw.anchor ? 0 : (not_before - sw.anchor) / sw.segment;
         i128 p = std::max(now_p, head);
         i128 at = not_before;
-        if (sw.limit - used(p) < need) {
+        if (sw.limit.get() - used(p) < need) {
             // Walk forward: each segment start frees the segment leaving the window.
             do {
                 ++p;
-            } while (sw.limit - used(p) < need);
+            } while (sw.limit.get() - used(p) < need);
             at = static_cast<i128>(sw.anchor) + p * sw.segment;
         }
         if (apply && n > 0) {

@@ -36,7 +36,7 @@ SlidingWindowCounterRule::Counts SlidingWindowCounterRule::counts_at(Pair s, std
 
 i128 SlidingWindowCounterRule::room(const Counts& c, Nanos anchor, Nanos now) const noexcept {
     const Nanos elapsed = std::clamp<Nanos>(now - window_start(anchor, c.window), 0, window_);
-    return static_cast<i128>(limit_) * window_ - static_cast<i128>(c.previous) * (window_ - elapsed) -
+    return static_cast<i128>(limit_.get()) * window_ - static_cast<i128>(c.previous) * (window_ - elapsed) -
            static_cast<i128>(c.current) * window_;
 }
 
@@ -137,7 +137,7 @@ struct SlidingWindowCounterRule::Proj final : Projection {
     i128 start(i128 v) const { return static_cast<i128>(anchor) + v * sw.window_; }
     // Earliest time >= t in window v with prev*(W - e) + (cur + need)*W <= limit*W, or -1.
     i128 earliest(i128 v, i128 prev, i128 cur, std::int64_t need, i128 t) const {
-        const i128 spare = sw.limit_ - cur - need;
+        const i128 spare = sw.limit_.get() - cur - need;
         if (spare < 0) {
             return -1;
         }

@@ -62,7 +62,7 @@ bool TokenBucketRule::give_back(Pair s, Nanos anchor, std::int64_t n, std::int64
     // Only what the bucket could not have refilled since the grant (in period `granted_in`) comes
     // back: had the grant never happened, each refill since would have found those tokens there
     // already, so giving back more would let it grant more in some interval than its rate allows.
-    const i128 refilled = static_cast<i128>(std::max<std::int64_t>(0, p - granted_in)) * per_period_;
+    const i128 refilled = static_cast<i128>(std::max<std::int64_t>(0, p - granted_in)) * per_period_.get();
     if (refilled >= n) {
         return false;
     }
@@ -102,7 +102,7 @@ struct TokenBucketRule::Proj final : Projection {
 
     i128 index_at(i128 t) const { return t <= anchor ? 0 : (t - anchor) / tb.period_; }
     i128 tokens_at(i128 q) const {
-        const i128 t = tokens + (q - p) * tb.per_period_;
+        const i128 t = tokens + (q - p) * tb.per_period_.get();
         const i128 limit = tb.limit_.get();
         return t >= limit ? limit : t;
     }
@@ -111,7 +111,7 @@ struct TokenBucketRule::Proj final : Projection {
         i128 q = std::max(index_at(not_before), p);
         i128 at = not_before;
         if (tokens_at(q) < need) {
-            q += (need - tokens_at(q) + tb.per_period_ - 1) / tb.per_period_;
+            q += (need - tokens_at(q) + tb.per_period_.get() - 1) / tb.per_period_.get();
             at = static_cast<i128>(anchor) + q * tb.period_;
         }
         if (apply) {

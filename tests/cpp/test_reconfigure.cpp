@@ -367,7 +367,9 @@ TEST(ReconfigurePerKey, AnotherKindOrWindowOrAHandMadeTemplateIsRefused) {
     EXPECT_THROW(k->reconfigure(PerKeyTemplate::sliding_window(clock, 10, kSec, 4, kQueue)), std::invalid_argument);
     EXPECT_EQ(take_all(*k, "a"), 10); // nothing changed
     auto make = [clock](Nanos, Pair) { return std::make_shared<FixedWindow>(clock, 2, kSec, QueueOptions{}, false); };
-    auto by_hand = std::make_shared<PerKeyLimiter>(clock, PerKeyTemplate{nullptr, {}, make}, kSec, 0);
+    PerKeyTemplate made_by_hand;
+    made_by_hand.promote = make;
+    auto by_hand = std::make_shared<PerKeyLimiter>(clock, made_by_hand, kSec, 0);
     EXPECT_THROW(by_hand->reconfigure(PerKeyTemplate::of<FixedWindow>(clock, FixedWindowRule(3, kSec), kQueue)),
                  std::logic_error);
     k->close();
