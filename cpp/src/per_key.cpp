@@ -383,13 +383,19 @@ void PerKeyLimiter::reconfigure(const PerKeyTemplate& next) {
     tmpl_.adopt(next);
     tmpl_.queue = next.queue;
     reconfigured_ = true;
+    std::vector<std::shared_ptr<Limiter>> full; // reconfigured once the shards are let go
     for (auto& shard : *shards_) {
         for (std::uint32_t i = 0; i < shard.table.used(); ++i) {
             Record& r = shard.table.at(i);
             if (r.live() && r.promoted()) {
-                tmpl_.reconfigure_full(*r.limiter(), tmpl_.queue);
+                full.push_back(r.limiter());
             }
         }
+    }
+    const QueueOptions queue = tmpl_.queue;
+    locks.clear(); // (64 locks and a limiter's would be more than ThreadSanitizer follows at once)
+    for (auto& limiter : full) {
+        tmpl_.reconfigure_full(*limiter, queue); // a key promoted meanwhile got them already
     }
 }
 
