@@ -195,6 +195,16 @@ void bind_limiters(py::module_& m) {
         .def_property_readonly("closed", [](py::handle self) { return self_of<Limiter>(self).closed(); })
         .def_property_readonly("_max_permits", [](py::handle self) { return self_of<Limiter>(self).max_permits(); })
         .def_property_readonly(
+            "_amounts",
+            [](py::handle self) {
+                Limiter& limiter = self_of<Limiter>(self);
+                limiter.catch_up(); // (a shared-memory limiter: what another process set, if it did)
+                std::int64_t a[2] = {};
+                limiter.amounts(a);
+                return py::make_tuple(a[0], a[1]);
+            },
+            "(limit, rate or 0) as they hold now: for a shared-memory limiter, as any process last set them.")
+        .def_property_readonly(
             "_queue",
             [](py::handle self) {
                 const QueueOptions q = self_of<Limiter>(self).queue_options();

@@ -132,6 +132,7 @@ std::optional<Outcome> Limiter::grant_now(std::int64_t n, Nanos now) {
 }
 
 Outcome Limiter::acquire(std::int64_t n) {
+    catch_up();
     validate(n);
     if (closed_.load()) {
         throw ClosedError();
@@ -148,6 +149,7 @@ Outcome Limiter::acquire(std::int64_t n) {
 }
 
 std::optional<Outcome> Limiter::try_now(std::int64_t n) {
+    catch_up();
     validate(n);
     if (closed_.load()) {
         throw ClosedError();
@@ -157,6 +159,7 @@ std::optional<Outcome> Limiter::try_now(std::int64_t n) {
 
 Limiter::Enqueued Limiter::enqueue(std::int64_t n, Nanos timeout, std::shared_ptr<Notifier> notifier,
                                    std::uint64_t id) {
+    catch_up();
     validate(n);
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_.load()) {
@@ -314,6 +317,11 @@ void Limiter::drop_timers_if_idle_locked() {
 }
 
 void Limiter::on_timer(Nanos now) {
+    try {
+        catch_up();
+    } catch (const std::exception&) {
+        // (closed meanwhile, or amounts a damaged segment holds: the next request's catch_up says so)
+    }
     std::lock_guard<std::mutex> lock(mu_);
     // Catch up from the time this timer was due: a late timer (or one ManualClock.advance over
     // several periods) serves each waiter at the time it became servable, as a punctual timer
@@ -420,12 +428,50 @@ bool Limiter::reset() {
     return true;
 }
 
-void Limiter::reconfigure_with(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change) {
+void Limiter::reconfigure_with(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change,
+                               const std::int64_t (&amounts)[2]) {
     detail::check_queue(queue);
-    if (shares_state()) {
-        // Every process decides with its own copy of the limit: one changing alone would disagree.
-        throw std::logic_error("a limiter on shared state cannot change its limit alone");
+    if (shared_ == nullptr) {
+        if (shares_state()) {
+            // Every process decides with its own copy of the limit: one changing alone would disagree.
+            throw std::logic_error("a limiter on shared state cannot change its limit alone");
+        }
+        apply_change(max_permits, queue, change);
+        return;
     }
+    // Published first, then taken on here: this process's other threads that see the new
+    // generation meanwhile wait on the lock, then find it seen.
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    const std::uint32_t generation = shared_->publish(amounts);
+    apply_change(max_permits, queue, change);
+    shared_->seen.store(generation);
+}
+
+void Limiter::follow(std::unique_ptr<SharedAmounts> shared, std::uint32_t seen) {
+    shared->seen.store(seen);
+    shared_ = std::move(shared);
+}
+
+void Limiter::catch_up_shared() {
+    SharedAmounts& shared = *shared_;
+    if (shared.generation->load(std::memory_order_acquire) == shared.seen.load(std::memory_order_relaxed) ||
+        closed_.load()) {
+        return;
+    }
+    std::lock_guard<std::mutex> lock(shared.mu);
+    std::int64_t amounts[2] = {};
+    const std::uint32_t generation = shared.read(amounts);
+    if (generation == shared.seen.load() || closed_.load()) {
+        return;
+    }
+    shared.apply(amounts);
+    shared.seen.store(generation);
+}
+
+void Limiter::apply_change(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_.load()) {
         throw ClosedError();
@@ -504,6 +550,7 @@ void Limiter::give_back(std::int64_t n, std::int64_t tag) {
 }
 
 std::int64_t Limiter::available_permits() {
+    catch_up();
     if (closed_.load()) {
         throw ClosedError();
     }
@@ -511,6 +558,7 @@ std::int64_t Limiter::available_permits() {
 }
 
 Statistics Limiter::statistics() {
+    catch_up();
     if (closed_.load()) {
         throw ClosedError();
     }

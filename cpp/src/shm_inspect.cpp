@@ -98,14 +98,16 @@ void add_holder(std::vector<HolderInfo>& holders, const HolderInfo& holder) {
 }
 
 /// The time-based kinds: a Rule over the slot's one state word.
+/// (`rule` holds now; `most`, the same with the highest limit the slot had, reads the state for damage.)
 template <class R>
-void read_rule(const Segment& seg, const NamedSlot& slot, const R& rule, std::optional<Nanos> now, SlotInfo& info) {
+void read_rule(const Segment& seg, const NamedSlot& slot, const R& rule, const R& most, std::optional<Nanos> now,
+               SlotInfo& info) {
     if (slot.bytes != sizeof(AtomicPair)) {
         info.damage = "its slot's sizes do not add up";
         return;
     }
     const Pair s = seg.at<AtomicPair>(slot.offset)->load();
-    if (const char* what = rule.damage(s, slot.anchor)) {
+    if (const char* what = most.damage(s, slot.anchor)) {
         info.damage = "its state {" + std::to_string(s.a) + ", " + std::to_string(s.b) + "}: " + what;
         return;
     }
@@ -114,21 +116,20 @@ void read_rule(const Segment& seg, const NamedSlot& slot, const R& rule, std::op
     }
 }
 
-void read_sliding(const Segment& seg, const NamedSlot& slot, std::optional<Nanos> now, SlotInfo& info) {
-    const std::int64_t* v = slot.values;
+void read_sliding(const Segment& seg, const NamedSlot& slot, const std::int64_t* v, std::int64_t highest,
+                  std::optional<Nanos> now, SlotInfo& info) {
     SlidingWindowState::check(v[0], v[1], v[2]);
     if (slot.bytes != (static_cast<std::uint64_t>(SlidingWindowShape::slots(v[2])) + 1) * sizeof(AtomicPair)) {
         info.damage = "its slot's sizes do not add up";
         return;
     }
-    const SlidingWindowState st =
-        SlidingWindowState::over(v[0], v[1], v[2], slot.anchor, seg.at<AtomicPair>(slot.offset));
-    if (std::string what = st.damage(); !what.empty()) {
+    auto* words = seg.at<AtomicPair>(slot.offset);
+    if (std::string what = SlidingWindowState::over(highest, v[1], v[2], slot.anchor, words).damage(); !what.empty()) {
         info.damage = std::move(what);
         return;
     }
     if (now) {
-        info.available = st.available_at(*now);
+        info.available = SlidingWindowState::over(v[0], v[1], v[2], slot.anchor, words).available_at(*now);
     }
 }
 
@@ -192,7 +193,10 @@ SlotInfo read_slot(const Segment& seg, const NamedSlot& slot, std::optional<Nano
     info.name.assign(slot.name, ::strnlen(slot.name, kNameBytes));
     info.kind = kind_name(slot.kind);
     info.bytes = slot.bytes;
-    const std::int64_t* v = slot.values;
+    std::int64_t live[8] = {}; // the parameters as they hold now (reconfigured amounts)
+    std::int64_t highest = 0;
+    live_values(slot, live, highest);
+    const std::int64_t* v = live;
     const std::uint32_t count = slot.kind == Kind::KeyTable ? 6 : shape_of(slot.kind).count;
     if (count == 0) {
         info.damage = "its kind, " + std::to_string(static_cast<std::uint32_t>(slot.kind)) + ", is no limiter's";
@@ -204,10 +208,17 @@ SlotInfo read_slot(const Segment& seg, const NamedSlot& slot, std::optional<Nano
     }
     try {
         switch (slot.kind) {
-        case Kind::TokenBucket: read_rule(seg, slot, TokenBucketRule(v[0], v[1], v[2]), now, info); break;
-        case Kind::FixedWindow: read_rule(seg, slot, FixedWindowRule(v[0], v[1]), now, info); break;
-        case Kind::SlidingWindowCounter: read_rule(seg, slot, SlidingWindowCounterRule(v[0], v[1]), now, info); break;
-        case Kind::SlidingWindow: read_sliding(seg, slot, now, info); break;
+        case Kind::TokenBucket:
+            read_rule(seg, slot, TokenBucketRule(v[0], v[1], v[2]), TokenBucketRule(highest, v[1], v[2]), now, info);
+            break;
+        case Kind::FixedWindow:
+            read_rule(seg, slot, FixedWindowRule(v[0], v[1]), FixedWindowRule(highest, v[1]), now, info);
+            break;
+        case Kind::SlidingWindowCounter:
+            read_rule(seg, slot, SlidingWindowCounterRule(v[0], v[1]), SlidingWindowCounterRule(highest, v[1]), now,
+                      info);
+            break;
+        case Kind::SlidingWindow: read_sliding(seg, slot, v, highest, now, info); break;
         case Kind::Concurrency: read_concurrency(seg, slot, mono, our_ns, info); break;
         default: read_table(seg, slot, mono, our_ns, info); return info;
         }

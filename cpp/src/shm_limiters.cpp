@@ -289,6 +289,29 @@ std::string where_of(std::string_view name, const Segment& segment) {
     throw std::invalid_argument(where + " is corrupted: " + what + " (unlink the segment)");
 }
 
+// A rule of the same shape as `rule` (its period, its window) with amounts `a` (Rule::amounts).
+TokenBucketRule with_amounts(const TokenBucketRule& rule, const std::int64_t (&a)[2]) {
+    return {a[0], a[1], rule.period()};
+}
+FixedWindowRule with_amounts(const FixedWindowRule& rule, const std::int64_t (&a)[2]) {
+    return {a[0], rule.window()};
+}
+SlidingWindowCounterRule with_amounts(const SlidingWindowCounterRule& rule, const std::int64_t (&a)[2]) {
+    return {a[0], rule.window()};
+}
+
+/// What a named limiter of `slot` follows: the slot's amounts, which any process may reconfigure.
+std::unique_ptr<SharedAmounts> following(Segment& segment, NamedSlot& slot,
+                                         std::function<void(const std::int64_t (&)[2])> apply) {
+    auto shared = std::make_unique<SharedAmounts>();
+    shared->generation = &slot.generation;
+    // (the limiter keeps the store, hence the mapping, alive: the slot outlives these)
+    shared->read = [&slot](std::int64_t(&a)[2]) { return live_amounts(slot, a); };
+    shared->publish = [&segment, &slot](const std::int64_t(&a)[2]) { return segment.publish_amounts(slot, a); };
+    shared->apply = std::move(apply);
+    return shared;
+}
+
 template <class L, class R>
 std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& rule, Params params, QueueOptions queue) {
     detail::check_queue(queue);
@@ -296,41 +319,60 @@ std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& ru
                                             // NOLINTNEXTLINE(readability-non-const-parameter): built in place
                                             [&](char* data, Nanos a) { new (data) AtomicPair(rule.initial(a)); });
     ExternalState ext{store.segment().at<AtomicPair>(slot.offset), slot.anchor, store.shared_from_this()};
+    // The slot's amounts, not the caller's, once a process reconfigured them.
+    std::int64_t amounts[2] = {};
+    const std::uint32_t generation = live_amounts(slot, amounts);
+    const R live = generation == 0 ? rule : with_amounts(rule, amounts);
+    std::int64_t values[8] = {};
+    std::int64_t highest = 0;
+    live_values(slot, values, highest);
+    const std::int64_t most[2] = {std::max(highest, amounts[0]), amounts[1]};
     // Damaged state is refused, never used (a single word: no other process's change can make a
-    // sound state look damaged); its hint, a take's first guess, becomes the value checked.
+    // sound state look damaged); its hint, a take's first guess, becomes the value checked. Read
+    // against the highest limit the slot had: a limit lowered keeps what was taken.
     const Pair s = ext.word->rehint();
-    if (const char* what = rule.damage(s, ext.anchor)) {
+    if (const char* what = (generation == 0 ? rule : with_amounts(rule, most)).damage(s, ext.anchor)) {
         refuse(where_of(name, store.segment()),
                "its state {" + std::to_string(s.a) + ", " + std::to_string(s.b) + "}: " + what);
     }
-    return std::make_shared<L>(store.clock(), rule, queue, std::move(ext));
+    auto limiter = std::make_shared<L>(store.clock(), live, queue, std::move(ext));
+    L* raw = limiter.get(); // (what follows is the limiter's own: it lives no longer)
+    limiter->follow(following(store.segment(), slot,
+                              [raw, rule](const std::int64_t(&a)[2]) { raw->take_on(with_amounts(rule, a)); }),
+                    generation);
+    return limiter;
 }
 } // namespace
 
 Params params_of(const TokenBucketRule& rule) {
     Params p{Kind::TokenBucket, 3, {rule.token_limit(), rule.tokens_per_period(), rule.period()}, kTokenBucketNames};
     p.durations = 1U << 2;
+    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of(const FixedWindowRule& rule) {
     Params p{Kind::FixedWindow, 2, {rule.permit_limit(), rule.window()}, kWindowNames};
     p.durations = 1U << 1;
+    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of(const SlidingWindowCounterRule& rule) {
     Params p{Kind::SlidingWindowCounter, 2, {rule.permit_limit(), rule.window()}, kWindowNames};
     p.durations = 1U << 1;
+    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of_sliding(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
     Params p{Kind::SlidingWindow, 3, {permit_limit, window, segments}, kSlidingNames};
     p.durations = 1U << 1;
+    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of_concurrency(std::int64_t permit_limit, Nanos lease_ttl) {
     // lease_ttl is a parameter: a process that would judge holders dead sooner than they renew is refused.
     Params p{Kind::Concurrency, 2, {permit_limit, lease_ttl}, kConcurrencyNames};
     p.durations = 1U << 1;
+    p.amounts = amounts_of(p.kind);
     return p;
 }
 
@@ -363,12 +405,24 @@ std::shared_ptr<SlidingWindow> Store::sliding_window(std::string_view name, std:
                                           SlidingWindowState::init_storage(w, segments);
                                       });
     ExternalState ext{segment().at<AtomicPair>(slot.offset), slot.anchor, shared_from_this()};
-    const SlidingWindowState state = SlidingWindowState::over(permit_limit, window, segments, ext.anchor, ext.word);
+    std::int64_t amounts[2] = {};
+    const std::uint32_t generation = live_amounts(slot, amounts);
+    const std::int64_t limit = generation == 0 ? permit_limit : amounts[0];
+    std::int64_t values[8] = {};
+    std::int64_t highest = 0;
+    live_values(slot, values, highest);
+    SlidingWindowState::check(limit, window, segments); // (a damaged slot's amounts: refused as any)
+    // (read against the highest limit the slot had: a limit lowered keeps the counts)
+    const SlidingWindowState state =
+        SlidingWindowState::over(std::max(highest, limit), window, segments, ext.anchor, ext.word);
     if (const std::string what = state.damage(); !what.empty()) {
         refuse(where_of(name, segment()), what);
     }
     ext.word->rehint(); // (a take's first guess: the head as it is, not a hint no check has seen)
-    return std::make_shared<SlidingWindow>(clock(), permit_limit, window, segments, queue, ext);
+    auto limiter = std::make_shared<SlidingWindow>(clock(), limit, window, segments, queue, ext);
+    SlidingWindow* raw = limiter.get();
+    limiter->follow(following(segment(), slot, [raw](const std::int64_t(&a)[2]) { raw->take_on(a[0]); }), generation);
+    return limiter;
 }
 
 std::shared_ptr<SharedLimiter> Store::concurrency(std::string_view name, std::int64_t permit_limit, Nanos lease_ttl,

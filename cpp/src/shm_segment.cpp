@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -569,6 +571,70 @@ void Segment::release_mapping() noexcept {
     }
 }
 
+namespace {
+constexpr std::size_t bank_of(std::uint32_t generation) noexcept {
+    return generation == 0 ? 0 : (generation % 2 == 1 ? 3 : 5);
+}
+std::atomic_ref<std::int64_t> value_ref(const NamedSlot& slot, std::size_t i) noexcept {
+    // (const_cast: atomic_ref takes no const object; only loads go through it here)
+    return std::atomic_ref<std::int64_t>(const_cast<std::int64_t&>(slot.values[i])); // NOLINT
+}
+} // namespace
+
+std::uint32_t live_amounts(const NamedSlot& slot, std::int64_t (&out)[2]) noexcept {
+    for (;;) {
+        const std::uint32_t generation = slot.generation.load(std::memory_order_acquire);
+        const std::size_t bank = bank_of(generation);
+        out[0] = value_ref(slot, bank).load(std::memory_order_relaxed);
+        out[1] = value_ref(slot, bank + 1).load(std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        // A writer rewrites this bank only after moving the generation on past it.
+        if (slot.generation.load(std::memory_order_relaxed) == generation) {
+            return generation;
+        }
+    }
+}
+
+std::uint32_t Segment::publish_amounts(NamedSlot& slot, const std::int64_t (&amounts)[2]) {
+    RobustLock lock(&header_->lock);
+    const std::uint32_t was = slot.generation.load();
+    // (past 2^32 - 1 changes it goes on at 2: never 0, which means "as made")
+    const std::uint32_t next = was == std::numeric_limits<std::uint32_t>::max() ? 2 : was + 1;
+    const std::size_t bank = bank_of(next);
+    value_ref(slot, bank).store(amounts[0], std::memory_order_relaxed);
+    value_ref(slot, bank + 1).store(amounts[1], std::memory_order_relaxed);
+    const std::int64_t highest = std::max({value_ref(slot, 7).load(), slot.values[0], amounts[0]});
+    value_ref(slot, 7).store(highest, std::memory_order_relaxed);
+    slot.generation.store(next, std::memory_order_release);
+    return next;
+}
+
+std::uint32_t amounts_of(Kind kind) noexcept {
+    switch (kind) {
+    case Kind::TokenBucket: return 0b11U;
+    case Kind::FixedWindow:
+    case Kind::SlidingWindowCounter:
+    case Kind::SlidingWindow: return 0b1U;
+    default: return 0;
+    }
+}
+
+std::uint32_t live_values(const NamedSlot& slot, std::int64_t (&values)[8], std::int64_t& highest) noexcept {
+    std::int64_t amounts[2] = {};
+    const std::uint32_t generation = live_amounts(slot, amounts);
+    for (std::size_t i = 0; i < 8; ++i) {
+        values[i] = value_ref(slot, i).load(std::memory_order_relaxed);
+    }
+    const std::uint32_t mask = generation != 0 ? amounts_of(slot.kind) : 0U;
+    for (std::size_t i = 0; i < 2; ++i) {
+        if (((mask >> i) & 1U) != 0) {
+            values[i] = amounts[i];
+        }
+    }
+    highest = std::max({slot.values[0], values[7], values[0]});
+    return generation;
+}
+
 NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                           const std::function<void(char*, Nanos)>& init) {
     if (name.empty() || name.size() >= kNameBytes || name.find('\0') != std::string_view::npos) {
@@ -592,8 +658,10 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
             was != asked) {
             throw std::invalid_argument(where + "is a " + was + ", not a " + asked);
         }
+        // Once reconfigured, the amounts are the slot's: an opener asking for others takes them on.
+        const std::uint32_t skipped = slot.generation.load() != 0 ? params.amounts : 0U;
         for (std::uint32_t i = 0; i < params.count; ++i) {
-            if (slot.values[i] != params.values[i]) {
+            if (((skipped >> i) & 1U) == 0 && slot.values[i] != params.values[i]) {
                 const std::string field = params.names != nullptr ? params.names[i] : "parameter";
                 const bool duration = ((params.durations >> i) & 1U) != 0;
                 const auto show = [duration](std::int64_t v) {
@@ -682,6 +750,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
     std::memcpy(free->name, name.data(), name.size());
     free->kind = params.kind;
     free->count = params.count;
+    free->generation.store(0);
     for (std::uint32_t i = 0; i < 8; ++i) {
         free->values[i] = i < params.count ? params.values[i] : 0;
     }

@@ -239,7 +239,13 @@ void SlidingWindow::reconfigure(std::int64_t permit_limit, Nanos window, std::in
     }
     // The counts are kept as they are: each is read against the limit of the moment (a count over a
     // lower limit reads as that limit: its segment has no room while it is in the window).
-    reconfigure_with(permit_limit, queue, [&] { st_.limit.set(permit_limit); });
+    const std::int64_t amounts[2] = {permit_limit, 0};
+    reconfigure_with(
+        permit_limit, queue, [&] { st_.limit.set(permit_limit); }, amounts);
+}
+
+void SlidingWindow::take_on(std::int64_t permit_limit) {
+    apply_change(permit_limit, queue_options(), [&] { st_.limit.set(permit_limit); });
 }
 
 Nanos SlidingWindowShape::segment_start(std::int64_t s) const noexcept {

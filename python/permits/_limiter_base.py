@@ -31,6 +31,19 @@ class LimiterBase:
         if self._rl_closed:
             raise LimiterClosedError("the limiter is closed")
 
+    @staticmethod
+    def _spec_given(spec: object) -> object:
+        """``reconfigure``'s spec: a rate such as "10/second" parsed (a bad one: ``ValueError``
+        naming ``spec``), anything else as given (the limiter checks it)."""
+        if not isinstance(spec, str):
+            return spec
+        from . import specs  # (specs imports the interfaces: not at this module's import)
+
+        try:
+            return specs.parse(spec)
+        except ValueError as error:
+            raise ValueError(f"spec: {error}") from None
+
     def _rl_checked(self, lease: object, permit_count: int, hook: str = "_acquire") -> Lease:
         """A hook's lease, checked. A failed one gets the requested permit_count and, unless it names
         one already (a chain's member, a partition's limiter), this limiter's name as

@@ -119,30 +119,33 @@ class _EngineLimiter(RateLimiter):
         ql, newest = _queue_limit(queue_limit), _queue_order(queue_order)
         engine: Any = spec._engine  # each engine class's __init__ takes its own spec class
         engine.__init__(self, self._rl_clock, spec, ql, newest, manual)
-        self.spec = spec
-        for attribute in spec._attributes:
-            setattr(self, attribute, getattr(spec, attribute))
+        self._take_spec(spec)
         if spec._replenishing:
             self.auto_replenishment = auto
 
     def _core_self(self) -> _core.Limiter:
         return self  # type: ignore[return-value]
 
+    def _take_spec(self, spec: specs.Spec[Any]) -> None:
+        """``spec`` and the attributes it gives (``permit_limit``...), those the class computes left out."""
+        self.spec = spec
+        for attribute in spec._attributes:
+            if not isinstance(getattr(type(self), attribute, None), property):
+                setattr(self, attribute, getattr(spec, attribute))
+
     def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
         engine: Any = self  # (each engine class takes its own spec class)
-        if getattr(self, "store", None) is not None or not hasattr(engine, "_reconfigure_engine"):
+        if not hasattr(engine, "_reconfigure_engine"):
             raise NotImplementedError(
-                f"{type(self).__name__} of a shared-memory store cannot be reconfigured: each process "
-                "decides with its own copy of the limit"
+                f"{type(self).__name__} of a shared-memory store cannot be reconfigured: its permits are "
+                "counted from the limit it was made with in every process"
             )
         _check_reconfigured(self.spec, spec)
         assert isinstance(spec, specs.Spec)  # (checked: the same class as self.spec)
         limit, newest = _reconfigured_queue(self._core_self()._queue, queue_limit, queue_order)
         with _RECONFIGURING:  # the engine and these attributes change together
             engine._reconfigure_engine(spec, limit, newest)
-            self.spec = spec
-            for attribute in spec._attributes:
-                setattr(self, attribute, getattr(spec, attribute))
+            self._take_spec(spec)
 
     def wait(self, permit_count: int = 1, timeout: float | None = None) -> Lease:
         """Blocks the calling thread (without holding the GIL) until ``permit_count`` permits are

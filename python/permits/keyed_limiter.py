@@ -143,7 +143,7 @@ class KeyedRateLimiter(LimiterBase):
 
     def reconfigure(
         self,
-        spec: Spec[Any],
+        spec: Spec[Any] | str,
         *,
         queue_limit: int | EllipsisType | None = ...,
         queue_order: QueueOrder | EllipsisType = ...,
@@ -152,12 +152,13 @@ class KeyedRateLimiter(LimiterBase):
         ``RateLimiter.reconfigure`` does for one limiter: each key keeps what it has taken (a lower
         limit holds as its permits come back) and its queued requests, served from the new limit; the
         queue options change too (``...``: as they are), a key's queue beyond a new ``queue_limit``
-        failing its requests served last with ``"queue_full"``. ``spec`` is of the limiter's kind, with
-        its window (period, segments): ``TypeError`` or ``ValueError`` otherwise. Raises
+        failing its requests served last with ``"queue_full"``. ``spec`` (or a rate such as
+        "10/second") is of the limiter's kind, with its window (period, segments): ``TypeError`` or
+        ``ValueError`` otherwise. Raises
         ``LimiterClosedError`` once closed; ``NotImplementedError`` for a keyed limiter that cannot
         change (a custom one without ``_reconfigure``)."""
         self._check_open()
-        self._reconfigure(spec, queue_limit, queue_order)
+        self._reconfigure(self._spec_given(spec), queue_limit, queue_order)
 
     def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
         """What ``reconfigure`` does: a custom keyed limiter whose limit can change overrides it."""

@@ -173,7 +173,7 @@ class RateLimiter(LimiterBase):
 
     def reconfigure(
         self,
-        spec: Spec[Any],
+        spec: Spec[Any] | str,
         *,
         queue_limit: int | EllipsisType | None = ...,
         queue_order: QueueOrder | EllipsisType = ...,
@@ -183,13 +183,14 @@ class RateLimiter(LimiterBase):
         difference at once) and queued requests are served from the new limit. ``queue_limit`` and
         ``queue_order`` change the queue too (``...``: as they are); the requests queued beyond a new
         ``queue_limit`` (those that would be served last) fail with ``"queue_full"``, and those asking
-        for more than the new limit with ``"limit_reached"``. ``spec`` is of the limiter's kind, with
-        its window (period, segments): ``TypeError`` or ``ValueError`` otherwise, and nothing changes.
+        for more than the new limit with ``"limit_reached"``. ``spec`` (or a rate such as "10/second")
+        is of the limiter's kind, with its window (period, segments): ``TypeError`` or ``ValueError``
+        otherwise, and nothing changes.
         A request deciding as the limit changes is decided under the old or the new one. Raises
         ``LimiterClosedError`` once closed; ``NotImplementedError`` for a limiter that cannot change
         (a custom one without ``_reconfigure``)."""
         self._check_open()
-        self._reconfigure(spec, queue_limit, queue_order)
+        self._reconfigure(self._spec_given(spec), queue_limit, queue_order)
 
     def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
         """What ``reconfigure`` does: a custom limiter whose limit can change overrides it."""

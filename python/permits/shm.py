@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from . import _core, specs
@@ -74,6 +75,47 @@ class SharedConcurrencyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[
     lease_ttl: float
     """Seconds after its holder's last heartbeat that a lease of a process that died, and whose
     pid cannot be checked, gives its permits back."""
+
+
+class _Following:
+    """A named time-based limiter of a store: its ``spec`` and limits as the segment holds them now
+    (any process may reconfigure them; this one takes them on at its next decision)."""
+
+    _amounts: tuple[int, int]
+
+    @property
+    def spec(self) -> specs.Spec[Any]:
+        """The limit, as a value, with the amounts the segment holds now."""
+        made: specs.Spec[Any] = self.__dict__["_made_spec"]
+        return made._with_amounts(self._amounts)
+
+    @spec.setter
+    def spec(self, value: specs.Spec[Any]) -> None:
+        self.__dict__["_made_spec"] = value
+
+
+_FOLLOWING: dict[type, type] = {}
+
+
+def _spec_attribute(name: str) -> Callable[[Any], Any]:
+    def read(limiter: Any) -> Any:
+        return getattr(limiter.spec, name)
+
+    return read
+
+
+def _following(spec_type: type[specs.Spec[Any]]) -> type[_EngineLimiter]:
+    """The spec's limiter class (``permits.TokenBucketLimiter``...) for a store's slot: its spec and
+    its amounts' attributes (``permit_limit``, ``token_limit``, ``tokens_per_period``) read from the
+    segment."""
+    made = _FOLLOWING.get(spec_type)
+    if made is None:
+        cls = spec_type._limiter_type
+        members: dict[str, Any] = {"__doc__": cls.__doc__, "__module__": cls.__module__}
+        for name in spec_type._amounts:
+            members[name] = property(_spec_attribute(name), doc=f"The spec's {name} now.")
+        made = _FOLLOWING[spec_type] = type(cls.__name__, (_Following, cls), members)
+    return made
 
 
 class _KeyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[misc]
@@ -287,15 +329,13 @@ class SharedMemoryStore(StoreFactories):
             limiter.lease_ttl = ttl / 1e9
             self._lost.add(limiter)
         else:
-            cls = spec._limiter_type
+            cls = _following(type(spec))
             limiter = cls.__new__(cls)
             RateLimiter.__init__(limiter, name=name, clock=self.clock)
             engine: Any = spec._engine  # each engine class also builds on a store slot
             engine.__init__(limiter, self._core, name, spec, ql, newest)
             limiter.auto_replenishment = True
-        limiter.spec = spec
-        for attribute in spec._attributes:
-            setattr(limiter, attribute, getattr(spec, attribute))
+        limiter._take_spec(spec)
         limiter.store = self
         self._limiters.add(limiter)
         return limiter  # type: ignore[no-any-return]

@@ -13,11 +13,12 @@ Specs are equal, and hash alike, when their limits are: durations compare in nan
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Self, TypeVar, cast, final
 
 from . import _core
 from ._durations import Duration, count, duration_ns, segments
@@ -58,6 +59,8 @@ class Spec(Generic[L]):
     _timeline: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: The limits as integers (durations in ns): what equality and the hash compare.
     _key: tuple[int, ...]
+    #: The amounts reconfigure() may change, in the engine's order (the first of ``_key``).
+    _amounts: ClassVar[tuple[str, ...]] = ("permit_limit",)
 
     def limiter(
         self,
@@ -73,6 +76,16 @@ class Spec(Generic[L]):
         limiter = self._limiter_type.__new__(self._limiter_type)
         limiter._init(self, queue_limit, queue_order, name, clock, options)
         return cast(L, limiter)
+
+    def _with_amounts(self, amounts: tuple[int, ...]) -> Self:
+        """This spec with other amounts (a limit another process set), the rest as it is."""
+        if amounts == self._key[: len(self._amounts)]:
+            return self
+        new = copy.copy(self)
+        for name, value in zip(self._amounts, amounts, strict=False):
+            _set(new, name, value)
+        _set(new, "_key", (*amounts[: len(self._amounts)], *self._key[len(self._amounts) :]))
+        return new
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} is immutable: make a new one")
@@ -129,6 +142,7 @@ class TokenBucket(Spec["TokenBucketLimiter"]):
     __match_args__ = ("token_limit", "tokens_per_period", "replenishment_period")
     _attributes = __match_args__
     _timeline = (("replenishment_period", "_period_ns"),)
+    _amounts = ("token_limit", "tokens_per_period")
     _engine = _core.TokenBucket
     token_limit: int
     """The most tokens the bucket holds: the largest burst."""

@@ -208,6 +208,22 @@ def test_another_kind_is_refused(limiter: specs.Spec[Any], spec: Any) -> None:
         made.reconfigure(spec)
 
 
+def test_a_rate_string_is_a_spec_here_too() -> None:
+    clock = ManualClock()
+    limiter = specs.parse("10/minute").limiter(clock=clock)
+    assert len([lease for lease in (limiter.acquire() for _ in range(4)) if lease]) == 4
+    limiter.reconfigure("5/minute")
+    assert limiter.spec == specs.SlidingLog(5, 60.0) and limiter.available_permits() == 1
+    keyed = permits.PartitionedLimiter.per_key("10/minute", clock=clock)
+    keyed.reconfigure("3/minute")
+    assert keyed.available_permits("alice") == 3
+    with pytest.raises(ValueError, match=r"^spec: "):
+        limiter.reconfigure("5/fortnight")
+    with pytest.raises(TypeError, match="keeps its kind"):
+        limiter.reconfigure("5/minute;100/day")  # several rates are a chain, not this limiter
+    assert limiter.spec == specs.SlidingLog(5, 60.0)
+
+
 def test_bad_queue_options_are_refused_naming_them() -> None:
     limiter = permits.ConcurrencyLimiter(2, queue_limit=4)
     with pytest.raises(ValueError, match="queue_limit"):

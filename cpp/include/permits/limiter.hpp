@@ -53,6 +53,25 @@ namespace detail {
 void check_queue(const QueueOptions& queue);
 } // namespace detail
 
+/// Amounts (a limit, a rate) kept in state other processes share and may change (a shared-memory
+/// slot's): a limiter following them looks at their generation before each decision and takes on
+/// what another process published. Amounts are at most two numbers (Rule::amounts).
+struct SharedAmounts {
+    /// Moves each time the amounts change.
+    const std::atomic<std::uint32_t>* generation = nullptr;
+    /// The amounts now, into `a`; their generation.
+    std::function<std::uint32_t(std::int64_t (&a)[2])> read;
+    /// Writes `a` for every process; their generation.
+    std::function<std::uint32_t(const std::int64_t (&a)[2])> publish;
+    /// This limiter takes on `a` (read from the shared state), its queue options as they are.
+    std::function<void(const std::int64_t (&a)[2])> apply;
+
+private:
+    friend class Limiter;
+    std::mutex mu; // one change at a time in this process: published or taken on, then seen
+    std::atomic<std::uint32_t> seen{0};
+};
+
 class Limiter : public TimerTarget, public std::enable_shared_from_this<Limiter> {
 public:
     /// `max_permits`: the most one request may ask for. `manual`: state advances only in try_replenish().
@@ -89,6 +108,20 @@ public:
     bool try_replenish();
     void close();
     bool closed() const noexcept { return closed_.load(); }
+    /// Its amounts now (Rule::amounts): the limit, and a rate where the kind has one.
+    virtual void amounts(std::int64_t (&out)[2]) const noexcept {
+        out[0] = max_permits();
+        out[1] = 0;
+    }
+    /// From now on this limiter follows `shared` (seen at generation `seen`); set once, before use.
+    void follow(std::unique_ptr<SharedAmounts> shared, std::uint32_t seen);
+    /// Before a decision: takes on the amounts another process published since the last look (a
+    /// relaxed load and a compare when none did; nothing for a limiter that follows none).
+    void catch_up() {
+        if (shared_ != nullptr) [[unlikely]] {
+            catch_up_shared();
+        }
+    }
 
     std::int64_t max_permits() const noexcept { return max_permits_.load(std::memory_order_relaxed); }
     QueueOptions queue_options() const noexcept { return {queue_limit(), queue_order()}; }
@@ -149,7 +182,12 @@ protected:
     /// rule, its state); then `max_permits` and `queue` hold, the requests queued that can no longer
     /// be served fail (more than `max_permits`: LimitReached; beyond the queue limit, served last:
     /// QueueFull) and the queue is served from the new limit. ClosedError once closed.
-    void reconfigure_with(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change);
+    /// A limiter following shared amounts (follow()) publishes `amounts` for every process first.
+    void reconfigure_with(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change,
+                          const std::int64_t (&amounts)[2]);
+    /// The change reconfigure_with makes, here alone (no amounts published): a follower taking on
+    /// what another process published.
+    void apply_change(std::int64_t max_permits, QueueOptions queue, const std::function<void()>& change);
 
     /// The time state is evaluated at: the clock, or the last try_replenish() in manual mode.
     Nanos state_now() const noexcept { return manual_ ? manual_now_.load() : clock_->now(); }
@@ -165,6 +203,7 @@ private:
     void fork_reset_child(std::vector<std::shared_ptr<Waiter>>& dropped, bool timers_cleared);
 
     void validate(std::int64_t n) const;
+    void catch_up_shared();
     /// The immediate grant shared by acquire, try_now and enqueue; nullopt (nothing counted) if not now.
     std::optional<Outcome> grant_now(std::int64_t n, Nanos now);
     /// Exact wait (ns) until a new request for n could be granted if nothing else arrived,
@@ -198,6 +237,7 @@ private:
     void left_timed_locked();
 
     std::shared_ptr<Clock> clock_;
+    std::unique_ptr<SharedAmounts> shared_; // amounts other processes may change; usually none
     std::atomic<std::int64_t> max_permits_;
     std::atomic<std::int64_t> queue_limit_;
     std::atomic<QueueOrder> queue_order_;

@@ -101,6 +101,12 @@ public:
     /// they are (the time-based kinds count what was taken, which any limit reads). Only after
     /// cannot_follow(*this) said nothing; under the owner's lock, requests deciding meanwhile.
     virtual void adopt(const Rule& next) noexcept = 0;
+    /// The amounts adopt() takes, as two numbers (a shared state keeps them): the limit, and a
+    /// rate where the kind has one.
+    virtual void amounts(std::int64_t (&out)[2]) const noexcept {
+        out[0] = max_permits();
+        out[1] = 0;
+    }
 };
 
 } // namespace permits

@@ -76,6 +76,7 @@ public:
     bool releases_permits() const noexcept override { return rule().releases_permits(); }
     bool shares_state() const noexcept override { return keep_alive_ != nullptr; }
     Nanos full_at() const override { return rule().full_at(state_->load(), anchor_); }
+    void amounts(std::int64_t (&out)[2]) const noexcept override { rule().amounts(out); }
 
     /// From now on `rule` and `queue` hold; the state is kept (what is taken stays taken, a lower
     /// limit holds as permits come back). A request deciding as it changes is decided under
@@ -85,7 +86,15 @@ public:
         if (const char* why = rule.cannot_follow(this->rule()); why != nullptr) {
             throw std::invalid_argument(why);
         }
-        reconfigure_with(rule.max_permits(), queue, [&] { rule_.adopt(rule); });
+        std::int64_t amounts[2] = {};
+        rule.amounts(amounts);
+        reconfigure_with(
+            rule.max_permits(), queue, [&] { rule_.adopt(rule); }, amounts);
+    }
+    /// Takes on `rule`'s amounts another process published (a follower: Limiter::follow), the
+    /// queue options kept; `rule` was checked where it was published.
+    void take_on(const R& rule) {
+        apply_change(rule.max_permits(), queue_options(), [&] { rule_.adopt(rule); });
     }
 
 protected:

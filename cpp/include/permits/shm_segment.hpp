@@ -59,14 +59,23 @@ struct Params {
     std::int64_t values[8] = {};        ///< in the order of `names`
     const char* const* names = nullptr; ///< not stored: the values' names, for messages
     std::uint32_t durations = 0;        ///< not stored: bit i set when value i is a duration (ns)
+    /// Not stored: bit i set when value i is one of the amounts reconfigure may change (values 0 and
+    /// 1 at most: Rule::amounts); once a slot was reconfigured these are not compared on opening.
+    std::uint32_t amounts = 0;
 };
 
 struct NamedSlot {
     std::atomic<std::uint32_t> ready; ///< 1 once the slot is published (written last, under the lock)
     Kind kind;
     std::uint32_t count;
-    std::uint32_t pad;
+    /// How many times the amounts were reconfigured (0: never; a slot made by an earlier version,
+    /// where this word was padding, reads 0). Their values live in `values` beyond the parameters:
+    /// [3, 4] at an odd generation, [5, 6] at an even one, so that a change writes the bank no
+    /// reader reads, then moves the generation (live_amounts).
+    std::atomic<std::uint32_t> generation;
     char name[kNameBytes];
+    /// The parameters it was made with (`count` of them, 3 at most for a named limiter), then the
+    /// amounts' two banks, then the highest limit ever published (0: never reconfigured).
     std::int64_t values[8];
     std::uint64_t offset; ///< the slot's data in the segment
     std::uint64_t bytes;
@@ -189,6 +198,12 @@ public:
     NamedSlot& named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                      const std::function<void(char* data, Nanos anchor)>& init);
 
+    /// Writes `amounts` as `slot`'s (a reconfigure, for every process: each takes them on at its
+    /// next decision, and a process opening the name later takes them over its own); their
+    /// generation. Under the segment's lock: one change at a time, and a writer killed midway left
+    /// only a bank no reader reads.
+    std::uint32_t publish_amounts(NamedSlot& slot, const std::int64_t (&amounts)[2]);
+
     /// Pins holder slot for this process's take of n permits: its own slot (its uses raised by n), or
     /// a free one claimed (with the dead holders' slots reclaimed first when none is free: holder_dead
     /// with `reclaim_ttl`). False, and nothing pinned, when every slot is held by a live process.
@@ -235,6 +250,19 @@ private:
     /// word decides); a forked child claims anew.
     std::atomic<std::uint64_t> claimed_{0};
 };
+
+/// The amounts of `slot` now (values 0 and 1 as made, or as last reconfigured), into `out`; their
+/// generation. Lock-free: a bank read while another process moves the generation is read again.
+std::uint32_t live_amounts(const NamedSlot& slot, std::int64_t (&out)[2]) noexcept;
+
+/// Which of a kind's parameters are amounts reconfigure may change (Params::amounts): the token
+/// bucket's limit and rate, the windows' limit; none for concurrency and per-key tables.
+std::uint32_t amounts_of(Kind kind) noexcept;
+
+/// `slot`'s parameters as they hold now: as made, with the amounts as last reconfigured; their
+/// generation. `highest` is the highest limit (value 0) the slot ever had: a state may count up to
+/// it (a limit lowered keeps what was taken), so a check for damage reads the state against it.
+std::uint32_t live_values(const NamedSlot& slot, std::int64_t (&values)[8], std::int64_t& highest) noexcept;
 
 /// Locks a robust process-shared mutex; a lock whose holder died is made consistent (the data it
 /// guards is always consistent: see the callers) and taken.

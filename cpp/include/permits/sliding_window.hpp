@@ -120,6 +120,8 @@ public:
     /// From now on `permit_limit` and `queue` hold; the counts are kept (a lower limit holds as they
     /// leave the window). std::invalid_argument for another window or segments; ClosedError once closed.
     void reconfigure(std::int64_t permit_limit, Nanos window, std::int64_t segments, QueueOptions queue);
+    /// Takes on a limit another process published (a follower: Limiter::follow), the queue kept.
+    void take_on(std::int64_t permit_limit);
 
 protected:
     bool take(std::int64_t n, Nanos now, std::int64_t& tag) override { return st_.take(n, now, tag); }

@@ -24,6 +24,10 @@ public:
                    Pair& next) const noexcept override;
     const char* cannot_follow(const Rule& before) const noexcept override;
     void adopt(const Rule& next) noexcept override;
+    void amounts(std::int64_t (&out)[2]) const noexcept override {
+        out[0] = limit_;
+        out[1] = per_period_;
+    }
     Nanos full_at(Pair s, Nanos anchor) const noexcept override;
     std::unique_ptr<Projection> project(Pair s, Nanos anchor) const override;
     const char* damage(Pair s, Nanos anchor) const noexcept override;

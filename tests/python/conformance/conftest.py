@@ -297,7 +297,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     ),
     # The shared-memory store: its named limiters and its per-key limiters (auto-replenishing only).
     *_kinds("shm", shm, ["concurrency"], *ENGINE, COLLECTED),
-    *_kinds("shm", shm, LOGGED, *ENGINE),
+    *_kinds("shm", shm, LOGGED, *ENGINE, RECONFIGURES),
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
     *_kinds("shm_per_key", shm_per_key, LOGGED, *KEYED, RESETS),
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.

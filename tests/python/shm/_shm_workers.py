@@ -127,3 +127,11 @@ def reset_key(segment: str, spec: str, key: str, results: Any) -> None:
     keyed = SharedMemoryStore(segment).partitioned(spec, name="logins")
     keyed.reset(key)
     results.put(keyed.available_permits(key))
+
+
+def reconfigure_named(segment: str, spec: str, new_spec: str, results: Any) -> None:
+    """Another process (an operator's tool) opens a named limiter with the configuration it knows,
+    sets a new limit for every process, and reports what it then sees."""
+    limiter = SharedMemoryStore(segment).limiter("api", spec)
+    limiter.reconfigure(new_spec)
+    results.put((limiter.spec, limiter.available_permits()))
