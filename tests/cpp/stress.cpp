@@ -872,6 +872,72 @@ void shm_keyed() {
 // Limits and queues changed while requests, waits, cancels and releases race: a concurrency limit
 // neither loses nor makes a permit (all released, exactly the last limit is available), and a window
 // with time frozen never grants more than the highest limit it had.
+#if defined(__linux__)
+/// A named limiter of two mappings whose limit both change while threads of both take, queue and
+/// cancel: every mapping follows (the highest limit is never exceeded in a window), and each ends
+/// on the last limit published.
+void shm_reconfigures_follow() {
+    using namespace permits::shm;
+    const std::string name = "stress-rc-" + std::to_string(::getpid());
+    auto clock = std::make_shared<ManualClock>(0);
+    const Segment::Options opts{64, 0600, ClockKind::Manual};
+    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
+                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
+    Segment::unlink(name);
+    const QueueOptions queue{8, QueueOrder::OldestFirst};
+    std::array<std::shared_ptr<FixedWindow>, 2> windows{
+        stores[0]->fixed_window("w", FixedWindowRule(10, 1'000'000'000), queue),
+        stores[1]->fixed_window("w", FixedWindowRule(10, 1'000'000'000), queue)};
+    std::array<std::shared_ptr<TokenBucket>, 2> buckets{
+        stores[0]->token_bucket("b", TokenBucketRule(10, 1, 1'000'000'000), queue),
+        stores[1]->token_bucket("b", TokenBucketRule(10, 1, 1'000'000'000), queue)};
+    std::atomic<bool> stop{false};
+    std::atomic<std::int64_t> window_granted{0};
+    std::atomic<std::int64_t> bucket_granted{0};
+    std::thread changer([&] {
+        for (int i = 0; !stop.load(); ++i) {
+            windows[i % 2]->reconfigure(FixedWindowRule(i % 3 == 0 ? 40 : 5, 1'000'000'000), queue);
+            buckets[(i + 1) % 2]->reconfigure(TokenBucketRule(i % 3 == 0 ? 40 : 5, 1, 1'000'000'000), queue);
+        }
+    });
+    run_threads(kThreads, [&](int t) {
+        FixedWindow& window = *windows[t % 2];
+        TokenBucket& bucket = *buckets[t % 2];
+        for (int i = 0; i < 3000; ++i) {
+            if ((i + t) % 7 == 0) {
+                auto q = window.enqueue(1, 0);
+                window_granted += q.outcome.acquired ? 1 : 0;
+                auto w = bucket.enqueue(1, 1'000'000);
+                if (w.waiter) {
+                    bucket.cancel(*w.waiter);
+                    bucket_granted += w.waiter->outcome().acquired ? 1 : 0;
+                } else {
+                    bucket_granted += w.outcome.acquired ? 1 : 0;
+                }
+            } else {
+                window_granted += window.acquire(1).acquired ? 1 : 0;
+                bucket_granted += bucket.acquire(1).acquired ? 1 : 0;
+            }
+        }
+    });
+    stop = true;
+    changer.join();
+    windows[0]->reconfigure(FixedWindowRule(7, 1'000'000'000), queue);
+    buckets[1]->reconfigure(TokenBucketRule(6, 1, 1'000'000'000), queue);
+    check(window_granted.load() <= 40, "shm reconfigure: a window granted more than its highest limit");
+    check(bucket_granted.load() <= 40,
+          "shm reconfigure: a bucket granted more than its highest limit (no time passed)");
+    for (const auto& w : windows) {
+        check(w->available_permits() >= 0 && w->max_permits() == 7, "shm reconfigure: a mapping missed the last limit");
+    }
+    for (const auto& b : buckets) {
+        check(b->available_permits() <= 6 && b->max_permits() == 6, "shm reconfigure: a mapping missed the last rate");
+    }
+    std::printf("shm reconfigure: %lld granted by the window, %lld by the bucket (limits 5 and 40)\n",
+                static_cast<long long>(window_granted.load()), static_cast<long long>(bucket_granted.load()));
+}
+#endif
+
 void reconfigures_keep_every_permit() {
     auto clock = std::make_shared<ManualClock>(0);
     auto held = std::make_shared<Concurrency>(clock, 4, QueueOptions{8, QueueOrder::OldestFirst});
@@ -936,6 +1002,7 @@ int main() {
     shm_limiters();
     shm_lost_leases();
     shm_keyed();
+    shm_reconfigures_follow();
 #endif
     concurrency_holders();
     reconfigures_keep_every_permit();
