@@ -202,6 +202,19 @@ def test_a_rate_shows_as_the_sliding_log_it_is(segment_name: str) -> None:
         assert ["api", "sliding_log", "70/100", "permit_limit=100", "window=60s"] in [r[:5] for r in rows], rows
 
 
+def test_a_reconfigured_limit_shows_as_the_limit_that_holds(segment_name: str) -> None:
+    with SharedMemoryStore(segment_name) as store:
+        api = store.limiter("api", "100/minute")
+        assert api.acquire(30)
+        api.reconfigure("40/minute")
+        shown = limiter(show(segment_name), "api")
+        assert (shown["limit"], shown["available"], shown["damage"]) == (40, 10, None)
+        assert shown["params"] == [["permit_limit", 40, False], ["window", 60_000_000_000, True]]
+        api.reconfigure("20/minute")  # 30 taken under a higher limit: no damage
+        shown = limiter(show(segment_name), "api")
+        assert (shown["limit"], shown["available"], shown["damage"]) == (20, 0, None)
+
+
 def test_a_manual_clocks_time_based_availability_is_not_guessed(segment_name: str) -> None:
     with SharedMemoryStore(segment_name, clock=permits.ManualClock()) as store:
         store.token_bucket("api", 10, 10, 1.0).acquire(3)
