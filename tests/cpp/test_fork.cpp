@@ -304,3 +304,57 @@ TEST(Fork, KeyedTableDropsTheParentsWaitersAndEvictsInTheChild) {
     }
     EXPECT_EQ(status, 0) << "the child failed check " << status;
 }
+
+TEST(Fork, AChildForkedWhileAThreadTakesOnSharedAmountsCanTakeOnTheNext) {
+    // A limiter following amounts kept elsewhere (shared memory's, here a word of this test): a
+    // thread of the parent is taking new ones on when another forks. The fork waits for it; the
+    // child, a thread alone, takes on the amounts published after the fork without hanging.
+    auto clock = make_clock();
+    auto limiter = std::make_shared<FixedWindow>(clock, 10, kHour, kQueue, false);
+    std::atomic<std::uint32_t> generation{0};
+    std::atomic<std::int64_t> published{10};
+    std::atomic<bool> inside{false};
+    std::atomic<bool> let_go{false};
+    FixedWindow* raw = limiter.get();
+    auto shared = std::make_unique<SharedAmounts>();
+    shared->generation = &generation;
+    shared->read = [&](std::int64_t(&a)[2]) {
+        a[0] = published.load();
+        a[1] = 0;
+        return generation.load();
+    };
+    shared->publish = [&](const std::int64_t(&a)[2]) {
+        published.store(a[0]);
+        return generation.fetch_add(1) + 1;
+    };
+    shared->apply = [&](const std::int64_t(&a)[2]) {
+        inside = true;
+        while (!let_go.load()) { // (slow in the parent: the fork comes meanwhile)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        raw->take_on(FixedWindowRule(a[0], kHour));
+    };
+    limiter->follow(std::move(shared), 0);
+    published = 6;
+    generation = 1;
+    std::thread taking([&] { (void)limiter->available_permits(); });
+    while (!inside.load()) {
+        std::this_thread::yield();
+    }
+    std::thread releasing([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        let_go = true;
+    });
+    const int status = in_child([&] {
+        if (limiter->max_permits() != 6) {
+            return 1; // the fork came before the parent's thread was done
+        }
+        published = 4;
+        generation = 2;
+        return limiter->available_permits() == 4 && limiter->max_permits() == 4 ? 0 : 2;
+    });
+    taking.join();
+    releasing.join();
+    EXPECT_EQ(status, 0);
+    EXPECT_EQ(limiter->max_permits(), 6);
+}

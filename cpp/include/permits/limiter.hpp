@@ -194,9 +194,27 @@ protected:
 
 private:
     friend class detail::ForkRegistry;
-    /// fork(): takes mu_ if free (prepare), lets it go (parent, and child once reset).
-    bool fork_try_lock() noexcept { return mu_.try_lock(); }
-    void fork_unlock() noexcept { mu_.unlock(); }
+    /// fork(): takes mu_ if free (prepare), lets it go (parent, and child once reset); a follower's
+    /// lock of shared amounts first (taken before mu_, as a change takes them): a thread of the
+    /// parent changing the limit at the fork would leave the child's copy locked for good.
+    bool fork_try_lock() noexcept {
+        if (shared_ != nullptr && !shared_->mu.try_lock()) {
+            return false;
+        }
+        if (!mu_.try_lock()) {
+            if (shared_ != nullptr) {
+                shared_->mu.unlock();
+            }
+            return false;
+        }
+        return true;
+    }
+    void fork_unlock() noexcept {
+        mu_.unlock();
+        if (shared_ != nullptr) {
+            shared_->mu.unlock();
+        }
+    }
     /// In a forked child, under mu_: the queued requests were the parent's threads'; they are
     /// dropped, ungranted and unnotified, into `dropped` (destroyed once every lock is free).
     /// `timers_cleared`: the scheduler's timers are gone too (the engine thread's are).
