@@ -39,6 +39,14 @@ inline std::int64_t queue_limit_arg(py::handle v) {
     return v.is_none() ? kNoQueueLimit : int_arg(v, "queue_limit");
 }
 
+/// Queue options as Python sees them (the `_queue` properties): (queue_limit or None for no
+/// bound, newest_first).
+inline py::tuple queue_tuple(const QueueOptions& q) {
+    const py::object limit =
+        q.queue_limit == kNoQueueLimit ? py::object(py::none()) : py::object(py::int_(q.queue_limit));
+    return py::make_tuple(limit, q.order == QueueOrder::NewestFirst);
+}
+
 /// permits.LimiterClosedError, as registered when the module is imported (a strong reference kept
 /// for good; set before any function of the module can run).
 inline PyObject* g_closed_error = nullptr;

@@ -205,13 +205,7 @@ void bind_limiters(py::module_& m) {
             },
             "(limit, rate or 0) as they hold now: for a shared-memory limiter, as any process last set them.")
         .def_property_readonly(
-            "_queue",
-            [](py::handle self) {
-                const QueueOptions q = self_of<Limiter>(self).queue_options();
-                const py::object limit =
-                    q.queue_limit == kNoQueueLimit ? py::object(py::none()) : py::object(py::int_(q.queue_limit));
-                return py::make_tuple(limit, q.order == QueueOrder::NewestFirst);
-            },
+            "_queue", [](py::handle self) { return queue_tuple(self_of<Limiter>(self).queue_options()); },
             "(queue_limit or None for no bound, newest_first) as they are now.")
         .def_property_readonly(
             "_clock", [](py::handle self) { return self_of<Limiter>(self).clock(); }, "The clock the limiter runs on.");

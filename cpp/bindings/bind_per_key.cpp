@@ -158,13 +158,7 @@ void bind_per_key(py::module_& m) {
                 "_reconfigure_engine(self, spec, queue_limit, newest_first)\n--\n\nEvery key's limit and queue "
                 "options from now on, present and future; each key's state kept.")
             .def_property_readonly(
-                "_queue",
-                [](py::handle self) {
-                    const QueueOptions q = self_of<PerKeyLimiter>(self).queue_options();
-                    const py::object limit =
-                        q.queue_limit == kNoQueueLimit ? py::object(py::none()) : py::object(py::int_(q.queue_limit));
-                    return py::make_tuple(limit, q.order == QueueOrder::NewestFirst);
-                },
+                "_queue", [](py::handle self) { return queue_tuple(self_of<PerKeyLimiter>(self).queue_options()); },
                 "(queue_limit or None for no bound, newest_first) as they are now.")
             .def(
                 "_reset",

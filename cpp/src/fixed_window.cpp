@@ -103,11 +103,7 @@ std::unique_ptr<Projection> FixedWindowRule::project(Pair s, Nanos anchor) const
 }
 
 const char* FixedWindowRule::cannot_follow(const Rule& before) const noexcept {
-    const auto* was = dynamic_cast<const FixedWindowRule*>(&before);
-    if (was == nullptr) {
-        return "a limiter keeps its kind";
-    }
-    return was->window_ != window_ ? "a limiter keeps its window" : nullptr;
+    return detail::cannot_follow_as(*this, before, &FixedWindowRule::window_, "a limiter keeps its window");
 }
 
 void FixedWindowRule::adopt(const Rule& next) noexcept {

@@ -176,11 +176,7 @@ std::unique_ptr<Projection> SlidingWindowCounterRule::project(Pair s, Nanos anch
 }
 
 const char* SlidingWindowCounterRule::cannot_follow(const Rule& before) const noexcept {
-    const auto* was = dynamic_cast<const SlidingWindowCounterRule*>(&before);
-    if (was == nullptr) {
-        return "a limiter keeps its kind";
-    }
-    return was->window_ != window_ ? "a limiter keeps its window" : nullptr;
+    return detail::cannot_follow_as(*this, before, &SlidingWindowCounterRule::window_, "a limiter keeps its window");
 }
 
 void SlidingWindowCounterRule::adopt(const Rule& next) noexcept {

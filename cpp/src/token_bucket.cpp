@@ -127,11 +127,8 @@ std::unique_ptr<Projection> TokenBucketRule::project(Pair s, Nanos anchor) const
 }
 
 const char* TokenBucketRule::cannot_follow(const Rule& before) const noexcept {
-    const auto* was = dynamic_cast<const TokenBucketRule*>(&before);
-    if (was == nullptr) {
-        return "a limiter keeps its kind";
-    }
-    return was->period_ != period_ ? "a limiter keeps its replenishment_period" : nullptr;
+    return detail::cannot_follow_as(*this, before, &TokenBucketRule::period_,
+                                    "a limiter keeps its replenishment_period");
 }
 
 void TokenBucketRule::adopt(const Rule& next) noexcept {

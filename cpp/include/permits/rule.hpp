@@ -109,4 +109,17 @@ public:
     }
 };
 
+namespace detail {
+/// A rule's cannot_follow: `before` must be of the same kind R, with the same `timeline` (its
+/// window, its period), which `message` names otherwise.
+template <class R, class T>
+const char* cannot_follow_as(const R& next, const Rule& before, T R::*timeline, const char* message) noexcept {
+    const auto* was = dynamic_cast<const R*>(&before);
+    if (was == nullptr) {
+        return "a limiter keeps its kind";
+    }
+    return was->*timeline != next.*timeline ? message : nullptr;
+}
+} // namespace detail
+
 } // namespace permits
