@@ -109,6 +109,14 @@ inline std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
     return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
 }
 
+/// A holder slot's tag (HolderSlot::word's first value): its pid (0: free) and its generation.
+inline std::uint64_t pid_of(std::uint64_t tag) {
+    return tag & 0xffffffffULL;
+}
+inline std::uint64_t generation_of(std::uint64_t tag) {
+    return tag >> 32;
+}
+
 /// The holding a lease's tag names.
 inline Holding holding_of(std::int64_t tag) {
     return {static_cast<std::uint32_t>(tag & 0xffff),
