@@ -35,10 +35,6 @@ static_assert(sizeof(pthread_mutex_t) <= kLockBytes);
 
 constexpr std::uint64_t kEntryBytes = 16;
 
-std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
-    return (n + to - 1) / to * to;
-}
-
 std::uint32_t entries_of(const Params& p) {
     return static_cast<std::uint32_t>(std::clamp<std::int64_t>(p.values[0], 1, kKeyHolders));
 }

@@ -320,13 +320,12 @@ std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& ru
                                             [&](char* data, Nanos a) { new (data) AtomicPair(rule.initial(a)); });
     ExternalState ext{store.segment().at<AtomicPair>(slot.offset), slot.anchor, store.shared_from_this()};
     // The slot's amounts, not the caller's, once a process reconfigured them.
-    std::int64_t amounts[2] = {};
-    const std::uint32_t generation = live_amounts(slot, amounts);
-    const R live = generation == 0 ? rule : with_amounts(rule, amounts);
     std::int64_t values[8] = {};
     std::int64_t highest = 0;
-    live_values(slot, values, highest);
-    const std::int64_t most[2] = {std::max(highest, amounts[0]), amounts[1]};
+    const std::uint32_t generation = live_values(slot, values, highest);
+    const std::int64_t amounts[2] = {values[0], values[1]}; // (a window's second value: unused)
+    const R live = generation == 0 ? rule : with_amounts(rule, amounts);
+    const std::int64_t most[2] = {highest, values[1]};
     // Damaged state is refused, never used (a single word: no other process's change can make a
     // sound state look damaged); its hint, a take's first guess, becomes the value checked. Read
     // against the highest limit the slot had: a limit lowered keeps what was taken.
@@ -347,32 +346,27 @@ std::shared_ptr<L> rule_limiter(Store& store, std::string_view name, const R& ru
 Params params_of(const TokenBucketRule& rule) {
     Params p{Kind::TokenBucket, 3, {rule.token_limit(), rule.tokens_per_period(), rule.period()}, kTokenBucketNames};
     p.durations = 1U << 2;
-    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of(const FixedWindowRule& rule) {
     Params p{Kind::FixedWindow, 2, {rule.permit_limit(), rule.window()}, kWindowNames};
     p.durations = 1U << 1;
-    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of(const SlidingWindowCounterRule& rule) {
     Params p{Kind::SlidingWindowCounter, 2, {rule.permit_limit(), rule.window()}, kWindowNames};
     p.durations = 1U << 1;
-    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of_sliding(std::int64_t permit_limit, Nanos window, std::int64_t segments) {
     Params p{Kind::SlidingWindow, 3, {permit_limit, window, segments}, kSlidingNames};
     p.durations = 1U << 1;
-    p.amounts = amounts_of(p.kind);
     return p;
 }
 Params params_of_concurrency(std::int64_t permit_limit, Nanos lease_ttl) {
     // lease_ttl is a parameter: a process that would judge holders dead sooner than they renew is refused.
     Params p{Kind::Concurrency, 2, {permit_limit, lease_ttl}, kConcurrencyNames};
     p.durations = 1U << 1;
-    p.amounts = amounts_of(p.kind);
     return p;
 }
 
@@ -405,16 +399,13 @@ std::shared_ptr<SlidingWindow> Store::sliding_window(std::string_view name, std:
                                           SlidingWindowState::init_storage(w, segments);
                                       });
     ExternalState ext{segment().at<AtomicPair>(slot.offset), slot.anchor, shared_from_this()};
-    std::int64_t amounts[2] = {};
-    const std::uint32_t generation = live_amounts(slot, amounts);
-    const std::int64_t limit = generation == 0 ? permit_limit : amounts[0];
     std::int64_t values[8] = {};
     std::int64_t highest = 0;
-    live_values(slot, values, highest);
+    const std::uint32_t generation = live_values(slot, values, highest);
+    const std::int64_t limit = values[0];               // the slot's: as made, or as reconfigured
     SlidingWindowState::check(limit, window, segments); // (a damaged slot's amounts: refused as any)
     // (read against the highest limit the slot had: a limit lowered keeps the counts)
-    const SlidingWindowState state =
-        SlidingWindowState::over(std::max(highest, limit), window, segments, ext.anchor, ext.word);
+    const SlidingWindowState state = SlidingWindowState::over(highest, window, segments, ext.anchor, ext.word);
     if (const std::string what = state.damage(); !what.empty()) {
         refuse(where_of(name, segment()), what);
     }

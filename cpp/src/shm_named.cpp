@@ -20,12 +20,6 @@
 namespace permits::shm {
 
 namespace {
-std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
-    return (n + to - 1) / to * to;
-}
-} // namespace
-
-namespace {
 constexpr std::size_t bank_of(std::uint32_t generation) noexcept {
     return generation == 0 ? 0 : (generation % 2 == 1 ? 3 : 5);
 }
@@ -113,7 +107,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
             throw std::invalid_argument(where + "is a " + was + ", not a " + asked);
         }
         // Once reconfigured, the amounts are the slot's: an opener asking for others takes them on.
-        const std::uint32_t skipped = slot.generation.load() != 0 ? params.amounts : 0U;
+        const std::uint32_t skipped = slot.generation.load() != 0 ? amounts_of(params.kind) : 0U;
         for (std::uint32_t i = 0; i < params.count; ++i) {
             if (((skipped >> i) & 1U) == 0 && slot.values[i] != params.values[i]) {
                 const std::string field = params.names != nullptr ? params.names[i] : "parameter";

@@ -40,10 +40,6 @@ constexpr std::uint64_t kGuardBytes = 1ULL << 20;
 constexpr std::uint64_t kPidLimit = 1ULL << 22;          // PID_MAX_LIMIT: every Linux pid is below it
 constexpr std::int64_t kMaxUses = std::int64_t{1} << 62; // more permits than any process could hold
 
-std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
-    return (n + to - 1) / to * to;
-}
-
 std::string path_of(const std::string& name) {
     return "/permits." + name; // shm_open's name: /dev/shm/permits.<name> on Linux
 }

@@ -59,9 +59,6 @@ struct Params {
     std::int64_t values[8] = {};        ///< in the order of `names`
     const char* const* names = nullptr; ///< not stored: the values' names, for messages
     std::uint32_t durations = 0;        ///< not stored: bit i set when value i is a duration (ns)
-    /// Not stored: bit i set when value i is one of the amounts reconfigure may change (values 0 and
-    /// 1 at most: Rule::amounts); once a slot was reconfigured these are not compared on opening.
-    std::uint32_t amounts = 0;
 };
 
 struct NamedSlot {
@@ -107,6 +104,11 @@ struct Holding {
 /// (not a forked child's copy, nor a holder reclaimed meanwhile) gives its permits back.
 inline std::int64_t holder_tag(std::uint32_t holder, std::uint32_t generation) {
     return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation) << 16) | holder);
+}
+
+/// n rounded up to a multiple of `to` (the segment's pages, its slots' 64-byte boundaries).
+inline std::uint64_t round_up(std::uint64_t n, std::uint64_t to) {
+    return (n + to - 1) / to * to;
 }
 
 /// A holder slot's tag (HolderSlot::word's first value): its pid (0: free) and its generation.
@@ -263,8 +265,9 @@ private:
 /// generation. Lock-free: a bank read while another process moves the generation is read again.
 std::uint32_t live_amounts(const NamedSlot& slot, std::int64_t (&out)[2]) noexcept;
 
-/// Which of a kind's parameters are amounts reconfigure may change (Params::amounts): the token
-/// bucket's limit and rate, the windows' limit; none for concurrency and per-key tables.
+/// Which of a kind's parameters are amounts reconfigure may change (bit i: value i, 0 and 1 at
+/// most: Rule::amounts): the token bucket's limit and rate, the windows' limit; none for
+/// concurrency and per-key tables. Once a slot was reconfigured, these are not compared on opening.
 std::uint32_t amounts_of(Kind kind) noexcept;
 
 /// `slot`'s parameters as they hold now: as made, with the amounts as last reconfigured; their
