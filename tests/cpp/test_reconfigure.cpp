@@ -21,14 +21,6 @@ using namespace permits::testing;
 
 namespace {
 constexpr QueueOptions kQueue{100, QueueOrder::OldestFirst};
-
-int take_all(Limiter& l) {
-    int granted = 0;
-    while (l.acquire(1).acquired) {
-        ++granted;
-    }
-    return granted;
-}
 } // namespace
 
 TEST(Reconfigure, AFixedWindowsLowerLimitHoldsWhatWasTakenAndTheNextWindowGetsTheNewLimit) {

@@ -21,20 +21,13 @@ using namespace permits;
 using namespace permits::shm;
 using permits::testing::kSec;
 using permits::testing::Named;
+using permits::testing::take_all;
 using permits::testing::Two;
 
 namespace {
 
 constexpr QueueOptions kNoQueue{0, QueueOrder::OldestFirst};
 constexpr QueueOptions kQueue{100, QueueOrder::OldestFirst};
-
-int take_all(Limiter& l) {
-    int granted = 0;
-    while (l.acquire(1).acquired) {
-        ++granted;
-    }
-    return granted;
-}
 
 /// A second mapping of `named`'s segment, as another process opening it later.
 std::shared_ptr<Store> reopen(const Named& named) {

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from permits import Partition
@@ -135,3 +137,16 @@ def reconfigure_named(segment: str, spec: str, new_spec: str, results: Any) -> N
     limiter = SharedMemoryStore(segment).limiter("api", spec)
     limiter.reconfigure(new_spec)
     results.put((limiter.spec, limiter.available_permits()))
+
+
+def in_spawned_process(target: Callable[..., None], *args: object) -> Any:
+    """Runs ``target(*args, results)`` in a spawned interpreter (another process, as a worker or an
+    operator's tool is), checks that it exited cleanly within a minute, and returns what it put in
+    ``results``."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    child = ctx.Process(target=target, args=(*args, results))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    return results.get(timeout=5)

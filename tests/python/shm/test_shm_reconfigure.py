@@ -6,7 +6,6 @@ limiters and per-key tables refuse: their permits are counted from the limit the
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 from typing import Any
 
 import pytest
@@ -96,13 +95,7 @@ def test_never_reconfigured_another_limit_is_still_refused(segment_name: str) ->
 def test_another_process_sets_the_limit_for_this_one(segment_name: str) -> None:
     limiter = SharedMemoryStore(segment_name).limiter("api", "10/hour")
     assert granted(limiter, 4) == 4
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    child = ctx.Process(target=workers.reconfigure_named, args=(segment_name, "10/hour", "6/hour", results))
-    child.start()
-    child.join(60)
-    assert child.exitcode == 0
-    spec, available = results.get(timeout=5)
+    spec, available = workers.in_spawned_process(workers.reconfigure_named, segment_name, "10/hour", "6/hour")
     assert spec == permits.specs.parse("6/hour") and available == 2
     assert granted(limiter, 10) == 2
     assert limiter.spec == permits.specs.parse("6/hour")

@@ -4,7 +4,6 @@ concurrency key's held leases stay held; this process's queued wait is served at
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from typing import Any
 
@@ -50,13 +49,7 @@ def test_a_reset_key_has_its_whole_limit_again_for_every_handle_and_no_more(segm
 def test_another_process_resets_a_key_it_never_used(segment_name: str) -> None:
     keyed = SharedMemoryStore(segment_name).partitioned("3/hour", name="logins")
     take_all(keyed, "alice", 3)
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    child = ctx.Process(target=workers.reset_key, args=(segment_name, "3/hour", "alice", results))
-    child.start()
-    child.join(60)
-    assert child.exitcode == 0
-    assert results.get(timeout=5) == 3
+    assert workers.in_spawned_process(workers.reset_key, segment_name, "3/hour", "alice") == 3
     take_all(keyed, "alice", 3)  # her three again here, and no more
 
 
