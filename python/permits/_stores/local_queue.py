@@ -108,6 +108,35 @@ class LocalQueue:
                 self.version += 1
             _pausing.wake_all()
 
+    def refuse_over(self, most: int) -> None:
+        """A lowered limit: each queued request for more than ``most`` permits ends ``limit_reached``
+        (it could never be granted)."""
+        with self._lock:
+            over = [entry for entry in self._entries if entry.n > most]
+            for entry in over:
+                entry.outcome = Lease.denied("limit_reached")._with_permit_count(entry.n)
+                self._entries.remove(entry)
+                self.permits -= entry.n
+            if over:
+                self.version += 1
+        if over:
+            _pausing.wake_all()
+
+    def reconfigure(self, limit: int, newest: bool) -> None:
+        """Other options: the requests beyond a lower ``limit`` end ``queue_full``, those that would
+        be served last first (the newest under OLDEST_FIRST, the oldest under NEWEST_FIRST)."""
+        with self._lock:
+            self.limit, self.newest = limit, newest
+            trimmed = False
+            while self.permits > limit:
+                entry = self._entries.popleft() if newest else self._entries.pop()
+                entry.outcome = Lease.denied("queue_full")._with_permit_count(entry.n)
+                self.permits -= entry.n
+                trimmed = True
+            self.version += 1
+        if trimmed:
+            _pausing.wake_all()
+
     def fail_all(self, lease: Lease) -> None:
         """Ends every queued request with a copy of ``lease`` (a close)."""
         with self._lock:

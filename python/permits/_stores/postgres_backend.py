@@ -17,7 +17,7 @@ import hashlib
 import math
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -45,7 +45,7 @@ from .postgres_conn import (
     OwnSyncPool,
     SyncSource,
 )
-from .rules import KINDS, Rule
+from .rules import KINDS, Record, Rule
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -63,6 +63,10 @@ def _forked(backend: PostgresBackend) -> None:
 
 
 _BACKENDS: AfterFork[PostgresBackend] = AfterFork(_forked)
+
+
+def _rule_name(name: str) -> bytes:
+    return name.encode("utf-8", "surrogatepass")
 
 
 def _digest(text: str | bytes) -> bytes:
@@ -98,6 +102,9 @@ class _Statements:
     signature: bytes
     purge: bytes
     reset: bytes
+    read_rules: bytes
+    publish_rule: bytes
+    rule_base: bytes
 
 
 def _compose(template: str, ids: dict[str, sql.Composable]) -> bytes:
@@ -173,6 +180,7 @@ class PostgresBackend:
             "sw_take": sql.Identifier(schema, f"permits_{tag}_sw_take"),
             "sl_take": sql.Identifier(schema, f"permits_{tag}_sl_take"),
             "cc_take": sql.Identifier(schema, f"permits_{tag}_cc_take"),
+            "rules": sql.Identifier(schema, f"permits_{tag}_rules"),
         }
         lock = int.from_bytes(bytes.fromhex(tag), "big", signed=True)
         yield b"BEGIN", {}
@@ -201,6 +209,9 @@ class PostgresBackend:
             signature=_compose(q.SIGNATURE, ids),
             purge=_compose(q.PURGE, ids),
             reset=_compose(q.RESET_STATE, ids),
+            read_rules=_compose(q.READ_RULES, ids),
+            publish_rule=_compose(q.PUBLISH_RULE, ids),
+            rule_base=_compose(q.RULE_BASE, ids),
         )
         with self._statements_lock:
             self._statements = statements
@@ -343,6 +354,27 @@ class PostgresBackend:
         yield st.reset, {"key": _digest(name)}
         return None
 
+    def _read_rules(self, names: Sequence[str]) -> Plan[dict[str, Record | None]]:
+        st = yield from self._ensure()
+        row = yield st.read_rules, {"names": [_rule_name(name) for name in names]}
+        found: dict[str, Record | None] = dict.fromkeys(names)
+        if row is not None and row[0] is not None:
+            for name, gen, base, sig in zip(*row, strict=True):
+                found[bytes(name).decode("utf-8", "surrogatepass")] = Record(int(gen), base, sig)
+        return found
+
+    def _publish_rule(self, name: str, base: str, sig: str) -> Plan[Record]:
+        st = yield from self._ensure()
+        params = {"name": _rule_name(name), "base": base, "sig": sig}
+        row = yield st.publish_rule, params
+        if row is not None:
+            return Record(int(row[0]), base, sig)
+        row = yield st.rule_base, params
+        raise ValueError(
+            f"the limit of {name!r} was changed from the rule {row[0] if row else None}, and this limiter's "
+            f"states were made with {base}: stores sharing a table must give a name the same limit"
+        )
+
     # -- drivers ---------------------------------------------------------------------------------
 
     def _sync_source(self) -> SyncSource:
@@ -427,6 +459,20 @@ class PostgresBackend:
 
     async def reset_async(self, name: str | bytes, rule: Rule) -> None:
         await self._run_async(lambda: self._reset(name, rule))
+
+    def read_rules(self, names: Sequence[str]) -> dict[str, Record | None]:
+        """The changed limits of ``names`` (None: never changed), in one statement."""
+        return self._run(lambda: self._read_rules(names))
+
+    async def read_rules_async(self, names: Sequence[str]) -> dict[str, Record | None]:
+        return await self._run_async(lambda: self._read_rules(names))
+
+    def publish_rule(self, name: str, base: str, sig: str) -> Record:
+        """Records ``sig`` as the rule of ``name``, whose states were made with ``base``."""
+        return self._run(lambda: self._publish_rule(name, base, sig))
+
+    async def publish_rule_async(self, name: str, base: str, sig: str) -> Record:
+        return await self._run_async(lambda: self._publish_rule(name, base, sig))
 
     def close(self) -> None:
         """Closes the connections the backend made (not a connection or pool it was given)."""

@@ -56,6 +56,12 @@ CREATE TABLE IF NOT EXISTS {table} (
     PRIMARY KEY (key, lease)
 );
 CREATE INDEX IF NOT EXISTS {index} ON {table} (expires);
+CREATE TABLE IF NOT EXISTS {rules} (
+    name bytea PRIMARY KEY,
+    gen bigint NOT NULL,
+    base text NOT NULL,
+    sig text NOT NULL
+);
 """
 
 
@@ -480,3 +486,18 @@ SELECT (SELECT t.sig FROM {table} t WHERE """
 SIGNATURE: LiteralString = "SELECT t.sig FROM {table} t WHERE " + _STATE
 # reset(): the state row goes; the next step makes it anew (concurrency's lease rows are never asked).
 RESET_STATE: LiteralString = "DELETE FROM {table} t WHERE " + _STATE + " RETURNING 1"
+
+# Changed limits (reconfigure; followed_rules.py): a row per limiter name whose limit was changed,
+# ``gen`` counting the changes, ``base`` the signature its states were made with, ``sig`` the rule
+# now. Read for all of a process's names in one statement; a change made from another base
+# changes nothing (and returns no row).
+READ_RULES: LiteralString = (
+    "SELECT array_agg(r.name), array_agg(r.gen), array_agg(r.base), array_agg(r.sig) "
+    "FROM {rules} r WHERE r.name = ANY(%(names)s)"
+)
+PUBLISH_RULE: LiteralString = """
+INSERT INTO {rules} AS r (name, gen, base, sig) VALUES (%(name)s, 1, %(base)s, %(sig)s)
+ON CONFLICT (name) DO UPDATE SET gen = r.gen + 1, sig = excluded.sig WHERE r.base = excluded.base
+RETURNING r.gen
+"""
+RULE_BASE: LiteralString = "SELECT r.base FROM {rules} r WHERE r.name = %(name)s"

@@ -34,12 +34,12 @@ import redis.exceptions
 
 from .._forking import AfterFork, keep_inherited
 from ..errors import BackendError
-from . import redis_eviction, redis_replicas, redis_scripts
+from . import redis_eviction, redis_replicas, redis_rules, redis_scripts
 from .backend import Backend, Outcome
 from .batch import Batch, Batching
 from .deadlines import Deadlines
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client, unavailable_reason
-from .rules import KINDS, Rule
+from .rules import KINDS, Record, Rule
 
 
 class _Script(NamedTuple):
@@ -146,7 +146,7 @@ class _Made(NamedTuple):
     margin: int
     head: list[bytes]  # ARGV[1..6]
     lease_ttl: bytes
-    fw_head: bytes  # the fixed window's take: "<signature> <key ttl>"
+    fw_head: bytes  # the fixed window's take: "<signature> <key ttl>[ <changed limit>]"
 
 
 class RedisBackend:
@@ -173,6 +173,7 @@ class RedisBackend:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self._client = client
         self._prefix = prefix.encode()
+        self._rules_key = self._prefix + b"rules"  # (no brace: never a state's key)
         self._timeout = float(timeout)
         self._bounded: Bounded | None = None  # built at the first sync step (a Cluster's connects)
         self._lock = threading.Lock()
@@ -320,6 +321,33 @@ class RedisBackend:
         keys, args = self.keys_of(name), self._rule_args(rule, now_ns)
         return int(self._check(name, rule, await self._run_async(_AVAILABLE, keys, args))[1])
 
+    # ---- changed limits (redis_rules) ----
+
+    def read_rules(self, names: Sequence[str]) -> dict[str, Record | None]:
+        """The records of ``names`` (None: never changed), in one round trip."""
+        self._sync_only("read_rules")
+        fields = [redis_rules.field(name) for name in names]
+        return redis_rules.records(names, self._run(_TAKE, (self._rules_key,), fields, redis_rules.reading))
+
+    async def read_rules_async(self, names: Sequence[str]) -> dict[str, Record | None]:
+        self._async_only("read_rules_async")
+        fields = [redis_rules.field(name) for name in names]
+        reply = await self._run_async(_TAKE, (self._rules_key,), fields, redis_rules.reading_async)
+        return redis_rules.records(names, reply)
+
+    def publish_rule(self, name: str, base: str, sig: str) -> Record:
+        """Records ``sig`` as the rule of ``name``, whose states were made with ``base``."""
+        self._sync_only("publish_rule")
+        args: list[bytes | str] = [redis_rules.field(name), base, sig]
+        reply = self._run(_TAKE, (self._rules_key,), args, redis_rules.publishing)
+        return redis_rules.published(name, base, sig, reply)
+
+    async def publish_rule_async(self, name: str, base: str, sig: str) -> Record:
+        self._async_only("publish_rule_async")
+        args: list[bytes | str] = [redis_rules.field(name), base, sig]
+        reply = await self._run_async(_TAKE, (self._rules_key,), args, redis_rules.publishing_async)
+        return redis_rules.published(name, base, sig, reply)
+
     def close(self) -> None:
         """Closes the connections of the sync client the backend built (not the given client)."""
         with self._lock:
@@ -388,7 +416,10 @@ class RedisBackend:
         ttl_ms = min(-(-lifetime // 1_000_000) + margin, _MAX_TTL_MS)
         head = [rule.signature, rule.kind, str(rule.limit), str(rule.period_ns), str(rule.amount), str(ttl_ms)]
         encoded = [arg.encode() for arg in head]
-        made = _Made(margin, encoded, str(rule.lease_ttl_ns).encode(), encoded[0] + b" " + encoded[5])
+        fw_head = encoded[0] + b" " + encoded[5]
+        if rule.base:  # a changed limit: the states' signature is the first one, the limit this one
+            fw_head += b" " + encoded[2]
+        made = _Made(margin, encoded, str(rule.lease_ttl_ns).encode(), fw_head)
         if len(self._rules_made) >= _KEPT:
             self._rules_made.clear()
         self._rules_made[rule] = made
@@ -419,7 +450,9 @@ class RedisBackend:
     def _refund_args(
         self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None
     ) -> tuple[Keys, list[bytes | str]]:
-        self._check_count(rule, n)
+        # (not bounded by the limit: a lease granted under a higher limit gives all it holds back)
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**62:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
         if not isinstance(stamp, int) or stamp < 0:
             raise ValueError(f"stamp must be a non-negative int (a take's Outcome.stamp), got {stamp!r}")
         args: list[bytes | str] = [*self._rule_args(rule, now_ns), b"%d" % n, b"%d" % stamp]

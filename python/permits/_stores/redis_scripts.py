@@ -643,7 +643,8 @@ return {1, LIMIT - cc_drop_expired(tonumber(F[4]), false)}
 
 # The fixed window's take on its own (the hot path of the most used kind): FCALL of the library's
 # fw_take (FW_TAKE below is its script form, TAKE itself). KEYS[1] = the state's hash; ARGV[1] =
-# "<signature> <key ttl in ms>" (one argument: each costs the client and the server), ARGV[2] = n,
+# "<signature> <key ttl in ms>[ <limit>]" (the limit when it was changed: reconfigure; one argument:
+# each costs the client and the server), ARGV[2] = n,
 # ARGV[3] = now_ns (none: the server's TIME). Answers as TAKE. Where TAKE reads five fields, writes
 # four with HSET and sets the expiry at every step, this one reads four, and a grant in the window
 # already recorded adds n to the count (HINCRBY): the expiry is set when the window changes, to the
@@ -668,7 +669,8 @@ local function fw_take(keys, args)
   local h = keys[1]
   local r = RULES[args[1]]
   if not r then
-    r = {string.match(args[1], '^(fixed_window:(%d+):(%d+):%d+) (%d+)$')}
+    r = {string.match(args[1], '^(fixed_window:(%d+):(%d+):%d+) (%d+) ?(%d*)$')}
+    if r[5] and r[5] ~= '' then r[2] = r[5] end -- a changed limit: the states keep their signature
     if RULES_N >= 1000 then RULES, RULES_N = {}, 0 end
     RULES[args[1]], RULES_N = r, RULES_N + 1
   end
@@ -810,7 +812,8 @@ LIBRARY, LIBRARY_NAME, FUNCTIONS = _library()
 #: The fixed window's take as a script (servers without FUNCTION, Cluster clients): TAKE itself, its
 #: arguments made from FCALL fw_take's.
 FW_TAKE = (
-    "local sig, limit, period, ttl = string.match(ARGV[1], '^(fixed_window:(%d+):(%d+):%d+) (%d+)$')\n"
+    "local sig, limit, period, ttl, changed = string.match(ARGV[1], '^(fixed_window:(%d+):(%d+):%d+) (%d+) ?(%d*)$')\n"
+    "if changed and changed ~= '' then limit = changed end\n"
     "local KEYS = {KEYS[1], KEYS[1]}\n"
     "local ARGV = {sig, 'fixed_window', limit, period, '0', ttl, ARGV[3] or '', '0', ARGV[2]}\n" + TAKE
 )

@@ -233,6 +233,9 @@ class ReservingLimiter(StoreLimiter):
             self._settle(back, clock.now_ns())  # (a sync client: done when it returns)
         asked = clock.now_ns()
         try:
+            self._learn()
+            if n > self._rule.limit:
+                return self._over_limit(n)
             batch = self._batches.take_batch(self._state, self._rule, n, self._most(n), self._now())
         except BackendError as error:
             return self._failed(error, n)
@@ -266,6 +269,12 @@ class ReservingLimiter(StoreLimiter):
         if lease is not None:
             return lease
         clock = self._rl_clock
+        try:
+            await self._learn_async()
+        except BackendError as error:
+            return self._failed(error, n)
+        if n > self._rule.limit:
+            return self._over_limit(n)
         if back is not None and self._worth(back, clock.now_ns()):
             back_step = self._batches.give_back_unused_async(
                 self._state, self._rule, back.count, back.stamp, self._now()

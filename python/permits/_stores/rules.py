@@ -8,7 +8,7 @@ limiter grants exactly what an engine limiter of the same spec would on the same
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import specs
 
@@ -27,12 +27,46 @@ class Rule:
     period_ns: int = 0
     amount: int = 0
     lease_ttl_ns: int = 0
+    #: The signature the name's states were made with before its limit was changed
+    #: (``reconfigure``: followed_rules.py); "" when never changed (the rule's own).
+    base: str = ""
 
     @property
     def signature(self) -> str:
         """What the server records with the state: opening it with another rule is an error.
-        (lease_ttl is not part of it: holders may choose their own.)"""
+        (lease_ttl is not part of it: holders may choose their own.) A changed limit keeps the
+        signature its states were made with: the steps take the limit from their arguments."""
+        return self.base or self.own_signature
+
+    @property
+    def own_signature(self) -> str:
+        """The rule's own: its kind, limit, period and amount."""
         return f"{self.kind}:{self.limit}:{self.period_ns}:{self.amount}"
+
+    @property
+    def amounts(self) -> tuple[int, ...]:
+        """What a change may set, in the order of its spec's ``_amounts``: the limit, and a token
+        bucket's tokens per period."""
+        return (self.limit, self.amount) if self.kind == "token_bucket" else (self.limit,)
+
+    def same_shape(self, other: Rule) -> bool:
+        """Whether ``other`` counts in the same way (kind, period, segments): only its amounts
+        (the limit, a token bucket's refill) differ. A state follows a change of amounts."""
+        if self.kind != other.kind or self.period_ns != other.period_ns:
+            return False
+        return self.kind == "token_bucket" or self.amount == other.amount
+
+    def with_amounts_of(self, signature: str, base: str) -> Rule | None:
+        """This rule with the amounts of ``signature`` (another process's change), its states
+        keeping ``base``; None when ``signature`` is not of this rule's shape (or not a signature)."""
+        parts = signature.split(":")
+        if len(parts) != 4 or not all(part.lstrip("-").isdigit() for part in parts[1:]):
+            return None
+        limit, period, amount = (int(part) for part in parts[1:])
+        if limit <= 0 or (self.kind == "token_bucket" and amount <= 0):
+            return None
+        other = Rule(parts[0], limit, period, amount, self.lease_ttl_ns, "" if signature == base else base)
+        return other if self.same_shape(other) else None
 
     @property
     def timed(self) -> bool:
@@ -48,6 +82,27 @@ class Rule:
         if self.kind == "concurrency":
             return self.lease_ttl_ns
         return 2 * self.period_ns  # the current window and the one before it
+
+
+class Record(NamedTuple):
+    """A name's changed limit as the server records it (``reconfigure``): ``gen`` counts the
+    changes (1 the first), ``base`` is the signature its states were made with, ``sig`` the rule
+    that holds now."""
+
+    gen: int
+    base: str
+    sig: str
+
+
+def parse_record(value: bytes | str | None) -> Record | None:
+    """A record as a server keeps it, ``"<gen> <base> <sig>"``; None for none (or one damaged)."""
+    if value is None:
+        return None
+    text = value.decode() if isinstance(value, bytes) else value
+    parts = text.split(" ")
+    if len(parts) != 3 or not parts[0].isdigit():
+        return None
+    return Record(int(parts[0]), parts[1], parts[2])
 
 
 def rule_of(spec: specs.Spec[Any], lease_ttl_ns: int = 0) -> Rule:

@@ -21,15 +21,15 @@ from ..partition import Partition, _check_options, _members, _template_of
 from ..partitioned import PartitionedLimiter
 from ..rate_limiter import QueueOrder, RateLimiter
 from .factories import StoreFactories, member_name, spec_of
+from .followed_rules import RuleBook
 from .renewal import Renewal
 from .reserving import ReservingLimiter
-from .rules import rule_of
+from .rules import Rule, rule_of
+from .store_keyed import StoreKeyed
 from .store_limiter import ON_ERROR, StoreLimiter
 
 _log = logging.getLogger("permits")
 
-#: A per-key limiter's state names: its name, then this, then the key as the engine encodes it.
-KEY_SEPARATOR = b"\x00"
 UNBOUNDED = 2**63 - 1
 
 
@@ -63,6 +63,7 @@ class ServerStore(StoreFactories):
         self._limiters: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
+        self._rules = RuleBook(self, self._backend)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -105,6 +106,7 @@ class ServerStore(StoreFactories):
         kind = ReservingLimiter if getattr(self, "reserve", None) and rule.timed else StoreLimiter
         limiter = kind(self, name, state, rule, spec, UNBOUNDED if ql is None else ql, newest)
         self._limiters.add(limiter)
+        self._rules.known(limiter)  # (its name's changed limit, if this process has read it)
         self._housekeep()
         return limiter
 
@@ -134,25 +136,13 @@ class ServerStore(StoreFactories):
             return chain(*each, name=name)
         if partition.spec is None:
             raise TypeError(f"a store keeps state for specs only, not for {partition!r}")
-        spec = partition.spec
         queue_limit, queue_order, _ = partition._options
-        ql, newest = _queue_limit(queue_limit), _queue_order(queue_order)
+        queue = (_queue_limit(queue_limit), _queue_order(queue_order))
         ttl = duration_ns(lease_ttl, "lease_ttl")
         idle = duration_ns(idle_timeout, "idle_timeout", allow_zero=True) / 1e9
-        prefix = name.encode() + KEY_SEPARATOR
-        from .._core import _key_bytes
-
-        def of_key(key: object) -> Partition:
-            return Partition.custom(key, lambda k: self._make(name, prefix + _key_bytes(k), spec, ql, newest, ttl))
-
-        keyed = PartitionedLimiter(
-            of_key, idle_timeout=idle, max_partitions=max_partitions, clock=self._pause_clock, name=name
-        )
-        keyed.store = self  # type: ignore[attr-defined]
-        rule = rule_of(spec, ttl if isinstance(spec, specs.Concurrency) else 0)
-        # reset(key) reaches the server whether this process holds the key's limiter or not.
-        keyed._reset_on_server = lambda key, after: self._reset(prefix + _key_bytes(key), rule, name, after)  # type: ignore[attr-defined]
+        keyed = StoreKeyed(self, name, partition.spec, queue, ttl, idle_timeout=idle, max_partitions=max_partitions)
         self._limiters.add(keyed)
+        self._rules.known(keyed)
         return keyed
 
     # ---- permits coming back ----
@@ -182,6 +172,36 @@ class ServerStore(StoreFactories):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def _change_limit(self, owner: Any, new: Rule, after: Callable[[], None]) -> None:
+        """``reconfigure``: ``new`` recorded on the server as the limit of ``owner``'s name (a limiter
+        or a per-key limiter), taken on by every process, this one at once; then ``after()`` (the
+        queue options). With a sync client done when it returns (a server that fails raises
+        ``BackendError``, and nothing changes); with an asyncio client, the queue options now and the
+        limit in a task of the running loop (logged if it fails)."""
+        backend, book = self._backend, self._rules
+        loop = _running_loop()
+        if backend.is_async is False or (backend.is_async is None and loop is None):
+            book.learn(owner)
+            base = book.base(owner.name, owner._rule)
+            book.published(owner.name, backend.publish_rule(owner.name, base, new.own_signature))
+            after()
+            return
+        if loop is None:
+            raise TypeError("a store with an asyncio client changes a limit from a running event loop")
+        after()
+        task = loop.create_task(self._publishing(owner, new))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _publishing(self, owner: Any, new: Rule) -> None:
+        backend, book = self._backend, self._rules
+        try:
+            await book.learn_async(owner)
+            base = book.base(owner.name, owner._rule)
+            book.published(owner.name, await backend.publish_rule_async(owner.name, base, new.own_signature))
+        except (BackendError, ValueError):
+            _log.warning("the new limit of %r did not reach the server: it is unchanged", owner.name, exc_info=True)
+
     def _reset(self, state: str | bytes, rule: Any, name: str, after: Callable[[], object]) -> None:
         """A key's time-based state forgotten on the server, for every process, then ``after()``:
         done when it returns with a sync client (a server that fails raises ``BackendError``); with an
@@ -208,6 +228,7 @@ class ServerStore(StoreFactories):
             return
         self._closed = True
         self._renewal.stop()
+        self._rules.stop()
         for limiter in list(self._limiters):
             limiter.close()
         self._backend.close()

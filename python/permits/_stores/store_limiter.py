@@ -32,15 +32,17 @@ from .._durations import timeout_ns
 from .._forking import in_child
 from .._loop_check import blocks_the_loop
 from ..awaitables import Attempt, LeaseWait, PolledLeaseWait
+from ..engine_limiters import _check_reconfigured, _reconfigured_queue
 from ..errors import BackendError
 from ..rate_limiter import RateLimiter, Statistics, _check_permit_count
 from .backend import Backend, Outcome
 from .local_queue import Entry, LocalQueue
-from .rules import Rule
+from .rules import Record, Rule, rule_of
 
 logger = logging.getLogger("permits")
 
 ON_ERROR = ("raise", "deny", "allow")
+UNBOUNDED = 2**63 - 1  # a queue_limit of None
 #: Pauses of a queue's head between attempts when the server gives no retry_after (concurrency).
 FIRST_POLL, LAST_POLL = 0.005, 0.5
 
@@ -209,8 +211,12 @@ class StoreLimiter(RateLimiter):
             setattr(self, attribute, getattr(spec, attribute))
         if rule.kind == "concurrency":
             self.lease_ttl = rule.lease_ttl_ns / 1e9
-        #: acquire() takes its short way (below): a time-based kind, asked of the server each time.
-        self._direct = rule.timed and type(self) is StoreLimiter and self._backend.is_async is not True
+        #: The generation of its name's record this limiter follows (followed_rules): -1 before its
+        #: first step has read it, 0 when the limit was never changed.
+        self._gen = -1
+        #: acquire() takes its short way (below): a time-based kind, asked of the server each time,
+        #: once its name's record is known.
+        self._direct = False
 
     def acquire(self, permit_count: int = 1) -> Lease:
         """As every limiter's (``RateLimiter.acquire``); a time-based limiter's grant, nothing queued,
@@ -250,6 +256,11 @@ class StoreLimiter(RateLimiter):
             return self._rl_counted(self._behind_queue(n), n, "_acquire_async")
         loop = asyncio.get_running_loop()
         self.store._housekeep()
+        if self._gen < 0:
+            try:
+                await self._learn_async()
+            except BackendError as error:
+                return self._rl_counted(self._failed(error, n), n, "_acquire_async")
         clock = self._time
         answer: asyncio.Future[Outcome] = loop.create_future()
         take = self._backend.take_async(self._state, self._rule, n, None, None if clock is None else clock.now_ns())
@@ -266,6 +277,47 @@ class StoreLimiter(RateLimiter):
             return self._rl_counted(lease, n, "_acquire_async")
         self._rl_tally.grant()
         return lease
+
+    # ---- a changed limit (followed_rules) ----
+    def _take_on(self, record: Record | None) -> None:
+        """The record of this limiter's name, as read or published: a newer limit is taken on."""
+        gen = 0 if record is None else record.gen
+        if gen != self._gen:
+            rule = None if record is None else self._rule.with_amounts_of(record.sig, record.base)
+            if rule is not None and rule != self._rule:
+                self._change_rule(rule)
+            self._gen = gen
+        self._direct = self._rule.timed and type(self) is StoreLimiter and self._backend.is_async is not True
+
+    def _change_rule(self, rule: Rule) -> None:
+        """The steps count with ``rule`` from now on; the attributes say it; queued requests it can
+        never serve fail ``limit_reached`` and the queue's head asks again."""
+        spec = self.spec._with_amounts(rule.amounts)  # type: ignore[attr-defined]
+        self._rule, self.spec = rule, spec
+        for attribute in getattr(spec, "_attributes", ()):
+            setattr(self, attribute, getattr(spec, attribute))
+        self._queue.refuse_over(rule.limit)
+        self._queue.changed()
+
+    def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
+        """``reconfigure``: the new limit is recorded on the server, for every process, then taken
+        on here; the queue options are this process's (its queue is)."""
+        self._check_open()
+        _check_reconfigured(self.spec, spec)  # type: ignore[arg-type]
+        queue = self._queue
+        current = (None if queue.limit >= UNBOUNDED else queue.limit, queue.newest)
+        limit, newest = _reconfigured_queue(current, queue_limit, queue_order)
+        new = rule_of(spec, self._rule.lease_ttl_ns)  # type: ignore[arg-type]
+        self.store._change_limit(self, new, lambda: queue.reconfigure(UNBOUNDED if limit is None else limit, newest))
+
+    def _learn(self) -> None:
+        """Before the first step: the record of its name (raises ``BackendError``)."""
+        if self._gen < 0:
+            self.store._rules.learn(self)
+
+    async def _learn_async(self) -> None:
+        if self._gen < 0:
+            await self.store._rules.learn_async(self)
 
     def _rl_forget(self) -> None:
         """The key's state was reset: what this process kept of it goes, and its queue asks again."""
@@ -335,10 +387,25 @@ class StoreLimiter(RateLimiter):
             )
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
         try:
+            self._learn()
+            if n > self._rule.limit:  # (a limit lowered meanwhile)
+                return self._over_limit(n)
             out = self._backend.take(self._state, self._rule, n, lid, self._now())
         except BackendError as error:
             return self._failed(error, n)
         return self._lease_of(out, n, lid)
+
+    def _learned_take(self, n: int, lid: str | None) -> Outcome | Lease:
+        """A take from a step thread: its name's record first, if not known yet."""
+        self._learn()
+        if n > self._rule.limit:
+            return self._over_limit(n)
+        return self._backend.take(self._state, self._rule, n, lid, None)
+
+    @staticmethod
+    def _over_limit(n: int) -> Lease:
+        """A request the limit (changed since it was made) can never grant."""
+        return Lease.denied("limit_reached")._with_permit_count(n)
 
     def _take_by(self, n: int, deadline: int | None) -> Lease:
         """A wait's take, ended by the wait's deadline (on the real clock) even when the server
@@ -352,7 +419,7 @@ class StoreLimiter(RateLimiter):
         if left <= 0:
             return _polling.timed_out(n)
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
-        step = _step_threads().submit(self._backend.take, self._state, self._rule, n, lid, None)
+        step = _step_threads().submit(self._learned_take, n, lid)
         try:
             out = step.result(timeout=left)
         except concurrent.futures.TimeoutError:
@@ -360,6 +427,8 @@ class StoreLimiter(RateLimiter):
             return _polling.timed_out(n)
         except BackendError as error:
             return self._failed(error, n)
+        if isinstance(out, Lease):
+            return out
         return self._lease_of(out, n, lid)
 
     async def _take_async(self, n: int) -> Lease:
@@ -370,6 +439,12 @@ class StoreLimiter(RateLimiter):
             # timeout): the request is decided, or queued, before the wait first suspends.
             return self._take(n)
         self.store._housekeep()
+        try:
+            await self._learn_async()
+        except BackendError as error:
+            return self._failed(error, n)
+        if n > self._rule.limit:
+            return self._over_limit(n)
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
         # The step runs in a task of its own, which hands its outcome to `answer`: a cancellation of
         # this task cancels the answer, never the step (asyncio.shield's guarantee, one hop shorter).
@@ -386,12 +461,15 @@ class StoreLimiter(RateLimiter):
         return self._lease_of(out, n, lid)
 
     def _undo(
-        self, step: asyncio.Future[Outcome | None] | concurrent.futures.Future[Outcome], n: int, lid: str | None
+        self,
+        step: asyncio.Future[Outcome | None] | concurrent.futures.Future[Outcome | Lease],
+        n: int,
+        lid: str | None,
     ) -> None:
         if step.cancelled() or step.exception() is not None:
             return
         out = step.result()
-        if out is not None and out.granted and n:
+        if isinstance(out, Outcome) and out.granted and n:
             self._give_back(n, out.stamp, lid)
 
     # ---- leases the server forgot (the renewal found them gone) ----
@@ -616,6 +694,7 @@ class StoreLimiter(RateLimiter):
         timeout = self.store.timeout
         started = time.monotonic()
         try:
+            self._learn()
             if self.store._renewal.flush(started + timeout) and time.monotonic() - started < timeout / 100:
                 self._seen = self._backend.available(self._state, self._rule, self._now())
             else:

@@ -301,15 +301,25 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
     *_kinds("shm_per_key", shm_per_key, LOGGED, *KEYED, RESETS),
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
-    *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED),
-    *_kinds("redis", in_server(_redis_store), LOGGED, *STORE),
-    *_kinds("redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED, RESETS),
-    *_kinds("redis_per_key", in_server_per_key(_redis_store), LOGGED, *STORE_KEYED, RESETS),
-    *_kinds("redis_reserve", in_server(_redis_reserving_store), LOGGED, *STORE),
-    *_kinds("postgres", in_server(_postgres_store), ["concurrency"], *STORE, COLLECTED),
-    *_kinds("postgres", in_server(_postgres_store), LOGGED, *STORE),
-    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), ["concurrency"], *STORE_KEYED, COLLECTED, RESETS),
-    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), LOGGED, *STORE_KEYED, RESETS),
+    *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED, RECONFIGURES),
+    *_kinds("redis", in_server(_redis_store), LOGGED, *STORE, RECONFIGURES),
+    *_kinds(
+        "redis_per_key", in_server_per_key(_redis_store), ["concurrency"], *STORE_KEYED, COLLECTED, RESETS, RECONFIGURES
+    ),
+    *_kinds("redis_per_key", in_server_per_key(_redis_store), LOGGED, *STORE_KEYED, RESETS, RECONFIGURES),
+    *_kinds("redis_reserve", in_server(_redis_reserving_store), LOGGED, *STORE, RECONFIGURES),
+    *_kinds("postgres", in_server(_postgres_store), ["concurrency"], *STORE, COLLECTED, RECONFIGURES),
+    *_kinds("postgres", in_server(_postgres_store), LOGGED, *STORE, RECONFIGURES),
+    *_kinds(
+        "postgres_per_key",
+        in_server_per_key(_postgres_store),
+        ["concurrency"],
+        *STORE_KEYED,
+        COLLECTED,
+        RESETS,
+        RECONFIGURES,
+    ),
+    *_kinds("postgres_per_key", in_server_per_key(_postgres_store), LOGGED, *STORE_KEYED, RESETS, RECONFIGURES),
 ]
 
 
