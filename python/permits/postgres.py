@@ -46,6 +46,7 @@ class PostgresStore(ServerStore):
         self._purger = Purger(self._backend, self._renewal._now, manual=clock is not None)
 
     def _housekeep(self) -> None:
+        super()._housekeep()
         self._purger.poke()
 
     def close(self) -> None:

@@ -30,9 +30,16 @@ FOLLOW_S = 1.0
 
 
 def _forked(book: RuleBook) -> None:
-    # (the parent's thread may have held the lock, or its wait the Event's)
+    # (the parent's thread may have held the lock, or its wait the Event's.) The child has no thread
+    # following: its limiters read their names' records again at their next step, which starts one.
     book._lock, book._stop = threading.Lock(), renewed_event(book._stop)
     book._pid = 0
+    book._records.clear()
+    store = book._store()
+    for limiter in [] if store is None else list(store._limiters):
+        if hasattr(limiter, "_take_on"):
+            limiter._gen = -1
+            limiter._direct = False
 
 
 _all: AfterFork[RuleBook] = AfterFork(_forked)
@@ -144,6 +151,11 @@ class RuleBook:
                 self.follow_now()
             except Exception:  # a round never dies (a server down...): the next one tries again
                 logger.debug("permits: reading the limits' changes failed", exc_info=True)
+
+    def poke(self) -> None:
+        """An asyncio step: the running loop follows (a loop started after the names were learned)."""
+        if self._records and self._backend.is_async is not False:
+            self._start_task()
 
     def _start_task(self) -> None:
         loop = asyncio._get_running_loop()

@@ -269,6 +269,7 @@ class ReservingLimiter(StoreLimiter):
         if lease is not None:
             return lease
         clock = self._rl_clock
+        self.store._housekeep()
         try:
             await self._learn_async()
         except BackendError as error:

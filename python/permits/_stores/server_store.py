@@ -72,6 +72,7 @@ class ServerStore(StoreFactories):
     def _housekeep(self) -> None:
         """The store is in use: its background housekeeping (if any) runs. Called when a limiter is
         made, and by each asyncio step (a task needs the running loop)."""
+        self._rules.poke()
 
     def limiter(
         self,

@@ -206,3 +206,49 @@ print("ok")
 @pytest.mark.parametrize("kind", sorted(STORES))
 def test_a_forked_childs_queue_holds_none_of_its_parents_waiters(kind: str, request: pytest.FixtureRequest) -> None:
     _run_in_fork(kind, request, QUEUED_SCENARIO, "queued")
+
+
+FOLLOW_SCENARIO = """
+import os, time
+TARGET, PREFIX = os.environ["STORE_TARGET"], os.environ["STORE_PREFIX"]
+from permits import specs
+from permits._stores import followed_rules
+followed_rules.FOLLOW_S = 0.05
+{store}
+
+def another():  # a store of another process
+    if PREFIX.endswith("_test"):
+        from permits.postgres import PostgresStore
+        return PostgresStore(TARGET, table=PREFIX)
+    import redis
+    from permits.redis import RedisStore
+    return RedisStore(redis.Redis.from_url(TARGET), prefix=PREFIX)
+
+def until(check):
+    give_up = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < give_up, "the change never reached this process"
+        time.sleep(0.01)
+
+window = store.fixed_window("api", 10, 3600.0)
+assert window.acquire()  # the parent follows the name from now on (a thread of its own)
+
+def child():
+    assert window.acquire()  # the parent's thread is not here: the child follows with one of its own
+    another().fixed_window("api", 10, 3600.0).reconfigure(specs.FixedWindow(12, 3600.0))
+    until(lambda: window.permit_limit == 12)
+    store.close()
+
+in_fork(child)
+until(lambda: window.permit_limit == 12)
+assert sum(1 for _ in range(20) if window.acquire()) == 10  # 12, of which 2 were taken
+store.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", list(STORES))
+def test_a_forked_child_follows_a_changed_limit_with_a_thread_of_its_own(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    _run_in_fork(kind, request, FOLLOW_SCENARIO, "follow")

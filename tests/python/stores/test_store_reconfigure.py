@@ -279,3 +279,20 @@ async def test_an_asyncio_clients_change_outside_a_loop_says_where_it_works(shar
         limiter = store.limiter(fresh_name("reconf"), S.FixedWindow(10, 60.0))
         with pytest.raises(TypeError, match="running event loop"):
             await asyncio.to_thread(limiter.reconfigure, S.FixedWindow(12, 60.0))
+
+
+async def test_an_asyncio_clients_limiters_follow_in_a_task_of_the_loop(
+    shared_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(followed_rules, "FOLLOW_S", 0.05)
+    clock = permits.ManualClock(1000.0)
+    name = fresh_name("reconf")
+    async with shared_server.async_store(clock=clock) as store:
+        limiter = store.limiter(name, S.FixedWindow(10, 60.0))
+        assert await limiter.acquire_async()  # its first step: the loop follows from now on
+        shared_server.store(clock=clock).limiter(name, S.FixedWindow(10, 60.0)).reconfigure(S.FixedWindow(3, 60.0))
+        deadline = time.monotonic() + 10
+        while limiter.permit_limit != 3:
+            assert time.monotonic() < deadline, "the change never reached the loop's limiters"
+            await asyncio.sleep(0.02)
+        assert [bool(await limiter.acquire_async()) for _ in range(3)] == [True, True, False]
