@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .._forking import AfterFork, renewed_event
@@ -59,6 +60,7 @@ class RuleBook:
         self._tasks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
             weakref.WeakKeyDictionary()
         )
+        self._loop: Callable[[], asyncio.AbstractEventLoop | None] = lambda: None  # the last task's
         _all.add(self)
 
     # ---- learning a name ----
@@ -153,17 +155,19 @@ class RuleBook:
                 logger.debug("permits: reading the limits' changes failed", exc_info=True)
 
     def poke(self) -> None:
-        """An asyncio step: the running loop follows (a loop started after the names were learned)."""
-        if self._records and self._backend.is_async is not False:
+        """An asyncio step: the running loop follows (a loop started after the names were learned).
+        (Every asyncio step asks: the loop that started the last task is one comparison.)"""
+        if self._records and self._loop() is not asyncio._get_running_loop():
             self._start_task()
 
     def _start_task(self) -> None:
         loop = asyncio._get_running_loop()
-        if loop is None or self._stop.is_set():
+        if loop is None or self._stop.is_set() or self._backend.is_async is False:
             return
         task = self._tasks.get(loop)
         if task is None or task.done():
             self._tasks[loop] = loop.create_task(self._run_async())
+        self._loop = weakref.ref(loop)
 
     async def _run_async(self) -> None:
         while not self._stop.is_set():

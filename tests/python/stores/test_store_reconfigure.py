@@ -296,3 +296,19 @@ async def test_an_asyncio_clients_limiters_follow_in_a_task_of_the_loop(
             assert time.monotonic() < deadline, "the change never reached the loop's limiters"
             await asyncio.sleep(0.02)
         assert [bool(await limiter.acquire_async()) for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.parametrize("name", ["a b c", "é/ü:{x}", "\udc80 lone surrogate", "x" * 2000, "rules"])
+def test_any_name_changes_its_own_limit_and_no_other(shared_server: Server, name: str) -> None:
+    clock = permits.ManualClock(1000.0)
+    namespace = fresh_name("hostile")
+    mine, theirs = (
+        shared_server.store(clock=clock, namespace=namespace).limiter(name, S.FixedWindow(4, 60.0)) for _ in range(2)
+    )
+    neighbour = shared_server.store(clock=clock, namespace=namespace).limiter(name + "!", S.FixedWindow(4, 60.0))
+    assert mine.acquire() and neighbour.acquire()
+    mine.reconfigure(S.FixedWindow(2, 60.0))
+    theirs.store._rules.follow_now()
+    neighbour.store._rules.follow_now()
+    assert theirs.permit_limit == 2 and neighbour.permit_limit == 4
+    assert len(granted(theirs)) == 1 and len(granted(neighbour)) == 3

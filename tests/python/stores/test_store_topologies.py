@@ -62,3 +62,20 @@ def test_a_sentinel_master_client_store(redis_sentinel: Any) -> None:
         assert [bool(window.acquire()) for _ in range(5)] == [True] * 4 + [False]
         refused = window.acquire()
         assert refused.reason == "limit_reached" and refused.retry_after is not None and refused.retry_after > 0
+
+
+def test_a_cluster_store_changes_a_keyed_limit_for_every_process(redis_cluster: Any) -> None:
+    """The changes' records are one key (one slot); the keys' states are spread over the masters."""
+    prefix = f"topo-reconf-{uuid.uuid4().hex[:8]}:"
+    clients = [redis_cluster.client(), redis_cluster.client()]
+    with RedisStore(clients[0], prefix=prefix) as mine, RedisStore(clients[1], prefix=prefix) as theirs:
+        ours = [store.partitioned(permits.specs.FixedWindow(2, 3600.0), name="per-user") for store in (mine, theirs)]
+        users = [f"user-{i}" for i in range(20)]
+        for user in users:
+            assert ours[0].acquire(user) and ours[1].acquire(user) and not ours[0].acquire(user)
+        ours[1].reconfigure(permits.specs.FixedWindow(3, 3600.0))
+        mine._rules.follow_now()
+        for user in users:  # one more each, whichever process asks
+            assert ours[0].acquire(user) and not ours[1].acquire(user), user
+    for client in clients:
+        client.close()
