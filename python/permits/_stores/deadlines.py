@@ -13,6 +13,11 @@ import collections
 import weakref
 from types import TracebackType
 
+#: Seconds between two cancellations of a step past its deadline that has not ended: a client
+#: library may swallow one (redis-py cleaning up a connection to a hung server, in an await of its
+#: own), and the caller must not wait on it for ever.
+AGAIN_S = 0.05
+
 
 class Step:
     """One step's deadline: ``with`` around the step, in the step's task."""
@@ -22,7 +27,7 @@ class Step:
     def __init__(self, deadline: float, task: asyncio.Task[object]) -> None:
         self.deadline = deadline
         self.task: asyncio.Task[object] | None = task  # None once the step has ended
-        self.fired = False
+        self.fired = 0  # the cancellations the deadline made
         self._cancelling = task.cancelling()
 
     def __enter__(self) -> None:
@@ -30,10 +35,19 @@ class Step:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         task, self.task = self.task, None
-        if self.fired and kind is not None and issubclass(kind, asyncio.CancelledError):
-            assert task is not None
-            if task.uncancel() <= self._cancelling:
-                raise TimeoutError("the step's deadline passed") from exc
+        if not self.fired:
+            return
+        assert task is not None
+        left = task.cancelling()
+        for _ in range(self.fired):  # (each of ours is taken back; one from elsewhere stays)
+            left = task.uncancel()
+        if kind is not None and issubclass(kind, asyncio.CancelledError) and left <= self._cancelling:
+            raise TimeoutError("the step's deadline passed") from exc
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.fired += 1
+            self.task.cancel()
 
 
 class _Queue:
@@ -66,8 +80,14 @@ class _Queue:
                 return
             steps.popleft()
             if step.task is not None:  # live, and past its deadline
-                step.fired = True
-                step.task.cancel()
+                step.cancel()
+                self._loop.call_at(now + AGAIN_S, self._again, step)
+
+    def _again(self, step: Step) -> None:
+        """A step cancelled at its deadline that has not ended yet: cancelled again."""
+        if step.task is not None:
+            step.cancel()
+            self._loop.call_at(self._loop.time() + AGAIN_S, self._again, step)
 
 
 class Deadlines:

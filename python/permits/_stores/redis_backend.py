@@ -39,47 +39,29 @@ from .backend import Backend, Outcome
 from .batch import Batch, Batching
 from .deadlines import Deadlines
 from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client, unavailable_reason
+from .redis_steps import (
+    AVAILABLE,
+    FW_TAKE,
+    REFUND,
+    RENEW,
+    TAKE,
+    TAKE_BATCH,
+    TRY_AGAIN_PAUSE,
+    UNUSED,
+    Keys,
+    Script,
+    already_loaded,
+    deleting,
+    deleting_async,
+    function_missing,
+    moving,
+    no_functions,
+    shown,
+    text,
+)
 from .rules import KINDS, Record, Rule
 
-
-class _Script(NamedTuple):
-    source: str
-    sha: str
-    function: str  # its name in the library
-
-
-def _script(op: str, source: str) -> _Script:
-    return _Script(source, hashlib.sha1(source.encode()).hexdigest(), redis_scripts.FUNCTIONS[op])
-
-
-_TAKE = _script("take", redis_scripts.TAKE)
-_TAKE_BATCH = _script("take_batch", redis_scripts.TAKE_BATCH)
-_REFUND = _script("refund", redis_scripts.REFUND)
-_RENEW = _script("renew", redis_scripts.RENEW)
-_AVAILABLE = _script("available", redis_scripts.AVAILABLE)
-_UNUSED = _script("unused", redis_scripts.UNUSED)
-#: The fixed window's take on its own (one key, six arguments): redis_scripts._FW_TAKE.
-_FW_TAKE = _script("fw_take", redis_scripts.FW_TAKE)
-
-
-def _no_functions(exc: redis.exceptions.ResponseError) -> bool:
-    """The server has no FUNCTION/FCALL (Redis < 7), or this user may not use them."""
-    text = str(exc)
-    return isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("unknown command")
-
-
-def _function_missing(exc: redis.exceptions.ResponseError) -> bool:
-    """FCALL of a function the server does not have (never loaded, FUNCTION FLUSH, a restart)."""
-    return str(exc).startswith("Function not found")
-
-
-def _already_loaded(exc: redis.exceptions.ResponseError) -> bool:
-    """FUNCTION LOAD of the library another client loaded first (its name is its code's hash)."""
-    return str(exc).endswith("already exists")
-
-
 Name = str | bytes
-Keys = tuple[bytes, ...]  # a state's hash and its second key (only the hash: the fixed window's take)
 
 #: How many names' keys, and rules' arguments, a backend keeps made (a limiter steps on one name
 #: and rule again and again; a per-key store's names come and go: past this many, the kept ones
@@ -97,33 +79,6 @@ def _name_bytes(name: object) -> bytes:
     if isinstance(name, bytes | bytearray | memoryview):
         return bytes(name)
     raise TypeError(f"name must be str or bytes, got {type(name).__name__}")
-
-
-def _shown(name: object) -> str:
-    text = repr(name)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-#: Seconds between two attempts of a step whose Cluster slot is moving (TRYAGAIN).
-TRY_AGAIN_PAUSE = 0.02
-
-
-def _moving(exc: BaseException) -> bool:
-    """A Cluster slot on the move: TRYAGAIN, or redis-py's retries of it run out ("TTL exhausted")."""
-    return isinstance(exc, redis.exceptions.TryAgainError) or str(exc).startswith("TTL exhausted")
-
-
-def _deleting(client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
-    """How reset() sends its step: a DEL of the state's keys (one slot: they share a hash tag)."""
-    return client.delete(*keys)
-
-
-async def _deleting_async(client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
-    return await client.delete(*keys)
 
 
 def _forked(backend: RedisBackend) -> None:
@@ -203,11 +158,11 @@ class RedisBackend:
         self._sync_only("take")
         if rule.kind == "fixed_window" and not self._replicas:
             keys, args = self._fw_args(name, rule, n, now_ns)
-            return self._outcome(name, rule, self._run(_FW_TAKE, keys, args))
+            return self._outcome(name, rule, self._run(FW_TAKE, keys, args))
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         if not self._replicas:
-            return self._outcome(name, rule, self._run(_TAKE, keys, args))
-        reply, acked = self._run(_TAKE, keys, args, self._call_waiting)
+            return self._outcome(name, rule, self._run(TAKE, keys, args))
+        reply, acked = self._run(TAKE, keys, args, self._call_waiting)
         out = self._outcome(name, rule, reply)
         if out.granted and acked < self._replicas:
             if n:
@@ -221,8 +176,8 @@ class RedisBackend:
         self._sync_only("take_batch")
         keys, args = self._batch_args(name, rule, n, most, now_ns)
         if not self._replicas:
-            return self._batch(name, rule, self._run(_TAKE_BATCH, keys, args))
-        reply, acked = self._run(_TAKE_BATCH, keys, args, self._call_waiting)
+            return self._batch(name, rule, self._run(TAKE_BATCH, keys, args))
+        reply, acked = self._run(TAKE_BATCH, keys, args, self._call_waiting)
         batch = self._batch(name, rule, reply)
         if batch.granted and acked < self._replicas:
             if batch.taken:
@@ -234,7 +189,7 @@ class RedisBackend:
     def refund(self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
         self._sync_only("refund")
         keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
-        self._check(name, rule, self._run(_REFUND, keys, args))
+        self._check(name, rule, self._run(REFUND, keys, args))
 
     def give_back_unused(self, name: Name, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
         """Permits of a batch never used (``permits._stores.batch``) leave the count where it still
@@ -244,7 +199,7 @@ class RedisBackend:
             return self.refund(name, rule, n, stamp, None, now_ns)
         self._sync_only("give_back_unused")
         keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)
-        self._check(name, rule, self._run(_UNUSED, keys, args))
+        self._check(name, rule, self._run(UNUSED, keys, args))
         return None
 
     async def give_back_unused_async(self, name: Name, rule: Rule, n: int, stamp: int, now_ns: int | None) -> None:
@@ -252,36 +207,36 @@ class RedisBackend:
             return await self.refund_async(name, rule, n, stamp, None, now_ns)
         self._async_only("give_back_unused_async")
         keys, args = self._refund_args(name, rule, n, stamp, None, now_ns)
-        self._check(name, rule, await self._run_async(_UNUSED, keys, args))
+        self._check(name, rule, await self._run_async(UNUSED, keys, args))
         return None
 
     def renew(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
         self._sync_only("renew")
         keys, args = self._renew_args(name, rule, lease_ids, now_ns)
-        return [_text(lid) for lid in self._check(name, rule, self._run(_RENEW, keys, args))[1:]]
+        return [text(lid) for lid in self._check(name, rule, self._run(RENEW, keys, args))[1:]]
 
     def available(self, name: Name, rule: Rule, now_ns: int | None) -> int:
         self._sync_only("available")
         keys, args = self.keys_of(name), self._rule_args(rule, now_ns)
-        return int(self._check(name, rule, self._run(_AVAILABLE, keys, args))[1])
+        return int(self._check(name, rule, self._run(AVAILABLE, keys, args))[1])
 
     def reset(self, name: Name, rule: Rule) -> None:
         self._sync_only("reset")
-        self._run(_AVAILABLE, self.keys_of(name), (), _deleting)
+        self._run(AVAILABLE, self.keys_of(name), (), deleting)
 
     async def reset_async(self, name: Name, rule: Rule) -> None:
         self._async_only("reset_async")
-        await self._run_async(_AVAILABLE, self.keys_of(name), (), _deleting_async)
+        await self._run_async(AVAILABLE, self.keys_of(name), (), deleting_async)
 
     async def take_async(self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
         self._async_only("take_async")
         if rule.kind == "fixed_window" and not self._replicas:
             keys, args = self._fw_args(name, rule, n, now_ns)
-            return self._outcome(name, rule, await self._run_async(_FW_TAKE, keys, args))
+            return self._outcome(name, rule, await self._run_async(FW_TAKE, keys, args))
         keys, args = self._take_args(name, rule, n, lease_id, now_ns)
         if not self._replicas:
-            return self._outcome(name, rule, await self._run_async(_TAKE, keys, args))
-        reply, acked = await self._run_async(_TAKE, keys, args, self._call_waiting_async)
+            return self._outcome(name, rule, await self._run_async(TAKE, keys, args))
+        reply, acked = await self._run_async(TAKE, keys, args, self._call_waiting_async)
         out = self._outcome(name, rule, reply)
         if out.granted and acked < self._replicas:
             if n:
@@ -294,8 +249,8 @@ class RedisBackend:
         self._async_only("take_batch_async")
         keys, args = self._batch_args(name, rule, n, most, now_ns)
         if not self._replicas:
-            return self._batch(name, rule, await self._run_async(_TAKE_BATCH, keys, args))
-        reply, acked = await self._run_async(_TAKE_BATCH, keys, args, self._call_waiting_async)
+            return self._batch(name, rule, await self._run_async(TAKE_BATCH, keys, args))
+        reply, acked = await self._run_async(TAKE_BATCH, keys, args, self._call_waiting_async)
         batch = self._batch(name, rule, reply)
         if batch.granted and acked < self._replicas:
             if batch.taken:
@@ -309,17 +264,17 @@ class RedisBackend:
     ) -> None:
         self._async_only("refund_async")
         keys, args = self._refund_args(name, rule, n, stamp, lease_id, now_ns)
-        self._check(name, rule, await self._run_async(_REFUND, keys, args))
+        self._check(name, rule, await self._run_async(REFUND, keys, args))
 
     async def renew_async(self, name: Name, rule: Rule, lease_ids: list[str], now_ns: int | None) -> list[str]:
         self._async_only("renew_async")
         keys, args = self._renew_args(name, rule, lease_ids, now_ns)
-        return [_text(lid) for lid in self._check(name, rule, await self._run_async(_RENEW, keys, args))[1:]]
+        return [text(lid) for lid in self._check(name, rule, await self._run_async(RENEW, keys, args))[1:]]
 
     async def available_async(self, name: Name, rule: Rule, now_ns: int | None) -> int:
         self._async_only("available_async")
         keys, args = self.keys_of(name), self._rule_args(rule, now_ns)
-        return int(self._check(name, rule, await self._run_async(_AVAILABLE, keys, args))[1])
+        return int(self._check(name, rule, await self._run_async(AVAILABLE, keys, args))[1])
 
     # ---- changed limits (redis_rules) ----
 
@@ -327,25 +282,25 @@ class RedisBackend:
         """The records of ``names`` (None: never changed), in one round trip."""
         self._sync_only("read_rules")
         fields = [redis_rules.field(name) for name in names]
-        return redis_rules.records(names, self._run(_TAKE, (self._rules_key,), fields, redis_rules.reading))
+        return redis_rules.records(names, self._run(TAKE, (self._rules_key,), fields, redis_rules.reading))
 
     async def read_rules_async(self, names: Sequence[str]) -> dict[str, Record | None]:
         self._async_only("read_rules_async")
         fields = [redis_rules.field(name) for name in names]
-        reply = await self._run_async(_TAKE, (self._rules_key,), fields, redis_rules.reading_async)
+        reply = await self._run_async(TAKE, (self._rules_key,), fields, redis_rules.reading_async)
         return redis_rules.records(names, reply)
 
     def publish_rule(self, name: str, base: str, sig: str) -> Record:
         """Records ``sig`` as the rule of ``name``, whose states were made with ``base``."""
         self._sync_only("publish_rule")
         args: list[bytes | str] = [redis_rules.field(name), base, sig]
-        reply = self._run(_TAKE, (self._rules_key,), args, redis_rules.publishing)
+        reply = self._run(TAKE, (self._rules_key,), args, redis_rules.publishing)
         return redis_rules.published(name, base, sig, reply)
 
     async def publish_rule_async(self, name: str, base: str, sig: str) -> Record:
         self._async_only("publish_rule_async")
         args: list[bytes | str] = [redis_rules.field(name), base, sig]
-        reply = await self._run_async(_TAKE, (self._rules_key,), args, redis_rules.publishing_async)
+        reply = await self._run_async(TAKE, (self._rules_key,), args, redis_rules.publishing_async)
         return redis_rules.published(name, base, sig, reply)
 
     def close(self) -> None:
@@ -475,9 +430,9 @@ class RedisBackend:
     @staticmethod
     def _check(name: Name, rule: Rule, reply: Any) -> Any:
         if int(reply[0]) == 0:
-            stored = _text(reply[1])
+            stored = text(reply[1])
             raise ValueError(
-                f"the state of {_shown(name)} was made by the rule {stored}, not {rule.signature}: "
+                f"the state of {shown(name)} was made by the rule {stored}, not {rule.signature}: "
                 "stores sharing a prefix must give a name the same limit"
             )
         return reply
@@ -514,7 +469,7 @@ class RedisBackend:
                 self._bounded = bounded_sync_client(self._client, self._timeout)
             return self._bounded.client
 
-    def _run(self, script: _Script, keys: Keys, args: Sequence[bytes | str], call: Any = None) -> Any:
+    def _run(self, script: Script, keys: Keys, args: Sequence[bytes | str], call: Any = None) -> Any:
         """The step's reply (``call``: how it is sent, by default ``_call``), within the timeout."""
         call = call or self._call
         deadline = time.monotonic() + self._timeout
@@ -530,18 +485,18 @@ class RedisBackend:
                     # The keys' Cluster slot is moving between nodes (TRYAGAIN; redis-py's own
                     # retries of it end as "TTL exhausted"): asked again until the move is done,
                     # within the call's timeout.
-                    if not _moving(exc) or deadline - time.monotonic() <= TRY_AGAIN_PAUSE:
+                    if not moving(exc) or deadline - time.monotonic() <= TRY_AGAIN_PAUSE:
                         raise
                     time.sleep(TRY_AGAIN_PAUSE)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
-    def _call(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+    def _call(self, client: Any, script: Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         if self._functions:
             try:
                 return client.execute_command("FCALL", script.function, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
-                if not (_function_missing(exc) or self._refused(exc)):
+                if not (function_missing(exc) or self._refused(exc)):
                     raise
             self._load_library(client)
             if self._functions:
@@ -553,7 +508,7 @@ class RedisBackend:
 
     def _refused(self, exc: redis.exceptions.ResponseError) -> bool:
         """FUNCTION/FCALL unsupported or not allowed: the steps run as scripts from now on."""
-        if _no_functions(exc):
+        if no_functions(exc):
             self._functions = False
             return True
         return False
@@ -569,7 +524,7 @@ class RedisBackend:
         async with lock:
             await client.initialize()  # a no-op once it knows the slots
 
-    async def _run_async(self, script: _Script, keys: Keys, args: Sequence[bytes | str], call: Any = None) -> Any:
+    async def _run_async(self, script: Script, keys: Keys, args: Sequence[bytes | str], call: Any = None) -> Any:
         call = call or self._call_async
         client = self._client
         if not self._eviction_asked:
@@ -583,19 +538,19 @@ class RedisBackend:
                     try:
                         return await call(client, script, keys, args)
                     except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
-                        if not _moving(exc):
+                        if not moving(exc):
                             raise
                         await asyncio.sleep(TRY_AGAIN_PAUSE)  # (as _run; the deadline above ends it)
         except UNAVAILABLE as exc:
             raise self._unavailable(exc) from exc
 
-    async def _call_async(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
+    async def _call_async(self, client: Any, script: Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         """As _call, awaited."""
         if self._functions:
             try:
                 return await client.execute_command("FCALL", script.function, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
-                if not (_function_missing(exc) or self._refused(exc)):
+                if not (function_missing(exc) or self._refused(exc)):
                     raise
             await self._load_library_async(client)
             if self._functions:
@@ -607,12 +562,12 @@ class RedisBackend:
 
     # ---- grants that wait for replicas (wait_replicas) ----
 
-    def _waiting_command(self, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, ...]:
+    def _waiting_command(self, script: Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, ...]:
         if self._functions:
             return ("FCALL", script.function, len(keys), *keys, *args)
         return ("EVALSHA", script.sha, len(keys), *keys, *args)
 
-    def _call_waiting(self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, int]:
+    def _call_waiting(self, client: Any, script: Script, keys: Keys, args: Sequence[bytes | str]) -> tuple[Any, int]:
         """As _call, followed by WAIT on the same connection: (the reply, the replicas that have it).
         The function or script is loaded first (once): a WAIT after a step the server did not run
         would wait for nothing, as long as a replica missing."""
@@ -626,7 +581,7 @@ class RedisBackend:
         raise BackendError("Redis kept answering that the step's function or script is missing")
 
     async def _call_waiting_async(
-        self, client: Any, script: _Script, keys: Keys, args: Sequence[bytes | str]
+        self, client: Any, script: Script, keys: Keys, args: Sequence[bytes | str]
     ) -> tuple[Any, int]:
         for _ in range(3):
             if script.sha not in self._waiting_ready:
@@ -644,7 +599,7 @@ class RedisBackend:
             try:
                 client.function_load(redis_scripts.LIBRARY)
             except redis.exceptions.ResponseError as exc:
-                if not (_already_loaded(exc) or self._refused(exc)):
+                if not (already_loaded(exc) or self._refused(exc)):
                     raise
 
     async def _load_library_async(self, client: Any) -> None:
@@ -652,28 +607,28 @@ class RedisBackend:
             try:
                 await client.function_load(redis_scripts.LIBRARY)
             except redis.exceptions.ResponseError as exc:
-                if not (_already_loaded(exc) or self._refused(exc)):
+                if not (already_loaded(exc) or self._refused(exc)):
                     raise
 
-    def _load(self, client: Any, script: _Script) -> None:
+    def _load(self, client: Any, script: Script) -> None:
         self._load_library(client)
         if not self._functions:
             client.script_load(script.source)
         self._waiting_ready.add(script.sha)
 
-    async def _load_async(self, client: Any, script: _Script) -> None:
+    async def _load_async(self, client: Any, script: Script) -> None:
         await self._load_library_async(client)
         if not self._functions:
             await client.script_load(script.source)
         self._waiting_ready.add(script.sha)
 
-    def _missing(self, reply: Any, script: _Script) -> bool:
+    def _missing(self, reply: Any, script: Script) -> bool:
         """Whether the server did not have the step's function or script (then loaded again);
         any other error reply is raised."""
         if not isinstance(reply, BaseException):
             return False
         if isinstance(reply, redis.exceptions.ResponseError) and (
-            isinstance(reply, redis.exceptions.NoScriptError) or _function_missing(reply) or self._refused(reply)
+            isinstance(reply, redis.exceptions.NoScriptError) or function_missing(reply) or self._refused(reply)
         ):
             self._waiting_ready.discard(script.sha)
             return True

@@ -36,7 +36,8 @@ from .._forking import AfterFork
 from ..errors import BackendError
 from .batch import Batch, Batching
 from .returns import IDLE_NS
-from .store_limiter import Grant, StoreLimiter
+from .store_leases import Grant
+from .store_limiter import StoreLimiter
 
 
 def _forget_stock(limiter: ReservingLimiter) -> None:

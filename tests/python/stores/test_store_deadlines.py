@@ -75,3 +75,35 @@ def test_each_loop_has_its_queue() -> None:
         return False
 
     assert asyncio.run(late()) and asyncio.run(late())
+
+
+async def test_a_step_that_swallows_its_first_cancellation_is_cancelled_again() -> None:
+    """As redis-py may, cleaning up a connection to a hung server in an await of its own: the step
+    still ends soon after its deadline, with TimeoutError, and the task keeps no cancellation."""
+    deadlines = Deadlines(0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    swallowed = 0
+    with pytest.raises(TimeoutError):
+        with deadlines.start():
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                swallowed += 1
+                await asyncio.sleep(10)  # (the cleanup that hangs)
+    assert swallowed == 1
+    assert 0.05 <= loop.time() - started < 5
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_step_that_swallows_its_cancellation_and_answers_keeps_its_answer() -> None:
+    """(A reply that lands as the deadline fires is the step's: a grant is never lost on the way.)"""
+    deadlines = Deadlines(0.05)
+    with deadlines.start():
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            answer = "granted"
+    assert answer == "granted"
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    await asyncio.sleep(0.15)  # nothing more comes for this task
