@@ -36,6 +36,7 @@ from .._forking import AfterFork
 from ..errors import BackendError
 from .batch import Batch, Batching
 from .returns import IDLE_NS
+from .rules import Rule
 from .store_leases import Grant
 from .store_limiter import StoreLimiter
 
@@ -193,8 +194,8 @@ class ReservingLimiter(StoreLimiter):
             self._keep(n, stamp, until)
         self._queue.changed()
 
-    def _most(self, n: int) -> int:
-        return min(self._rule.limit, max(self.reserve, n))
+    def _most(self, n: int, rule: Rule) -> int:
+        return min(rule.limit, max(self.reserve, n))
 
     # ---- a take ----
     def _take(self, n: int) -> Lease:
@@ -235,9 +236,10 @@ class ReservingLimiter(StoreLimiter):
         asked = clock.now_ns()
         try:
             self._learn()
-            if n > self._rule.limit:
+            rule = self._rule  # (one rule for the whole step: another process may change it meanwhile)
+            if n > rule.limit:
                 return self._over_limit(n)
-            batch = self._batches.take_batch(self._state, self._rule, n, self._most(n), self._now())
+            batch = self._batches.take_batch(self._state, rule, n, self._most(n, rule), self._now())
         except BackendError as error:
             return self._failed(error, n)
         return self._received(batch, n, asked)
@@ -275,8 +277,6 @@ class ReservingLimiter(StoreLimiter):
             await self._learn_async()
         except BackendError as error:
             return self._failed(error, n)
-        if n > self._rule.limit:
-            return self._over_limit(n)
         if back is not None and self._worth(back, clock.now_ns()):
             back_step = self._batches.give_back_unused_async(
                 self._state, self._rule, back.count, back.stamp, self._now()
@@ -284,8 +284,11 @@ class ReservingLimiter(StoreLimiter):
             with contextlib.suppress(BackendError):
                 await asyncio.shield(asyncio.ensure_future(back_step))  # before the batch: decided as one take
         asked = clock.now_ns()
+        rule = self._rule
+        if n > rule.limit:
+            return self._over_limit(n)
         step = asyncio.ensure_future(
-            self._batches.take_batch_async(self._state, self._rule, n, self._most(n), self._now())
+            self._batches.take_batch_async(self._state, rule, n, self._most(n, rule), self._now())
         )
         try:
             batch = await asyncio.shield(step)

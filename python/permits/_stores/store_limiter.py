@@ -116,13 +116,14 @@ class StoreLimiter(RateLimiter):
         takes the short way here: the same step and lease, with fewer calls on the way (each
         acquisition is a round trip already)."""
         n = permit_count
-        if n.__class__ is not int or not 0 < n <= self._rule.limit or not self._direct or self._rl_closed:
+        rule = self._rule  # (one rule for the whole step: another process may change it meanwhile)
+        if n.__class__ is not int or not 0 < n <= rule.limit or not self._direct or self._rl_closed:
             return super().acquire(permit_count)
         if self._queue._entries and not self._queue.newest:
             return super().acquire(permit_count)
         clock = self._time
         try:
-            out = self._backend.take(self._state, self._rule, n, None, None if clock is None else clock.now_ns())
+            out = self._backend.take(self._state, rule, n, None, None if clock is None else clock.now_ns())
         except BackendError as error:
             return self._rl_counted(self._failed(error, n), n)
         lease = self._lease_of(out, n, None)
@@ -154,9 +155,12 @@ class StoreLimiter(RateLimiter):
                 await self._learn_async()
             except BackendError as error:
                 return self._rl_counted(self._failed(error, n), n, "_acquire_async")
+        rule = self._rule
+        if n > rule.limit:
+            return self._rl_counted(self._over_limit(n), n, "_acquire_async")
         clock = self._time
         answer: asyncio.Future[Outcome] = loop.create_future()
-        take = self._backend.take_async(self._state, self._rule, n, None, None if clock is None else clock.now_ns())
+        take = self._backend.take_async(self._state, rule, n, None, None if clock is None else clock.now_ns())
         step = loop.create_task(_answering(take, answer))
         try:
             out = await answer
@@ -281,9 +285,10 @@ class StoreLimiter(RateLimiter):
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
         try:
             self._learn()
-            if n > self._rule.limit:  # (a limit lowered meanwhile)
+            rule = self._rule
+            if n > rule.limit:  # (a limit lowered meanwhile)
                 return self._over_limit(n)
-            out = self._backend.take(self._state, self._rule, n, lid, self._now())
+            out = self._backend.take(self._state, rule, n, lid, self._now())
         except BackendError as error:
             return self._failed(error, n)
         return self._lease_of(out, n, lid)
@@ -291,9 +296,10 @@ class StoreLimiter(RateLimiter):
     def _learned_take(self, n: int, lid: str | None) -> Outcome | Lease:
         """A take from a step thread: its name's record first, if not known yet."""
         self._learn()
-        if n > self._rule.limit:
+        rule = self._rule
+        if n > rule.limit:
             return self._over_limit(n)
-        return self._backend.take(self._state, self._rule, n, lid, None)
+        return self._backend.take(self._state, rule, n, lid, None)
 
     @staticmethod
     def _over_limit(n: int) -> Lease:
@@ -336,13 +342,14 @@ class StoreLimiter(RateLimiter):
             await self._learn_async()
         except BackendError as error:
             return self._failed(error, n)
-        if n > self._rule.limit:
+        rule = self._rule
+        if n > rule.limit:
             return self._over_limit(n)
-        lid = lease_id() if self._rule.kind == "concurrency" and n else None
+        lid = lease_id() if rule.kind == "concurrency" and n else None
         # The step runs in a task of its own, which hands its outcome to `answer`: a cancellation of
         # this task cancels the answer, never the step (asyncio.shield's guarantee, one hop shorter).
         answer: asyncio.Future[Outcome] = loop.create_future()
-        step = loop.create_task(_answering(backend.take_async(self._state, self._rule, n, lid, self._now()), answer))
+        step = loop.create_task(_answering(backend.take_async(self._state, rule, n, lid, self._now()), answer))
         try:
             out = await answer
         except BackendError as error:
@@ -375,7 +382,11 @@ class StoreLimiter(RateLimiter):
             n = self.held.get(lid)
             if n is None:
                 continue  # released meanwhile
-            out = self._backend.take(self._state, self._rule, n, lid, self._now())
+            rule = self._rule
+            if n > rule.limit:  # (a lease of more than a lowered limit: never taken again)
+                lost += self._reasserted(lid, n, Outcome(False, 0, -1, 0))
+                continue
+            out = self._backend.take(self._state, rule, n, lid, self._now())
             lost += self._reasserted(lid, n, out)
         _lost_leases.report(self.name, lost)
 
@@ -385,7 +396,11 @@ class StoreLimiter(RateLimiter):
             n = self.held.get(lid)
             if n is None:
                 continue
-            out = await self._backend.take_async(self._state, self._rule, n, lid, self._now())
+            rule = self._rule
+            if n > rule.limit:
+                lost += self._reasserted(lid, n, Outcome(False, 0, -1, 0))
+                continue
+            out = await self._backend.take_async(self._state, rule, n, lid, self._now())
             lost += self._reasserted(lid, n, out)
         _lost_leases.report(self.name, lost)
 

@@ -312,3 +312,20 @@ def test_any_name_changes_its_own_limit_and_no_other(shared_server: Server, name
     neighbour.store._rules.follow_now()
     assert theirs.permit_limit == 2 and neighbour.permit_limit == 4
     assert len(granted(theirs)) == 1 and len(granted(neighbour)) == 3
+
+
+def test_a_forgotten_lease_larger_than_a_lowered_limit_is_lost_not_retried(shared_server: Server) -> None:
+    """The server forgot a held lease of 3 after its limit went down to 2: it cannot be taken
+    back (it would be refused whatever the others hold): lost, and told, at the first round."""
+    from test_store_lost_leases import forget
+
+    clock = permits.ManualClock(1000.0)
+    store = shared_server.store(clock=clock)
+    jobs = store.concurrency(fresh_name("reconf"), 4, lease_ttl=600.0)
+    big = jobs.acquire(3)
+    assert big
+    jobs.reconfigure(S.Concurrency(2))
+    forget(shared_server)
+    store._renewal.renew_now()
+    assert big.metadata.get("lost") is True
+    assert len(granted(jobs)) == 2, "the lost lease holds nothing on the server"
