@@ -26,11 +26,9 @@ from .renewal import Renewal
 from .reserving import ReservingLimiter
 from .rules import Rule, rule_of
 from .store_keyed import StoreKeyed
-from .store_limiter import ON_ERROR, StoreLimiter
+from .store_limiter import ON_ERROR, UNBOUNDED, StoreLimiter
 
 _log = logging.getLogger("permits")
-
-UNBOUNDED = 2**63 - 1
 
 
 def check_timeout(timeout: object) -> float:
@@ -154,9 +152,7 @@ class ServerStore(StoreFactories):
         (a reserving limiter's stock), given back wherever they still weigh (``give_back_unused``)."""
         backend, now = self._backend, limiter._now()
         loop = _running_loop()
-        # A sync client's is done when release() returns, even inside a loop; a client serving both
-        # (a PostgreSQL conninfo) asks asynchronously inside a loop: never a blocking call on its thread.
-        if backend.is_async is False or (backend.is_async is None and loop is None):
+        if _answers_here(backend, loop):
             with contextlib.suppress(BackendError):
                 if unused:
                     backend.give_back_unused(limiter._state, limiter._rule, n, stamp, now)
@@ -181,7 +177,7 @@ class ServerStore(StoreFactories):
         limit in a task of the running loop (logged if it fails)."""
         backend, book = self._backend, self._rules
         loop = _running_loop()
-        if backend.is_async is False or (backend.is_async is None and loop is None):
+        if _answers_here(backend, loop):
             book.learn(owner)
             base = book.base(owner.name, owner._rule)
             book.published(owner.name, backend.publish_rule(owner.name, base, new.own_signature))
@@ -212,7 +208,7 @@ class ServerStore(StoreFactories):
             return  # a concurrency limit's permits are its held leases: they stay held
         backend = self._backend
         loop = _running_loop()
-        if backend.is_async is False or (backend.is_async is None and loop is None):
+        if _answers_here(backend, loop):
             backend.reset(state, rule)
             after()
             return
@@ -266,6 +262,13 @@ def _check_name(name: object) -> None:
     if "\x00" in name:
         # NUL separates a per-key limiter's name from its keys: "a\x00..." could be a key of "a".
         raise ValueError(f"name must not contain NUL ('\\x00'), got {name[:80]!r}")
+
+
+def _answers_here(backend: Any, loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether a call to the server is made here and now, blocking: a sync client's always (even
+    inside a loop), a client serving both kinds (a PostgreSQL conninfo) outside a loop; else it is
+    sent from a task of the running loop (never a blocking call on a loop's thread)."""
+    return backend.is_async is False or (backend.is_async is None and loop is None)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -284,22 +284,19 @@ class StoreLimiter(RateLimiter):
             )
         lid = lease_id() if self._rule.kind == "concurrency" and n else None
         try:
-            self._learn()
-            rule = self._rule
-            if n > rule.limit:  # (a limit lowered meanwhile)
-                return self._over_limit(n)
-            out = self._backend.take(self._state, rule, n, lid, self._now())
+            out = self._learned_take(n, lid)
         except BackendError as error:
             return self._failed(error, n)
-        return self._lease_of(out, n, lid)
+        return out if isinstance(out, Lease) else self._lease_of(out, n, lid)
 
     def _learned_take(self, n: int, lid: str | None) -> Outcome | Lease:
-        """A take from a step thread: its name's record first, if not known yet."""
+        """One take (here, or from a step thread): its name's record first, if not known yet; a
+        request over a limit lowered meanwhile is refused without asking."""
         self._learn()
         rule = self._rule
         if n > rule.limit:
             return self._over_limit(n)
-        return self._backend.take(self._state, rule, n, lid, None)
+        return self._backend.take(self._state, rule, n, lid, self._now())
 
     @staticmethod
     def _over_limit(n: int) -> Lease:
