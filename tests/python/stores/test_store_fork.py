@@ -247,7 +247,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("kind", list(STORES))
+@pytest.mark.parametrize("kind", sorted(STORES))
 def test_a_forked_child_follows_a_changed_limit_with_a_thread_of_its_own(
     kind: str, request: pytest.FixtureRequest
 ) -> None:

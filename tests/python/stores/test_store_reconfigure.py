@@ -36,12 +36,25 @@ WINDOWS = {
 }
 
 
-def granted(limiter: Any, most: int = 100) -> list[permits.Lease]:
+def granted(limiter: Any, *key: str) -> list[permits.Lease]:
+    """Every permit ``limiter`` (a keyed one: for ``key``) grants now, one at a time."""
     leases = []
-    while lease := limiter.acquire():
+    while lease := limiter.acquire(*key):
         leases.append(lease)
-        assert len(leases) <= most, "more than the limit"
+        assert len(leases) <= 100, "more than the limit"
     return leases
+
+
+def queued_wait(limiter: Any, n: int) -> tuple[threading.Thread, list[permits.Lease]]:
+    """A thread waiting for ``n`` permits of ``limiter``, once it is queued; its lease lands in the list."""
+    got: list[permits.Lease] = []
+    waiter = threading.Thread(target=lambda: got.append(limiter.wait(n, timeout=30.0)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while limiter.statistics().current_queued_count == 0:
+        assert time.monotonic() < deadline, "the wait never queued"
+        waiter.join(0.01)
+    return waiter, got
 
 
 def pair(server: Server, name: str, spec: Any, clock: permits.ManualClock, **options: Any) -> tuple[Any, Any]:
@@ -174,16 +187,8 @@ def test_every_key_present_and_future_follows_a_keyed_change(shared_server: Serv
     for keyed in (mine, theirs):
         assert keyed.acquire("a") and keyed.acquire("c")  # a key held, one new to both
     assert not mine.acquire("a"), "5 for a key"
-    assert len(granted_key(theirs, "b")) == 4
-    assert len(granted_key(theirs, "new")) == 5
-
-
-def granted_key(keyed: Any, key: str) -> list[permits.Lease]:
-    leases = []
-    while lease := keyed.acquire(key):
-        leases.append(lease)
-        assert len(leases) <= 100
-    return leases
+    assert len(granted(theirs, "b")) == 4
+    assert len(granted(theirs, "new")) == 5
 
 
 def test_a_raise_serves_a_waiting_thread_in_another_process(shared_server: Server) -> None:
@@ -192,13 +197,7 @@ def test_a_raise_serves_a_waiting_thread_in_another_process(shared_server: Serve
     mine = shared_server.store(clock=clock).limiter(name, S.FixedWindow(2, 60.0))
     theirs = shared_server.store(clock=clock).limiter(name, S.FixedWindow(2, 60.0), queue_limit=1)
     assert len(granted(mine)) == 2
-    got: list[permits.Lease] = []
-    waiter = threading.Thread(target=lambda: got.append(theirs.wait(1, timeout=30.0)))
-    waiter.start()
-    deadline = time.monotonic() + 10
-    while theirs.statistics().current_queued_count == 0:
-        assert time.monotonic() < deadline, "the wait never queued"
-        waiter.join(0.01)
+    waiter, got = queued_wait(theirs, 1)
     mine.reconfigure(S.FixedWindow(3, 60.0))  # the clock never moves: only the raise can grant it
     theirs.store._rules.follow_now()
     waiter.join(10)
@@ -210,13 +209,7 @@ def test_a_lowered_limit_fails_a_queued_request_it_can_never_serve(shared_server
     clock = permits.ManualClock(1000.0)
     limiter = shared_server.store(clock=clock).limiter(fresh_name("reconf"), S.FixedWindow(10, 60.0), queue_limit=20)
     assert len(granted(limiter)) == 10
-    got: list[permits.Lease] = []
-    waiter = threading.Thread(target=lambda: got.append(limiter.wait(8, timeout=30.0)))
-    waiter.start()
-    deadline = time.monotonic() + 10
-    while limiter.statistics().current_queued_count == 0:
-        assert time.monotonic() < deadline, "the wait never queued"
-        waiter.join(0.01)
+    waiter, got = queued_wait(limiter, 8)
     limiter.reconfigure(S.FixedWindow(5, 60.0))
     waiter.join(10)
     assert not waiter.is_alive() and got and got[0].reason == "limit_reached", got
