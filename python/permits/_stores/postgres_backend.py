@@ -45,7 +45,7 @@ from .postgres_conn import (
     OwnSyncPool,
     SyncSource,
 )
-from .rules import KINDS, Record, Rule
+from .rules import KINDS, Record, Rule, made_from_another_base
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -370,10 +370,7 @@ class PostgresBackend:
         if row is not None:
             return Record(int(row[0]), base, sig)
         row = yield st.rule_base, params
-        raise ValueError(
-            f"the limit of {name!r} was changed from the rule {row[0] if row else None}, and this limiter's "
-            f"states were made with {base}: stores sharing a table must give a name the same limit"
-        )
+        raise made_from_another_base(name, row[0] if row else None, base, "a table")
 
     # -- drivers ---------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis.exceptions
 
-from .rules import Record, parse_record
+from .rules import Record, made_from_another_base, parse_record
 
 # KEYS[1] the records' hash; ARGV: the name, the base its states were made with, the new signature.
 # A record made from another base is not this limiter's to change: {0, its base}. Else {gen, base}.
@@ -65,8 +65,5 @@ def published(name: str, base: str, sig: str, reply: Sequence[Any]) -> Record:
     gen = int(reply[0])
     if gen == 0:
         stored = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        raise ValueError(
-            f"the limit of {name!r} was changed from the rule {stored}, and this limiter's states were made "
-            f"with {base}: stores sharing a prefix must give a name the same limit"
-        )
+        raise made_from_another_base(name, stored, base, "a prefix")
     return Record(gen, base, sig)

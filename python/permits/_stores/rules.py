@@ -94,6 +94,15 @@ class Record(NamedTuple):
     sig: str
 
 
+def made_from_another_base(name: str, stored: object, base: str, sharing: str) -> ValueError:
+    """A change of ``name``'s limit refused: its record was made from states of another rule
+    (``stored``) than this limiter's (``base``); ``sharing``: what the stores share ("a prefix")."""
+    return ValueError(
+        f"the limit of {name!r} was changed from the rule {stored}, and this limiter's states were made "
+        f"with {base}: stores sharing {sharing} must give a name the same limit"
+    )
+
+
 def parse_record(value: bytes | str | None) -> Record | None:
     """A record as a server keeps it, ``"<gen> <base> <sig>"``; None for none (or one damaged)."""
     if value is None:
