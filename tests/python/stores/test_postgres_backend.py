@@ -15,7 +15,7 @@ import pytest
 from permits._stores.postgres_backend import PostgresBackend
 from permits._stores.rules import Rule, rule_of
 
-from _pg_support import SPECS, differential, new_table, run_async, run_sync
+from _pg_support import SPECS, STEADY_TIMEOUT, differential, new_table, run_async, run_sync
 from _servers.postgres import PostgresServer
 
 KINDS = list(SPECS)
@@ -23,7 +23,7 @@ KINDS = list(SPECS)
 
 @pytest.fixture
 def backend(postgres_server: PostgresServer) -> Iterator[PostgresBackend]:
-    b = PostgresBackend(postgres_server.conninfo, table=new_table())
+    b = PostgresBackend(postgres_server.conninfo, table=new_table(), timeout=STEADY_TIMEOUT)
     yield b
     b.close()
 
@@ -43,12 +43,12 @@ async def test_async_steps_agree_with_the_engine(backend: PostgresBackend, kind:
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_given_connection_and_pool_serve_sync(postgres_server: PostgresServer, kind: str) -> None:
     with postgres_server.connect() as conn:
-        b = PostgresBackend(conn, table=new_table())
+        b = PostgresBackend(conn, table=new_table(), timeout=STEADY_TIMEOUT)
         assert b.is_async is False
         run_sync(b, differential(kind, 3, 100))
     # A pool's connections are not in autocommit: each step is committed (none stays open).
     with psycopg_pool.ConnectionPool(postgres_server.conninfo, min_size=1, max_size=2, open=True) as pool:
-        b = PostgresBackend(pool, table=new_table())
+        b = PostgresBackend(pool, table=new_table(), timeout=STEADY_TIMEOUT)
         run_sync(b, differential(kind, 4, 100))
         with pool.connection() as conn:
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -57,11 +57,11 @@ def test_a_given_connection_and_pool_serve_sync(postgres_server: PostgresServer,
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_given_async_connection_and_pool_serve_asyncio(postgres_server: PostgresServer, kind: str) -> None:
     async with await psycopg.AsyncConnection.connect(postgres_server.conninfo) as conn:
-        b = PostgresBackend(conn, table=new_table())
+        b = PostgresBackend(conn, table=new_table(), timeout=STEADY_TIMEOUT)
         assert b.is_async is True
         await run_async(b, differential(kind, 5, 100))
     async with psycopg_pool.AsyncConnectionPool(postgres_server.conninfo, min_size=1, max_size=2, open=False) as pool:
-        b = PostgresBackend(pool, table=new_table())
+        b = PostgresBackend(pool, table=new_table(), timeout=STEADY_TIMEOUT)
         await run_async(b, differential(kind, 6, 100))
 
 
@@ -168,7 +168,7 @@ def test_another_rule_on_a_state_is_a_value_error_naming_both(backend: PostgresB
 
 
 def test_no_transaction_stays_open_after_errors(postgres_server: PostgresServer) -> None:
-    b = PostgresBackend(postgres_server.conninfo, table=new_table())
+    b = PostgresBackend(postgres_server.conninfo, table=new_table(), timeout=STEADY_TIMEOUT)
     rule = Rule("fixed_window", 5, 10**9)
     b.take("s", rule, 1, None, 0)
     for _ in range(3):

@@ -12,7 +12,7 @@ import pytest
 from permits._stores.postgres_backend import PostgresBackend
 from permits._stores.rules import Rule
 
-from _pg_support import key_of, new_table
+from _pg_support import STEADY_TIMEOUT, key_of, new_table
 from _servers.postgres import PostgresServer
 
 SECOND = 10**9
@@ -44,7 +44,7 @@ def test_four_processes_make_the_schema_at_once(postgres_server: PostgresServer)
     for p in procs:
         p.join(timeout=60)
     assert got == [True] * 4
-    backend = PostgresBackend(postgres_server.conninfo, table=table)
+    backend = PostgresBackend(postgres_server.conninfo, table=table, timeout=STEADY_TIMEOUT)
     assert backend.available("raced", BUCKET, 0) == 6
     backend.close()
 
@@ -71,7 +71,7 @@ def test_hostile_table_names_are_exact_names(
     postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]], table: str
 ) -> None:
     conn.execute(psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(psycopg.sql.Identifier(table)))
-    backend = PostgresBackend(postgres_server.conninfo, table=table)
+    backend = PostgresBackend(postgres_server.conninfo, table=table, timeout=STEADY_TIMEOUT)
     assert backend.take("s", BUCKET, 3, None, 0).granted
     sw = Rule("sliding_window", 4, SECOND, 2)
     assert backend.take("w", sw, 4, None, 0).granted
@@ -93,7 +93,7 @@ def test_names_postgresql_cannot_hold_exactly_are_refused(table: str) -> None:
 
 
 def test_hostile_state_names_are_states_of_their_own(postgres_server: PostgresServer) -> None:
-    backend = PostgresBackend(postgres_server.conninfo, table=new_table())
+    backend = PostgresBackend(postgres_server.conninfo, table=new_table(), timeout=STEADY_TIMEOUT)
     rule = Rule("fixed_window", 3, SECOND)
     long = "n" * 10_000
     names = [
@@ -137,7 +137,7 @@ def test_expired_rows_are_purged(postgres_server: PostgresServer, conn: psycopg.
     """Rows go by the purge (the store's housekeeping), between one and two lifetimes after their
     state's last step; a step deletes only its own state's expired leases."""
     table = new_table()
-    backend = PostgresBackend(postgres_server.conninfo, table=table)
+    backend = PostgresBackend(postgres_server.conninfo, table=table, timeout=STEADY_TIMEOUT)
     window = Rule("fixed_window", 5, SECOND)  # lifetime 2 s
     bucket = Rule("token_bucket", 4, SECOND, 2)  # lifetime 2 periods: 2 s
     conc = Rule("concurrency", 3, lease_ttl_ns=SECOND)
@@ -171,7 +171,7 @@ def test_concurrency_leases_expire_and_renew(
     postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]
 ) -> None:
     table = new_table()
-    backend = PostgresBackend(postgres_server.conninfo, table=table)
+    backend = PostgresBackend(postgres_server.conninfo, table=table, timeout=STEADY_TIMEOUT)
     conc = Rule("concurrency", 3, lease_ttl_ns=SECOND)
     assert backend.take("c", conc, 2, "a", 0).granted
     assert backend.take("c", conc, 1, "b", 0).granted
@@ -198,7 +198,7 @@ def test_a_dropped_table_is_made_again(
     postgres_server: PostgresServer, conn: psycopg.Connection[tuple[object, ...]]
 ) -> None:
     table = new_table()
-    backend = PostgresBackend(postgres_server.conninfo, table=table)
+    backend = PostgresBackend(postgres_server.conninfo, table=table, timeout=STEADY_TIMEOUT)
     sw = Rule("sliding_window", 4, SECOND, 2)
     for _ in range(6):  # enough for psycopg to prepare the statements
         backend.take("s", BUCKET, 1, None, 0)
@@ -219,7 +219,7 @@ def test_the_purge_keeps_up_with_a_flood_of_keys(
 
     clock = permits.ManualClock()
     table = new_table()
-    store = PostgresStore(postgres_server.conninfo, table=table, clock=clock)
+    store = PostgresStore(postgres_server.conninfo, table=table, clock=clock, timeout=STEADY_TIMEOUT)
     keyed = store.partitioned(permits.specs.FixedWindow(5, 1.0), name="flood", idle_timeout=0.0)
     for key in range(2000):
         assert keyed.acquire(key)
@@ -243,7 +243,8 @@ def test_a_store_in_use_purges_by_itself(
     from permits.postgres import PostgresStore
 
     table = new_table()
-    store = PostgresStore(postgres_server.conninfo, table=table)  # the real clock: its own purge thread
+    # The real clock: its own purge thread.
+    store = PostgresStore(postgres_server.conninfo, table=table, timeout=STEADY_TIMEOUT)
     keyed = store.partitioned(permits.specs.FixedWindow(5, 0.05), name="flood", idle_timeout=0.0)
     for key in range(300):
         assert keyed.acquire(key)
