@@ -106,6 +106,11 @@ class RuleBook:
             if limiter.name in wanted and hasattr(limiter, "_take_on"):
                 limiter._take_on(self._records.get(limiter.name))
 
+    def unchanged(self, name: str) -> bool:
+        """Whether the limit of ``name`` was never changed (as learned: its first change records the
+        base, which must be the states')."""
+        return self._records.get(name) is None
+
     def base(self, name: str, rule: Any) -> str:
         """The signature the states of ``name`` were made with: its record's, else ``rule``'s."""
         record = self._records.get(name)

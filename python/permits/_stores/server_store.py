@@ -179,6 +179,8 @@ class ServerStore(StoreFactories):
         loop = _running_loop()
         if _answers_here(backend, loop):
             book.learn(owner)
+            if book.unchanged(owner.name) and (probe := owner._probe()) is not None:
+                probe._backend.available(probe._state, probe._rule, probe._now())  # (see _probe)
             base = book.base(owner.name, owner._rule)
             book.published(owner.name, backend.publish_rule(owner.name, base, new.own_signature))
             after()
@@ -194,6 +196,8 @@ class ServerStore(StoreFactories):
         backend, book = self._backend, self._rules
         try:
             await book.learn_async(owner)
+            if book.unchanged(owner.name) and (probe := owner._probe()) is not None:
+                await probe._backend.available_async(probe._state, probe._rule, probe._now())
             base = book.base(owner.name, owner._rule)
             book.published(owner.name, await backend.publish_rule_async(owner.name, base, new.own_signature))
         except (BackendError, ValueError):

@@ -82,6 +82,11 @@ class StoreKeyed(PartitionedLimiter):
 
         self.store._change_limit(self, new, queues)
 
+    def _probe(self) -> StoreLimiter | None:
+        """A key's limiter of this process (``StoreLimiter._probe``); with none, no state is read:
+        the first change records this process's limit as the base."""
+        return next(iter(self._key_limiters()), None)
+
     def _key_limiters(self) -> list[StoreLimiter]:
         prefix = self._prefix
         return [

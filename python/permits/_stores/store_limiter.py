@@ -207,6 +207,13 @@ class StoreLimiter(RateLimiter):
         new = rule_of(spec, self._rule.lease_ttl_ns)  # type: ignore[arg-type]
         self.store._change_limit(self, new, lambda: queue.reconfigure(UNBOUNDED if limit is None else limit, newest))
 
+    def _probe(self) -> StoreLimiter:
+        """The limiter whose state a first change reads with this process's rule: a name's first
+        change records the signature the states were made with as its base, so a process configured
+        with another limit than theirs is refused (ValueError), as its steps are, and records
+        nothing (every other process would then be refused)."""
+        return self
+
     def _learn(self) -> None:
         """Before the first step: the record of its name (raises ``BackendError``)."""
         if self._gen < 0:

@@ -148,6 +148,57 @@ def test_a_name_never_changed_refuses_another_limit_as_before(shared_server: Ser
         other.acquire()
 
 
+def test_a_first_change_from_a_process_of_another_limit_is_refused_and_changes_nothing(shared_server: Server) -> None:
+    """The first change records the limit the states were made with: a process configured with
+    another limit than the processes holding them cannot record its own (every other process would
+    then be refused)."""
+    clock = permits.ManualClock(1000.0)
+    name = fresh_name("reconf")
+    holder = shared_server.store(clock=clock).limiter(name, S.FixedWindow(10, 60.0))
+    assert len(granted(holder)) == 10
+    stray = shared_server.store(clock=clock).limiter(name, S.FixedWindow(11, 60.0))
+    with pytest.raises(ValueError, match="made"):  # (the server's words: another rule)
+        stray.reconfigure(S.FixedWindow(20, 60.0))
+    holder.store._rules.follow_now()
+    assert holder.spec == S.FixedWindow(10, 60.0)
+    assert not holder.acquire(), "the holder counts on, unchanged"
+    later = shared_server.store(clock=clock).limiter(name, S.FixedWindow(10, 60.0))
+    assert not later.acquire() and later.spec == S.FixedWindow(10, 60.0)
+    holder.reconfigure(S.FixedWindow(12, 60.0))  # a process of the states' limit changes it
+    later.store._rules.follow_now()
+    assert len(granted(later)) == 2
+
+
+def test_a_first_keyed_change_from_a_process_of_another_limit_is_refused(shared_server: Server) -> None:
+    clock = permits.ManualClock(1000.0)
+    name = fresh_name("reconf")
+    holder = shared_server.store(clock=clock).partitioned("3/minute", name=name)
+    assert len(granted(holder, "a")) == 3
+    stray = shared_server.store(clock=clock).partitioned("4/minute", name=name)
+    with pytest.raises(ValueError):
+        stray.acquire("a")  # its keys' steps are refused, as before
+    with pytest.raises(ValueError):
+        stray.reconfigure("5/minute")
+    holder.store._rules.follow_now()
+    assert holder.spec == permits.specs.parse("3/minute") and not holder.acquire("a")
+
+
+async def test_a_first_change_of_an_asyncio_client_from_another_limit_changes_nothing(
+    shared_server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = permits.ManualClock(1000.0)
+    name = fresh_name("reconf")
+    holder = shared_server.store(clock=clock).limiter(name, S.FixedWindow(10, 60.0))
+    assert holder.acquire()
+    async with shared_server.async_store(clock=clock) as store:
+        stray = store.limiter(name, S.FixedWindow(11, 60.0))
+        stray.reconfigure(S.FixedWindow(20, 60.0))
+        await store.aclose()  # the task on its way has landed
+    assert "did not reach the server" in caplog.text
+    holder.store._rules.follow_now()
+    assert holder.spec == S.FixedWindow(10, 60.0) and len(granted(holder)) == 9
+
+
 def test_another_window_or_kind_is_refused_and_changes_nothing(shared_server: Server) -> None:
     clock = permits.ManualClock(1000.0)
     mine, theirs = pair(shared_server, fresh_name("reconf"), S.SlidingWindow(10, 60.0, 4), clock)
