@@ -324,6 +324,29 @@ void bind_shm(py::module_& m) {
             .def(
                 "_close", [](py::handle self) { self_of<shm::KeyedLimiter>(self).close(); },
                 "_close(self, /)\n--\n\nFails every key's queued requests with reason 'closed'; later calls raise.")
+            .def(
+                "_reconfigure_engine",
+                [](py::handle self, py::handle spec, py::handle queue_limit, py::handle newest_first) {
+                    shm::KeyedLimiter& keyed = self_of<shm::KeyedLimiter>(self);
+                    const shm::Params params = template_params(read_spec(spec), keyed.table().tmpl().lease_ttl);
+                    keyed.reconfigure(params, queue_of(queue_limit, bool_arg(newest_first, "newest_first")));
+                },
+                py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),
+                "_reconfigure_engine(self, spec, queue_limit, newest_first)\n--\n\nEvery key's limit from the spec on, "
+                "for every process; these queue options for this process's keys.")
+            .def_property_readonly(
+                "_amounts",
+                [](py::handle self) {
+                    shm::KeyTable& table = self_of<shm::KeyedLimiter>(self).table();
+                    table.catch_up(); // (what another process set, if it did)
+                    std::int64_t a[2] = {};
+                    table.amounts(a);
+                    return py::make_tuple(a[0], a[1]);
+                },
+                "(limit, rate or 0) of every key as they hold now: as any process last set them.")
+            .def_property_readonly(
+                "_queue", [](py::handle self) { return queue_tuple(self_of<shm::KeyedLimiter>(self).queue_options()); },
+                "(queue_limit or None for no bound, newest_first) of this process's keys.")
             .def_property_readonly("closed", [](py::handle self) { return self_of<shm::KeyedLimiter>(self).closed(); })
             .def_property_readonly("_keys_kept",
                                    [](py::handle self) { return self_of<shm::KeyedLimiter>(self).kept(); })

@@ -175,10 +175,10 @@ void read_table(const Segment& seg, const NamedSlot& slot, Nanos mono, std::uint
         info.damage = census.damage;
         return;
     }
-    add_params(info, shape, v + 1);
+    add_params(info, shape, census.live); // (the amounts as they hold now)
     info.params.push_back({"max_partitions", v[4], false});
     info.params.push_back({"idle_timeout", v[5], true});
-    info.limit = v[1];
+    info.limit = census.live[0];
     info.keys = census.keys;
     for (std::uint32_t i = 0; i < census.held.size(); ++i) {
         if (census.held[i] > 0) {

@@ -13,270 +13,11 @@
 #include "permits/sliding_window.hpp"
 #include "permits/sliding_window_counter.hpp"
 #include "permits/token_bucket.hpp"
+#include "shm_table_layout.hpp"
 
 namespace permits::shm {
 
-namespace {
-
-constexpr Nanos kMs = 1000000;
-constexpr Nanos kReclaimEvery = 50 * kMs;
-constexpr std::uint64_t kTableHead = 64;
-constexpr std::uint64_t kLockBytes = 64;
-constexpr std::uint64_t kRecordHead = 64; // a record's bookkeeping and key; its state words follow
-
-struct TableHead {
-    std::atomic<std::int64_t> size;
-    std::uint32_t shards;
-    std::uint32_t slots;
-    std::uint64_t record_bytes;
-};
-static_assert(sizeof(TableHead) <= kTableHead);
-static_assert(sizeof(pthread_mutex_t) <= kLockBytes);
-
-constexpr std::uint64_t kEntryBytes = 16;
-
-std::uint32_t entries_of(const Params& p) {
-    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(p.values[0], 1, kKeyHolders));
-}
-
-std::uint64_t words_bytes(const Params& p) {
-    switch (p.kind) {
-    case Kind::SlidingWindow:
-        return (static_cast<std::uint64_t>(SlidingWindowShape::slots(p.values[2])) + 1) * sizeof(AtomicPair);
-    case Kind::Concurrency: return entries_of(p) * kEntryBytes;
-    default: return sizeof(AtomicPair);
-    }
-}
-
-void geometry(std::int64_t max_partitions, std::uint32_t& shards, std::uint32_t& slots) {
-    shards = static_cast<std::uint32_t>(std::clamp<std::int64_t>(max_partitions / 32, 1, 64));
-    // Slack, so that keys spread unevenly over the shards rarely fill one before the table is full.
-    slots = static_cast<std::uint32_t>((max_partitions * 5 / 4 + shards - 1) / shards + 8);
-}
-
-TableHead& head_of(char* data) { // NOLINT(readability-non-const-parameter): the head is written through it
-    return *reinterpret_cast<TableHead*>(data);
-}
-
-// NOLINTNEXTLINE(readability-non-const-parameter): the lock is changed through it
-pthread_mutex_t* lock_of(char* data, std::uint32_t shard) {
-    return reinterpret_cast<pthread_mutex_t*>(data + kTableHead + shard * kLockBytes);
-}
-
-std::uint64_t entry_tag(std::uint32_t holder, std::uint32_t generation) {
-    return (static_cast<std::uint64_t>(generation) << 32) | (holder + 1);
-}
-
-} // namespace
-
-struct KeyTable::HolderEntry {
-    std::atomic<std::uint64_t> tag;  // generation << 32 | holder + 1; 0: free
-    std::atomic<std::int64_t> count; // permits held
-};
-
-struct KeyTable::Record {
-    std::atomic<std::uint32_t> used; // 0 empty, 1 live, 2 dropped (a tombstone: probes go on past it)
-    std::uint32_t key_len;
-    std::uint64_t hash;
-    Nanos anchor;
-    std::atomic<Nanos> touched; // concurrency: when all its permits last came back
-    char key[kKeyBytes];
-
-    char* words() noexcept { return reinterpret_cast<char*>(this) + kRecordHead; }
-    AtomicPair& word() noexcept { return *reinterpret_cast<AtomicPair*>(words()); }
-    HolderEntry& entry(std::size_t i) noexcept { return reinterpret_cast<HolderEntry*>(words())[i]; }
-};
-
-// ---- a key's limiter in this process ----
-
-namespace {
-class KeyLimiter final : public SharedLimiter {
-public:
-    KeyLimiter(std::shared_ptr<KeyTable> table, KeyTable::Key key, std::int64_t max_permits)
-        : SharedLimiter(table->store().clock(), max_permits, table->tmpl().queue, false), table_(std::move(table)),
-          key_(std::move(key)) {}
-
-    bool releases_permits() const noexcept override { return table_->releases_permits(); }
-    Nanos full_at() const override { return table_->full_at(key_); }
-    bool queued() const noexcept override { return queued_requests() > 0; }
-    void poll() override {
-        table_->reclaim(key_);
-        recheck();
-    }
-
-protected:
-    bool take_held(std::int64_t n, Nanos now, std::int64_t& tag) override {
-        if (table_->take(key_, n, now, tag)) {
-            if (table_->releases_permits()) {
-                watch(table_->store(), table_->tmpl().lease_ttl / 3, false);
-            }
-            return true;
-        }
-        return false;
-    }
-    std::int64_t available_at(Nanos now) const override { return table_->available(key_, now); }
-    Nanos time_until(std::int64_t needed, Nanos now) const override { return table_->time_until(key_, needed, now); }
-    void give_back_held(std::int64_t n, std::int64_t tag, Nanos now) override {
-        if (table_->give_back(key_, n, tag, now)) {
-            table_->store().segment().notify();
-        }
-    }
-    bool still_held(std::int64_t tag, std::int64_t permits) override { return table_->still_held(key_, tag, permits); }
-    void let_go(std::int64_t tag, std::int64_t permits) override {
-        if (table_->let_go(key_, tag, permits, state_now())) {
-            table_->store().segment().notify();
-        }
-    }
-    void told_lost(std::int64_t leases) override { table_->note_lost(leases); }
-    std::unique_ptr<Projection> project() const override { return table_->project(key_); }
-    void on_queued() override {
-        if (table_->releases_permits()) {
-            watch(table_->store(), table_->tmpl().lease_ttl / 3, true);
-        }
-    }
-    bool no_room() override { return table_->no_room(key_); }
-    Reason refusal(std::int64_t n) override { return table_->refusal(key_, n); }
-
-private:
-    std::shared_ptr<KeyTable> table_;
-    KeyTable::Key key_;
-};
-} // namespace
-
-// ---- the table ----
-
-std::uint64_t KeyTable::record_bytes(const Params& params) noexcept {
-    static_assert(sizeof(Record) == kRecordHead);
-    static_assert(sizeof(HolderEntry) == kEntryBytes);
-    static_assert(kKeyBytes >= 25); // a long key's stand-in: a flag byte, two hashes, its length
-    return round_up(kRecordHead + words_bytes(params), 16);
-}
-
-KeyTable::Census KeyTable::census(const Segment& segment, const NamedSlot& slot) {
-    Census c;
-    const std::int64_t* v = slot.values;
-    Params keys{static_cast<Kind>(v[0]), 0, {v[1], v[2], v[3]}};
-    // The keys' parameters as open() would check them (a damaged value never sizes anything here).
-    try {
-        switch (keys.kind) {
-        case Kind::TokenBucket: (void)TokenBucketRule(v[1], v[2], v[3]); break;
-        case Kind::FixedWindow: (void)FixedWindowRule(v[1], v[2]); break;
-        case Kind::SlidingWindowCounter: (void)SlidingWindowCounterRule(v[1], v[2]); break;
-        case Kind::SlidingWindow: SlidingWindowState::check(v[1], v[2], v[3]); break;
-        case Kind::Concurrency: (void)ConcurrencyRule(v[1]); break;
-        default: throw std::invalid_argument("its keys' kind, " + std::to_string(v[0]) + ", is no limiter's");
-        }
-        if (v[4] < 1 || v[4] > (1LL << 31)) {
-            throw std::invalid_argument("its max_partitions, " + std::to_string(v[4]) + ", is out of range");
-        }
-    } catch (const std::invalid_argument& e) {
-        c.damage = e.what();
-        return c;
-    }
-    std::uint32_t shards = 0;
-    std::uint32_t slots = 0;
-    geometry(v[4], shards, slots);
-    const std::uint64_t record = record_bytes(keys);
-    const std::uint64_t bytes = kTableHead + shards * kLockBytes + static_cast<std::uint64_t>(shards) * slots * record;
-    char* data = segment.at<char>(slot.offset);
-    const TableHead& head = head_of(data);
-    if (slot.bytes != bytes || head.shards != shards || head.slots != slots || head.record_bytes != record) {
-        c.damage = "its geometry differs from what its parameters make";
-        return c;
-    }
-    const std::int64_t records = static_cast<std::int64_t>(shards) * slots;
-    c.keys = std::clamp<std::int64_t>(head.size.load(), 0, records);
-    c.bytes_per_key = record;
-    if (keys.kind != Kind::Concurrency) {
-        return c;
-    }
-    c.held.assign(kMaxHolders, 0);
-    const std::uint32_t entries = entries_of(keys);
-    char* first = data + kTableHead + shards * kLockBytes;
-    for (std::int64_t i = 0; i < records; ++i) {
-        auto& r = *reinterpret_cast<Record*>(first + static_cast<std::uint64_t>(i) * record);
-        if (r.used.load() != 1) {
-            continue;
-        }
-        for (std::uint32_t e = 0; e < entries; ++e) {
-            const std::int64_t count = r.entry(e).count.load();
-            const std::uint64_t tag = r.entry(e).tag.load();
-            const auto holder = static_cast<std::uint32_t>((tag & 0xffffffffULL) - 1);
-            // (a freed holder's entries are stale: they hold nothing, as held_locked counts them)
-            if (count == 0 || holder >= kMaxHolders ||
-                segment.holder_generation(holder) != static_cast<std::uint32_t>(tag >> 32)) {
-                continue;
-            }
-            c.held[holder] += count < 0 || count > v[1] ? v[1] : count; // (a damaged count: the whole limit)
-        }
-    }
-    return c;
-}
-
-std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, std::string_view name,
-                                         const Template& tmpl, std::int64_t max_partitions, Nanos idle_timeout) {
-    detail::check_queue(tmpl.queue);
-    if (max_partitions < 1 || max_partitions > (1LL << 31)) {
-        throw std::invalid_argument("max_partitions must be between 1 and 2**31, got " +
-                                    std::to_string(max_partitions));
-    }
-    if (idle_timeout < 0) {
-        throw std::invalid_argument("idle_timeout must not be negative");
-    }
-    if (tmpl.params.kind == Kind::Concurrency && tmpl.lease_ttl < kMs) {
-        throw std::invalid_argument("lease_ttl must be at least a millisecond");
-    }
-    std::uint32_t shards = 0;
-    std::uint32_t slots = 0;
-    geometry(max_partitions, shards, slots);
-    const std::uint64_t record = record_bytes(tmpl.params);
-    const std::uint64_t bytes = kTableHead + shards * kLockBytes + static_cast<std::uint64_t>(shards) * slots * record;
-    // The table's parameters: its keys' kind and theirs (named as the kind names them), and its own.
-    const char* names[6] = {"kind", "parameter", "parameter", "parameter", "max_partitions", "idle_timeout"};
-    for (std::uint32_t i = 0; i < tmpl.params.count && i < 3 && tmpl.params.names != nullptr; ++i) {
-        names[i + 1] = tmpl.params.names[i];
-    }
-    Params p{Kind::KeyTable,
-             6,
-             {static_cast<std::int64_t>(tmpl.params.kind), tmpl.params.values[0], tmpl.params.values[1],
-              tmpl.params.values[2], max_partitions, idle_timeout},
-             names};
-    p.durations = ((tmpl.params.durations & 0x7U) << 1) | (1U << 5);
-    NamedSlot& slot = store->segment().named(name, p, bytes, store->now(), [&](char* data, Nanos) {
-        auto* head = new (data) TableHead();
-        head->size.store(0);
-        head->shards = shards;
-        head->slots = slots;
-        head->record_bytes = record;
-        for (std::uint32_t s = 0; s < shards; ++s) {
-            RobustLock::init(lock_of(data, s));
-        }
-    });
-    char* data = store->segment().at<char>(slot.offset);
-    const TableHead& head = head_of(data);
-    if (head.shards != shards || head.slots != slots || head.record_bytes != record) {
-        throw std::invalid_argument("per-key table '" + std::string(name) + "' is corrupted (its geometry differs)");
-    }
-    return std::make_shared<KeyTable>(store, data, tmpl, max_partitions, idle_timeout);
-}
-
-KeyTable::KeyTable(std::shared_ptr<Store> store, char* data, const Template& tmpl, std::int64_t max_partitions,
-                   Nanos idle_timeout)
-    : store_(std::move(store)), data_(data), tmpl_(tmpl), max_(max_partitions), idle_(idle_timeout),
-      record_(record_bytes(tmpl.params)), entries_(entries_of(tmpl.params)) {
-    // The geometry as this process computes it (open() checked the segment's against it): what
-    // the segment says is never what bounds an index.
-    geometry(max_partitions, shards_, slots_);
-    const auto& v = tmpl_.params.values;
-    switch (tmpl_.params.kind) {
-    case Kind::TokenBucket: rule_ = std::make_shared<TokenBucketRule>(v[0], v[1], v[2]); break;
-    case Kind::FixedWindow: rule_ = std::make_shared<FixedWindowRule>(v[0], v[1]); break;
-    case Kind::SlidingWindowCounter: rule_ = std::make_shared<SlidingWindowCounterRule>(v[0], v[1]); break;
-    case Kind::SlidingWindow: SlidingWindowState::check(v[0], v[1], v[2]); break;
-    case Kind::Concurrency: (void)ConcurrencyRule(v[0]); break;
-    default: throw std::invalid_argument("a per-key table's keys need a limiter kind");
-    }
-}
+using namespace table_layout;
 
 std::uint64_t KeyTable::bytes() const noexcept {
     return kTableHead + shards_ * kLockBytes + static_cast<std::uint64_t>(shards_) * slots_ * record_;
@@ -291,9 +32,9 @@ std::uint32_t KeyTable::shard_of(const Key& key) const noexcept {
     return static_cast<std::uint32_t>(key.hash % shards_);
 }
 
-SlidingWindowState KeyTable::window_of(Record& r) const noexcept {
+SlidingWindowState KeyTable::window_of(Record& r, std::int64_t limit) const noexcept {
     const auto& v = tmpl_.params.values;
-    return SlidingWindowState::over(v[0], v[1], v[2], r.anchor, reinterpret_cast<AtomicPair*>(r.words()));
+    return SlidingWindowState::over(limit, v[1], v[2], r.anchor, reinterpret_cast<AtomicPair*>(r.words()));
 }
 
 char* KeyTable::shard_records(std::uint32_t shard) const noexcept {
@@ -415,10 +156,15 @@ void KeyTable::repair_locked(Record& r, Nanos now) const noexcept {
         r.anchor = now; // (its every index computed from it would overflow)
     }
     // (the state word's hint, a take's first guess, is set to the value checked when it differs)
+    // Checked against the highest limit the keys had (a limit lowered keeps what was taken); a state
+    // beyond it while another process has changed the amounts since this one took them on may be
+    // counted under a higher one: judged once this process has taken it on (meanwhile a count
+    // beyond this process's limit grants nothing).
+    const auto newer = [&] { return slot_->generation.load(std::memory_order_acquire) != seen_.load(); };
     if (tmpl_.params.kind == Kind::SlidingWindow) {
-        SlidingWindowState w = window_of(r);
+        SlidingWindowState w = window_of(r, highest_.load());
         const Pair h = w.head->load();
-        if (damaged || !w.head_sound(h)) {
+        if (damaged || (!w.head_sound(h) && !newer())) {
             w.exhaust(now);
         } else if (!(w.head->hint() == h)) {
             w.head->rehint();
@@ -427,8 +173,8 @@ void KeyTable::repair_locked(Record& r, Nanos now) const noexcept {
     }
     AtomicPair& word = r.word();
     Pair s = word.load();
-    if (damaged || rule_->damage(s, r.anchor) != nullptr) {
-        while (!word.compare_exchange(s, rule_->exhausted(r.anchor, now))) {
+    if (damaged || (most_->damage(s, r.anchor) != nullptr && !newer())) {
+        while (!word.compare_exchange(s, most_->exhausted(r.anchor, now))) {
         }
     } else if (!(word.hint() == s)) {
         word.rehint();
@@ -437,7 +183,7 @@ void KeyTable::repair_locked(Record& r, Nanos now) const noexcept {
 
 std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) const {
     Segment& seg = store_->segment();
-    const std::int64_t limit = tmpl_.params.values[0];
+    const std::int64_t limit = this->limit();
     std::int64_t held = 0;
     for (std::size_t i = 0; i < entries_; ++i) {
         HolderEntry& e = r.entry(i);
@@ -481,6 +227,7 @@ bool KeyTable::idle_locked(Record& r, Nanos now) const {
 }
 
 bool KeyTable::take(const Key& key, std::int64_t n, Nanos now, std::int64_t& tag) {
+    catch_up();
     if (!releases_permits()) {
         return take_locked_kind(key, n, now, tag, Holding{});
     }
@@ -512,11 +259,11 @@ bool KeyTable::take_locked_kind(const Key& key, std::int64_t n, Nanos now, std::
                     const Nanos mono = monotonic_now();
                     Nanos last = last_reclaim_.load();
                     std::int64_t held = held_locked(*r, mono, false);
-                    if (tmpl_.params.values[0] - held < n && mono - last >= kReclaimEvery &&
+                    if (limit() - held < n && mono - last >= kReclaimEvery &&
                         last_reclaim_.compare_exchange_strong(last, mono)) {
                         held = held_locked(*r, mono, true);
                     }
-                    if (tmpl_.params.values[0] - held < n) {
+                    if (limit() - held < n) {
                         return false;
                     }
                     HolderEntry* slot = entry_for_locked(*r, h, true);
@@ -557,6 +304,7 @@ KeyTable::HolderEntry* KeyTable::entry_for_locked(Record& r, Holding h, bool cla
 }
 
 bool KeyTable::reset(const Key& key, Nanos now) {
+    catch_up();
     if (releases_permits()) {
         return false;
     }
@@ -595,6 +343,7 @@ void KeyTable::note_lost(std::int64_t leases) noexcept {
 }
 
 std::int64_t KeyTable::give_back_count(const Key& key, std::int64_t n, std::int64_t tag, Nanos now) {
+    catch_up();
     const std::uint32_t shard = shard_of(key);
     const Holding h = holding_of(tag);
     if (releases_permits() && !store_->segment().holds(h)) {
@@ -635,6 +384,7 @@ std::int64_t KeyTable::give_back_count(const Key& key, std::int64_t n, std::int6
 }
 
 bool KeyTable::no_room(const Key& key) {
+    catch_up();
     const std::uint32_t shard = shard_of(key);
     const Nanos now = store_->now();
     {
@@ -649,32 +399,34 @@ bool KeyTable::no_room(const Key& key) {
 }
 
 std::int64_t KeyTable::available(const Key& key, Nanos now) {
+    catch_up();
     const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     Record* r = find_locked(shard, key, now, false);
-    const auto& v = tmpl_.params.values;
+    const std::int64_t limit = this->limit();
     if (r == nullptr) {
-        return size() < max_ ? v[0] : 0; // a new key: its full limit, if there is room for it
+        return size() < max_ ? limit : 0; // a new key: its full limit, if there is room for it
     }
     switch (tmpl_.params.kind) {
     case Kind::SlidingWindow: return window_of(*r).available_at(now);
-    case Kind::Concurrency: return std::max<std::int64_t>(v[0] - held_locked(*r, 0, false), 0); // (damaged counts)
+    case Kind::Concurrency: return std::max<std::int64_t>(limit - held_locked(*r, 0, false), 0); // (damaged counts)
     default: return rule_->available(r->word().load(), r->anchor, now);
     }
 }
 
 Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
+    catch_up();
     const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     Record* r = find_locked(shard, key, now, false);
-    const auto& v = tmpl_.params.values;
+    const std::int64_t limit = this->limit();
     if (r == nullptr) {
-        return needed <= v[0] ? 0 : kNever;
+        return needed <= limit ? 0 : kNever;
     }
     switch (tmpl_.params.kind) {
     case Kind::SlidingWindow: return window_of(*r).time_until(needed, now);
     case Kind::Concurrency: {
-        if (v[0] - held_locked(*r, 0, false) < needed) {
+        if (limit - held_locked(*r, 0, false) < needed) {
             return kNever;
         }
         // Permits are free, but a process can take them only with a holder slot and an entry of its own.
@@ -696,6 +448,7 @@ Nanos KeyTable::time_until(const Key& key, std::int64_t needed, Nanos now) {
 }
 
 Nanos KeyTable::full_at(const Key& key) {
+    catch_up();
     const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     const Nanos now = store_->now();
@@ -714,6 +467,7 @@ std::unique_ptr<Projection> KeyTable::project(const Key& key) {
     if (releases_permits()) {
         return nullptr;
     }
+    catch_up();
     const std::uint32_t shard = shard_of(key);
     RobustLock lock(lock_of(data_, shard));
     const Nanos now = store_->now();
@@ -724,7 +478,7 @@ std::unique_ptr<Projection> KeyTable::project(const Key& key) {
             // No room for the key: a fresh window's projection (its own storage, as a new key's).
             auto words = std::make_unique<AtomicPair[]>(static_cast<std::size_t>(SlidingWindowShape::slots(v[2])) + 1);
             SlidingWindowState::init_storage(words.get(), v[2]);
-            return SlidingWindowState::over(v[0], v[1], v[2], now, words.get()).project();
+            return SlidingWindowState::over(limit(), v[1], v[2], now, words.get()).project();
         }
         return window_of(*r).project();
     }
@@ -762,6 +516,7 @@ Reason KeyTable::refusal(const Key& key, std::int64_t n) {
 }
 
 std::int64_t KeyTable::evict_idle() {
+    catch_up();
     const Nanos now = store_->now();
     std::int64_t evicted = 0;
     for (std::uint32_t s = 0; s < shards_; ++s) {
@@ -775,10 +530,6 @@ std::int64_t KeyTable::evict_idle() {
         }
     }
     return evicted;
-}
-
-std::shared_ptr<SharedLimiter> KeyTable::limiter_for(std::string_view key) {
-    return std::make_shared<KeyLimiter>(shared_from_this(), key_of(key), tmpl_.params.values[0]);
 }
 
 } // namespace permits::shm

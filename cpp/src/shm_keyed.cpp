@@ -45,9 +45,8 @@ private:
 };
 
 KeyedLimiter::KeyedLimiter(std::shared_ptr<KeyTable> table, std::size_t keys_kept)
-    : table_(std::move(table)), keys_kept_(std::max<std::size_t>(keys_kept, 1)),
-      max_permits_(table_->tmpl().params.values[0]), direct_(!table_->releases_permits()),
-      kept_(std::make_unique<Kept>()) {}
+    : table_(std::move(table)), keys_kept_(std::max<std::size_t>(keys_kept, 1)), queue_(table_->tmpl().queue),
+      direct_(!table_->releases_permits()), kept_(std::make_unique<Kept>()) {}
 
 KeyedLimiter::~KeyedLimiter() = default;
 
@@ -102,7 +101,7 @@ void KeyedLimiter::drop_locked(std::list<Entry>::iterator it, std::vector<std::s
 
 const std::shared_ptr<SharedLimiter>& KeyedLimiter::limiter_locked(Entry& e) {
     if (!e.limiter) {
-        e.limiter = table_->limiter_for(e.bytes);
+        e.limiter = table_->limiter_for(e.bytes, queue_);
     }
     return e.limiter;
 }
@@ -125,7 +124,8 @@ Outcome KeyedLimiter::refused(const KeyTable::Key& key, std::int64_t n, Nanos no
 }
 
 KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n) {
-    detail::check_permit_count(n, max_permits_);
+    table_->catch_up();
+    detail::check_permit_count(n, table_->limit());
     std::vector<std::shared_ptr<SharedLimiter>> dropped;
     std::shared_ptr<SharedLimiter> through;
     Result result;
@@ -160,7 +160,8 @@ KeyedLimiter::Result KeyedLimiter::acquire(std::string_view key, std::int64_t n)
 }
 
 std::optional<KeyedLimiter::Result> KeyedLimiter::try_now(std::string_view key, std::int64_t n) {
-    detail::check_permit_count(n, max_permits_);
+    table_->catch_up();
+    detail::check_permit_count(n, table_->limit());
     std::vector<std::shared_ptr<SharedLimiter>> dropped;
     std::shared_ptr<SharedLimiter> through;
     {
@@ -226,6 +227,36 @@ bool KeyedLimiter::reset(std::string_view key) {
     }
     recheck_kept(key); // the whole limit is there: serve the key's queue
     return true;
+}
+
+void KeyedLimiter::reconfigure(const Params& params, QueueOptions queue) {
+    detail::check_queue(queue);
+    if (closed_.load()) {
+        throw ClosedError();
+    }
+    table_->reconfigure(params); // (refused: nothing changed)
+    std::vector<std::shared_ptr<SharedLimiter>> limiters;
+    {
+        Guard guard(*this);
+        queue_ = queue;
+        for (const Entry& e : kept_->order) {
+            if (e.limiter) {
+                limiters.push_back(e.limiter);
+            }
+        }
+    }
+    for (const auto& l : limiters) { // (outside the guard: a failed wait's completion may call back in)
+        try {
+            table_->take_on(*l, queue);
+        } catch (const ClosedError&) {
+            // (closed meanwhile: its requests failed already)
+        }
+    }
+}
+
+QueueOptions KeyedLimiter::queue_options() {
+    Guard guard(*this);
+    return queue_;
 }
 
 Statistics KeyedLimiter::statistics(std::string_view key) {

@@ -20,40 +20,57 @@
 namespace permits::shm {
 
 namespace {
-constexpr std::size_t bank_of(std::uint32_t generation) noexcept {
-    return generation == 0 ? 0 : (generation % 2 == 1 ? 3 : 5);
+std::atomic_ref<std::int64_t> word_ref(const std::int64_t* word) noexcept {
+    // (const_cast: atomic_ref takes no const object; only loads go through it on a const word)
+    return std::atomic_ref<std::int64_t>(*const_cast<std::int64_t*>(word)); // NOLINT
 }
-std::atomic_ref<std::int64_t> value_ref(const NamedSlot& slot, std::size_t i) noexcept {
-    // (const_cast: atomic_ref takes no const object; only loads go through it here)
-    return std::atomic_ref<std::int64_t>(const_cast<std::int64_t&>(slot.values[i])); // NOLINT
+const std::int64_t* bank_of(const AmountBanks& banks, std::uint32_t generation) noexcept {
+    return generation == 0 ? banks.made : (generation % 2 == 1 ? banks.odd : banks.even);
 }
 } // namespace
 
+AmountBanks banks_of(NamedSlot& slot) noexcept {
+    return {&slot.generation, slot.values, slot.values + 3, slot.values + 5, slot.values + 7};
+}
+
 std::uint32_t live_amounts(const NamedSlot& slot, std::int64_t (&out)[2]) noexcept {
+    return live_amounts(banks_of(const_cast<NamedSlot&>(slot)), out); // NOLINT: read only
+}
+
+std::uint32_t live_amounts(const AmountBanks& banks, std::int64_t (&out)[2]) noexcept {
     for (;;) {
-        const std::uint32_t generation = slot.generation.load(std::memory_order_acquire);
-        const std::size_t bank = bank_of(generation);
-        out[0] = value_ref(slot, bank).load(std::memory_order_relaxed);
-        out[1] = value_ref(slot, bank + 1).load(std::memory_order_relaxed);
+        const std::uint32_t generation = banks.generation->load(std::memory_order_acquire);
+        const std::int64_t* bank = bank_of(banks, generation);
+        out[0] = word_ref(bank).load(std::memory_order_relaxed);
+        out[1] = word_ref(bank + 1).load(std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_acquire);
         // A writer rewrites this bank only after moving the generation on past it.
-        if (slot.generation.load(std::memory_order_relaxed) == generation) {
+        if (banks.generation->load(std::memory_order_relaxed) == generation) {
             return generation;
         }
     }
 }
 
+std::int64_t highest_of(const AmountBanks& banks) noexcept {
+    return std::max(word_ref(banks.made).load(std::memory_order_relaxed),
+                    word_ref(banks.highest).load(std::memory_order_relaxed));
+}
+
 std::uint32_t Segment::publish_amounts(NamedSlot& slot, const std::int64_t (&amounts)[2]) {
+    return publish_amounts(banks_of(slot), slot.generation, amounts);
+}
+
+std::uint32_t Segment::publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
+                                       const std::int64_t (&amounts)[2]) {
     RobustLock lock(&header_->lock);
-    const std::uint32_t was = slot.generation.load();
+    const std::uint32_t was = generation.load();
     // (past 2^32 - 1 changes it goes on at 2: never 0, which means "as made")
     const std::uint32_t next = was == std::numeric_limits<std::uint32_t>::max() ? 2 : was + 1;
-    const std::size_t bank = bank_of(next);
-    value_ref(slot, bank).store(amounts[0], std::memory_order_relaxed);
-    value_ref(slot, bank + 1).store(amounts[1], std::memory_order_relaxed);
-    const std::int64_t highest = std::max({value_ref(slot, 7).load(), slot.values[0], amounts[0]});
-    value_ref(slot, 7).store(highest, std::memory_order_relaxed);
-    slot.generation.store(next, std::memory_order_release);
+    std::int64_t* bank = next % 2 == 1 ? banks.odd : banks.even;
+    word_ref(bank).store(amounts[0], std::memory_order_relaxed);
+    word_ref(bank + 1).store(amounts[1], std::memory_order_relaxed);
+    word_ref(banks.highest).store(std::max(highest_of(banks), amounts[0]), std::memory_order_relaxed);
+    generation.store(next, std::memory_order_release);
     return next;
 }
 
@@ -67,11 +84,19 @@ std::uint32_t amounts_of(Kind kind) noexcept {
     }
 }
 
+std::uint32_t amounts_of(Kind kind, const std::int64_t* values) noexcept {
+    if (kind != Kind::KeyTable) {
+        return amounts_of(kind);
+    }
+    const auto keys = static_cast<std::uint64_t>(values[0]);
+    return keys <= static_cast<std::uint64_t>(Kind::Concurrency) ? amounts_of(static_cast<Kind>(keys)) << 1U : 0U;
+}
+
 std::uint32_t live_values(const NamedSlot& slot, std::int64_t (&values)[8], std::int64_t& highest) noexcept {
     std::int64_t amounts[2] = {};
     const std::uint32_t generation = live_amounts(slot, amounts);
     for (std::size_t i = 0; i < 8; ++i) {
-        values[i] = value_ref(slot, i).load(std::memory_order_relaxed);
+        values[i] = word_ref(slot.values + i).load(std::memory_order_relaxed);
     }
     const std::uint32_t mask = generation != 0 ? amounts_of(slot.kind) : 0U;
     for (std::size_t i = 0; i < 2; ++i) {
@@ -107,7 +132,7 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
             throw std::invalid_argument(where + "is a " + was + ", not a " + asked);
         }
         // Once reconfigured, the amounts are the slot's: an opener asking for others takes them on.
-        const std::uint32_t skipped = slot.generation.load() != 0 ? amounts_of(params.kind) : 0U;
+        const std::uint32_t skipped = slot.generation.load() != 0 ? amounts_of(params.kind, params.values) : 0U;
         for (std::uint32_t i = 0; i < params.count; ++i) {
             if (((skipped >> i) & 1U) == 0 && slot.values[i] != params.values[i]) {
                 const std::string field = params.names != nullptr ? params.names[i] : "parameter";

@@ -668,6 +668,14 @@ class ShmKeyed:
         """Forgets the key's time-based state for every process; False when there was nothing to forget."""
     def _totals(self) -> tuple[int, int, int, int]: ...
     def _close(self) -> None: ...
+    def _reconfigure_engine(self, spec: object, queue_limit: int | None, newest_first: bool) -> None:
+        """Every key's limit from the spec on, for every process; these queue options for this process's keys."""
+    @property
+    def _amounts(self) -> tuple[int, int]:
+        """(limit, rate or 0) of every key as they hold now: as any process last set them."""
+    @property
+    def _queue(self) -> tuple[int | None, bool]:
+        """(queue_limit or None for no bound, newest_first) of this process's keys."""
     @property
     def closed(self) -> bool: ...
     @property

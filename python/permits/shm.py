@@ -23,7 +23,14 @@ from ._stores.factories import StoreFactories, member_name, spec_of
 from .awaitables import LeaseWait
 from .chain import ChainedPartitionedLimiter, chain
 from .clock import ManualClock, MonotonicClock
-from .engine_limiters import _EngineLimiter, _queue_limit, _queue_order
+from .engine_limiters import (
+    _RECONFIGURING,
+    _check_reconfigured,
+    _EngineLimiter,
+    _queue_limit,
+    _queue_order,
+    _reconfigured_queue,
+)
 from .keyed_limiter import KeyedRateLimiter
 from .partition import Partition, _check_options, _members, _template_of
 from .rate_limiter import QueueOrder, RateLimiter, Statistics, _check_permit_count
@@ -136,8 +143,9 @@ class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]
         KeyedRateLimiter.__init__(self, name=name, clock=clock)
         _core.ShmKeyed.__init__(self, table)
         self._table = table
-        self.spec = template.spec
-        """Every key's limit, as a value (``permits.specs.TokenBucket(...)`` and the like)."""
+        spec = template.spec
+        assert isinstance(spec, specs.Spec)  # (one limit: partitioned() chains a SpecList's)
+        self._made_spec: specs.Spec[Any] = spec
         self.idle_timeout = idle_timeout
         """Seconds a key stays fully idle (all permits back, nothing queued) before it may make room
         for a new key."""
@@ -150,6 +158,30 @@ class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]
     def _lost_leases(self) -> int:
         """Leases of this limiter's keys found lost in this process so far."""
         return int(self._table._lost_leases)
+
+    @property
+    def spec(self) -> specs.Spec[Any]:
+        """Every key's limit, as a value (``permits.specs.TokenBucket(...)`` and the like), with the
+        amounts the segment holds now (any process may reconfigure them)."""
+        made = self._made_spec
+        if isinstance(made, specs.Concurrency):
+            return made
+        spec: specs.Spec[Any] = made._with_amounts(self._amounts)
+        return spec
+
+    def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
+        """Every key's limit, present and future, in every process of the store (the segment holds
+        it); the queue options are this process's keys'."""
+        self._check_open()
+        if isinstance(self._made_spec, specs.Concurrency):
+            raise NotImplementedError(
+                "a per-key concurrency limit of a shared-memory store cannot be reconfigured: each key's "
+                "record holds an entry per holding process, as many as its limit made room for"
+            )
+        _check_reconfigured(self.spec, spec)
+        limit, newest = _reconfigured_queue(self._queue, queue_limit, queue_order)
+        with _RECONFIGURING:
+            self._reconfigure_engine(spec, limit, newest)
 
     #: Python objects of key limiters kept (the waits' path), the oldest made first out. Each holds
     #: its engine limiter, which the engine therefore keeps as the key's own (never dropped while

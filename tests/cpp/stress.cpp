@@ -936,6 +936,69 @@ void shm_reconfigures_follow() {
     std::printf("shm reconfigure: %lld granted by the window, %lld by the bucket (limits 5 and 40)\n",
                 static_cast<long long>(window_granted.load()), static_cast<long long>(bucket_granted.load()));
 }
+
+void shm_keyed_reconfigures_follow() {
+    using namespace permits::shm;
+    const std::string name = "stress-rck-" + std::to_string(::getpid());
+    auto clock = std::make_shared<ManualClock>(0);
+    const Segment::Options opts{64, 0600, ClockKind::Manual};
+    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
+                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
+    Segment::unlink(name);
+    const QueueOptions queue{8, QueueOrder::OldestFirst};
+    const Nanos sec = 1'000'000'000;
+    // A fixed window's keys and a sliding window's, each in two mappings, their limits changed by a
+    // thread of their own while every thread takes from the records and from the keys' limiters.
+    std::array<std::shared_ptr<KeyedLimiter>, 2> windows;
+    std::array<std::shared_ptr<KeyedLimiter>, 2> slidings;
+    for (int i = 0; i < 2; ++i) {
+        windows[i] = std::make_shared<KeyedLimiter>(
+            KeyTable::open(stores[i], "w", {params_of(FixedWindowRule(10, sec)), queue, sec}, 16, 60 * sec));
+        slidings[i] = std::make_shared<KeyedLimiter>(
+            KeyTable::open(stores[i], "s", {params_of_sliding(10, sec, 4), queue, sec}, 16, 60 * sec));
+    }
+    std::atomic<bool> stop{false};
+    std::array<std::atomic<std::int64_t>, 4> granted{}; // per key: windows' 0 and 1, slidings' 0 and 1
+    std::thread changer([&] {
+        for (int i = 0; !stop.load(); ++i) {
+            windows[i % 2]->reconfigure(params_of(FixedWindowRule(i % 3 == 0 ? 40 : 5, sec)), queue);
+            slidings[(i + 1) % 2]->reconfigure(params_of_sliding(i % 3 == 0 ? 40 : 5, sec, 4), queue);
+        }
+    });
+    run_threads(kThreads, [&](int t) {
+        KeyedLimiter& window = *windows[t % 2];
+        KeyedLimiter& sliding = *slidings[t % 2];
+        for (int i = 0; i < 3000; ++i) {
+            const int k = (i + t) % 2;
+            const std::string key = "k" + std::to_string(k);
+            if ((i + t) % 7 == 0) {
+                auto q = window.limiter(key)->enqueue(1, 0);
+                granted[k] += q.outcome.acquired ? 1 : 0;
+                auto w = sliding.limiter(key)->enqueue(1, 0);
+                granted[2 + k] += w.outcome.acquired ? 1 : 0;
+            } else {
+                granted[k] += window.acquire(key, 1).outcome.acquired ? 1 : 0;
+                granted[2 + k] += sliding.acquire(key, 1).outcome.acquired ? 1 : 0;
+            }
+        }
+    });
+    stop = true;
+    changer.join();
+    windows[0]->reconfigure(params_of(FixedWindowRule(7, sec)), queue);
+    slidings[1]->reconfigure(params_of_sliding(6, sec, 4), queue);
+    for (const auto& g : granted) {
+        check(g.load() <= 40, "shm keyed reconfigure: a key granted more than its highest limit (no time passed)");
+    }
+    for (int i = 0; i < 2; ++i) {
+        check(windows[i]->statistics("new").current_available_permits == 7,
+              "shm keyed reconfigure: a mapping missed the window's last limit");
+        check(slidings[i]->statistics("new").current_available_permits == 6,
+              "shm keyed reconfigure: a mapping missed the sliding window's last limit");
+    }
+    std::printf("shm keyed reconfigure: %lld, %lld, %lld, %lld granted per key (limits 5 and 40)\n",
+                static_cast<long long>(granted[0].load()), static_cast<long long>(granted[1].load()),
+                static_cast<long long>(granted[2].load()), static_cast<long long>(granted[3].load()));
+}
 #endif
 
 void reconfigures_keep_every_permit() {
@@ -1003,6 +1066,7 @@ int main() {
     shm_lost_leases();
     shm_keyed();
     shm_reconfigures_follow();
+    shm_keyed_reconfigures_follow();
 #endif
     concurrency_holders();
     reconfigures_keep_every_permit();

@@ -52,12 +52,39 @@ public:
         /// Concurrency keys: the permits each holder slot holds over all the keys (kMaxHolders counts,
         /// its current generation's entries only, as the engine counts them); else empty.
         std::vector<std::int64_t> held;
+        /// The keys' parameters as they hold now (values 1 to 3 of the slot, with the amounts as
+        /// last reconfigured).
+        std::int64_t live[3] = {};
     };
     /// The census of the table in `slot` (a ready slot of Kind::KeyTable whose data lies in the segment).
     static Census census(const Segment& segment, const NamedSlot& slot);
 
-    /// A limiter of this process for `key` (its encoded bytes).
-    std::shared_ptr<SharedLimiter> limiter_for(std::string_view key);
+    /// A limiter of this process for `key` (its encoded bytes), with `queue` (this process's
+    /// options; the template's when not given).
+    std::shared_ptr<SharedLimiter> limiter_for(std::string_view key, QueueOptions queue);
+    std::shared_ptr<SharedLimiter> limiter_for(std::string_view key) { return limiter_for(key, tmpl_.queue); }
+
+    // ---- the keys' limit (reconfigure): every key's, for every process ----
+    /// Time-based kinds: `params` (the keys' kind with their window, period or segments as made)
+    /// are every key's from now on, in every process: published in the table's head, taken on
+    /// here at once and by every other process at its next use of the table (what each key has
+    /// taken stays taken). std::invalid_argument for another kind, window, period or segments, or
+    /// a concurrency table (its records hold an entry per holding process, sized by its limit).
+    void reconfigure(const Params& params);
+    /// Before each use: takes on the amounts another process published since (a load and a compare
+    /// when none did).
+    void catch_up() {
+        if (slot_->generation.load(std::memory_order_acquire) != seen_.load(std::memory_order_relaxed)) [[unlikely]] {
+            catch_up_slow();
+        }
+    }
+    /// A limiter limiter_for() made takes on the keys' limit now and queue options `queue` (its
+    /// queued requests the limit can never serve fail, those beyond the queue limit too).
+    /// ClosedError once it is closed.
+    void take_on(SharedLimiter& key_limiter, QueueOptions queue);
+    /// The keys' limit now (as last taken on), and the rate where the kind has one (Rule::amounts).
+    std::int64_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+    void amounts(std::int64_t (&out)[2]) const noexcept;
     /// Live keys.
     std::int64_t size() const noexcept;
     std::int64_t max_partitions() const noexcept { return max_; }
@@ -105,7 +132,7 @@ public:
     const Template& tmpl() const noexcept { return tmpl_; }
     bool releases_permits() const noexcept { return tmpl_.params.kind == Kind::Concurrency; }
 
-    KeyTable(std::shared_ptr<Store> store, char* data, const Template& tmpl, std::int64_t max_partitions,
+    KeyTable(std::shared_ptr<Store> store, NamedSlot& slot, const Template& tmpl, std::int64_t max_partitions,
              Nanos idle_timeout);
 
 private:
@@ -113,8 +140,16 @@ private:
     struct HolderEntry;
     struct Found;
     std::uint32_t shard_of(const Key& key) const noexcept;
-    /// A sliding window key's state over its record (Kind::SlidingWindow only).
-    SlidingWindowState window_of(Record& r) const noexcept;
+    /// A sliding window key's state over its record (Kind::SlidingWindow only), counting up to
+    /// `limit` (the keys' limit now; the highest they had when checking for damage).
+    SlidingWindowState window_of(Record& r) const noexcept { return window_of(r, limit()); }
+    SlidingWindowState window_of(Record& r, std::int64_t limit) const noexcept;
+    /// The banks of the keys' amounts (in the table's head) and their generation (the slot's).
+    AmountBanks banks() const noexcept;
+    void catch_up_slow();
+    /// Takes on amounts `a` of generation `generation` (highest limit `highest`), every shard
+    /// locked: no key of this process decides meanwhile.
+    void adopt(const std::int64_t (&a)[2], std::int64_t highest);
     char* shard_records(std::uint32_t shard) const noexcept;
     Record& record_at(std::uint32_t shard, std::uint32_t slot) const noexcept;
     /// Under the shard's lock: the key's record, created if absent when `create` (nullptr at the bound).
@@ -132,9 +167,20 @@ private:
     HolderEntry* entry_for_locked(Record& r, Holding h, bool claim) const;
 
     std::shared_ptr<Store> store_;
+    NamedSlot* slot_; // its generation moves at each change of the keys' amounts
     char* data_;
     Template tmpl_;
-    std::shared_ptr<const Rule> rule_; // the rule-driven kinds
+    // The rule-driven kinds: the keys' rule, whose amounts change in place (adopt), and the same at
+    // the highest limit the table had, which a state is checked against for damage (a state counted
+    // under a higher limit is sound under a lower one: what was taken stays taken).
+    std::shared_ptr<Rule> rule_;
+    std::unique_ptr<Rule> most_;
+    std::atomic<std::int64_t> limit_{0};
+    std::atomic<std::int64_t> highest_{0};
+    std::atomic<std::uint32_t> seen_{0}; // the generation taken on
+    // The pid of the process taking on a change, 0 when none is (a forked child takes over its
+    // parent's: the thread at it is not in the child).
+    std::atomic<std::uint64_t> changing_{0};
     std::int64_t max_;
     Nanos idle_;
     std::uint32_t shards_;

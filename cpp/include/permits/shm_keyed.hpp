@@ -60,6 +60,12 @@ public:
     /// The key's time-based state made anew for every process (KeyTable::reset), and this process's
     /// queue for it served; false when there was nothing to forget.
     bool reset(std::string_view key);
+    /// Every key's limit from `params` on, for every process (KeyTable::reconfigure), and `queue`
+    /// this process's keys' queue options: its keys' queued requests the new limit can never serve
+    /// fail (LimitReached), those beyond a lower queue limit too (QueueFull), a raise serves them.
+    void reconfigure(const Params& params, QueueOptions queue);
+    /// The keys' queue options in this process.
+    QueueOptions queue_options();
 
     /// The key's statistics: permits available (every process's grants counted), and this
     /// process's queued permits and lease counts for it since it has been kept here.
@@ -118,8 +124,8 @@ private:
 
     std::shared_ptr<KeyTable> table_;
     const std::size_t keys_kept_;
-    const std::int64_t max_permits_;
-    const bool direct_; // time-based kinds: grants from the record
+    QueueOptions queue_; // under the guard: the keys' queue options in this process
+    const bool direct_;  // time-based kinds: grants from the record
     std::atomic<bool> closed_{false};
     // A spin lock owned by a pid, as SharedLimiter's: a forked child takes over one its parent's
     // thread held (and starts from no kept keys: the parent's may be torn mid-change).

@@ -79,6 +79,17 @@ struct NamedSlot {
     Nanos anchor; ///< when the state's timeline starts: its creation
 };
 
+/// Where a slot keeps the amounts reconfigure changes: the two as made, a bank for odd generations
+/// and one for even ones (two words each), the highest limit ever published (0: never), and the
+/// generation (NamedSlot::generation). A named limiter's are in its slot's values; a per-key
+/// table's (whose values hold the table's parameters) in the table's head (KeyTable).
+struct AmountBanks {
+    const std::atomic<std::uint32_t>* generation;
+    const std::int64_t* made;
+    std::int64_t* odd;
+    std::int64_t* even;
+    std::int64_t* highest;
+};
 /// One process that holds concurrency permits now: its index is the holder recorded in each
 /// limiter's ledger. A process holds a slot only while it holds permits (or is taking some): the
 /// slot is freed when its uses drop to zero, so the bound is on processes holding at the same moment.
@@ -213,6 +224,9 @@ public:
     /// generation. Under the segment's lock: one change at a time, and a writer killed midway left
     /// only a bank no reader reads.
     std::uint32_t publish_amounts(NamedSlot& slot, const std::int64_t (&amounts)[2]);
+    /// The same, wherever the banks are (moving `generation`, their slot's).
+    std::uint32_t publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
+                                  const std::int64_t (&amounts)[2]);
 
     /// Pins holder slot for this process's take of n permits: its own slot (its uses raised by n), or
     /// a free one claimed (with the dead holders' slots reclaimed first when none is free: holder_dead
@@ -261,14 +275,24 @@ private:
     std::atomic<std::uint64_t> claimed_{0};
 };
 
+/// A named limiter's: values 0 and 1 as made, [3, 4] and [5, 6], and 7.
+AmountBanks banks_of(NamedSlot& slot) noexcept;
+
 /// The amounts of `slot` now (values 0 and 1 as made, or as last reconfigured), into `out`; their
 /// generation. Lock-free: a bank read while another process moves the generation is read again.
 std::uint32_t live_amounts(const NamedSlot& slot, std::int64_t (&out)[2]) noexcept;
+/// The same, wherever the banks are.
+std::uint32_t live_amounts(const AmountBanks& banks, std::int64_t (&out)[2]) noexcept;
+/// The highest limit the banks ever held (as made, or published since).
+std::int64_t highest_of(const AmountBanks& banks) noexcept;
 
 /// Which of a kind's parameters are amounts reconfigure may change (bit i: value i, 0 and 1 at
 /// most: Rule::amounts): the token bucket's limit and rate, the windows' limit; none for
-/// concurrency and per-key tables. Once a slot was reconfigured, these are not compared on opening.
+/// concurrency. Once a slot was reconfigured, these are not compared on opening.
 std::uint32_t amounts_of(Kind kind) noexcept;
+/// The same for a slot's parameters: a per-key table's are its keys' kind's, one value on (its
+/// parameters start with that kind).
+std::uint32_t amounts_of(Kind kind, const std::int64_t* values) noexcept;
 
 /// `slot`'s parameters as they hold now: as made, with the amounts as last reconfigured; their
 /// generation. `highest` is the highest limit (value 0) the slot ever had: a state may count up to

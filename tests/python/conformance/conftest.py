@@ -299,7 +299,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     *_kinds("shm", shm, ["concurrency"], *ENGINE, COLLECTED),
     *_kinds("shm", shm, LOGGED, *ENGINE, RECONFIGURES),
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
-    *_kinds("shm_per_key", shm_per_key, LOGGED, *KEYED, RESETS),
+    *_kinds("shm_per_key", shm_per_key, LOGGED, *KEYED, RESETS, RECONFIGURES),
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
     *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED, RECONFIGURES),
     *_kinds("redis", in_server(_redis_store), LOGGED, *STORE, RECONFIGURES),

@@ -139,6 +139,13 @@ def reconfigure_named(segment: str, spec: str, new_spec: str, results: Any) -> N
     results.put((limiter.spec, limiter.available_permits()))
 
 
+def reconfigure_keyed(segment: str, spec: str, new_spec: str, results: Any) -> None:
+    """The same for every key of a per-key table: what it then sees of key "a"."""
+    keyed = SharedMemoryStore(segment).partitioned(spec, name="keys")
+    keyed.reconfigure(new_spec)
+    results.put((keyed.spec, keyed.available_permits("a")))
+
+
 def in_spawned_process(target: Callable[..., None], *args: object) -> Any:
     """Runs ``target(*args, results)`` in a spawned interpreter (another process, as a worker or an
     operator's tool is), checks that it exited cleanly within a minute, and returns what it put in

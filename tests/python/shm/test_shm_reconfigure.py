@@ -1,7 +1,8 @@
 """reconfigure() on a shared-memory store's named limiters: the new amounts are the segment's, so
 every process decides with them from its next decision on, and a process opening the name later
-takes them over the ones it asks for. The state is kept as an engine limiter keeps it. Concurrency
-limiters and per-key tables refuse: their permits are counted from the limit they were made with."""
+takes them over the ones it asks for. The state is kept as an engine limiter keeps it; a per-key
+table's every key, present and future, follows. Concurrency limiters refuse (named or per key):
+their permits are counted from the limit they were made with."""
 
 from __future__ import annotations
 
@@ -137,8 +138,114 @@ def test_a_shared_concurrency_limiter_refuses_and_keeps_its_limit(segment_name: 
     assert granted(limiter, 11) == 10
 
 
-def test_a_per_key_table_refuses(segment_name: str) -> None:
-    keyed = SharedMemoryStore(segment_name, clock=permits.ManualClock()).partitioned("10/hour", name="keys")
-    with pytest.raises(NotImplementedError):
-        keyed.reconfigure("5/hour")
-    assert len([lease for lease in (keyed.acquire("a") for _ in range(11)) if lease]) == 10
+def test_a_per_key_concurrency_limit_refuses_and_keeps_its_limit(segment_name: str) -> None:
+    keyed = SharedMemoryStore(segment_name, clock=permits.ManualClock()).partitioned(
+        permits.specs.Concurrency(3), name="held"
+    )
+    with pytest.raises(NotImplementedError, match="per-key concurrency limit of a shared-memory store"):
+        keyed.reconfigure(permits.specs.Concurrency(5))
+    assert keyed.spec == permits.specs.Concurrency(3)
+    assert len([keyed.acquire("a") for _ in range(4) if keyed.acquire("a")]) <= 3
+
+
+# ---- per-key tables: every key, present and future, of every process ----
+
+
+def two_keyed(segment_name: str, spec: Any, **options: Any) -> tuple[Any, Any, permits.ManualClock]:
+    clock = permits.ManualClock()
+    first = SharedMemoryStore(segment_name, clock=clock).partitioned(spec, name="keys", **options)
+    second = SharedMemoryStore(segment_name, clock=clock).partitioned(spec, name="keys", **options)
+    return first, second, clock
+
+
+def granted_of(keyed: Any, key: str, attempts: int) -> int:
+    return len([lease for lease in (keyed.acquire(key) for _ in range(attempts)) if lease])
+
+
+@pytest.mark.parametrize("kind", list(TIMED))
+def test_a_lower_limit_for_every_key_holds_in_the_other_store(segment_name: str, kind: str) -> None:
+    mine, theirs, clock = two_keyed(segment_name, TIMED[kind](10))
+    assert granted_of(theirs, "a", 4) == 4
+    mine.reconfigure(TIMED[kind](5))
+    assert theirs.spec == TIMED[kind](5)
+    # What a key took stays taken (a token bucket keeps its tokens up to the new limit).
+    assert granted_of(theirs, "a", 10) == (5 if kind == "token_bucket" else 1)
+    assert granted_of(theirs, "new", 10) == 5
+    with pytest.raises(ValueError, match="permit_count"):
+        theirs.acquire("other", 6)
+    clock.advance(200.0)
+    assert granted_of(theirs, "a", 10) == 5
+    theirs.reconfigure(TIMED[kind](8))
+    assert mine.spec == TIMED[kind](8)
+    assert granted_of(mine, "a", 10) == (0 if kind == "token_bucket" else 3)  # (tokens come with time)
+
+
+def test_a_token_buckets_rate_reaches_every_key_of_the_other_store(segment_name: str) -> None:
+    mine, theirs, clock = two_keyed(segment_name, permits.specs.TokenBucket(10, 10, 1.0))
+    mine.reconfigure(permits.specs.TokenBucket(4, 1, 1.0))
+    assert theirs.spec == permits.specs.TokenBucket(4, 1, 1.0)
+    assert granted_of(theirs, "a", 10) == 4
+    clock.advance(1.0)
+    assert granted_of(theirs, "a", 10) == 1
+
+
+@pytest.mark.parametrize("kind", list(TIMED))
+def test_a_store_opened_later_takes_the_tables_limit_over_its_own(segment_name: str, kind: str) -> None:
+    clock = permits.ManualClock()
+    first = SharedMemoryStore(segment_name, clock=clock).partitioned(TIMED[kind](10), name="keys")
+    assert granted_of(first, "a", 1) == 1
+    with pytest.raises(ValueError, match=r"(permit|token)_limit"):  # never changed: refused, as before
+        SharedMemoryStore(segment_name, clock=clock).partitioned(TIMED[kind](4), name="keys")
+    first.reconfigure(TIMED[kind](3))
+    for own in (10, 3, 30):
+        later = SharedMemoryStore(segment_name, clock=clock).partitioned(TIMED[kind](own), name="keys")
+        assert later.spec == TIMED[kind](3)
+        # (a token bucket's 9 tokens read up to the new limit)
+        assert later.available_permits("a") == (3 if kind == "token_bucket" else 2)
+        assert later.available_permits("b") == 3
+
+
+def test_another_window_is_refused_for_a_per_key_table_and_nothing_changes(segment_name: str) -> None:
+    mine, theirs, _ = two_keyed(segment_name, permits.specs.SlidingWindow(10, 60.0, 4))
+    with pytest.raises(ValueError, match="keeps its window"):
+        mine.reconfigure(permits.specs.SlidingWindow(10, 30.0, 4))
+    with pytest.raises(ValueError, match="segments"):
+        mine.reconfigure(permits.specs.SlidingWindow(10, 60.0, 6))
+    with pytest.raises(TypeError, match="SlidingWindow"):
+        mine.reconfigure(permits.specs.FixedWindow(10, 60.0))
+    assert theirs.spec == permits.specs.SlidingWindow(10, 60.0, 4)
+    assert granted_of(theirs, "a", 11) == 10
+
+
+def test_a_waiting_key_of_another_store_fails_when_lowered_and_is_served_when_raised(segment_name: str) -> None:
+    clock = permits.ManualClock()
+    mine = SharedMemoryStore(segment_name, clock=clock).partitioned(permits.specs.FixedWindow(4, 60.0), name="keys")
+    theirs = SharedMemoryStore(segment_name, clock=clock).partitioned(
+        permits.Partition.fixed_window(None, permit_limit=4, window=60.0, queue_limit=10), name="keys"
+    )
+    assert granted_of(mine, "a", 4) == 4
+
+    async def main() -> None:
+        big = asyncio.create_task(theirs.wait_async("a", 3))
+        small = asyncio.create_task(theirs.wait_async("a", 1))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert theirs.statistics("a").current_queued_count == 4
+        mine.reconfigure(permits.specs.FixedWindow(2, 60.0))
+        theirs.available_permits("a")  # its next look takes the new limit on
+        lease = await asyncio.wait_for(big, 10)
+        assert not lease and lease.reason == "limit_reached"
+        assert not small.done()
+        theirs.reconfigure(permits.specs.FixedWindow(5, 60.0))  # raised here: served at once
+        assert await asyncio.wait_for(small, 10)
+
+    asyncio.run(main())
+
+
+def test_another_process_sets_every_keys_limit_for_this_one(segment_name: str) -> None:
+    keyed = SharedMemoryStore(segment_name).partitioned("10/hour", name="keys")
+    assert granted_of(keyed, "a", 4) == 4
+    spec, available = workers.in_spawned_process(workers.reconfigure_keyed, segment_name, "10/hour", "6/hour")
+    assert spec == permits.specs.parse("6/hour") and available == 2
+    assert granted_of(keyed, "a", 10) == 2 and granted_of(keyed, "b", 10) == 6
+    assert keyed.spec == permits.specs.parse("6/hour")
