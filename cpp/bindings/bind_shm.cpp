@@ -273,6 +273,17 @@ void bind_shm(py::module_& m) {
     shared.def_property_readonly(
         "_lost_leases", [](py::handle self) { return self_of<shm::SharedLimiter>(self).lost_leases(); },
         "Leases of this limiter found lost in this process so far.");
+    shared.def(
+        "_reconfigure_engine",
+        [](py::handle self, py::handle spec, py::handle queue_limit, py::handle newest_first) {
+            shm::SharedLimiter& limiter = self_of<shm::SharedLimiter>(self);
+            const auto rule = read_spec_as<ConcurrencyRule>(spec, py::type::of<Concurrency>());
+            limiter.reconfigure_limit(rule.permit_limit(),
+                                      queue_of(queue_limit, bool_arg(newest_first, "newest_first")));
+        },
+        py::arg("spec"), py::arg("queue_limit"), py::arg("newest_first"),
+        "_reconfigure_engine(self, spec, queue_limit, newest_first)\n--\n\nA named concurrency limiter's limit "
+        "from the spec on, for every process; these queue options for this process.");
     install_shared_fast_acquire(shared);
 
     py::class_<shm::KeyTable, std::shared_ptr<shm::KeyTable>>(m, "ShmKeyTable")

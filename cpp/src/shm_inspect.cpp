@@ -134,8 +134,7 @@ void read_sliding(const Segment& seg, const NamedSlot& slot, const std::int64_t*
 }
 
 void read_concurrency(const Segment& seg, const NamedSlot& slot, Nanos mono, std::uint64_t our_ns, SlotInfo& info) {
-    const std::int64_t limit = slot.values[0];
-    (void)ConcurrencyRule(limit);
+    (void)ConcurrencyRule(slot.values[0]);
     if (slot.values[1] < kMs) {
         throw std::invalid_argument("its lease_ttl is below a millisecond");
     }
@@ -145,16 +144,24 @@ void read_concurrency(const Segment& seg, const NamedSlot& slot, Nanos mono, std
     }
     std::int64_t available = 0;
     std::vector<std::int64_t> held(kMaxHolders);
-    ConcurrencyView::over(seg.at<char>(slot.offset), limit).peek(available, held.data());
-    if (available < 0 || available > limit) {
-        info.damage = "its state says " + std::to_string(available) +
-                      " permits available, not between 0 and its limit of " + std::to_string(limit);
+    // (read only: a look settles nothing)
+    const ConcurrencyView view = ConcurrencyView::over(seg.at<char>(slot.offset), slot.values[0],
+                                                       const_cast<NamedSlot*>(&slot)); // NOLINT
+    view.peek(available, held.data());
+    // The limit now (as reconfigured); a holder may hold up to the highest it had, and below zero
+    // are available while more are held than a lowered limit.
+    const std::int64_t limit = view.limit_now();
+    const std::int64_t most = view.highest();
+    (void)ConcurrencyRule(limit);
+    if (available < limit - most || available > limit) {
+        info.damage = "its state says " + std::to_string(available) + " permits available, not between " +
+                      std::to_string(limit - most) + " and its limit of " + std::to_string(limit);
         return;
     }
     for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
-        if (held[i] < 0 || held[i] > limit) {
+        if (held[i] < 0 || held[i] > most) {
             info.damage = "its ledger says holder " + std::to_string(i) + " holds " + std::to_string(held[i]) +
-                          " permits, not between 0 and its limit of " + std::to_string(limit);
+                          " permits, not between 0 and its limit of " + std::to_string(most);
             info.holders.clear();
             return;
         }
@@ -162,7 +169,7 @@ void read_concurrency(const Segment& seg, const NamedSlot& slot, Nanos mono, std
             add_holder(info.holders, holder_info(seg, i, held[i], slot.values[1], mono, our_ns));
         }
     }
-    info.available = available;
+    info.available = std::max<std::int64_t>(available, 0); // (below zero: more held than a lowered limit)
 }
 
 void read_table(const Segment& seg, const NamedSlot& slot, Nanos mono, std::uint64_t our_ns, SlotInfo& info) {

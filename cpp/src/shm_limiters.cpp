@@ -26,26 +26,43 @@ std::uint32_t pending_of(Pair s) {
     return static_cast<std::uint32_t>(static_cast<std::uint64_t>(s.a) & 0xffffU);
 }
 std::int64_t available_of(Pair s) {
-    return static_cast<std::int64_t>(static_cast<std::uint64_t>(s.b) >> 32);
+    // (signed: below zero while more are held than a lowered limit; a limit is at most 2^31 - 1)
+    return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(s.b) >> 32));
 }
 std::int64_t delta_of(Pair s) {
     return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(s.b) & 0xffffffffULL));
 }
 Pair make_state(std::int64_t seq, std::uint32_t pending, std::int64_t available, std::int64_t delta) {
+    const auto high = static_cast<std::uint64_t>(static_cast<std::uint32_t>(static_cast<std::int32_t>(available)));
     return {static_cast<std::int64_t>((static_cast<std::uint64_t>(seq) << 16) | pending),
-            static_cast<std::int64_t>((static_cast<std::uint64_t>(available) << 32) |
-                                      static_cast<std::uint32_t>(static_cast<std::int32_t>(delta)))};
+            static_cast<std::int64_t>((high << 32) | static_cast<std::uint32_t>(static_cast<std::int32_t>(delta)))};
 }
+/// The pending "holder" of a change of the limit (ConcurrencyView): beyond every ledger entry.
+constexpr std::uint32_t kLimitChange = 0xffffU;
+static_assert(kMaxHolders < kLimitChange);
 
 /// A named concurrency limiter: the engine's Limiter (queue, leases, waits) over a ConcurrencyView.
 class SharedConcurrency final : public SharedLimiter {
 public:
-    SharedConcurrency(std::shared_ptr<Store> store, ConcurrencyView view, Nanos lease_ttl, QueueOptions queue)
-        : SharedLimiter(store->clock(), view.limit, queue, false), store_(std::move(store)), view_(view),
+    SharedConcurrency(std::shared_ptr<Store> store, ConcurrencyView view, std::int64_t limit, Nanos lease_ttl,
+                      QueueOptions queue)
+        : SharedLimiter(store->clock(), limit, queue, false), store_(std::move(store)), view_(view),
           lease_ttl_(lease_ttl) {}
 
     bool releases_permits() const noexcept override { return true; }
-    Nanos full_at() const override { return view_.available() >= view_.limit ? view_.full_since->load() : kNever; }
+    Nanos full_at() const override {
+        return view_.available() >= view_.limit_now() ? view_.full_since->load() : kNever;
+    }
+    void reconfigure_limit(std::int64_t permit_limit, QueueOptions queue) override {
+        (void)ConcurrencyRule(permit_limit); // checks it
+        const std::int64_t amounts[2] = {permit_limit, 0};
+        reconfigure_with(
+            permit_limit, queue, [] {}, amounts);
+    }
+    /// Another process's change of the limit (Limiter::follow).
+    void take_on(std::int64_t permit_limit) {
+        apply_change(permit_limit, queue_options(), [] {});
+    }
     bool queued() const noexcept override { return queued_requests() > 0; }
     void poll() override {
         reclaim();
@@ -77,7 +94,8 @@ protected:
             return true;
         }
     }
-    std::int64_t available_at(Nanos /*now*/) const override { return view_.available(); }
+    // (below zero while more are held than a lowered limit: none available)
+    std::int64_t available_at(Nanos /*now*/) const override { return std::max<std::int64_t>(view_.available(), 0); }
     Nanos time_until(std::int64_t needed, Nanos /*now*/) const override {
         // Free permits are of no use to a process that can have no holder slot: only a release helps.
         return view_.available() >= needed && store_->segment().slot_available() ? 0 : kNever;
@@ -136,6 +154,10 @@ private:
 };
 
 } // namespace
+
+void SharedLimiter::reconfigure_limit(std::int64_t /*permit_limit*/, QueueOptions /*queue*/) {
+    throw std::logic_error("this shared limiter's limit changes with its per-key table's");
+}
 
 // ---- the watcher ----
 
@@ -426,9 +448,26 @@ std::shared_ptr<SharedLimiter> Store::concurrency(std::string_view name, std::in
     NamedSlot& slot =
         segment().named(name, params_of_concurrency(permit_limit, lease_ttl), ConcurrencyView::bytes(), now(),
                         [&](char* data, Nanos a) { ConcurrencyView::over(data, permit_limit).init(a); });
-    const ConcurrencyView view = ConcurrencyView::over(segment().at<char>(slot.offset), permit_limit);
+    // The slot's limit, not the caller's, once a process reconfigured it.
+    const ConcurrencyView view = ConcurrencyView::over(segment().at<char>(slot.offset), slot.values[0], &slot);
     view.check(where_of(name, segment()));
-    return std::make_shared<SharedConcurrency>(shared_from_this(), view, lease_ttl, queue);
+    std::int64_t amounts[2] = {};
+    const std::uint32_t generation = live_amounts(slot, amounts);
+    auto limiter = std::make_shared<SharedConcurrency>(shared_from_this(), view, amounts[0], lease_ttl, queue);
+    SharedConcurrency* raw = limiter.get(); // (what follows is the limiter's own: it lives no longer)
+    auto shared = std::make_unique<SharedAmounts>();
+    shared->generation = &slot.generation;
+    shared->read = [&slot](std::int64_t(&a)[2]) { return live_amounts(slot, a); };
+    // (the limiter keeps the store, hence the mapping, alive: the slot outlives these)
+    shared->publish = [this, &slot, view](const std::int64_t(&a)[2]) {
+        const std::int64_t limit = a[0];
+        return segment().publish_amounts(
+            banks_of(slot), slot.generation, a, [view] { view.settled(); },
+            [view, limit](std::uint32_t was) { view.change_limit(was, limit); });
+    };
+    shared->apply = [raw](const std::int64_t(&a)[2]) { raw->take_on(a[0]); };
+    limiter->follow(std::move(shared), generation);
+    return limiter;
 }
 
 // ---- the concurrency protocol ----
@@ -437,13 +476,43 @@ std::uint64_t ConcurrencyView::bytes() noexcept {
     return sizeof(AtomicPair) + 16 + kMaxHolders * sizeof(AtomicPair);
 }
 
-ConcurrencyView ConcurrencyView::over(char* data, std::int64_t limit) noexcept {
+ConcurrencyView ConcurrencyView::over(char* data, std::int64_t limit, NamedSlot* named_slot) noexcept {
     ConcurrencyView v;
     v.state = reinterpret_cast<AtomicPair*>(data);
     v.full_since = reinterpret_cast<std::atomic<Nanos>*>(data + sizeof(AtomicPair));
     v.ledger = data + sizeof(AtomicPair) + 16;
     v.limit = limit;
+    v.named_slot = named_slot;
     return v;
+}
+
+std::int64_t ConcurrencyView::limit_now() const noexcept {
+    if (named_slot == nullptr) {
+        return limit;
+    }
+    std::int64_t a[2] = {};
+    live_amounts(*named_slot, a);
+    return a[0];
+}
+
+std::int64_t ConcurrencyView::highest() const noexcept {
+    return named_slot == nullptr ? limit : std::max(highest_of(banks_of(*named_slot)), limit_now());
+}
+
+void ConcurrencyView::change_limit(std::uint32_t was, std::int64_t permit_limit) const noexcept {
+    const std::int64_t before = limit_now(); // (generation `was`: nothing moves it but this change)
+    Pair s = settled();
+    for (;;) {
+        const Pair next = make_state(seq_of(s) + 1, kLimitChange, available_of(s) + (permit_limit - before),
+                                     static_cast<std::int32_t>(was));
+        if (state->compare_exchange(s, next)) {
+            settle(next);
+            return;
+        }
+        if (pending_of(s) != 0) {
+            s = settled();
+        }
+    }
 }
 
 void ConcurrencyView::init(Nanos anchor) const {
@@ -456,17 +525,16 @@ void ConcurrencyView::init(Nanos anchor) const {
 
 void ConcurrencyView::check(const std::string& where) const {
     const Pair s = state->load();
-    const std::int64_t available = available_of(s);
+    const std::uint32_t pending = pending_of(s);
+    // (each holder may hold up to the highest limit it had: a lower one keeps what is held)
+    const std::int64_t most = highest();
     std::string what;
-    if (available > limit) {
-        what = "its state says " + std::to_string(available) + " permits available, more than its limit of " +
-               std::to_string(limit);
-    } else if (pending_of(s) > kMaxHolders) {
-        what = "its state names holder " + std::to_string(pending_of(s) - 1) + ", beyond its ledger of " +
+    if (pending > kMaxHolders && pending != kLimitChange) {
+        what = "its state names holder " + std::to_string(pending - 1) + ", beyond its ledger of " +
                std::to_string(kMaxHolders);
-    } else if (delta_of(s) > limit || delta_of(s) < -limit) {
+    } else if (pending != kLimitChange && (delta_of(s) > most || delta_of(s) < -most)) {
         what = "its state's pending change of " + std::to_string(delta_of(s)) + " permits exceeds its limit of " +
-               std::to_string(limit);
+               std::to_string(most);
     }
     // The ledger, with a change left pending applied first (as any take would). Each entry within the
     // limit; and on a snapshot no change went through (every change bumps the state's seq), the
@@ -475,18 +543,20 @@ void ConcurrencyView::check(const std::string& where) const {
     // rather than judged on a torn view.
     for (int attempt = 0; attempt < 16 && what.empty(); ++attempt) {
         const Pair before = settled();
+        // (a change of the limit is settled with the state: on a quiet snapshot it holds for `before`)
+        const std::int64_t limit_then = limit_now();
         std::int64_t held = 0;
-        std::uint32_t beyond = kMaxHolders; // the first entry outside 0..limit
+        std::uint32_t beyond = kMaxHolders; // the first entry outside 0..most
         std::int64_t beyond_held = 0;
         std::uint32_t ahead = kMaxHolders; // the first entry ahead of the state
         std::int64_t ahead_seq = 0;
         for (std::uint32_t i = 0; i < kMaxHolders; ++i) {
             const Pair e = entry(i).load();
-            if ((e.a < 0 || e.a > limit) && beyond == kMaxHolders) {
+            if ((e.a < 0 || e.a > most) && beyond == kMaxHolders) {
                 beyond = i;
                 beyond_held = e.a;
             }
-            held += std::clamp<std::int64_t>(e.a, 0, limit); // (no overflow, whatever an entry says)
+            held += std::clamp<std::int64_t>(e.a, 0, most); // (no overflow, whatever an entry says)
             if (e.b > seq_of(before) && ahead == kMaxHolders) {
                 ahead = i;
                 ahead_seq = e.b;
@@ -495,12 +565,15 @@ void ConcurrencyView::check(const std::string& where) const {
         const bool quiet = state->load() == before;
         if (beyond != kMaxHolders) {
             what = "its ledger says holder " + std::to_string(beyond) + " holds " + std::to_string(beyond_held) +
-                   " permits, beyond its limit of " + std::to_string(limit);
+                   " permits, beyond its limit of " + std::to_string(most);
         } else if (!quiet) {
             continue;
-        } else if (available_of(before) + held != limit) {
+        } else if (available_of(before) > limit_then) {
+            what = "its state says " + std::to_string(available_of(before)) +
+                   " permits available, more than its limit of " + std::to_string(limit_then);
+        } else if (available_of(before) + held != limit_then) {
             what = "its ledger says " + std::to_string(held) + " permits held and its state " +
-                   std::to_string(available_of(before)) + " available, not its limit of " + std::to_string(limit);
+                   std::to_string(available_of(before)) + " available, not its limit of " + std::to_string(limit_then);
         } else if (ahead != kMaxHolders) {
             what = "its ledger's entry for holder " + std::to_string(ahead) + " has applied change " +
                    std::to_string(ahead_seq) + ", which its state has not made yet (at " +
@@ -520,7 +593,14 @@ void ConcurrencyView::settle(Pair s) const noexcept {
         return;
     }
     const std::int64_t seq = seq_of(s);
-    if (pending <= kMaxHolders) { // (a damaged word's index is never followed out of the ledger)
+    if (pending == kLimitChange) {
+        // The limit's bank was written before the swap: its generation moves on (once: a settler
+        // late to it finds it moved, by this change or a later one, and moves nothing).
+        if (named_slot != nullptr) {
+            auto was = static_cast<std::uint32_t>(delta_of(s));
+            named_slot->generation.compare_exchange_strong(was, next_generation(was), std::memory_order_acq_rel);
+        }
+    } else if (pending <= kMaxHolders) { // (a damaged word's index is never followed out of the ledger)
         AtomicPair& e = entry(pending - 1);
         Pair seen = e.load();
         while (seen.b < seq) { // not applied yet (entries only move forward in seq)
@@ -569,7 +649,7 @@ std::int64_t ConcurrencyView::give_back_as(const Segment& segment, Holding h, st
 
 std::int64_t ConcurrencyView::drain(std::uint32_t holder, const HolderSlot& slot, std::uint64_t reserved,
                                     Nanos now) const noexcept {
-    return give_back_if(holder, limit, now, &slot, reserved);
+    return give_back_if(holder, highest(), now, &slot, reserved);
 }
 
 // The holding is checked after the state `s` was read and before the compare-and-swap made on it: a
@@ -586,7 +666,9 @@ bool ConcurrencyView::take_if(std::uint32_t holder, std::int64_t n, const Holder
             s = settled();
         }
         const std::int64_t available = available_of(s);
-        if (available < n || available > limit) { // (more than the limit: a damaged word, never granted from)
+        // (more than the limit: a damaged word, never granted from; the limit read after the state, a
+        // change of it since moves the state on, and the swap below fails)
+        if (available < n || available > limit_now()) {
             if (!state->confirm(s)) {
                 continue;
             }
@@ -613,11 +695,12 @@ std::int64_t ConcurrencyView::give_back_if(std::uint32_t holder, std::int64_t n,
         if (give <= 0 || (slot != nullptr && slot->tag() != tag)) {
             return 0; // reclaimed meanwhile: nothing of it is held any more
         }
-        const std::int64_t available = std::min(limit, available_of(s) + give);
+        const std::int64_t limit_then = limit_now();
+        const std::int64_t available = std::min(limit_then, available_of(s) + give);
         const Pair next = make_state(seq_of(s) + 1, holder + 1, available, -give);
         if (state->compare_exchange(s, next)) {
             settle(next);
-            if (available >= limit) {
+            if (available >= limit_then) {
                 full_since->store(now); // idle from the release that brought all back
             }
             return give;
@@ -653,7 +736,7 @@ void ConcurrencyView::peek(std::int64_t& available, std::int64_t* held) const no
 }
 
 void drain_holder(Segment& segment, std::uint32_t index, std::uint64_t reserved) {
-    for (const auto& slot : segment.header().named) {
+    for (auto& slot : segment.header().named) {
         if (slot.ready.load() != 1) {
             continue;
         }
@@ -662,7 +745,7 @@ void drain_holder(Segment& segment, std::uint32_t index, std::uint64_t reserved)
             slot.offset >= segment.header().arena_offset && slot.bytes == ConcurrencyView::bytes() &&
             slot.offset <= segment.size() - slot.bytes) {
             // (the caller, reclaim_holder, wakes the waiters once)
-            ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0])
+            ConcurrencyView::over(segment.at<char>(slot.offset), slot.values[0], &slot)
                 .drain(index, segment.header().holders[index], reserved, monotonic_now());
         }
     }

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
-#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -62,15 +61,27 @@ std::uint32_t Segment::publish_amounts(NamedSlot& slot, const std::int64_t (&amo
 
 std::uint32_t Segment::publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
                                        const std::int64_t (&amounts)[2]) {
+    return publish_amounts(banks, generation, amounts, {}, {});
+}
+
+std::uint32_t Segment::publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
+                                       const std::int64_t (&amounts)[2], const std::function<void()>& prepare,
+                                       const std::function<void(std::uint32_t was)>& commit) {
     RobustLock lock(&header_->lock);
+    if (prepare) {
+        prepare();
+    }
     const std::uint32_t was = generation.load();
-    // (past 2^32 - 1 changes it goes on at 2: never 0, which means "as made")
-    const std::uint32_t next = was == std::numeric_limits<std::uint32_t>::max() ? 2 : was + 1;
+    const std::uint32_t next = next_generation(was);
     std::int64_t* bank = next % 2 == 1 ? banks.odd : banks.even;
     word_ref(bank).store(amounts[0], std::memory_order_relaxed);
     word_ref(bank + 1).store(amounts[1], std::memory_order_relaxed);
     word_ref(banks.highest).store(std::max(highest_of(banks), amounts[0]), std::memory_order_relaxed);
-    generation.store(next, std::memory_order_release);
+    if (commit) {
+        commit(was);
+    } else {
+        generation.store(next, std::memory_order_release);
+    }
     return next;
 }
 
@@ -79,7 +90,8 @@ std::uint32_t amounts_of(Kind kind) noexcept {
     case Kind::TokenBucket: return 0b11U;
     case Kind::FixedWindow:
     case Kind::SlidingWindowCounter:
-    case Kind::SlidingWindow: return 0b1U;
+    case Kind::SlidingWindow:
+    case Kind::Concurrency: return 0b1U;
     default: return 0;
     }
 }

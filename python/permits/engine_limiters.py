@@ -136,10 +136,7 @@ class _EngineLimiter(RateLimiter):
     def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
         engine: Any = self  # (each engine class takes its own spec class)
         if not hasattr(engine, "_reconfigure_engine"):
-            raise NotImplementedError(
-                f"{type(self).__name__} of a shared-memory store cannot be reconfigured: its permits are "
-                "counted from the limit it was made with in every process"
-            )
+            raise NotImplementedError(f"{type(self).__name__} cannot be reconfigured")
         _check_reconfigured(self.spec, spec)
         assert isinstance(spec, specs.Spec)  # (checked: the same class as self.spec)
         limit, newest = _reconfigured_queue(self._core_self()._queue, queue_limit, queue_order)

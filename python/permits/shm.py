@@ -71,22 +71,9 @@ def _limiter_name(value: object) -> str:
     return value
 
 
-class SharedConcurrencyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[misc]
-    """A concurrency limiter whose permits every process of the store shares; a process that dies
-    holding permits has them back at once when its pid can be checked, else ``lease_ttl`` later."""
-
-    spec: specs.Concurrency
-    """The limit, as a value: ``permits.specs.Concurrency(permit_limit)``."""
-    permit_limit: int
-    """The most permits held at once, every process of the store together."""
-    lease_ttl: float
-    """Seconds after its holder's last heartbeat that a lease of a process that died, and whose
-    pid cannot be checked, gives its permits back."""
-
-
 class _Following:
-    """A named time-based limiter of a store: its ``spec`` and limits as the segment holds them now
-    (any process may reconfigure them; this one takes them on at its next decision)."""
+    """A named limiter of a store: its ``spec`` and limits as the segment holds them now (any process
+    may reconfigure them; this one takes them on at its next decision)."""
 
     _amounts: tuple[int, int]
 
@@ -99,6 +86,22 @@ class _Following:
     @spec.setter
     def spec(self, value: specs.Spec[Any]) -> None:
         self.__dict__["_made_spec"] = value
+
+
+class SharedConcurrencyLimiter(_Following, _SharedLimiter, _EngineLimiter):  # type: ignore[misc]
+    """A concurrency limiter whose permits every process of the store shares; a process that dies
+    holding permits has them back at once when its pid can be checked, else ``lease_ttl`` later.
+    Its limit is the segment's: any process may reconfigure it (what is held stays held)."""
+
+    @property
+    def permit_limit(self) -> int:
+        """The most permits held at once, every process of the store together (as the segment holds
+        it now)."""
+        return int(self._amounts[0])
+
+    lease_ttl: float
+    """Seconds after its holder's last heartbeat that a lease of a process that died, and whose
+    pid cannot be checked, gives its permits back."""
 
 
 _FOLLOWING: dict[type, type] = {}
@@ -127,6 +130,9 @@ def _following(spec_type: type[specs.Spec[Any]]) -> type[_EngineLimiter]:
 
 class _KeyLimiter(_SharedLimiter, _EngineLimiter):  # type: ignore[misc]
     """This process's limiter for one key of a shared per-key table: where its requests queue."""
+
+    def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
+        raise NotImplementedError("a key's limit changes with every key's: reconfigure the per-key limiter")
 
 
 class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]

@@ -937,6 +937,61 @@ void shm_reconfigures_follow() {
                 static_cast<long long>(window_granted.load()), static_cast<long long>(bucket_granted.load()));
 }
 
+void shm_concurrency_reconfigures() {
+    using namespace permits::shm;
+    const std::string name = "stress-rcc-" + std::to_string(::getpid());
+    auto clock = std::make_shared<ManualClock>(0);
+    const Segment::Options opts{64, 0600, ClockKind::Manual};
+    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
+                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
+    Segment::unlink(name);
+    const Nanos hour = 3'600'000'000'000;
+    const QueueOptions queue{8, QueueOrder::OldestFirst};
+    std::array<std::shared_ptr<SharedLimiter>, 2> held{stores[0]->concurrency("c", 3, hour, queue),
+                                                       stores[1]->concurrency("c", 3, hour, queue)};
+    // The limit moves between 2 and 5 while every thread takes and gives back: never more holders
+    // than the highest limit, every permit back at the end, and the state sound for a new opener.
+    std::atomic<bool> stop{false};
+    std::atomic<int> holders{0};
+    std::thread changer([&] {
+        for (int i = 0; !stop.load(); ++i) {
+            held[i % 2]->reconfigure_limit(i % 2 == 0 ? 5 : 2, queue);
+        }
+    });
+    run_threads(kThreads, [&](int t) {
+        SharedLimiter& c = *held[t % 2];
+        for (int i = 0; i < 3000; ++i) {
+            Outcome o;
+            if ((i + t) % 5 == 0) {
+                auto q = c.enqueue(1, 1'000'000);
+                if (q.waiter) {
+                    c.cancel(*q.waiter);
+                    o = q.waiter->outcome();
+                } else {
+                    o = q.outcome;
+                }
+            } else {
+                o = c.acquire(1);
+            }
+            if (o.acquired) {
+                check(holders.fetch_add(1) < 5, "shm concurrency reconfigure: more holders than the highest limit");
+                holders.fetch_sub(1);
+                c.give_back(1, o.tag);
+            }
+        }
+    });
+    stop = true;
+    changer.join();
+    held[0]->reconfigure_limit(3, queue);
+    for (const auto& c : held) {
+        check(c->available_permits() == 3 && c->max_permits() == 3,
+              "shm concurrency reconfigure: every permit back under the last limit, in every mapping");
+    }
+    auto later = stores[1]->concurrency("c", 3, hour, queue); // (checks the state and the ledger)
+    check(later->available_permits() == 3, "shm concurrency reconfigure: a new opener sees the last limit");
+    std::puts("shm concurrency reconfigure: every permit back");
+}
+
 void shm_keyed_reconfigures_follow() {
     using namespace permits::shm;
     const std::string name = "stress-rck-" + std::to_string(::getpid());
@@ -1067,6 +1122,7 @@ int main() {
     shm_keyed();
     shm_reconfigures_follow();
     shm_keyed_reconfigures_follow();
+    shm_concurrency_reconfigures();
 #endif
     concurrency_holders();
     reconfigures_keep_every_permit();

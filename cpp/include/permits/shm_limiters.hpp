@@ -59,6 +59,10 @@ public:
     void renew() override;
     /// Leases of this limiter found lost in this process so far.
     std::int64_t lost_leases() const noexcept { return lost_leases_.load(); }
+    /// A named concurrency limiter: `permit_limit` for every process from now on (what is held stays
+    /// held: a lower limit holds as permits come back), `queue` this process's queue options.
+    /// std::logic_error for any other shared limiter (a key's limit changes with its table's).
+    virtual void reconfigure_limit(std::int64_t permit_limit, QueueOptions queue);
     /// A lease's release (Limiter::give_back); true when the lease was lost: nothing was given back.
     bool give_back_lease(std::int64_t n, std::int64_t tag);
     /// n of a lease's permits given back while the lease goes on (its settle); true when lost.
@@ -162,15 +166,30 @@ private:
 /// much. Whoever sees a pending change next (its author, or any other process) applies it to the
 /// ledger, idempotently (an entry remembers the last seq applied), and clears it. So the ledger
 /// always adds up to the permits held, even when a process is killed between the two steps.
+///
+/// The limit may change (reconfigure): the change is one such swap too, of the available permits by
+/// the difference (below zero while more are held than a lowered limit), naming no holder but the
+/// limit (kLimitChange) and the generation it moves the slot's amounts on from. Whoever sees it
+/// next moves that generation (the bank of the new limit was written before the swap), then
+/// clears it: the limit and the available permits change together for every process.
 struct ConcurrencyView {
     AtomicPair* state = nullptr;
     std::atomic<Nanos>* full_since = nullptr;
-    char* ledger = nullptr; ///< kMaxHolders AtomicPairs {permits held, last seq applied}
-    std::int64_t limit = 0;
+    char* ledger = nullptr;          ///< kMaxHolders AtomicPairs {permits held, last seq applied}
+    std::int64_t limit = 0;          ///< as made: the limit when `named_slot` is not given
+    NamedSlot* named_slot = nullptr; ///< whose amounts hold the limit now (reconfigure), if given
 
     static std::uint64_t bytes() noexcept;
-    static ConcurrencyView over(char* data, std::int64_t limit) noexcept;
+    static ConcurrencyView over(char* data, std::int64_t limit, NamedSlot* named_slot = nullptr) noexcept;
     void init(Nanos anchor) const;
+    /// The limit now: the slot's amounts' (as made, or as reconfigured).
+    std::int64_t limit_now() const noexcept;
+    /// The highest limit it ever had: what one holder's count may reach (a lower limit keeps what is held).
+    std::int64_t highest() const noexcept;
+    /// The limit changed from generation `was` of the slot's amounts to `permit_limit` (whose bank
+    /// is written): the available permits by the difference, and the generation moved on, as one
+    /// change. Under the segment's lock (Segment::publish_amounts' commit), nothing pending.
+    void change_limit(std::uint32_t was, std::int64_t permit_limit) const noexcept;
 
     AtomicPair& entry(std::uint32_t holder) const noexcept {
         return *reinterpret_cast<AtomicPair*>(ledger + holder * sizeof(AtomicPair));

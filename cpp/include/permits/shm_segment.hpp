@@ -227,6 +227,12 @@ public:
     /// The same, wherever the banks are (moving `generation`, their slot's).
     std::uint32_t publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
                                   const std::int64_t (&amounts)[2]);
+    /// The same where moving the generation must go with a change of the state (a concurrency
+    /// limit's available permits): under the lock, `prepare()`, the next bank written, then
+    /// `commit(was)` (the generation before), which moves the generation to next_generation(was).
+    std::uint32_t publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
+                                  const std::int64_t (&amounts)[2], const std::function<void()>& prepare,
+                                  const std::function<void(std::uint32_t was)>& commit);
 
     /// Pins holder slot for this process's take of n permits: its own slot (its uses raised by n), or
     /// a free one claimed (with the dead holders' slots reclaimed first when none is free: holder_dead
@@ -275,6 +281,11 @@ private:
     std::atomic<std::uint64_t> claimed_{0};
 };
 
+/// The generation after `was` (past 2^32 - 1 changes it goes on at 2: never 0, which means "as made").
+inline std::uint32_t next_generation(std::uint32_t was) noexcept {
+    return was == 0xffffffffU ? 2 : was + 1;
+}
+
 /// A named limiter's: values 0 and 1 as made, [3, 4] and [5, 6], and 7.
 AmountBanks banks_of(NamedSlot& slot) noexcept;
 
@@ -287,8 +298,8 @@ std::uint32_t live_amounts(const AmountBanks& banks, std::int64_t (&out)[2]) noe
 std::int64_t highest_of(const AmountBanks& banks) noexcept;
 
 /// Which of a kind's parameters are amounts reconfigure may change (bit i: value i, 0 and 1 at
-/// most: Rule::amounts): the token bucket's limit and rate, the windows' limit; none for
-/// concurrency. Once a slot was reconfigured, these are not compared on opening.
+/// most: Rule::amounts): the token bucket's limit and rate, the windows' and concurrency's limit.
+/// Once a slot was reconfigured, these are not compared on opening.
 std::uint32_t amounts_of(Kind kind) noexcept;
 /// The same for a slot's parameters: a per-key table's are its keys' kind's, one value on (its
 /// parameters start with that kind).

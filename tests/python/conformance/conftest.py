@@ -296,7 +296,7 @@ IMPLEMENTATIONS: list[Implementation] = [
         "custom_keyed-concurrency", custom_keyed_concurrency, frozenset({"releases", "keyed", "polls", "refunds"})
     ),
     # The shared-memory store: its named limiters and its per-key limiters (auto-replenishing only).
-    *_kinds("shm", shm, ["concurrency"], *ENGINE, COLLECTED),
+    *_kinds("shm", shm, ["concurrency"], *ENGINE, COLLECTED, RECONFIGURES),
     *_kinds("shm", shm, LOGGED, *ENGINE, RECONFIGURES),
     *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
     *_kinds("shm_per_key", shm_per_key, LOGGED, *KEYED, RESETS, RECONFIGURES),

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import permits
 from permits import Partition
 from permits.shm import SharedMemoryStore
 
@@ -136,6 +137,13 @@ def reconfigure_named(segment: str, spec: str, new_spec: str, results: Any) -> N
     sets a new limit for every process, and reports what it then sees."""
     limiter = SharedMemoryStore(segment).limiter("api", spec)
     limiter.reconfigure(new_spec)
+    results.put((limiter.spec, limiter.available_permits()))
+
+
+def reconfigure_concurrency(segment: str, limit: int, new_limit: int, results: Any) -> None:
+    """The same for a named concurrency limiter."""
+    limiter = SharedMemoryStore(segment).limiter("api", permits.specs.Concurrency(limit))
+    limiter.reconfigure(permits.specs.Concurrency(new_limit))
     results.put((limiter.spec, limiter.available_permits()))
 
 

@@ -1,8 +1,9 @@
 """reconfigure() on a shared-memory store's named limiters: the new amounts are the segment's, so
 every process decides with them from its next decision on, and a process opening the name later
 takes them over the ones it asks for. The state is kept as an engine limiter keeps it; a per-key
-table's every key, present and future, follows. Concurrency limiters refuse (named or per key):
-their permits are counted from the limit they were made with."""
+table's every key, present and future, follows; a concurrency limiter's held permits stay held. A
+per-key concurrency limit refuses: its keys' records have room for as many holding processes as
+the limit it was made with."""
 
 from __future__ import annotations
 
@@ -128,14 +129,44 @@ def test_a_queue_of_another_store_is_served_under_a_raised_limit(segment_name: s
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("spec", [permits.specs.Concurrency(10)], ids=["concurrency"])
-def test_a_shared_concurrency_limiter_refuses_and_keeps_its_limit(segment_name: str, spec: Any) -> None:
-    store = SharedMemoryStore(segment_name, clock=permits.ManualClock())
-    limiter = store.limiter("api", spec)
-    with pytest.raises(NotImplementedError, match="shared-memory store cannot be reconfigured"):
-        limiter.reconfigure(permits.specs.Concurrency(5))
-    assert limiter.spec == spec
-    assert granted(limiter, 11) == 10
+def test_a_shared_concurrency_limit_raised_or_lowered_holds_in_every_store(segment_name: str) -> None:
+    mine, theirs, _ = two(segment_name, permits.specs.Concurrency(3))
+    held = [theirs.acquire() for _ in range(3)]
+    assert all(held) and not mine.acquire()
+    mine.reconfigure(permits.specs.Concurrency(5))
+    assert theirs.spec == permits.specs.Concurrency(5) and theirs.permit_limit == 5
+    more = [theirs.acquire() for _ in range(3)]
+    assert [bool(lease) for lease in more] == [True, True, False]
+    theirs.reconfigure(permits.specs.Concurrency(2))  # 5 held of 2: they stay held
+    assert mine.permit_limit == 2 and mine.available_permits() == 0
+    for lease in [*held, more[0]]:  # 4 of the 5 back
+        lease.release()
+    assert mine.available_permits() == 1  # 1 held of 2
+    assert mine.acquire() and not theirs.acquire()
+
+
+def test_a_store_opened_later_takes_the_shared_concurrency_limit_over_its_own(segment_name: str) -> None:
+    clock = permits.ManualClock()
+    first = SharedMemoryStore(segment_name, clock=clock).limiter("api", permits.specs.Concurrency(4))
+    held = first.acquire(4)
+    with pytest.raises(ValueError, match="has permit_limit=4, not permit_limit=2"):
+        SharedMemoryStore(segment_name, clock=clock).limiter("api", permits.specs.Concurrency(2))
+    first.reconfigure(permits.specs.Concurrency(1))  # 4 held of 1: no damage to a later opener
+    for own in (4, 1, 9):
+        later = SharedMemoryStore(segment_name, clock=clock).limiter("api", permits.specs.Concurrency(own))
+        assert later.spec == permits.specs.Concurrency(1) and later.available_permits() == 0
+    held.release()
+    assert later.available_permits() == 1
+
+
+def test_another_process_sets_the_shared_concurrency_limit_for_this_one(segment_name: str) -> None:
+    limiter = SharedMemoryStore(segment_name).limiter("api", permits.specs.Concurrency(2))
+    held = limiter.acquire(2)
+    spec, available = workers.in_spawned_process(workers.reconfigure_concurrency, segment_name, 2, 5)
+    assert spec == permits.specs.Concurrency(5) and available == 3
+    assert limiter.acquire(3) and not limiter.acquire()
+    assert limiter.permit_limit == 5
+    held.release()
 
 
 def test_a_per_key_concurrency_limit_refuses_and_keeps_its_limit(segment_name: str) -> None:
