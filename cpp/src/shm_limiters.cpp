@@ -59,9 +59,12 @@ public:
         reconfigure_with(
             permit_limit, queue, [] {}, amounts);
     }
-    /// Another process's change of the limit (Limiter::follow).
+    /// Another process's change of the limit (Limiter::follow); an impossible one (damaged
+    /// amounts) is not taken on.
     void take_on(std::int64_t permit_limit) {
-        apply_change(permit_limit, queue_options(), [] {});
+        if (permit_limit >= 1 && permit_limit <= kMaxPermits) {
+            apply_change(permit_limit, queue_options(), [] {});
+        }
     }
     bool queued() const noexcept override { return queued_requests() > 0; }
     void poll() override {
@@ -596,9 +599,17 @@ void ConcurrencyView::settle(Pair s) const noexcept {
     if (pending == kLimitChange) {
         // The limit's bank was written before the swap: its generation moves on (once: a settler
         // late to it finds it moved, by this change or a later one, and moves nothing).
+        // A change whose bank holds no limit is damage (a state word no writer made): cleared, the
+        // generation left as it is.
         if (named_slot != nullptr) {
             auto was = static_cast<std::uint32_t>(delta_of(s));
-            named_slot->generation.compare_exchange_strong(was, next_generation(was), std::memory_order_acq_rel);
+            const std::uint32_t next = next_generation(was);
+            const AmountBanks banks = banks_of(*named_slot);
+            const std::int64_t limit_next =
+                std::atomic_ref<std::int64_t>(next % 2 == 1 ? *banks.odd : *banks.even).load();
+            if (limit_next >= 1 && limit_next <= kMaxPermits) {
+                named_slot->generation.compare_exchange_strong(was, next, std::memory_order_acq_rel);
+            }
         }
     } else if (pending <= kMaxHolders) { // (a damaged word's index is never followed out of the ledger)
         AtomicPair& e = entry(pending - 1);

@@ -127,6 +127,24 @@ TEST(ShmConcurrencyReconfigure, AChangeLeftPendingByAWriterKilledAfterItsSwapIsS
     EXPECT_EQ(a->max_permits(), 6);
 }
 
+TEST(ShmConcurrencyReconfigure, AStateWordNamingAChangeNoWriterMadeIsClearedAndTheLimitKept) {
+    Two t("rcc-damaged");
+    auto a = t.a->concurrency("c", 4, kHour, kNoQueue);
+    ASSERT_TRUE(a->acquire(1).acquired);
+    // Damage: a state word naming a change of the limit from generation 0, whose bank holds none.
+    NamedSlot& slot = slot_named(*t.a, "c");
+    auto* state = t.a->segment().at<AtomicPair>(slot.offset);
+    Pair s = state->load();
+    const auto seq = static_cast<std::uint64_t>(s.a) >> 16;
+    const Pair damaged{static_cast<std::int64_t>(((seq + 1) << 16) | 0xffffU),
+                       static_cast<std::int64_t>(static_cast<std::uint64_t>(3) << 32)};
+    ASSERT_TRUE(state->compare_exchange(s, damaged));
+    auto b = t.b->concurrency("c", 4, kHour, kNoQueue);
+    EXPECT_EQ(slot.generation.load(), 0U);
+    EXPECT_EQ(take_all(*b), 3);
+    EXPECT_EQ(b->max_permits(), 4);
+}
+
 TEST(ShmConcurrencyReconfigure, AQueuedRequestIsServedByARaiseAndFailsUnderALimitThatCanNeverServeIt) {
     Two t("rcc-queue");
     auto a = t.a->concurrency("c", 2, kHour, kNoQueue);
