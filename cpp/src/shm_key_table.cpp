@@ -183,7 +183,7 @@ void KeyTable::repair_locked(Record& r, Nanos now) const noexcept {
 
 std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) const {
     Segment& seg = store_->segment();
-    const std::int64_t limit = this->limit();
+    const std::int64_t most = highest_.load(); // (a holder may hold up to the highest limit the keys had)
     std::int64_t held = 0;
     for (std::size_t i = 0; i < entries_; ++i) {
         HolderEntry& e = r.entry(i);
@@ -205,10 +205,10 @@ std::int64_t KeyTable::held_locked(Record& r, Nanos mono_now, bool reclaim) cons
             e.tag.store(0);
             continue;
         }
-        if (c < 0 || c > limit) {
+        if (c < 0 || c > most) {
             // Damaged: what its holder really holds is unknown, so it counts as the whole limit until
             // that holder gives its permits back or is found dead (never a grant beyond the limit).
-            c = limit;
+            c = most;
             e.count.store(c);
         }
         held += c; // (at most kKeyHolders * kMaxPermits: no overflow)

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "permits/concurrency.hpp"
 #include "shm_table_layout.hpp"
 
 namespace permits::shm {
@@ -30,10 +31,6 @@ void KeyTable::amounts(std::int64_t (&out)[2]) const noexcept {
 void KeyTable::reconfigure(const Params& params) {
     const Kind kind = tmpl_.params.kind;
     const std::uint32_t changeable = amounts_of(kind);
-    if (kind == Kind::Concurrency) {
-        throw std::invalid_argument("a shared per-key concurrency limit cannot change: its keys' records hold an "
-                                    "entry per holding process, as many as its limit made room for");
-    }
     if (params.kind != kind) {
         throw std::invalid_argument("a limiter keeps its kind");
     }
@@ -45,6 +42,8 @@ void KeyTable::reconfigure(const Params& params) {
     // (the amounts checked as a limiter of the kind checks them)
     if (kind == Kind::SlidingWindow) {
         SlidingWindowState::check(params.values[0], params.values[1], params.values[2]);
+    } else if (kind == Kind::Concurrency) {
+        (void)ConcurrencyRule(params.values[0]);
     } else {
         (void)rule_of(kind, params.values);
     }
@@ -84,6 +83,8 @@ void KeyTable::adopt(const std::int64_t (&a)[2], std::int64_t highest) {
             next_most = rule_of(kind, most);
         } else if (kind == Kind::SlidingWindow) {
             SlidingWindowState::check(v[0], v[1], v[2]);
+        } else {
+            (void)ConcurrencyRule(v[0]);
         }
     } catch (const std::invalid_argument&) {
         return; // amounts no limiter could have (a damaged bank): the keys keep theirs

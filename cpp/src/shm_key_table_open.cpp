@@ -13,6 +13,16 @@ namespace permits::shm {
 
 using namespace table_layout;
 
+namespace {
+/// The keys' parameters the table was made with (its records' size: a concurrency key's holder
+/// entries), whatever this opener's own limit.
+Params made_params(const KeyTable::Template& tmpl, const NamedSlot& slot) {
+    Params made = tmpl.params;
+    made.values[0] = slot.values[1];
+    return made;
+}
+} // namespace
+
 // ---- the table ----
 
 std::uint64_t KeyTable::record_bytes(const Params& params) noexcept {
@@ -70,6 +80,7 @@ KeyTable::Census KeyTable::census(const Segment& segment, const NamedSlot& slot)
         return c;
     }
     c.held.assign(kMaxHolders, 0);
+    const std::int64_t most = highest_of(banks); // (a holder may hold up to the highest limit the keys had)
     const std::uint32_t entries = entries_of(keys);
     char* first = data + kTableHead + shards * kLockBytes;
     for (std::int64_t i = 0; i < records; ++i) {
@@ -86,7 +97,7 @@ KeyTable::Census KeyTable::census(const Segment& segment, const NamedSlot& slot)
                 segment.holder_generation(holder) != static_cast<std::uint32_t>(tag >> 32)) {
                 continue;
             }
-            c.held[holder] += count < 0 || count > v[1] ? v[1] : count; // (a damaged count: the whole limit)
+            c.held[holder] += count < 0 || count > most ? most : count; // (a damaged count: the whole limit)
         }
     }
     return c;
@@ -108,7 +119,15 @@ std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, st
     std::uint32_t shards = 0;
     std::uint32_t slots = 0;
     geometry(max_partitions, shards, slots);
-    const std::uint64_t record = record_bytes(tmpl.params);
+    // A concurrency key's record has room for as many holders as the limit the table was made with:
+    // once a process changed the limit, a later opener's own limit sizes nothing.
+    Params made = tmpl.params;
+    if (const NamedSlot* existing = store->segment().find(name);
+        existing != nullptr && existing->kind == Kind::KeyTable && existing->generation.load() != 0 &&
+        existing->values[0] == static_cast<std::int64_t>(made.kind) && made.kind == Kind::Concurrency) {
+        made.values[0] = existing->values[1];
+    }
+    const std::uint64_t record = record_bytes(made);
     const std::uint64_t bytes = kTableHead + shards * kLockBytes + static_cast<std::uint64_t>(shards) * slots * record;
     // The table's parameters: its keys' kind and theirs (named as the kind names them), and its own.
     const char* names[6] = {"kind", "parameter", "parameter", "parameter", "max_partitions", "idle_timeout"};
@@ -142,7 +161,8 @@ std::shared_ptr<KeyTable> KeyTable::open(const std::shared_ptr<Store>& store, st
 KeyTable::KeyTable(std::shared_ptr<Store> store, NamedSlot& slot, const Template& tmpl, std::int64_t max_partitions,
                    Nanos idle_timeout)
     : store_(std::move(store)), slot_(&slot), data_(store_->segment().at<char>(slot.offset)), tmpl_(tmpl),
-      max_(max_partitions), idle_(idle_timeout), record_(record_bytes(tmpl.params)), entries_(entries_of(tmpl.params)) {
+      max_(max_partitions), idle_(idle_timeout), record_(record_bytes(made_params(tmpl, slot))),
+      entries_(entries_of(made_params(tmpl, slot))) {
     // The geometry as this process computes it (open() checked the segment's against it): what
     // the segment says is never what bounds an index.
     geometry(max_partitions, shards_, slots_);

@@ -120,6 +120,15 @@ std::uint32_t live_values(const NamedSlot& slot, std::int64_t (&values)[8], std:
     return generation;
 }
 
+NamedSlot* Segment::find(std::string_view name) const noexcept {
+    for (auto& slot : header_->named) {
+        if (slot.ready.load() == 1 && std::string_view(slot.name, ::strnlen(slot.name, kNameBytes)) == name) {
+            return &slot;
+        }
+    }
+    return nullptr;
+}
+
 NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                           const std::function<void(char*, Nanos)>& init) {
     if (name.empty() || name.size() >= kNameBytes || name.find('\0') != std::string_view::npos) {
@@ -178,19 +187,11 @@ NamedSlot& Segment::named(std::string_view name, const Params& params, std::uint
         }
         return slot;
     };
-    const auto find = [&]() -> NamedSlot* {
-        for (auto& slot : header_->named) {
-            if (slot.ready.load() == 1 && std::string_view(slot.name, ::strnlen(slot.name, kNameBytes)) == name) {
-                return &slot;
-            }
-        }
-        return nullptr;
-    };
-    if (NamedSlot* slot = find()) {
+    if (NamedSlot* slot = find(name)) {
         return check(*slot);
     }
     RobustLock lock(&header_->lock);
-    if (NamedSlot* slot = find()) {
+    if (NamedSlot* slot = find(name)) {
         return check(*slot);
     }
     NamedSlot* free = nullptr;

@@ -169,21 +169,13 @@ class SharedKeyedLimiter(_ShmKeyed, KeyedRateLimiter):  # type: ignore[misc]
     def spec(self) -> specs.Spec[Any]:
         """Every key's limit, as a value (``permits.specs.TokenBucket(...)`` and the like), with the
         amounts the segment holds now (any process may reconfigure them)."""
-        made = self._made_spec
-        if isinstance(made, specs.Concurrency):
-            return made
-        spec: specs.Spec[Any] = made._with_amounts(self._amounts)
+        spec: specs.Spec[Any] = self._made_spec._with_amounts(self._amounts)
         return spec
 
     def _reconfigure(self, spec: object, queue_limit: object, queue_order: object) -> None:
         """Every key's limit, present and future, in every process of the store (the segment holds
         it); the queue options are this process's keys'."""
         self._check_open()
-        if isinstance(self._made_spec, specs.Concurrency):
-            raise NotImplementedError(
-                "a per-key concurrency limit of a shared-memory store cannot be reconfigured: each key's "
-                "record holds an entry per holding process, as many as its limit made room for"
-            )
         _check_reconfigured(self.spec, spec)
         limit, newest = _reconfigured_queue(self._queue, queue_limit, queue_order)
         with _RECONFIGURING:

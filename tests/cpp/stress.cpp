@@ -1004,28 +1004,40 @@ void shm_keyed_reconfigures_follow() {
     const Nanos sec = 1'000'000'000;
     // A fixed window's keys and a sliding window's, each in two mappings, their limits changed by a
     // thread of their own while every thread takes from the records and from the keys' limiters.
+    const Nanos hour = 3600 * sec;
     std::array<std::shared_ptr<KeyedLimiter>, 2> windows;
     std::array<std::shared_ptr<KeyedLimiter>, 2> slidings;
+    std::array<std::shared_ptr<KeyedLimiter>, 2> helds;
     for (int i = 0; i < 2; ++i) {
         windows[i] = std::make_shared<KeyedLimiter>(
             KeyTable::open(stores[i], "w", {params_of(FixedWindowRule(10, sec)), queue, sec}, 16, 60 * sec));
         slidings[i] = std::make_shared<KeyedLimiter>(
             KeyTable::open(stores[i], "s", {params_of_sliding(10, sec, 4), queue, sec}, 16, 60 * sec));
+        helds[i] = std::make_shared<KeyedLimiter>(
+            KeyTable::open(stores[i], "h", {params_of_concurrency(2, hour), queue, hour}, 16, 60 * sec));
     }
+    std::atomic<int> holders{0};
     std::atomic<bool> stop{false};
     std::array<std::atomic<std::int64_t>, 4> granted{}; // per key: windows' 0 and 1, slidings' 0 and 1
     std::thread changer([&] {
         for (int i = 0; !stop.load(); ++i) {
             windows[i % 2]->reconfigure(params_of(FixedWindowRule(i % 3 == 0 ? 40 : 5, sec)), queue);
             slidings[(i + 1) % 2]->reconfigure(params_of_sliding(i % 3 == 0 ? 40 : 5, sec, 4), queue);
+            helds[i % 2]->reconfigure(params_of_concurrency(i % 2 == 0 ? 5 : 2, hour), queue);
         }
     });
     run_threads(kThreads, [&](int t) {
         KeyedLimiter& window = *windows[t % 2];
         KeyedLimiter& sliding = *slidings[t % 2];
+        KeyedLimiter& held = *helds[t % 2];
         for (int i = 0; i < 3000; ++i) {
             const int k = (i + t) % 2;
             const std::string key = "k" + std::to_string(k);
+            if (const auto h = held.acquire("hot", 1); h.outcome.acquired) {
+                check(holders.fetch_add(1) < 5, "shm keyed reconfigure: more holders of a key than its highest limit");
+                holders.fetch_sub(1);
+                h.limiter->give_back(1, h.outcome.tag);
+            }
             if ((i + t) % 7 == 0) {
                 auto q = window.limiter(key)->enqueue(1, 0);
                 granted[k] += q.outcome.acquired ? 1 : 0;
@@ -1041,6 +1053,11 @@ void shm_keyed_reconfigures_follow() {
     changer.join();
     windows[0]->reconfigure(params_of(FixedWindowRule(7, sec)), queue);
     slidings[1]->reconfigure(params_of_sliding(6, sec, 4), queue);
+    helds[1]->reconfigure(params_of_concurrency(3, hour), queue);
+    for (const auto& h : helds) {
+        check(h->statistics("hot").current_available_permits == 3,
+              "shm keyed reconfigure: every concurrency permit back under the last limit");
+    }
     for (const auto& g : granted) {
         check(g.load() <= 40, "shm keyed reconfigure: a key granted more than its highest limit (no time passed)");
     }

@@ -113,7 +113,7 @@ TEST(ShmKeyedReconfigure, ASlidingWindowLogAndCounterKeepTheirCounts) {
     EXPECT_EQ(take_all(*a, "k"), 2);
 }
 
-TEST(ShmKeyedReconfigure, AnotherWindowKindOrAConcurrencyTableIsRefusedAndNothingChanges) {
+TEST(ShmKeyedReconfigure, AnotherWindowOrKindIsRefusedAndNothingChanges) {
     Two t("rck-refused");
     auto a = keyed(*t.a, params_of_sliding(6, kSec, 4));
     EXPECT_THROW(a->reconfigure(params_of_sliding(6, 2 * kSec, 4), kNoQueue), std::invalid_argument);
@@ -121,11 +121,37 @@ TEST(ShmKeyedReconfigure, AnotherWindowKindOrAConcurrencyTableIsRefusedAndNothin
     EXPECT_THROW(a->reconfigure(params_of(FixedWindowRule(6, kSec)), kNoQueue), std::invalid_argument);
     EXPECT_THROW(a->reconfigure(params_of_sliding(0, kSec, 4), kNoQueue), std::invalid_argument);
     EXPECT_EQ(take_all(*a, "k"), 6);
+}
+
+TEST(ShmKeyedReconfigure, AConcurrencyKeysHeldPermitsStayHeldUnderEveryLimit) {
     Named n("rck-conc");
-    KeyTable::Template tmpl{params_of_concurrency(2, 3600 * kSec), kNoQueue, 3600 * kSec};
-    KeyedLimiter c(KeyTable::open(n.store, "held", tmpl, 8, kSec));
-    EXPECT_THROW(c.reconfigure(params_of_concurrency(3, 3600 * kSec), kNoQueue), std::invalid_argument);
-    EXPECT_EQ(c.table().limit(), 2);
+    const Nanos hour = 3600 * kSec;
+    auto a = keyed(*n.store, params_of_concurrency(2, hour));
+    auto b = keyed(*reopen(n), params_of_concurrency(2, hour));
+    const auto first = b->acquire("k", 2);
+    ASSERT_TRUE(first.outcome.acquired && first.limiter);
+    a->reconfigure(params_of_concurrency(4, hour), kNoQueue);
+    const auto more = b->acquire("k", 2); // the difference at once (one holder: this process)
+    ASSERT_TRUE(more.outcome.acquired);
+    EXPECT_FALSE(b->acquire("k", 1).outcome.acquired);
+    EXPECT_EQ(a->statistics("other").current_available_permits, 4);
+    a->reconfigure(params_of_concurrency(1, hour), kNoQueue); // 4 held of 1: they stay held
+    EXPECT_EQ(b->statistics("k").current_available_permits, 0);
+    // A table opened later, whatever its own limit, counts with the table's (its records sized as made).
+    for (const std::int64_t own : {std::int64_t{2}, std::int64_t{1}, std::int64_t{70}}) {
+        auto later = keyed(*reopen(n), params_of_concurrency(own, hour));
+        EXPECT_EQ(later->table().limit(), 1) << own;
+        EXPECT_EQ(later->statistics("k").current_available_permits, 0) << own;
+    }
+    more.limiter->give_back(2, more.outcome.tag);
+    first.limiter->give_back(1, first.outcome.tag); // 1 held of 1
+    EXPECT_FALSE(a->acquire("k", 1).outcome.acquired);
+    first.limiter->give_back(1, first.outcome.tag);
+    EXPECT_TRUE(a->acquire("k", 1).outcome.acquired);
+    const auto info = describe(n.name, n.clock->now());
+    ASSERT_EQ(info.slots.size(), 1U);
+    EXPECT_EQ(info.slots[0].damage, "");
+    EXPECT_EQ(info.slots[0].limit, 1);
 }
 
 TEST(ShmKeyedReconfigure, AMappingOpenedLaterTakesTheTablesAmountsOverItsOwn) {

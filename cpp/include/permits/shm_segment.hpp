@@ -216,6 +216,9 @@ public:
     /// anchor)` run before it is published) if absent, else checked against `params`
     /// (std::invalid_argument naming the first difference: "has permit_limit=10, not
     /// permit_limit=20"; another kind: "is a token_bucket, not a fixed_window").
+    /// The published slot of `name`, if any (lock-free: a published slot's name, kind and parameters
+    /// as made never change).
+    NamedSlot* find(std::string_view name) const noexcept;
     NamedSlot& named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                      const std::function<void(char* data, Nanos anchor)>& init);
 

@@ -298,7 +298,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     # The shared-memory store: its named limiters and its per-key limiters (auto-replenishing only).
     *_kinds("shm", shm, ["concurrency"], *ENGINE, COLLECTED, RECONFIGURES),
     *_kinds("shm", shm, LOGGED, *ENGINE, RECONFIGURES),
-    *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED, RESETS),
+    *_kinds("shm_per_key", shm_per_key, ["concurrency"], *KEYED, COLLECTED, RESETS, RECONFIGURES),
     *_kinds("shm_per_key", shm_per_key, LOGGED, *KEYED, RESETS, RECONFIGURES),
     # The stores in a server (Redis, PostgreSQL): every kind, named and per key.
     *_kinds("redis", in_server(_redis_store), ["concurrency"], *STORE, COLLECTED, RECONFIGURES),

@@ -125,6 +125,15 @@ def hold_one_of_key(segment: str, results: Any, release: Any) -> None:
     lease.release()
 
 
+def hold_one_of_small_key(segment: str, results: Any, release: Any) -> None:
+    """The same for a per-key concurrency limit made at 2 (its keys' records: room for two holders)."""
+    keyed = SharedMemoryStore(segment).partitioned(Partition.concurrency(None, 2), name="small")
+    lease = keyed.acquire("k")
+    results.put("ok" if lease else f"refused: {lease.reason}")
+    release.wait()
+    lease.release()
+
+
 def reset_key(segment: str, spec: str, key: str, results: Any) -> None:
     """Another process (support staff's tool) resets a key it never used."""
     keyed = SharedMemoryStore(segment).partitioned(spec, name="logins")

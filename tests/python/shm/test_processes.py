@@ -324,6 +324,26 @@ def test_a_process_beyond_a_keys_holders_is_told_why_and_waits_for_one(segment_n
             release.set()
 
 
+def test_a_raised_per_key_concurrency_limit_keeps_the_holders_its_records_have_room_for(segment_name: str) -> None:
+    ctx = multiprocessing.get_context("fork")
+    reports, releases = start_each(ctx, workers.hold_one_of_small_key, segment_name, 2)
+    try:
+        assert reports == ["ok"] * 2
+        keyed = SharedMemoryStore(segment_name).partitioned(permits.Partition.concurrency(None, 2), name="small")
+        keyed.reconfigure(permits.specs.Concurrency(5))
+        # 3 permits free, but the key's records have room for the 2 holding processes it was made for.
+        refused = keyed.acquire("k")
+        assert (refused.reason, keyed.available_permits("k")) == ("process_limit", 3)
+        releases[0].set()
+        lease = keyed.wait("k", 2, timeout=SAFETY)
+        assert lease, lease.reason
+        assert keyed.available_permits("k") == 2
+        lease.release()
+    finally:
+        for release in releases:
+            release.set()
+
+
 def test_keys_held_by_dead_processes_become_idle(segment_name: str) -> None:
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Event()

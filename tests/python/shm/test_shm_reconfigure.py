@@ -1,9 +1,7 @@
 """reconfigure() on a shared-memory store's named limiters: the new amounts are the segment's, so
 every process decides with them from its next decision on, and a process opening the name later
 takes them over the ones it asks for. The state is kept as an engine limiter keeps it; a per-key
-table's every key, present and future, follows; a concurrency limiter's held permits stay held. A
-per-key concurrency limit refuses: its keys' records have room for as many holding processes as
-the limit it was made with."""
+table's every key, present and future, follows; a concurrency limiter's held permits stay held."""
 
 from __future__ import annotations
 
@@ -169,14 +167,21 @@ def test_another_process_sets_the_shared_concurrency_limit_for_this_one(segment_
     held.release()
 
 
-def test_a_per_key_concurrency_limit_refuses_and_keeps_its_limit(segment_name: str) -> None:
-    keyed = SharedMemoryStore(segment_name, clock=permits.ManualClock()).partitioned(
-        permits.specs.Concurrency(3), name="held"
-    )
-    with pytest.raises(NotImplementedError, match="per-key concurrency limit of a shared-memory store"):
-        keyed.reconfigure(permits.specs.Concurrency(5))
-    assert keyed.spec == permits.specs.Concurrency(3)
-    assert len([keyed.acquire("a") for _ in range(4) if keyed.acquire("a")]) <= 3
+def test_a_per_key_concurrency_limit_keeps_every_keys_held_permits(segment_name: str) -> None:
+    clock = permits.ManualClock()
+    mine = SharedMemoryStore(segment_name, clock=clock).partitioned(permits.specs.Concurrency(2), name="held")
+    theirs = SharedMemoryStore(segment_name, clock=clock).partitioned(permits.specs.Concurrency(2), name="held")
+    first = theirs.acquire("a", 2)
+    mine.reconfigure(permits.specs.Concurrency(3))
+    assert theirs.spec == permits.specs.Concurrency(3)
+    second = theirs.acquire("a")
+    assert second and not theirs.acquire("a") and mine.available_permits("b") == 3
+    theirs.reconfigure(permits.specs.Concurrency(1))  # 3 held of 1: they stay held
+    assert mine.available_permits("a") == 0
+    first.release()
+    assert not mine.acquire("a")
+    second.release()
+    assert mine.acquire("a")
 
 
 # ---- per-key tables: every key, present and future, of every process ----
