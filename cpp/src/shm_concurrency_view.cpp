@@ -169,9 +169,7 @@ void ConcurrencyView::settle(Pair s) const noexcept {
         if (named_slot != nullptr) {
             auto was = static_cast<std::uint32_t>(delta_of(s));
             const std::uint32_t next = next_generation(was);
-            const AmountBanks banks = banks_of(*named_slot);
-            const std::int64_t limit_next =
-                std::atomic_ref<std::int64_t>(next % 2 == 1 ? *banks.odd : *banks.even).load();
+            const std::int64_t limit_next = bank_limit(banks_of(*named_slot), next);
             if (limit_next >= 1 && limit_next <= kMaxPermits) {
                 named_slot->generation.compare_exchange_strong(was, next, std::memory_order_acq_rel);
             }

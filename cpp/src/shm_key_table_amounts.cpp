@@ -6,7 +6,6 @@
 
 #include <vector>
 
-#include "permits/concurrency.hpp"
 #include "shm_table_layout.hpp"
 
 namespace permits::shm {
@@ -39,14 +38,7 @@ void KeyTable::reconfigure(const Params& params) {
             throw std::invalid_argument("a limiter keeps its window, period and segments");
         }
     }
-    // (the amounts checked as a limiter of the kind checks them)
-    if (kind == Kind::SlidingWindow) {
-        SlidingWindowState::check(params.values[0], params.values[1], params.values[2]);
-    } else if (kind == Kind::Concurrency) {
-        (void)ConcurrencyRule(params.values[0]);
-    } else {
-        (void)rule_of(kind, params.values);
-    }
+    (void)checked_rule_of(kind, params.values); // (the amounts checked as a limiter of the kind checks them)
     const std::int64_t a[2] = {params.values[0], (changeable & 2U) != 0 ? params.values[1] : 0};
     store_->segment().publish_amounts(banks(), slot_->generation, a);
     catch_up();
@@ -71,21 +63,15 @@ void KeyTable::catch_up_slow() {
 
 void KeyTable::adopt(const std::int64_t (&a)[2], std::int64_t highest) {
     const Kind kind = tmpl_.params.kind;
-    const std::uint32_t changeable = amounts_of(kind);
-    std::int64_t v[3] = {a[0], (changeable & 2U) != 0 ? a[1] : tmpl_.params.values[1], tmpl_.params.values[2]};
+    std::int64_t v[3] = {tmpl_.params.values[0], tmpl_.params.values[1], tmpl_.params.values[2]};
+    put_amounts(kind, v, a);
     highest = std::max({highest, limit(), a[0]});
     std::int64_t most[3] = {highest, v[1], v[2]};
     std::unique_ptr<Rule> next;
     std::unique_ptr<Rule> next_most;
     try {
-        if (rule_) {
-            next = rule_of(kind, v);
-            next_most = rule_of(kind, most);
-        } else if (kind == Kind::SlidingWindow) {
-            SlidingWindowState::check(v[0], v[1], v[2]);
-        } else {
-            (void)ConcurrencyRule(v[0]);
-        }
+        next = checked_rule_of(kind, v);
+        next_most = rule_of(kind, most);
     } catch (const std::invalid_argument&) {
         return; // amounts no limiter could have (a damaged bank): the keys keep theirs
     }

@@ -71,9 +71,8 @@ KeyTable::Census KeyTable::census(const Segment& segment, const NamedSlot& slot)
     auto& writable = const_cast<TableHead&>(head); // NOLINT(cppcoreguidelines-pro-type-const-cast)
     std::int64_t a[2] = {};
     const AmountBanks banks{&slot.generation, v + 1, writable.odd, writable.even, &writable.highest};
-    if (const std::uint32_t changeable = amounts_of(keys.kind); live_amounts(banks, a) != 0 && changeable != 0) {
-        c.live[0] = a[0];
-        c.live[1] = (changeable & 2U) != 0 ? a[1] : c.live[1];
+    if (live_amounts(banks, a) != 0) {
+        put_amounts(keys.kind, c.live, a);
     }
     c.bytes_per_key = record;
     if (keys.kind != Kind::Concurrency) {
@@ -171,19 +170,10 @@ KeyTable::KeyTable(std::shared_ptr<Store> store, NamedSlot& slot, const Template
     // this process's own differ then).
     std::int64_t a[2] = {};
     const std::uint32_t generation = live_amounts(banks(), a);
-    const std::uint32_t changeable = amounts_of(tmpl_.params.kind);
-    if (generation != 0 && changeable != 0) {
-        v[0] = a[0];
-        v[1] = (changeable & 2U) != 0 ? a[1] : v[1];
+    if (generation != 0) {
+        put_amounts(tmpl_.params.kind, v, a);
     }
-    switch (tmpl_.params.kind) {
-    case Kind::TokenBucket:
-    case Kind::FixedWindow:
-    case Kind::SlidingWindowCounter: rule_ = rule_of(tmpl_.params.kind, v); break;
-    case Kind::SlidingWindow: SlidingWindowState::check(v[0], v[1], v[2]); break;
-    case Kind::Concurrency: (void)ConcurrencyRule(v[0]); break;
-    default: throw std::invalid_argument("a per-key table's keys need a limiter kind");
-    }
+    rule_ = checked_rule_of(tmpl_.params.kind, v);
     const std::int64_t highest = std::max(highest_of(banks()), v[0]);
     if (rule_) {
         std::int64_t most[3] = {highest, v[1], v[2]};

@@ -303,14 +303,18 @@ SlidingWindowCounterRule with_amounts(const SlidingWindowCounterRule& rule, cons
     return {a[0], rule.window()};
 }
 
-/// What a named limiter of `slot` follows: the slot's amounts, which any process may reconfigure.
+/// What a named limiter of `slot` follows: the slot's amounts, which any process may reconfigure
+/// (published as `publish` does, if given: a kind whose state changes with them).
 std::unique_ptr<SharedAmounts> following(Segment& segment, NamedSlot& slot,
-                                         std::function<void(const std::int64_t (&)[2])> apply) {
+                                         std::function<void(const std::int64_t (&)[2])> apply,
+                                         std::function<std::uint32_t(const std::int64_t (&)[2])> publish = {}) {
     auto shared = std::make_unique<SharedAmounts>();
     shared->generation = &slot.generation;
     // (the limiter keeps the store, hence the mapping, alive: the slot outlives these)
     shared->read = [&slot](std::int64_t(&a)[2]) { return live_amounts(slot, a); };
-    shared->publish = [&segment, &slot](const std::int64_t(&a)[2]) { return segment.publish_amounts(slot, a); };
+    shared->publish = publish ? std::move(publish) : [&segment, &slot](const std::int64_t(&a)[2]) {
+        return segment.publish_amounts(slot, a);
+    };
     shared->apply = std::move(apply);
     return shared;
 }
@@ -436,18 +440,17 @@ std::shared_ptr<SharedLimiter> Store::concurrency(std::string_view name, std::in
     const std::uint32_t generation = live_amounts(slot, amounts);
     auto limiter = std::make_shared<SharedConcurrency>(shared_from_this(), view, amounts[0], lease_ttl, queue);
     SharedConcurrency* raw = limiter.get(); // (what follows is the limiter's own: it lives no longer)
-    auto shared = std::make_unique<SharedAmounts>();
-    shared->generation = &slot.generation;
-    shared->read = [&slot](std::int64_t(&a)[2]) { return live_amounts(slot, a); };
-    // (the limiter keeps the store, hence the mapping, alive: the slot outlives these)
-    shared->publish = [this, &slot, view](const std::int64_t(&a)[2]) {
+    Segment& seg = segment();
+    // The available permits change with the limit, in the state's one swap (ConcurrencyView::change_limit).
+    auto publish = [&seg, &slot, view](const std::int64_t(&a)[2]) {
         const std::int64_t limit = a[0];
-        return segment().publish_amounts(
+        return seg.publish_amounts(
             banks_of(slot), slot.generation, a, [view] { view.settled(); },
             [view, limit](std::uint32_t was) { view.change_limit(was, limit); });
     };
-    shared->apply = [raw](const std::int64_t(&a)[2]) { raw->take_on(a[0]); };
-    limiter->follow(std::move(shared), generation);
+    limiter->follow(following(
+                        seg, slot, [raw](const std::int64_t(&a)[2]) { raw->take_on(a[0]); }, publish),
+                    generation);
     return limiter;
 }
 

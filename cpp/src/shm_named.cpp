@@ -50,6 +50,10 @@ std::uint32_t live_amounts(const AmountBanks& banks, std::int64_t (&out)[2]) noe
     }
 }
 
+std::int64_t bank_limit(const AmountBanks& banks, std::uint32_t generation) noexcept {
+    return word_ref(bank_of(banks, generation)).load(std::memory_order_relaxed);
+}
+
 std::int64_t highest_of(const AmountBanks& banks) noexcept {
     return std::max(word_ref(banks.made).load(std::memory_order_relaxed),
                     word_ref(banks.highest).load(std::memory_order_relaxed));
@@ -57,11 +61,6 @@ std::int64_t highest_of(const AmountBanks& banks) noexcept {
 
 std::uint32_t Segment::publish_amounts(NamedSlot& slot, const std::int64_t (&amounts)[2]) {
     return publish_amounts(banks_of(slot), slot.generation, amounts);
-}
-
-std::uint32_t Segment::publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
-                                       const std::int64_t (&amounts)[2]) {
-    return publish_amounts(banks, generation, amounts, {}, {});
 }
 
 std::uint32_t Segment::publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,

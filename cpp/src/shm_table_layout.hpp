@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "permits/concurrency.hpp"
 #include "permits/fixed_window.hpp"
 #include "permits/shm_key_table.hpp"
 #include "permits/sliding_window.hpp"
@@ -83,6 +84,29 @@ inline std::unique_ptr<Rule> rule_of(Kind kind, const std::int64_t* v) {
     case Kind::FixedWindow: return std::make_unique<FixedWindowRule>(v[0], v[1]);
     case Kind::SlidingWindowCounter: return std::make_unique<SlidingWindowCounterRule>(v[0], v[1]);
     default: return nullptr;
+    }
+}
+
+/// The same, for any kind: std::invalid_argument unless `v` are parameters a key of `kind` could
+/// have, as a limiter of the kind checks them; nullptr (checked) for the kinds no rule drives.
+inline std::unique_ptr<Rule> checked_rule_of(Kind kind, const std::int64_t* v) {
+    switch (kind) {
+    case Kind::SlidingWindow: SlidingWindowState::check(v[0], v[1], v[2]); return nullptr;
+    case Kind::Concurrency: (void)ConcurrencyRule(v[0]); return nullptr;
+    case Kind::TokenBucket:
+    case Kind::FixedWindow:
+    case Kind::SlidingWindowCounter: return rule_of(kind, v);
+    default: throw std::invalid_argument("a per-key table's keys need a limiter kind");
+    }
+}
+
+/// The keys' parameters `v` (amounts first) with amounts `a` in place of those reconfigure changes.
+inline void put_amounts(Kind kind, std::int64_t* v, const std::int64_t (&a)[2]) noexcept {
+    const std::uint32_t changeable = amounts_of(kind);
+    for (std::size_t i = 0; i < 2; ++i) {
+        if (((changeable >> i) & 1U) != 0) {
+            v[i] = a[i];
+        }
     }
 }
 

@@ -212,13 +212,13 @@ public:
     const std::string& name() const noexcept { return name_; }
     std::uint64_t size() const noexcept { return size_; }
 
+    /// The published slot of `name`, if any (lock-free: a published slot's name, kind and parameters
+    /// as made never change).
+    NamedSlot* find(std::string_view name) const noexcept;
     /// The named slot for `name`: created with `params` (its `bytes` of data zeroed, then `init(data,
     /// anchor)` run before it is published) if absent, else checked against `params`
     /// (std::invalid_argument naming the first difference: "has permit_limit=10, not
     /// permit_limit=20"; another kind: "is a token_bucket, not a fixed_window").
-    /// The published slot of `name`, if any (lock-free: a published slot's name, kind and parameters
-    /// as made never change).
-    NamedSlot* find(std::string_view name) const noexcept;
     NamedSlot& named(std::string_view name, const Params& params, std::uint64_t bytes, Nanos anchor,
                      const std::function<void(char* data, Nanos anchor)>& init);
 
@@ -227,15 +227,13 @@ public:
     /// generation. Under the segment's lock: one change at a time, and a writer killed midway left
     /// only a bank no reader reads.
     std::uint32_t publish_amounts(NamedSlot& slot, const std::int64_t (&amounts)[2]);
-    /// The same, wherever the banks are (moving `generation`, their slot's).
+    /// The same, wherever the banks are (moving `generation`, their slot's). Where moving the
+    /// generation must go with a change of the state (a concurrency limit's available permits):
+    /// under the lock, `prepare()`, the next bank written, then `commit(was)` (the generation
+    /// before), which moves the generation to next_generation(was).
     std::uint32_t publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
-                                  const std::int64_t (&amounts)[2]);
-    /// The same where moving the generation must go with a change of the state (a concurrency
-    /// limit's available permits): under the lock, `prepare()`, the next bank written, then
-    /// `commit(was)` (the generation before), which moves the generation to next_generation(was).
-    std::uint32_t publish_amounts(const AmountBanks& banks, std::atomic<std::uint32_t>& generation,
-                                  const std::int64_t (&amounts)[2], const std::function<void()>& prepare,
-                                  const std::function<void(std::uint32_t was)>& commit);
+                                  const std::int64_t (&amounts)[2], const std::function<void()>& prepare = {},
+                                  const std::function<void(std::uint32_t was)>& commit = {});
 
     /// Pins holder slot for this process's take of n permits: its own slot (its uses raised by n), or
     /// a free one claimed (with the dead holders' slots reclaimed first when none is free: holder_dead
@@ -299,6 +297,8 @@ std::uint32_t live_amounts(const NamedSlot& slot, std::int64_t (&out)[2]) noexce
 std::uint32_t live_amounts(const AmountBanks& banks, std::int64_t (&out)[2]) noexcept;
 /// The highest limit the banks ever held (as made, or published since).
 std::int64_t highest_of(const AmountBanks& banks) noexcept;
+/// The limit the bank of `generation` holds (as written: a bank not yet published may be read).
+std::int64_t bank_limit(const AmountBanks& banks, std::uint32_t generation) noexcept;
 
 /// Which of a kind's parameters are amounts reconfigure may change (bit i: value i, 0 and 1 at
 /// most: Rule::amounts): the token bucket's limit and rate, the windows' and concurrency's limit.
