@@ -46,6 +46,10 @@ struct Named {
         store = std::make_shared<shm::Store>(shm::Segment::open(name, {capacity, 0600, shm::ClockKind::Manual}), clock);
     }
     ~Named() { shm::Segment::unlink(name); }
+    /// A second mapping of the segment, as another process opening it later.
+    std::shared_ptr<shm::Store> reopen() const {
+        return std::make_shared<shm::Store>(shm::Segment::open(name, {64, 0600, shm::ClockKind::Manual}), clock);
+    }
     Named(const Named&) = delete;
     Named& operator=(const Named&) = delete;
 };

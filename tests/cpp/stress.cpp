@@ -489,14 +489,22 @@ void per_key_partitions() {
 // Shared memory: threads on two mappings of one segment (as two processes see it). A named token
 // bucket grants exactly its tokens; a shared concurrency limiter never has more holders than its
 // limit, its waits are served, and every permit comes back; per-key totals are exact.
-void shm_limiters() {
+/// One segment (named after `what` and this process) opened twice, as two processes map it; its
+/// name removed at once.
+std::array<std::shared_ptr<permits::shm::Store>, 2> two_mappings(const char* what, const std::shared_ptr<Clock>& clock,
+                                                                 const permits::shm::Segment::Options& opts) {
     using namespace permits::shm;
-    const std::string name = "stress-" + std::to_string(::getpid());
-    auto clock = std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
-    const Segment::Options opts{256, 0600, ClockKind::Monotonic};
+    const std::string name = std::string(what) + "-" + std::to_string(::getpid());
     std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
                                                  std::make_shared<Store>(Segment::open(name, opts), clock)};
     Segment::unlink(name);
+    return stores;
+}
+
+void shm_limiters() {
+    using namespace permits::shm;
+    auto clock = std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
+    const auto stores = two_mappings("stress", clock, {256, 0600, ClockKind::Monotonic});
     const QueueOptions queue{64, QueueOrder::OldestFirst};
     const Nanos hour = 3'600'000'000'000;
 
@@ -803,12 +811,8 @@ void shm_processes() {
 // permit of it comes back.
 void shm_keyed() {
     using namespace permits::shm;
-    const std::string name = "stress-keyed-" + std::to_string(::getpid());
     auto clock = std::make_shared<MonotonicClock>(MonotonicClock::Source::Monotonic);
-    const Segment::Options opts{256, 0600, ClockKind::Monotonic};
-    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
-                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
-    Segment::unlink(name);
+    const auto stores = two_mappings("stress-keyed", clock, {256, 0600, ClockKind::Monotonic});
     const Nanos hour = 3'600'000'000'000;
     const QueueOptions queue{64, QueueOrder::OldestFirst};
     std::array<std::shared_ptr<KeyedLimiter>, 2> keyed;
@@ -878,12 +882,8 @@ void shm_keyed() {
 /// on the last limit published.
 void shm_reconfigures_follow() {
     using namespace permits::shm;
-    const std::string name = "stress-rc-" + std::to_string(::getpid());
     auto clock = std::make_shared<ManualClock>(0);
-    const Segment::Options opts{64, 0600, ClockKind::Manual};
-    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
-                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
-    Segment::unlink(name);
+    const auto stores = two_mappings("stress-rc", clock, {64, 0600, ClockKind::Manual});
     const QueueOptions queue{8, QueueOrder::OldestFirst};
     std::array<std::shared_ptr<FixedWindow>, 2> windows{
         stores[0]->fixed_window("w", FixedWindowRule(10, 1'000'000'000), queue),
@@ -939,12 +939,8 @@ void shm_reconfigures_follow() {
 
 void shm_concurrency_reconfigures() {
     using namespace permits::shm;
-    const std::string name = "stress-rcc-" + std::to_string(::getpid());
     auto clock = std::make_shared<ManualClock>(0);
-    const Segment::Options opts{64, 0600, ClockKind::Manual};
-    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
-                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
-    Segment::unlink(name);
+    const auto stores = two_mappings("stress-rcc", clock, {64, 0600, ClockKind::Manual});
     const Nanos hour = 3'600'000'000'000;
     const QueueOptions queue{8, QueueOrder::OldestFirst};
     std::array<std::shared_ptr<SharedLimiter>, 2> held{stores[0]->concurrency("c", 3, hour, queue),
@@ -994,12 +990,8 @@ void shm_concurrency_reconfigures() {
 
 void shm_keyed_reconfigures_follow() {
     using namespace permits::shm;
-    const std::string name = "stress-rck-" + std::to_string(::getpid());
     auto clock = std::make_shared<ManualClock>(0);
-    const Segment::Options opts{64, 0600, ClockKind::Manual};
-    std::array<std::shared_ptr<Store>, 2> stores{std::make_shared<Store>(Segment::open(name, opts), clock),
-                                                 std::make_shared<Store>(Segment::open(name, opts), clock)};
-    Segment::unlink(name);
+    const auto stores = two_mappings("stress-rck", clock, {64, 0600, ClockKind::Manual});
     const QueueOptions queue{8, QueueOrder::OldestFirst};
     const Nanos sec = 1'000'000'000;
     // A fixed window's keys and a sliding window's, each in two mappings, their limits changed by a

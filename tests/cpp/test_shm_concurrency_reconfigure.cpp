@@ -29,19 +29,6 @@ constexpr QueueOptions kNoQueue{0, QueueOrder::OldestFirst};
 constexpr QueueOptions kQueue{100, QueueOrder::OldestFirst};
 constexpr Nanos kHour = 3600 * kSec;
 
-std::shared_ptr<Store> reopen(const Named& named) {
-    return std::make_shared<Store>(Segment::open(named.name, {64, 0600, ClockKind::Manual}), named.clock);
-}
-
-NamedSlot& slot_named(Store& s, const char* name) {
-    for (auto& slot : s.segment().header().named) {
-        if (slot.ready.load() == 1 && std::string(slot.name) == name) {
-            return slot;
-        }
-    }
-    throw std::logic_error("no such slot");
-}
-
 } // namespace
 
 TEST(ShmConcurrencyReconfigure, ARaiseInOneMappingFreesTheDifferenceInTheOther) {
@@ -83,22 +70,22 @@ TEST(ShmConcurrencyReconfigure, AMappingOpenedLaterTakesTheLimitOverItsOwnAndNoD
     const Outcome held = a->acquire(4);
     ASSERT_TRUE(held.acquired);
     // Never changed: another limit is refused, as it always was.
-    EXPECT_THROW(reopen(n)->concurrency("c", 3, kHour, kNoQueue), std::invalid_argument);
+    EXPECT_THROW(n.reopen()->concurrency("c", 3, kHour, kNoQueue), std::invalid_argument);
     a->reconfigure_limit(1, kNoQueue); // 4 held of 1
     for (const std::int64_t own : {std::int64_t{4}, std::int64_t{1}, std::int64_t{9}}) {
-        auto later = reopen(n)->concurrency("c", own, kHour, kNoQueue); // (4 held: sound, not damaged)
+        auto later = n.reopen()->concurrency("c", own, kHour, kNoQueue); // (4 held: sound, not damaged)
         EXPECT_EQ(later->max_permits(), 1) << own;
         EXPECT_EQ(later->available_permits(), 0) << own;
     }
     // Its lease_ttl stays: another is refused still.
-    EXPECT_THROW(reopen(n)->concurrency("c", 1, 2 * kHour, kNoQueue), std::invalid_argument);
+    EXPECT_THROW(n.reopen()->concurrency("c", 1, 2 * kHour, kNoQueue), std::invalid_argument);
     const auto info = describe(n.name, n.clock->now());
     ASSERT_EQ(info.slots.size(), 1U);
     EXPECT_EQ(info.slots[0].damage, "");
     EXPECT_EQ(info.slots[0].limit, 1); // the inspector shows the limit that holds
     EXPECT_EQ(*info.slots[0].available, 0);
     a->give_back(4, held.tag);
-    auto later = reopen(n)->concurrency("c", 4, kHour, kNoQueue);
+    auto later = n.reopen()->concurrency("c", 4, kHour, kNoQueue);
     EXPECT_EQ(take_all(*later), 1);
 }
 
@@ -109,7 +96,9 @@ TEST(ShmConcurrencyReconfigure, AChangeLeftPendingByAWriterKilledAfterItsSwapIsS
     ASSERT_TRUE(a->acquire(1).acquired);
     // A writer raised it to 6 and died after its swap: the bank of generation 1 written, the state
     // {seq + 1, the limit's change, available + 2, from generation 0} swapped in, nothing settled.
-    NamedSlot& slot = slot_named(*t.a, "c");
+    NamedSlot* found = t.a->segment().find("c");
+    ASSERT_NE(found, nullptr);
+    NamedSlot& slot = *found;
     slot.values[3] = 6;
     slot.values[7] = 6;
     auto* state = t.a->segment().at<AtomicPair>(slot.offset);
@@ -132,7 +121,9 @@ TEST(ShmConcurrencyReconfigure, AStateWordNamingAChangeNoWriterMadeIsClearedAndT
     auto a = t.a->concurrency("c", 4, kHour, kNoQueue);
     ASSERT_TRUE(a->acquire(1).acquired);
     // Damage: a state word naming a change of the limit from generation 0, whose bank holds none.
-    NamedSlot& slot = slot_named(*t.a, "c");
+    NamedSlot* found = t.a->segment().find("c");
+    ASSERT_NE(found, nullptr);
+    NamedSlot& slot = *found;
     auto* state = t.a->segment().at<AtomicPair>(slot.offset);
     Pair s = state->load();
     const auto seq = static_cast<std::uint64_t>(s.a) >> 16;

@@ -54,10 +54,8 @@ std::int64_t param(const SlotInfo& s, const std::string& name) {
 }
 
 NamedSlot& raw_slot(Store& s, const char* name) {
-    for (auto& slot : s.segment().header().named) {
-        if (slot.ready.load() == 1 && std::string(slot.name) == name) {
-            return slot;
-        }
+    if (NamedSlot* slot = s.segment().find(name)) {
+        return *slot;
     }
     throw std::logic_error("no such slot");
 }

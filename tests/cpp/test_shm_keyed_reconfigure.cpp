@@ -46,10 +46,6 @@ int take_all(KeyedLimiter& k, const std::string& key) {
     return n;
 }
 
-std::shared_ptr<Store> reopen(const Named& named) {
-    return std::make_shared<Store>(Segment::open(named.name, {64, 0600, ClockKind::Manual}), named.clock);
-}
-
 } // namespace
 
 TEST(ShmKeyedReconfigure, ALoweredLimitHoldsForEveryKeyOfEveryMappingAtItsNextUse) {
@@ -127,7 +123,7 @@ TEST(ShmKeyedReconfigure, AConcurrencyKeysHeldPermitsStayHeldUnderEveryLimit) {
     Named n("rck-conc");
     const Nanos hour = 3600 * kSec;
     auto a = keyed(*n.store, params_of_concurrency(2, hour));
-    auto b = keyed(*reopen(n), params_of_concurrency(2, hour));
+    auto b = keyed(*n.reopen(), params_of_concurrency(2, hour));
     const auto first = b->acquire("k", 2);
     ASSERT_TRUE(first.outcome.acquired && first.limiter);
     a->reconfigure(params_of_concurrency(4, hour), kNoQueue);
@@ -139,7 +135,7 @@ TEST(ShmKeyedReconfigure, AConcurrencyKeysHeldPermitsStayHeldUnderEveryLimit) {
     EXPECT_EQ(b->statistics("k").current_available_permits, 0);
     // A table opened later, whatever its own limit, counts with the table's (its records sized as made).
     for (const std::int64_t own : {std::int64_t{2}, std::int64_t{1}, std::int64_t{70}}) {
-        auto later = keyed(*reopen(n), params_of_concurrency(own, hour));
+        auto later = keyed(*n.reopen(), params_of_concurrency(own, hour));
         EXPECT_EQ(later->table().limit(), 1) << own;
         EXPECT_EQ(later->statistics("k").current_available_permits, 0) << own;
     }
@@ -159,15 +155,15 @@ TEST(ShmKeyedReconfigure, AMappingOpenedLaterTakesTheTablesAmountsOverItsOwn) {
     auto a = keyed(*n.store, params_of(FixedWindowRule(10, kSec)));
     ASSERT_TRUE(a->acquire("k", 2).outcome.acquired);
     // Never changed: another limit is refused, as it always was.
-    EXPECT_THROW(keyed(*reopen(n), params_of(FixedWindowRule(3, kSec))), std::invalid_argument);
+    EXPECT_THROW(keyed(*n.reopen(), params_of(FixedWindowRule(3, kSec))), std::invalid_argument);
     a->reconfigure(params_of(FixedWindowRule(4, kSec)), kNoQueue);
     for (const std::int64_t own : {std::int64_t{10}, std::int64_t{4}, std::int64_t{30}}) {
-        auto later = keyed(*reopen(n), params_of(FixedWindowRule(own, kSec)));
+        auto later = keyed(*n.reopen(), params_of(FixedWindowRule(own, kSec)));
         EXPECT_EQ(later->table().limit(), 4) << own;
         EXPECT_EQ(later->statistics("k").current_available_permits, 2) << own;
     }
     // Its window stays: another is refused still.
-    EXPECT_THROW(keyed(*reopen(n), params_of(FixedWindowRule(4, 2 * kSec))), std::invalid_argument);
+    EXPECT_THROW(keyed(*n.reopen(), params_of(FixedWindowRule(4, 2 * kSec))), std::invalid_argument);
 }
 
 TEST(ShmKeyedReconfigure, AKeyCountedUnderAHigherLimitIsNoDamageAfterALowerOne) {
@@ -177,7 +173,7 @@ TEST(ShmKeyedReconfigure, AKeyCountedUnderAHigherLimitIsNoDamageAfterALowerOne) 
     EXPECT_EQ(a->statistics("k").current_available_permits, 20); // a new key: the whole new limit
     ASSERT_TRUE(a->acquire("k", 2).outcome.acquired);            // 18 tokens kept in the record
     a->reconfigure(params_of(TokenBucketRule(5, 5, kSec)), kNoQueue);
-    auto later = keyed(*reopen(n), params_of(TokenBucketRule(5, 5, kSec)));
+    auto later = keyed(*n.reopen(), params_of(TokenBucketRule(5, 5, kSec)));
     EXPECT_EQ(take_all(*later, "k"), 5); // 18 tokens read up to the limit of 5, not judged damaged
     const auto info = describe(n.name, n.clock->now());
     ASSERT_EQ(info.slots.size(), 1U);

@@ -29,11 +29,6 @@ namespace {
 constexpr QueueOptions kNoQueue{0, QueueOrder::OldestFirst};
 constexpr QueueOptions kQueue{100, QueueOrder::OldestFirst};
 
-/// A second mapping of `named`'s segment, as another process opening it later.
-std::shared_ptr<Store> reopen(const Named& named) {
-    return std::make_shared<Store>(Segment::open(named.name, {64, 0600, ClockKind::Manual}), named.clock);
-}
-
 std::array<std::int64_t, 2> amounts_of(const Limiter& l) {
     std::int64_t a[2] = {};
     l.amounts(a);
@@ -109,7 +104,7 @@ TEST(ShmReconfigure, AMappingOpenedLaterTakesTheSegmentsAmountsOverItsOwn) {
     Named n("rc-open");
     auto a = n.store->token_bucket("tb", TokenBucketRule(10, 2, kSec), kNoQueue);
     a->reconfigure(TokenBucketRule(3, 1, kSec), kNoQueue);
-    auto later = reopen(n);
+    auto later = n.reopen();
     // Asking with the amounts it was made with (a process whose configuration still says 10).
     auto b = later->token_bucket("tb", TokenBucketRule(10, 2, kSec), kNoQueue);
     EXPECT_EQ(amounts_of(*b), (std::array<std::int64_t, 2>{3, 1}));
@@ -121,7 +116,7 @@ TEST(ShmReconfigure, AMappingOpenedLaterTakesTheSegmentsAmountsOverItsOwn) {
 TEST(ShmReconfigure, NeverReconfiguredOtherAmountsAreStillRefused) {
     Named n("rc-strict");
     n.store->fixed_window("fw", FixedWindowRule(10, kSec), kNoQueue);
-    auto later = reopen(n);
+    auto later = n.reopen();
     EXPECT_THROW(later->fixed_window("fw", FixedWindowRule(5, kSec), kNoQueue), std::invalid_argument);
 }
 
@@ -131,7 +126,7 @@ TEST(ShmReconfigure, AStateCountedUnderAHigherLimitIsNoDamageToAMappingOpenedAft
     a->reconfigure(FixedWindowRule(20, kSec), kNoQueue);
     EXPECT_EQ(take_all(*a), 20);
     a->reconfigure(FixedWindowRule(5, kSec), kNoQueue);
-    auto later = reopen(n);
+    auto later = n.reopen();
     auto b = later->fixed_window("fw", FixedWindowRule(5, kSec), kNoQueue); // 20 counted: not refused
     EXPECT_EQ(take_all(*b), 0);
     // The inspector shows the limit that holds, and no damage.
@@ -173,12 +168,7 @@ TEST(ShmReconfigure, TheGenerationGoesOnPastItsLastValueWithoutMeaningAsMade) {
     Two t("rc-wrap");
     auto a = t.a->fixed_window("fw", FixedWindowRule(10, kSec), kNoQueue);
     auto b = t.b->fixed_window("fw", FixedWindowRule(10, kSec), kNoQueue);
-    NamedSlot* slot = nullptr;
-    for (auto& s : t.a->segment().header().named) {
-        if (s.ready.load() == 1 && std::string(s.name) == "fw") {
-            slot = &s;
-        }
-    }
+    NamedSlot* slot = t.a->segment().find("fw");
     ASSERT_NE(slot, nullptr);
     slot->generation.store(std::numeric_limits<std::uint32_t>::max() - 1);
     a->reconfigure(FixedWindowRule(7, kSec), kNoQueue);
