@@ -56,6 +56,10 @@ Plan = Generator[tuple[bytes, dict[str, Any]], Row | None, T]
 _MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
 #: Lifetimes and lease ttls beyond 2**60 ns (36 years) count as that: now + 2 * it stays a bigint.
 _MAX_LIFETIME = 2**60
+#: The kinds whose take is one INSERT ... ON CONFLICT DO UPDATE ... RETURNING.
+_ONE_STATEMENT = frozenset(("token_bucket", "fixed_window", "sliding_window_counter"))
+#: Names and rules whose take parameters are kept (past it the cache starts again).
+_MADE_PARAMS = 1024
 
 
 def _forked(backend: PostgresBackend) -> None:
@@ -157,6 +161,8 @@ class PostgresBackend:
             )
         self._statements: _Statements | None = None
         self._statements_lock = threading.Lock()
+        #: The parameters of a name and rule's one-statement takes that never change (_take_params).
+        self._made_params: dict[tuple[str | bytes, Rule], dict[str, Any]] = {}
         _BACKENDS.add(self)
 
     # -- the schema ----------------------------------------------------------------------------
@@ -245,6 +251,26 @@ class PostgresBackend:
             params["ttl"] = Int8(min(params["ttl"], _MAX_LIFETIME))
         return params
 
+    def _take_params(self, name: str | bytes, rule: Rule, n: int, now_ns: int | None) -> dict[str, Any]:
+        """A one-statement take's parameters: those of its name and rule made once (a bounded
+        cache), the count and the time added."""
+        if not 0 <= n <= rule.limit:
+            raise ValueError(f"permit count {n} is not between 0 and the limit {rule.limit}")
+        made = self._made_params.get((name, rule))
+        if made is None:
+            made = self._params(name, rule, None)
+            if len(self._made_params) >= _MADE_PARAMS:
+                self._made_params.clear()
+            self._made_params[(name, rule)] = made
+        params = made.copy()
+        params["n"] = Int8(n)
+        params["need"] = Int8(max(n, 1))
+        if now_ns is not None:
+            if not isinstance(now_ns, int):
+                raise TypeError(f"now_ns must be an int or None, not {type(now_ns).__name__}")
+            params["now"] = Int8(now_ns)
+        return params
+
     @staticmethod
     def _mismatch(name: str | bytes, rule: Rule, recorded: object) -> ValueError:
         return ValueError(
@@ -274,16 +300,11 @@ class PostgresBackend:
             if recorded is not None:
                 raise self._mismatch(name, rule, recorded)
             return Outcome(ok, available, -1 if ok else max(0, free_at - now), stamp)
-        statement = {"token_bucket": st.tb_take, "fixed_window": st.fw_take}.get(rule.kind, st.swc_take)
+        statement = _one_statement(st, rule)
         for _ in range(3):
             row = yield statement, params
             if row is not None:
-                ok, anchor, a, b, c, now = row
-                if rule.kind == "token_bucket":
-                    return arith.token_bucket(rule, n, ok, anchor, a, b, now)
-                if rule.kind == "fixed_window":
-                    return arith.fixed_window(rule, ok, anchor, a, b, now)
-                return arith.counter(rule, n, ok, anchor, a, b, c, now)
+                return _one_statement_outcome(rule, n, row)
             # No row: the state has another signature (or was purged just now: step again).
             row = yield st.signature, params
             if row is not None and row[0] != rule.signature:
@@ -422,6 +443,22 @@ class PostgresBackend:
     # -- the Backend members ---------------------------------------------------------------------
 
     def take(self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None) -> Outcome:
+        statements = self._statements
+        if statements is not None and rule.kind in _ONE_STATEMENT:
+            # The short way of the kinds whose take is one statement: its parameters mostly made
+            # once, no plan; a row-less answer (another signature) goes the plan's way, which
+            # steps again and tells why (the row-less step wrote nothing).
+            params = self._take_params(name, rule, n, now_ns)
+            work = partial(_first_row, _one_statement(statements, rule), params)
+            try:
+                row = self._sync_source().run(work, time.monotonic() + self._timeout)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as e:
+                self._forget_schema(e, 0)
+                row = None
+            except psycopg.Error as e:
+                raise BackendError(f"PostgreSQL failed: {e}") from e
+            if row is not None:
+                return _one_statement_outcome(rule, n, row)
         return self._run(lambda: self._take(name, rule, n, lease_id, now_ns))
 
     def refund(
@@ -441,6 +478,19 @@ class PostgresBackend:
     async def take_async(
         self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
     ) -> Outcome:
+        statements = self._statements
+        if statements is not None and rule.kind in _ONE_STATEMENT:  # (as take)
+            params = self._take_params(name, rule, n, now_ns)
+            work = partial(_first_row_async, _one_statement(statements, rule), params)
+            try:
+                row = await self._async_source().run(work, time.monotonic() + self._timeout)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as e:
+                self._forget_schema(e, 0)
+                row = None
+            except psycopg.Error as e:
+                raise BackendError(f"PostgreSQL failed: {e}") from e
+            if row is not None:
+                return _one_statement_outcome(rule, n, row)
         return await self._run_async(lambda: self._take(name, rule, n, lease_id, now_ns))
 
     async def refund_async(
@@ -511,6 +561,30 @@ def _drive(gen: Plan[T], conn: Conn) -> T | _Failed:
         return stop.value  # type: ignore[no-any-return]
     except (ValueError, TypeError, BackendError) as e:
         return _Failed(e)
+
+
+def _one_statement(statements: _Statements, rule: Rule) -> bytes:
+    """The take of a kind whose step is one statement (_ONE_STATEMENT)."""
+    if rule.kind == "token_bucket":
+        return statements.tb_take
+    return statements.fw_take if rule.kind == "fixed_window" else statements.swc_take
+
+
+def _one_statement_outcome(rule: Rule, n: int, row: Row) -> Outcome:
+    ok, anchor, a, b, c, now = row
+    if rule.kind == "token_bucket":
+        return arith.token_bucket(rule, n, ok, anchor, a, b, now)
+    if rule.kind == "fixed_window":
+        return arith.fixed_window(rule, ok, anchor, a, b, now)
+    return arith.counter(rule, n, ok, anchor, a, b, c, now)
+
+
+def _first_row(statement: bytes, params: dict[str, Any], conn: Conn) -> Row | None:
+    return conn.execute(statement, params).fetchone()
+
+
+async def _first_row_async(statement: bytes, params: dict[str, Any], conn: AConn) -> Row | None:
+    return await (await conn.execute(statement, params)).fetchone()
 
 
 def _execute_plain(conn: Conn, statement: bytes) -> Row | None:

@@ -167,6 +167,29 @@ def test_another_rule_on_a_state_is_a_value_error_naming_both(backend: PostgresB
     assert backend.take("s", rule, 1, "l3", 0).granted
 
 
+@pytest.mark.parametrize("kind", ["token_bucket", "fixed_window", "sliding_window_counter"])
+async def test_another_rule_on_a_state_is_a_value_error_under_asyncio_too(backend: PostgresBackend, kind: str) -> None:
+    # (the kinds whose take is one statement take a short way once the schema is made: a state of
+    # another rule answers it with no row, and the step is asked again the long way, which tells why)
+    rule = rule_of(SPECS[kind])
+    other = Rule(rule.kind, rule.limit + 1, rule.period_ns, rule.amount)
+    assert (await backend.take_async("s", rule, 1, None, 0)).granted
+    with pytest.raises(ValueError, match="made with") as raised:
+        await backend.take_async("s", other, 1, None, 0)
+    assert rule.signature in str(raised.value) and other.signature in str(raised.value)
+    assert await backend.available_async("s", rule, 0) == rule.limit - 1
+
+
+def test_more_names_than_the_kept_parameters_each_count_their_own(backend: PostgresBackend) -> None:
+    # The parameters of a name's takes are kept for 1024 names; past them the cache starts again,
+    # and every name's state stays its own.
+    rule = Rule("fixed_window", 1, 10**12)
+    names = [f"n{i}" for i in range(1100)] + [b"a bytes name"]  # (a per-key limiter's names are bytes)
+    assert all(backend.take(name, rule, 1, None, 0).granted for name in names)
+    assert not any(backend.take(name, rule, 1, None, 0).granted for name in names)
+    assert len(backend._made_params) <= 1024
+
+
 def test_no_transaction_stays_open_after_errors(postgres_server: PostgresServer) -> None:
     b = PostgresBackend(postgres_server.conninfo, table=new_table(), timeout=STEADY_TIMEOUT)
     rule = Rule("fixed_window", 5, 10**9)
