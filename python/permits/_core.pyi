@@ -7,6 +7,13 @@ from types import TracebackType
 from typing import Any, final, overload
 
 from permits import specs
+
+# permits.shm's classes (Linux only: absent elsewhere), stubbed in _core_shm.pyi.
+from permits._core_shm import SharedLimiter as SharedLimiter
+from permits._core_shm import ShmKeyed as ShmKeyed
+from permits._core_shm import ShmKeyTable as ShmKeyTable
+from permits._core_shm import ShmStore as ShmStore
+from permits._core_shm import _key_bytes as _key_bytes
 from permits.awaitables import LeaseWait
 
 @final
@@ -585,102 +592,3 @@ class PerKey:
     @property
     def closed(self) -> bool:
         """True once ``close()`` was called."""
-
-# permits.shm (Linux only: absent elsewhere).
-def _key_bytes(resource: object) -> bytes: ...
-
-class ShmStore:
-    def __init__(self, name: str, capacity: int, mode: int, clock: Clock) -> None: ...
-    @staticmethod
-    def unlink(name: str) -> bool: ...
-    @staticmethod
-    def describe(name: str, now_ns: int | None = None) -> dict[str, Any]: ...
-    @staticmethod
-    def check_name(name: str) -> None: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def capacity(self) -> int: ...
-    @property
-    def used_bytes(self) -> int: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def _lost_seq(self) -> int: ...
-    def _wait_lost(self, seen: int, timeout_ns: int) -> int: ...
-
-class SharedLimiter(Limiter):
-    @overload  # a named concurrency limiter
-    def __init__(
-        self,
-        store: ShmStore,
-        name: str,
-        spec: specs.Concurrency,
-        queue_limit: int | None,
-        newest_first: bool,
-        lease_ttl_ns: int,
-    ) -> None: ...
-    @overload  # this process's limiter for one key of a per-key table (the one its requests queue in)
-    def __init__(self, keyed: ShmKeyed, resource: object) -> None: ...
-    def acquire(self, permit_count: int = 1) -> Lease: ...
-    def _try_now(self, permit_count: int = 1) -> Lease | None: ...
-    def acquire_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
-    def wait_async(self, permit_count: int = 1) -> EngineLeaseWait: ...
-    def _reconfigure_engine(self, spec: specs.Concurrency, queue_limit: int | None, newest_first: bool) -> None:
-        """A named concurrency limiter's limit from the spec on, for every process; these queue options here."""
-    @property
-    def _lost_leases(self) -> int: ...
-
-class ShmKeyTable:
-    def __init__(
-        self,
-        store: ShmStore,
-        name: str,
-        spec: specs.Spec[Any],
-        queue_limit: int | None,
-        newest_first: bool,
-        max_partitions: int,
-        idle_timeout_ns: int,
-        lease_ttl_ns: int,
-    ) -> None: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def max_partitions(self) -> int: ...
-    @property
-    def bytes(self) -> int: ...
-    @property
-    def bytes_per_key(self) -> int: ...
-    @property
-    def _lost_leases(self) -> int: ...
-    def evict_idle(self) -> int: ...
-
-class ShmKeyed:
-    """This process's side of a per-key table: what ``permits.shm.SharedKeyedLimiter`` runs on."""
-    def __init__(self, table: ShmKeyTable) -> None: ...
-    def acquire(self, resource: object, /, permit_count: int = 1) -> Lease:
-        """Takes ``permit_count`` of ``resource``'s permits now, or returns a failed lease (reason
-        ``"limit_reached"``, ``"partition_limit"`` when there is no room for a new key, or
-        ``"process_limit"`` when a concurrency key has as many holding processes as it records); never
-        waits. Raises ``TypeError`` for a key that is not a ``str``, ``bytes``, ``int`` or a tuple of
-        them, ``ValueError`` for a bad ``permit_count``, ``LimiterClosedError`` after ``close()``."""
-    def _try_now(self, resource: object, /, permit_count: int = 1) -> Lease | None: ...
-    def _statistics(self, resource: object, /) -> tuple[int, int, int, int]: ...
-    def _reset(self, resource: object, /) -> bool:
-        """Forgets the key's time-based state for every process; False when there was nothing to forget."""
-    def _totals(self) -> tuple[int, int, int, int]: ...
-    def _close(self) -> None: ...
-    def _reconfigure_engine(self, spec: object, queue_limit: int | None, newest_first: bool) -> None:
-        """Every key's limit from the spec on, for every process; these queue options for this process's keys."""
-    @property
-    def _amounts(self) -> tuple[int, int]:
-        """(limit, rate or 0) of every key as they hold now: as any process last set them."""
-    @property
-    def _queue(self) -> tuple[int | None, bool]:
-        """(queue_limit or None for no bound, newest_first) of this process's keys."""
-    @property
-    def closed(self) -> bool: ...
-    @property
-    def _keys_kept(self) -> int: ...
-    @property
-    def _key_limiters(self) -> int: ...

@@ -366,7 +366,7 @@ class RedisBackend:
         lifetime = rule.lifetime_ns
         if rule.kind == "fixed_window":
             # A fixed window's take sets the expiry when the window changes, not at every grant:
-            # one window more keeps the key a lifetime past its last change (redis_scripts._FW_TAKE).
+            # one window more keeps the key a lifetime past its last change (redis_fw_lua.FW_TAKE_LUA).
             lifetime += rule.period_ns
         ttl_ms = min(-(-lifetime // 1_000_000) + margin, _MAX_TTL_MS)
         head = [rule.signature, rule.kind, str(rule.limit), str(rule.period_ns), str(rule.amount), str(ttl_ms)]

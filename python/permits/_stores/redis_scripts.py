@@ -8,6 +8,9 @@ available), each run atomically by the server, in two forms made from the same p
   servers without FUNCTION and for Cluster clients. A script makes its helpers anew on every call, so
   it makes only those of the rule's kind and its operation.
 
+Each kind's functions are in redis_kinds_lua.py, the fixed window's own take (``fw_take``, the
+hot path of the most used kind) in redis_fw_lua.py.
+
 Both run ``begin()`` first (the arguments, the time, the state's header: ``{0, stored signature}``
 on a mismatch), then the operation's body, which reads the step as upvalues (a library's are set
 by each call: a step runs alone on the server, and sets every one of them before use).
@@ -32,6 +35,8 @@ from __future__ import annotations
 
 import hashlib
 
+from .redis_fw_lua import FW_TAKE_LUA as _FW_TAKE
+from .redis_kinds_lua import KINDS as _KINDS
 from .redis_wide import WIDE as _WIDE
 
 # The step's arguments and state, as upvalues of every helper (begin() sets them).
@@ -110,141 +115,6 @@ end
 local tb_view, fw_view, swc_view, swc_available, sw_entry, sw_view, sl_entry, sl_view, cc_drop_expired, cc_save
 """
 
-#: Each kind's functions, by kind (a script makes only its rule's kind's).
-_KINDS: dict[str, str] = {
-    "token_bucket": r"""
--- token bucket: a = period index of the last change, b = tokens then.
--- Returns the period index now (never before a) and the tokens in it.
-function tb_view()
-  local sp = EXISTS and wstr(F[3]) or ZERO
-  local tokens = EXISTS and tonumber(F[4]) or LIMIT
-  local p = wmax(index_of(PERIOD), sp)
-  if tokens < LIMIT and wcmp(p, sp) > 0 then
-    local periods = wsub(p, sp)
-    local to_full = iceil(LIMIT - tokens, AMOUNT)
-    if wcmp(periods, wnum(to_full)) >= 0 then tokens = LIMIT else tokens = tokens + wval(periods) * AMOUNT end
-  end
-  return p, tokens
-end
-""",
-    "fixed_window": r"""
--- fixed window: a = window index of the last change, b = permits counted in it.
--- Returns the window now (never before a), the permits used in it, and the window of the clock.
-function fw_view()
-  local sw = EXISTS and wstr(F[3]) or ZERO
-  local count = EXISTS and tonumber(F[4]) or 0
-  local idx = index_of(PERIOD)
-  local w = wmax(idx, sw)
-  return w, (wcmp(w, sw) == 0) and count or 0, idx
-end
-""",
-    "sliding_window_counter": r"""
--- sliding window counter: a = window index, b = previous window's count, c = current's.
--- Returns the window now (never before a), its counts, the ns elapsed in it, and the clock's window.
-function swc_view()
-  local sw = EXISTS and wstr(F[3]) or ZERO
-  local prev = EXISTS and tonumber(F[4]) or 0
-  local cur = EXISTS and tonumber(F[5]) or 0
-  local idx, rem = wdivmod(SINCE, PERIOD)
-  local w = wmax(idx, sw)
-  local c = wcmp(w, sw)
-  if c > 0 then
-    if wcmp(w, wadd(sw, 1)) == 0 then prev, cur = cur, 0 else prev, cur = 0, 0 end
-  end
-  -- a stored window ahead of the clock's: none of it has elapsed
-  local elapsed = (wcmp(w, idx) == 0) and rem or ZERO
-  return w, prev, cur, elapsed, idx
-end
--- the counter's permits available: floor((limit*W - prev*(W - elapsed) - cur*W) / W), at least 0,
--- which is limit - cur - prev + floor(prev*elapsed / W) (the rest is a whole multiple of W)
-function swc_available(prev, cur, elapsed)
-  local left = LIMIT - cur - prev + wval(wdiv(wmul(wnum(prev), elapsed), PERIOD))
-  return left > 0 and left or 0
-end
-""",
-    "sliding_window": r"""
--- sliding window: a = head (the segment of the last grant), b = permits held in the list X,
--- whose items are "segment:count", oldest first, pruned to the head's window.
-function sw_entry(item)
-  local j, count = string.match(item, '^(%d+):(%d+)$')
-  return wstr(j), tonumber(count)
-end
--- The segment now (never before the head), and the permits held in its window (the list's total
--- less the items that left the window since the head's segment).
-function sw_view()
-  local head = EXISTS and wstr(F[3]) or ZERO
-  local total = EXISTS and tonumber(F[4]) or 0
-  local p = wmax(index_of(SEG), head)
-  local used = total
-  if wcmp(p, head) > 0 then
-    local i = 0
-    while true do
-      local item = redis.call('LINDEX', X, i)
-      if not item then break end
-      local j, count = sw_entry(item)
-      if wcmp(wadd(j, wnum(AMOUNT)), p) > 0 then break end -- still inside p's window
-      used = used - count
-      i = i + 1
-    end
-  end
-  return p, used, head, total
-end
-""",
-    "sliding_log": r"""
--- sliding log: a = head (the segment of the last grant), b = permits held in the list X, whose
--- items are "segment:count:stamp", oldest first (stamp: the time of the segment's latest grant);
--- an item's permits come back at its stamp + the window + 1 ns (the engine's sliding_log.hpp).
-function sl_entry(item)
-  local j, count, stamp = string.match(item, '^(%d+):(%d+):(%d+)$')
-  return wstr(j), tonumber(count), wstr(stamp)
-end
--- The segment now (never before the head), the permits held now, the head, the list's total, and
--- how many items at the list's front have come back.
-function sl_view()
-  local head = EXISTS and wstr(F[3]) or ZERO
-  local total = EXISTS and tonumber(F[4]) or 0
-  local p = wmax(index_of(SEG), head)
-  local used, gone = total, 0
-  while true do
-    local item = redis.call('LINDEX', X, gone)
-    if not item then break end
-    local _, count, stamp = sl_entry(item)
-    if wcmp(wadd(wadd(stamp, PERIOD), {1}), NOW) > 0 then break end
-    used = used - count
-    gone = gone + 1
-  end
-  return p, used, head, total, gone
-end
-""",
-    "concurrency": r"""
--- concurrency: b = permits held; a field 'l<id>' = "count:expiry" per lease, and X scores each
--- lease id by its expiry (as a double: only to find the candidates, each checked exactly).
--- Returns `held` less the expired leases' permits; with `write`, those leases are removed.
-function cc_drop_expired(held, write)
-  local ids = redis.call('ZRANGEBYSCORE', X, '-inf', NOW_S)
-  for _, id in ipairs(ids) do
-    local v = redis.call('HGET', H, 'l' .. id)
-    if not v then
-      if write then redis.call('ZREM', X, id) end
-    else
-      local count, expiry = string.match(v, '^(%d+):(%d+)$')
-      if wcmp(wstr(expiry), NOW) <= 0 then
-        held = held - tonumber(count)
-        if write then redis.call('HDEL', H, 'l' .. id); redis.call('ZREM', X, id) end
-      end
-    end
-  end
-  return held
-end
-function cc_save(held)
-  redis.call('HSET', H, 'sig', SIG, 'anchor', wfmt(ANCHOR), 'b', held)
-  -- both keys outlive the latest lease: extended, never shortened (holders choose their ttl)
-  for _, key in ipairs({H, X}) do
-    if redis.call('PTTL', key) < TTL_MS then redis.call('PEXPIRE', key, TTL_MS) end
-  end
-end
-""",
-}
 
 # The body of a take of `n` (TAKE itself, and TAKE_BATCH's take of its batch as a function of n).
 _TAKE_BODY = r"""
@@ -639,106 +509,6 @@ return {1, LIMIT - cc_drop_expired(tonumber(F[4]), false)}
         "no-writes",
     ),
 }
-
-
-# The fixed window's take on its own (the hot path of the most used kind): FCALL of the library's
-# fw_take (FW_TAKE below is its script form, TAKE itself). KEYS[1] = the state's hash; ARGV[1] =
-# "<signature> <key ttl in ms>[ <limit>]" (the limit when it was changed: reconfigure; one argument:
-# each costs the client and the server), ARGV[2] = n,
-# ARGV[3] = now_ns (none: the server's TIME). Answers as TAKE. Where TAKE reads five fields, writes
-# four with HSET and sets the expiry at every step, this one reads four, and a grant in the window
-# already recorded adds n to the count (HINCRBY): the expiry is set when the window changes, to the
-# key ttl, which for this kind is one window longer than the rule's lifetime
-# (RedisBackend._rule_made): a key lives at least a lifetime past its last change, as with TAKE.
-# Times are plain numbers while the state is younger than ~104 days (2**53 ns) and the window
-# shorter; past that (or with the clock before the anchor by as much) the step is TAKE's own, from
-# the same arguments.
-_FW_TAKE = r"""
--- a decimal ns time as whole seconds and nanoseconds (both plain)
--- (nil past 10**24 ns: the seconds would not be exact)
-local function secs(s)
-  local k = #s
-  if k <= 9 then return 0, tonumber(s) end
-  if k > 24 then return nil, nil end
-  return tonumber(string.sub(s, 1, k - 9)), tonumber(string.sub(s, k - 8))
-end
--- ARGV[1] read once per rule: its signature, limit, period and the key ttl (a cache of the library,
--- emptied past 1000 rules)
-local RULES, RULES_N = {}, 0
-local function fw_take(keys, args)
-  local h = keys[1]
-  local r = RULES[args[1]]
-  if not r then
-    r = {string.match(args[1], '^(fixed_window:(%d+):(%d+):%d+) (%d+) ?(%d*)$')}
-    if r[5] and r[5] ~= '' then r[2] = r[5] end -- a changed limit: the states keep their signature
-    if RULES_N >= 1000 then RULES, RULES_N = {}, 0 end
-    RULES[args[1]], RULES_N = r, RULES_N + 1
-  end
-  local sig, limit_s, period_s, ttl = r[1], r[2], r[3], r[4]
-  local f = redis.call('HMGET', h, 'sig', 'anchor', 'a', 'b')
-  if f[1] and f[1] ~= sig then return {0, f[1]} end
-  local limit, period, n = tonumber(limit_s), tonumber(period_s), tonumber(args[2])
-  local now_s, nh, nl = args[3] or '', nil, nil
-  if now_s == '' then
-    local t = redis.call('TIME')
-    nh, nl = tonumber(t[1]), tonumber(t[2]) * 1000
-  else
-    nh, nl = secs(now_s)
-  end
-  local exists = f[1] ~= false
-  local ah, al = nh, nl
-  if exists then ah, al = secs(f[2]) end
-  local sw = exists and tonumber(f[3]) or 0
-  local dh = nh and ah and nh - ah
-  if not dh or dh >= 9000000 or dh <= -9000000 or period >= 9000000000000000 or sw >= 9000000000000000 then
-    -- wide: TAKE's step, with its arguments (the second key is never read for this kind)
-    KEYS, ARGV = {h, h}, {sig, 'fixed_window', limit_s, period_s, '0', ttl, now_s, '0', args[2]}
-    if now_s == '' then ARGV[7] = string.format('%d%09d', nh, nl) end
-    local mismatch = begin()
-    if mismatch then return mismatch end
-    return op_take()
-  end
-  local d = dh * 1000000000 + (nl - al) -- ns from the anchor to now (negative: the clock stepped back)
-  local idx = d > 0 and idiv(d, period) or 0
-  local count = exists and tonumber(f[4]) or 0
-  local w, used = idx, 0
-  if sw >= idx then w, used = sw, count end
-  local free = limit - used
-  if n == 0 and free > 0 or n > 0 and free >= n then
-    if not exists then
-      redis.call('HSET', h, 'sig', sig, 'anchor', string.format('%d%09d', nh, nl), 'a', w, 'b', n)
-      redis.call('PEXPIRE', h, ttl)
-    elseif n > 0 then
-      if w == sw and w == idx then
-        redis.call('HINCRBY', h, 'b', n)
-      else -- a new window, or one ahead of the clock (its writes span more than a window)
-        redis.call('HSET', h, 'a', string.format('%d', w), 'b', used + n)
-        redis.call('PEXPIRE', h, ttl)
-      end
-    end
-    -- the stamp: the window's start, anchor + w * period (in doubles while w * period is below P)
-    local span, stamp = w * period, nil
-    if span < 9000000000000000 then
-      local lo = al + span
-      local carry = idiv(lo, 1000000000)
-      stamp = string.format('%d%09d', ah + carry, lo - carry * 1000000000)
-    else
-      stamp = wfmt(wadd(pair(ah, al), wmul(wnum(w), period)))
-    end
-    return '1 1 ' .. (free - n) .. ' -1 ' .. stamp
-  end
-  -- refused: the window in which `needed` fits starts at anchor + (w + k) * period
-  local k = iceil(math.max(n, 1) - free, limit)
-  local span, wait = (w + k) * period, nil
-  if span >= 9000000000000000 then
-    local at, now = wadd(wmul(wnum(w + k), period), pair(ah, al)), pair(nh, nl)
-    wait = wfmt(wcmp(at, now) > 0 and wsub(at, now) or ZERO)
-  else
-    wait = string.format('%d', span > d and span - d or 0)
-  end
-  return '1 0 ' .. free .. ' ' .. wait .. ' 0'
-end
-"""
 
 
 def _script(op: str) -> str:

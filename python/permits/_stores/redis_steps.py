@@ -30,7 +30,7 @@ REFUND = script("refund", redis_scripts.REFUND)
 RENEW = script("renew", redis_scripts.RENEW)
 AVAILABLE = script("available", redis_scripts.AVAILABLE)
 UNUSED = script("unused", redis_scripts.UNUSED)
-#: The fixed window's take on its own (one key, six arguments): redis_scripts._FW_TAKE.
+#: The fixed window's take on its own (one key, six arguments): redis_fw_lua.FW_TAKE_LUA.
 FW_TAKE = script("fw_take", redis_scripts.FW_TAKE)
 
 
