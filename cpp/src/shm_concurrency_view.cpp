@@ -54,8 +54,14 @@ ConcurrencyView ConcurrencyView::over(char* data, std::int64_t limit, NamedSlot*
     return v;
 }
 
+bool ConcurrencyView::never_changed() const noexcept {
+    // Generation 0: the slot's amounts are those it was made with (`limit`), which never change: no
+    // read of the banks on a take or a release of a limit never reconfigured.
+    return named_slot == nullptr || named_slot->generation.load(std::memory_order_acquire) == 0;
+}
+
 std::int64_t ConcurrencyView::limit_now() const noexcept {
-    if (named_slot == nullptr) {
+    if (never_changed()) {
         return limit;
     }
     std::int64_t a[2] = {};
@@ -64,7 +70,7 @@ std::int64_t ConcurrencyView::limit_now() const noexcept {
 }
 
 std::int64_t ConcurrencyView::highest() const noexcept {
-    return named_slot == nullptr ? limit : std::max(highest_of(banks_of(*named_slot)), limit_now());
+    return never_changed() ? limit : std::max(highest_of(banks_of(*named_slot)), limit_now());
 }
 
 void ConcurrencyView::change_limit(std::uint32_t was, std::int64_t permit_limit) const noexcept {

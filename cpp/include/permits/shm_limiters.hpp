@@ -182,6 +182,8 @@ struct ConcurrencyView {
     static std::uint64_t bytes() noexcept;
     static ConcurrencyView over(char* data, std::int64_t limit, NamedSlot* named_slot = nullptr) noexcept;
     void init(Nanos anchor) const;
+    /// No limit change ever reached the slot's amounts (or there is no slot): `limit` holds.
+    bool never_changed() const noexcept;
     /// The limit now: the slot's amounts' (as made, or as reconfigured).
     std::int64_t limit_now() const noexcept;
     /// The highest limit it ever had: what one holder's count may reach (a lower limit keeps what is held).
