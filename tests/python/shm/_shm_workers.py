@@ -111,6 +111,28 @@ def take_and_give_back(segment: str, results: Any, release: Any) -> None:
     release.wait()
 
 
+def start_each_from_here(target: Any, segment: str, n: int, results: Any, release: Any) -> None:
+    """Forks n workers of target(segment, reports, go) one after another, each once the one before
+    reported, and hands their reports on to `results`; once `release` is set, lets them go and waits
+    for them. Run in a spawned interpreter: forked from a small process, not from the test's own (its
+    threads and its memory make each fork slow: hundreds of them took minutes in a loaded
+    free-threaded run)."""
+    ctx = multiprocessing.get_context("fork")
+    reports = ctx.Queue()
+    go = ctx.Event()
+    procs = []
+    for _ in range(n):
+        p = ctx.Process(target=target, args=(segment, reports, go), daemon=True)  # (ended with this one)
+        p.start()
+        procs.append(p)
+        results.put(reports.get(timeout=60.0))
+    release.wait()
+    go.set()
+    for p in procs:
+        p.join(60.0)
+        assert p.exitcode == 0, f"a worker exited with {p.exitcode}"
+
+
 def hold_one_of_key(segment: str, results: Any, release: Any) -> None:
     """Holds one permit of key "k" of a per-key concurrency limit of 100 until told, then releases it
     and exits."""

@@ -279,14 +279,20 @@ def start_each(ctx: Any, target: Any, segment: str, n: int) -> tuple[list[str], 
 def test_live_processes_that_gave_their_permits_back_keep_no_holder_slot(segment_name: str) -> None:
     # More live processes than the segment has holder slots (256), each taking and giving back a
     # permit: a process holding nothing keeps no slot, so all are served (a recycling worker pool).
-    ctx = multiprocessing.get_context("fork")
-    reports, releases = start_each(ctx, workers.take_and_give_back, segment_name, 264)
+    # (forked by a small spawned process: 264 forks of this one are too slow in a loaded run)
+    ctx = multiprocessing.get_context("spawn")
+    results, release = ctx.Queue(), ctx.Event()
+    helper = ctx.Process(
+        target=workers.start_each_from_here, args=(workers.take_and_give_back, segment_name, 264, results, release)
+    )
+    _RUNNING.append(helper)
+    helper.start()
     try:
+        reports = [results.get(timeout=SAFETY) for _ in range(264)]
         assert [r for r in reports if r != "ok"] == []
         assert SharedMemoryStore(segment_name).concurrency("recycled", 4, lease_ttl=3600).available_permits() == 4
     finally:
-        for release in releases:
-            release.set()
+        release.set()
 
 
 def test_twenty_processes_hold_one_key(segment_name: str) -> None:
