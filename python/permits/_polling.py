@@ -26,12 +26,14 @@ def _ends(lease: Lease) -> bool:
     return bool(lease) or lease.reason in FINAL_REASONS
 
 
-def _next(lease: Lease, clock: Clock, deadline: int | None) -> tuple[int | None, float | None]:
-    """Until when (clock ns) and for how long a poll (real s) to pause after a failed attempt."""
+def _next(lease: Lease, asked: int, deadline: int | None) -> tuple[int | None, float | None]:
+    """Until when (clock ns) and for how long a poll (real s) to pause after a failed attempt made
+    at ``asked``: its ``retry_after`` counts from when the limiter was asked (time spent answering is
+    part of the pause, not added to it)."""
     retry = lease.retry_after
     if retry is None or not math.isfinite(retry) or retry < 0:
         return deadline, PAUSE
-    until = clock.now_ns() + math.ceil(retry * 1e9)
+    until = asked + math.ceil(retry * 1e9)
     return (until if deadline is None else min(until, deadline)), None
 
 
@@ -49,12 +51,13 @@ def wait(
     while True:
         if closed() or _pausing.cancelled_here():
             return _pausing.closed_lease(permit_count)
+        asked = clock.now_ns()
         lease = attempt()
         if _ends(lease):
             return lease
         if deadline is not None and clock.now_ns() >= deadline:
             return timed_out(permit_count)
-        until, poll = _next(lease, clock, deadline)
+        until, poll = _next(lease, asked, deadline)
         _pausing.pause(clock, until, poll, closed)
 
 
@@ -65,10 +68,11 @@ async def wait_async(
     while True:
         if closed():
             return _pausing.closed_lease(permit_count)
+        asked = clock.now_ns()
         lease = await attempt()
         if _ends(lease):
             return lease
-        until, poll = _next(lease, clock, None)
+        until, poll = _next(lease, asked, None)
         await _pausing.pause_async(clock, until, poll, closed)
 
 

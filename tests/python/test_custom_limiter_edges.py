@@ -190,6 +190,28 @@ def test_a_custom_limiters_pause_for_retry_after_runs_on_its_clock() -> None:
     assert call.result()
 
 
+class SlowToAnswer(permits.RateLimiter):
+    """Refuses until its clock reads 5 s, its answer taking the whole 5 s it asks to wait."""
+
+    def _acquire(self, permit_count: int) -> Lease:
+        if self._rl_clock.now() >= 5.0:
+            return Lease.granted(permit_count)
+        self._rl_clock.advance(5.0)  # (a ManualClock: the time the answer took)
+        return Lease.denied(retry_after=5.0)
+
+
+def test_retry_after_counts_from_when_the_limiter_was_asked() -> None:
+    # The time spent answering is part of the pause, not added to it: the wait asks again at 5 s,
+    # not at 10 s (which this clock never reaches: the call would hang).
+    call = InThread(SlowToAnswer(clock=permits.ManualClock()).wait)
+    assert call.result()
+
+
+async def test_retry_after_counts_from_when_the_limiter_was_asked_async() -> None:
+    async with asyncio.timeout(SAFETY):
+        assert await SlowToAnswer(clock=permits.ManualClock()).wait_async()
+
+
 def test_a_huge_retry_after_waits_instead_of_overflowing() -> None:
     limiter = Refusing(retry_after=1e10)
     call = InThread(limiter.wait)
