@@ -12,9 +12,8 @@ name: both keys share one Cluster slot, different names spread over the slots, a
 (any bytes) is never part of the tag, so braces in it change nothing. Names and lease ids are
 passed in KEYS and ARGV, never into Lua source.
 
-Stamps are the engine's tags: the window, segment or (token bucket) period index of the grant, so
-that a refund does what the engine's does (a token bucket gives back only what it could not have
-refilled since the grant's period).
+Stamps are the engine's tags: where a grant was counted, so that a refund does what the engine's
+does. A plain client's steps are written onto its pooled connections by redis_wire.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ from .redis_steps import (
     shown,
     text,
 )
+from .redis_wire import execute, execute_async
 from .rules import KINDS, Record, Rule
 
 Name = str | bytes
@@ -494,17 +494,17 @@ class RedisBackend:
     def _call(self, client: Any, script: Script, keys: Keys, args: Sequence[bytes | str]) -> Any:
         if self._functions:
             try:
-                return client.execute_command("FCALL", script.function, len(keys), *keys, *args)
+                return execute(client, "FCALL", script.function, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if not (function_missing(exc) or self._refused(exc)):
                     raise
             self._load_library(client)
             if self._functions:
-                return client.execute_command("FCALL", script.function, len(keys), *keys, *args)
+                return execute(client, "FCALL", script.function, len(keys), *keys, *args)
         try:
-            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return execute(client, "EVALSHA", script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            return client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+            return execute(client, "EVAL", script.source, len(keys), *keys, *args)
 
     def _refused(self, exc: redis.exceptions.ResponseError) -> bool:
         """FUNCTION/FCALL unsupported or not allowed: the steps run as scripts from now on."""
@@ -548,17 +548,17 @@ class RedisBackend:
         """As _call, awaited."""
         if self._functions:
             try:
-                return await client.execute_command("FCALL", script.function, len(keys), *keys, *args)
+                return await execute_async(client, "FCALL", script.function, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if not (function_missing(exc) or self._refused(exc)):
                     raise
             await self._load_library_async(client)
             if self._functions:
-                return await client.execute_command("FCALL", script.function, len(keys), *keys, *args)
+                return await execute_async(client, "FCALL", script.function, len(keys), *keys, *args)
         try:
-            return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await execute_async(client, "EVALSHA", script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            return await client.execute_command("EVAL", script.source, len(keys), *keys, *args)
+            return await execute_async(client, "EVAL", script.source, len(keys), *keys, *args)
 
     # ---- grants that wait for replicas (wait_replicas) ----
 

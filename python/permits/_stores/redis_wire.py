@@ -1,0 +1,112 @@
+"""A step's command written straight onto a pooled connection of a plain Redis client.
+
+A step is one FCALL, EVALSHA or EVAL whose reply redis-py hands back as read (no response callback).
+Sent by ``execute_command``, each costs some 15-20 us of the client's CPU beyond the socket's own work
+(redis-py 8: its observability hooks, the retry wrapper, the arguments' encoding one by one): as
+much as the whole step costs the server. Here the command is packed at once (RESP: an array of bulk
+strings) and sent on a connection of the client's own pool, whose reader parses the reply and raises
+the server's errors (``ResponseError``, ``NoScriptError``, ...) as ``execute_command`` would; a
+connection that fails or is interrupted mid-reply is disconnected before it goes back to the pool,
+and the client's own retry policy still applies to connection errors.
+
+Only a client of redis-py's own ``Redis`` class (sync or asyncio) without a single connection is
+driven so; a Cluster client, a subclass and a client whose ``execute_command`` was wrapped (a
+tracer's instrumentation) get ``execute_command``, which sees every step as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.exceptions
+
+
+def _needs_command_name(pool_class: Any) -> bool:
+    """redis-py before 5.3 asks ``get_connection`` for a command name; later ones warn when given one."""
+    found = inspect.signature(pool_class.get_connection).parameters.get("command_name")
+    return found is not None and found.default is inspect.Parameter.empty
+
+
+_NAMED: dict[type, bool] = {}
+
+
+def _get(pool: Any) -> Any:
+    named = _NAMED.get(type(pool))
+    if named is None:
+        named = _NAMED[type(pool)] = _needs_command_name(type(pool))
+    return pool.get_connection("FCALL") if named else pool.get_connection()
+
+
+def packed(command: tuple[Any, ...], encoder: Any) -> list[bytes]:
+    """``command`` as RESP (one bytes): bytes as given, anything else by the connection's encoder."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        if arg.__class__ is not bytes:
+            arg = encoder.encode(arg)
+        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return [b"".join(parts)]
+
+
+def execute(client: Any, *command: Any) -> Any:
+    """``client.execute_command(*command)`` for a step (its reply unparsed), on a pooled connection
+    when ``client`` is redis-py's plain sync client."""
+    if (
+        client.__class__ is not redis.Redis
+        or client.connection is not None
+        or hasattr(redis.Redis.execute_command, "__wrapped__")  # (instrumented, maybe after this import)
+    ):
+        return client.execute_command(*command)
+    pool = client.connection_pool
+    conn = _get(pool)
+    try:
+        conn.send_packed_command(packed(command, conn.encoder))
+        return conn.read_response()
+    except redis.exceptions.ResponseError:
+        raise  # (the whole reply was read: the connection is fine)
+    except BaseException:
+        conn.disconnect()  # (a reply may be left half read)
+        raise
+    finally:
+        pool.release(conn)
+
+
+async def execute_async(client: Any, *command: Any) -> Any:
+    """As ``execute``, for redis-py's plain asyncio client (its retry policy kept)."""
+    if (
+        client.__class__ is not redis.asyncio.Redis
+        or client.single_connection_client
+        or hasattr(redis.asyncio.Redis.execute_command, "__wrapped__")
+    ):
+        return await client.execute_command(*command)
+    pool = client.connection_pool
+    conn = await _get(pool)
+    try:
+        return await conn.retry.call_with_retry(lambda: _send_read(conn, command), lambda _error: conn.disconnect())
+    except redis.exceptions.ResponseError:
+        raise
+    except BaseException:
+        await conn.disconnect(nowait=True)  # (cancelled mid-reply: the rest must not be read as another's)
+        raise
+    finally:
+        await pool.release(conn)
+
+
+async def _send_read(conn: Any, command: tuple[Any, ...]) -> Any:
+    data = packed(command, conn.encoder)
+    writer = getattr(conn, "_writer", None)
+    if writer is None or conn.health_check_interval:
+        await conn.send_packed_command(data)
+    else:
+        # Written as send_packed_command does, without its asyncio.wait_for (a task per write on
+        # Python 3.11 when the client has a socket timeout, as redis-py 8's have by default): the
+        # step's own deadline bounds the write (redis_backend._run_async).
+        try:
+            writer.writelines(data)
+            await writer.drain()
+        except OSError as exc:
+            await conn.disconnect(nowait=True)
+            raise redis.exceptions.ConnectionError(f"Error while writing to the socket: {exc}") from exc
+    return await conn.read_response()
