@@ -17,6 +17,7 @@ tracer's instrumentation) get ``execute_command``, which sees every step as befo
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import redis
@@ -45,9 +46,13 @@ def packed(command: tuple[Any, ...], encoder: Any) -> list[bytes]:
     parts = [b"*%d\r\n" % len(command)]
     for arg in command:
         if arg.__class__ is not bytes:
-            arg = encoder.encode(arg)
+            arg = _NAMES.get(arg) or encoder.encode(arg)
         parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
     return [b"".join(parts)]
+
+
+#: The commands' names and key counts as the wire has them (plain ASCII in any encoding).
+_NAMES: dict[object, bytes] = {"FCALL": b"FCALL", "EVALSHA": b"EVALSHA", "EVAL": b"EVAL", 1: b"1", 2: b"2"}
 
 
 def execute(client: Any, *command: Any) -> Any:
@@ -109,4 +114,6 @@ async def _send_read(conn: Any, command: tuple[Any, ...]) -> Any:
         except OSError as exc:
             await conn.disconnect(nowait=True)
             raise redis.exceptions.ConnectionError(f"Error while writing to the socket: {exc}") from exc
-    return await conn.read_response()
+    # Read without a timer of its own (the socket timeout's asyncio.timeout per read): the step's
+    # deadline bounds it.
+    return await conn.read_response(timeout=math.inf)
