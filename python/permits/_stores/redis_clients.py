@@ -23,6 +23,8 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .redis_wire import keep_connections
+
 # redis-py leaves these untyped: called through Any (mypy's strict mode refuses untyped calls).
 _SentinelConnectionPool: Any = redis.sentinel.SentinelConnectionPool
 _Sentinel: Any = redis.sentinel.Sentinel
@@ -129,6 +131,7 @@ def bounded_sync_client(client: Any, timeout: float) -> Bounded:
 
         return Bounded(redis.Redis(connection_pool=new_pool), close)
     plain_pool = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    keep_connections(plain_pool)
     return Bounded(redis.Redis(connection_pool=plain_pool), plain_pool.disconnect)
 
 

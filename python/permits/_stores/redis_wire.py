@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import weakref
 from typing import Any
 
 import redis
@@ -65,7 +66,10 @@ def execute(client: Any, *command: Any) -> Any:
     ):
         return client.execute_command(*command)
     pool = client.connection_pool
-    conn = _get(pool)
+    kept = _KEPT.get(pool)
+    conn = _kept_connection(kept) if kept else None
+    if conn is None:
+        conn = _get(pool)
     try:
         conn.send_packed_command(packed(command, conn.encoder))
         return conn.read_response()
@@ -75,7 +79,38 @@ def execute(client: Any, *command: Any) -> Any:
         conn.disconnect()  # (a reply may be left half read)
         raise
     finally:
-        pool.release(conn)
+        if kept is not None:
+            kept.append(conn)
+        else:
+            pool.release(conn)
+
+
+#: The plain pools of the stores' own sync clients (redis_clients.bounded_sync_client), which no one
+#: else uses: the connections their steps used, kept for the next step rather than given back to the
+#: pool and taken from it again (redis-py 8's pool costs some 13-19 us a round on this machine,
+#: its observability's bookkeeping; the check that the connection is still sound is kept).
+_KEPT: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def keep_connections(pool: Any) -> None:
+    """The steps on ``pool`` (a store's own, used by no one else) keep their connections."""
+    if type(pool) is redis.ConnectionPool:
+        _KEPT[pool] = []
+
+
+def _kept_connection(kept: list[Any]) -> Any:
+    try:
+        conn = kept.pop()
+    except IndexError:  # (another thread took the last one)
+        return None
+    if getattr(conn, "_sock", True) is None:
+        return conn  # (disconnected by a failed step: connected as the step is sent, not twice)
+    try:
+        if conn.can_read():  # (data no step asked for, or closed by the server: as the pool checks)
+            conn.disconnect()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        conn.disconnect()  # (connected again as the step is sent)
+    return conn
 
 
 async def execute_async(client: Any, *command: Any) -> Any:

@@ -1,11 +1,14 @@
 """How the Redis backend sends its steps: a plain client's on its pooled connections (not by
 ``execute_command``), a subclass's and an instrumented client's by ``execute_command`` (which sees
-every step), and a step cut off mid-reply leaves nothing for the next step to read."""
+every step); a step cut off mid-reply leaves nothing for the next step to read; a sync store's own
+connections, kept between steps, are checked before each step and closed with the store."""
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,3 +142,53 @@ async def test_a_step_cut_off_mid_reply_leaves_no_reply_for_the_next_step(
     for _ in range(3):
         assert not (await steps.take("used", rule, 1, None, 0)).granted
     await closed(store)
+
+
+def named_connections(admin: Any, name: str) -> int:
+    return sum(1 for entry in admin.client_list() if entry.get("name") == name)
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_before_the_next_step(redis_server: Any, admin: Any) -> None:
+    """A sync store keeps the connections of its own client between steps; one the server closed
+    meanwhile (a restart, a timeout, CLIENT KILL) is found closed before a step is written on it."""
+    name = f"wire-{uuid.uuid4().hex[:8]}"
+    given = redis_server.client(client_name=name)
+    store = backend(given)
+    rule = fixed_window(100)
+    assert store.take("kept", rule, 1, None, 0).granted
+    killed = admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    assert killed >= 1 and named_connections(admin, name) == 0
+    for _ in range(STEPS):
+        assert store.take("kept", rule, 1, None, 0).granted  # (no BackendError: a new connection)
+    assert store.available("kept", rule, 0) == 100 - 1 - STEPS
+    store.close()
+    given.close()
+
+
+def test_threads_share_the_kept_connections_and_close_leaves_none_open(redis_server: Any, admin: Any) -> None:
+    name = f"wire-{uuid.uuid4().hex[:8]}"
+    given = redis_server.client(client_name=name)
+    store = backend(given)
+    rule, threads, each = fixed_window(10**6), 6, 50
+    errors: list[BaseException] = []
+    assert store.take("threads", rule, 1, None, 0).granted  # (the library and the eviction policy: one connection)
+
+    def steps() -> None:
+        try:
+            for _ in range(each):
+                assert store.take("threads", rule, 1, None, 0).granted
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    running = [threading.Thread(target=steps) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join(60)
+    assert not errors
+    assert store.available("threads", rule, 0) == 10**6 - 1 - threads * each
+    # the steps' (at most one per thread at once) and the pool's one for the warm-up's other commands
+    assert 1 <= named_connections(admin, name) <= threads + 1
+    store.close()
+    assert named_connections(admin, name) == 0
+    given.close()
