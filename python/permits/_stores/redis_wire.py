@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import weakref
 from typing import Any
 
 import redis
@@ -66,7 +65,7 @@ def execute(client: Any, *command: Any) -> Any:
     ):
         return client.execute_command(*command)
     pool = client.connection_pool
-    kept = _KEPT.get(pool)
+    kept = getattr(pool, _KEPT, None)
     conn = _kept_connection(kept) if kept else None
     if conn is None:
         conn = _get(pool)
@@ -85,17 +84,19 @@ def execute(client: Any, *command: Any) -> Any:
             pool.release(conn)
 
 
-#: The plain pools of the stores' own sync clients (redis_clients.bounded_sync_client), which no one
-#: else uses: the connections their steps used, kept for the next step rather than given back to the
-#: pool and taken from it again (redis-py 8's pool costs some 13-19 us a round on this machine,
-#: its observability's bookkeeping; the check that the connection is still sound is kept).
-_KEPT: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+#: The attribute of the plain pools of the stores' own sync clients (redis_clients.bounded_sync_client),
+#: which no one else uses: the connections their steps used, kept for the next step rather than given
+#: back to the pool and taken from it again (redis-py 8's pool costs some 13-19 us a round on this
+#: machine, its observability's bookkeeping; the check that the connection is still sound is kept).
+#: On the pool itself, so that the connections go with it (a weak map from pool to connections would
+#: keep the pool alive: redis-py 8's connections reach their pool).
+_KEPT = "_permits_kept_connections"
 
 
 def keep_connections(pool: Any) -> None:
     """The steps on ``pool`` (a store's own, used by no one else) keep their connections."""
     if type(pool) is redis.ConnectionPool:
-        _KEPT[pool] = []
+        setattr(pool, _KEPT, [])
 
 
 def _kept_connection(kept: list[Any]) -> Any:

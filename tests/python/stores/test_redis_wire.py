@@ -6,6 +6,7 @@ connections, kept between steps, are checked before each step and closed with th
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 import time
 import uuid
@@ -190,5 +191,28 @@ def test_threads_share_the_kept_connections_and_close_leaves_none_open(redis_ser
     # the steps' (at most one per thread at once) and the pool's one for the warm-up's other commands
     assert 1 <= named_connections(admin, name) <= threads + 1
     store.close()
+    assert named_connections(admin, name) == 0
+    given.close()
+
+
+def test_stores_never_closed_leave_no_connection_open_once_collected(redis_server: Any, admin: Any) -> None:
+    """The kept connections go with their store's own client: a weak map from pools to their
+    connections kept every pool alive (its connections reach it), two descriptors per store for
+    good (a test run reached 1,024 descriptors and waitress's select() failed)."""
+    name = f"wire-{uuid.uuid4().hex[:8]}"
+    given = redis_server.client(client_name=name)
+    rule = fixed_window(100)
+
+    def step_and_drop() -> bool:
+        store = backend(given)  # (never closed)
+        return store.take("gone", rule, 1, None, 0).granted
+
+    for _ in range(30):
+        assert step_and_drop()
+    gc.collect()
+    gc.collect()  # (a second pass: what the first one's finalizers freed)
+    deadline = time.monotonic() + 5.0
+    while named_connections(admin, name) > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert named_connections(admin, name) == 0
     given.close()
