@@ -41,6 +41,10 @@ struct LeaseObject {
     // seen). `lost_check`: a custom or wrapping lease's callable that says so (Lease.granted(lost=)).
     bool lost;
     PyObject* lost_check;
+    // An instrumented limiter's Meter (meter_type.hpp) this granted lease ends in, or nullptr; and
+    // when it was granted, on the meter's clock.
+    PyObject* meter;
+    std::int64_t meter_start;
 };
 
 extern PyTypeObject LeaseType;

@@ -7,6 +7,7 @@
 #include "free_threading.hpp"
 #include "key_encoding.hpp"
 #include "lease_targets.hpp"
+#include "meter_type.hpp"
 #include "raised_error.hpp"
 
 #if defined(__linux__)
@@ -86,6 +87,7 @@ LeaseObject* alloc_lease() {
     self->tag = 0;
     self->lost = false;
     self->lost_check = nullptr;
+    self->meter = nullptr;
     return self;
 }
 
@@ -268,6 +270,9 @@ int do_release(LeaseObject* self, bool refund) {
         wait_for_settle(self);
         give_back_permits(self, load_shared(self->permit_count), true);
     }
+    if (self->meter != nullptr) {
+        py_meter::end(self->meter, self->meter_start, !refund); // (a refund: never used, no duration)
+    }
     if (self->on_release == nullptr && self->on_refund == nullptr) {
         Py_CLEAR(self->on_settle); // (a custom lease with on_settle alone)
         return 0;                  // an engine lease
@@ -320,6 +325,12 @@ void release_forgotten(LeaseObject* self) {
 
 void lease_dealloc(LeaseObject* self) {
     PyObject_GC_UnTrack(self);
+    if (self->meter != nullptr) { // a stamped lease collected unreleased ends as released
+        if (self->acquired && !self->released) {
+            py_meter::end(self->meter, self->meter_start, true);
+        }
+        Py_CLEAR(self->meter);
+    }
     release_forgotten(self);
     if (self->reason != nullptr) { // only a failed lease has a reason, and a limiter name
         Py_DECREF(self->reason);

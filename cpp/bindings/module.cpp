@@ -4,6 +4,7 @@
 #include "args.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
+#include "meter_type.hpp"
 #include "permits/clock.hpp"
 #include "permits/outcome.hpp"
 #include "permits/scheduler.hpp"
@@ -38,6 +39,9 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
     permits::bind::g_closed_error =
         py::register_exception<permits::ClosedError>(m, "LimiterClosedError", PyExc_RuntimeError).inc_ref().ptr();
     permits::bind::bind_clock(m);
+    if (!permits::py_meter::register_type(m.ptr())) {
+        throw py::error_already_set();
+    }
     permits::bind::bind_limiters(m);
     permits::bind::bind_wait_handle(m);
     permits::bind::bind_per_key(m);

@@ -267,6 +267,20 @@ def need(module: str) -> Any:
     return pytest.importorskip(module, reason=f"{module} is not installed: pip install {module}")
 
 
+def join_while_progressing(threads: list[threading.Thread], progress: Callable[[], int], stall: float) -> None:
+    """Joins threads that count their work in ``progress()``: fails when nothing moves for ``stall``
+    seconds (a hang), not when a loaded machine is slow (a store's four threads contending for one
+    row took over 5 s for 600 steps in a free-threaded CI run, each step moving)."""
+    seen, moved = progress(), time.monotonic()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(0.05)
+        now, count = time.monotonic(), progress()
+        if count != seen:
+            seen, moved = count, now
+        assert now - moved < stall, f"no thread moved for {stall} s (at {seen}): a worker thread hung"
+
+
 def run_threads(target: Callable[[int], object], n: int, *, join_timeout: float = 30.0) -> None:
     """Runs target(0..n-1) on n threads started at one barrier; re-raises the first error. A thread
     still running after ``join_timeout`` seconds fails the test (a hang), never the run."""

@@ -90,7 +90,7 @@ def instrument(
     for target, sink in sinks:
         if not any(known is target for known in targets):
             targets.append(target)
-            observer.sinks.append(sink)
+            observer.add(sink)
     return limiter
 
 

@@ -96,8 +96,12 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
 
     def acquire(self, permit_count: int = 1) -> Lease:
         """The wrapped limiter's ``acquire``, its outcome counted; a granted lease comes back wrapped
-        (same ``permit_count`` and ``metadata``) so that its release is seen."""
-        return self._observer.outcome(self.__wrapped__.acquire(permit_count))
+        (same ``permit_count`` and ``metadata``) so that its release is seen, unless stamped."""
+        lease = self.__wrapped__.acquire(permit_count)
+        stamp = self._observer.stamp  # (inline: a call less on the common path)
+        if stamp is not None and stamp(lease):
+            return lease
+        return self._observer.outcome(lease)
 
     def _try_now(self, permit_count: int) -> Lease | None:
         lease = self.__wrapped__._try_now(permit_count)
@@ -165,8 +169,12 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
 
     def acquire(self, resource: object, permit_count: int = 1) -> Lease:
         """The wrapped limiter's ``acquire``, its outcome counted; a granted lease comes back wrapped
-        (same ``permit_count`` and ``metadata``) so that its release is seen."""
-        return self._observer.outcome(self.__wrapped__.acquire(resource, permit_count))
+        (same ``permit_count`` and ``metadata``) so that its release is seen, unless stamped."""
+        lease = self.__wrapped__.acquire(resource, permit_count)
+        stamp = self._observer.stamp
+        if stamp is not None and stamp(lease):
+            return lease
+        return self._observer.outcome(lease)
 
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
         lease = self.__wrapped__._try_now(resource, permit_count)

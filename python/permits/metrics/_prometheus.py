@@ -1,21 +1,26 @@
 """The Prometheus instruments: one set per CollectorRegistry (a name registers once per registry),
-shared by every limiter instrumented to it. The queue's length is read at collection time; in
-multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``), where the collecting process is not the one
-whose limiters queue, it is a gauge each process writes as its waits enter and leave the queue."""
+shared by every limiter instrumented to it. Leases by result, active leases and lease durations are
+kept in a Meter per limiter name (atomics in the extension: a stamped lease ends itself there, no
+Python call per lease) and read when the registry is collected, as is the queue's length. In
+multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``), where the collecting process is not the one whose
+limiters count, each is an instrument of prometheus-client's that each process writes as it goes."""
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from .. import _lost_leases
-from .._core import LimiterClosedError
+from .._core import Clock, LimiterClosedError, Meter
 
 _sets: weakref.WeakKeyDictionary[CollectorRegistry, PrometheusMetrics] = weakref.WeakKeyDictionary()
 
@@ -60,19 +65,94 @@ class _Queued(Collector):
         yield family
 
 
+_LEASES = ("permits_leases", "Leases handed out, by result")
+_ACTIVE = ("permits_active_leases", "Granted leases not yet released")
+_DURATION = ("permits_lease_duration_seconds", "Time from a lease's grant to its release")
+BOUNDS = Histogram.DEFAULT_BUCKETS
+
+
+class Metered:
+    """A limiter name's Meter on one clock, and what it could not count itself (more distinct
+    results than it has room for)."""
+
+    __slots__ = ("created", "meter", "name", "overflow")
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self.meter = Meter(clock, BOUNDS)
+        self.created = time.time()
+        self.overflow: dict[str, int] = {}
+
+    def count(self, result: str) -> None:
+        if not self.meter.count(result):
+            with _sets_lock:
+                self.overflow[result] = self.overflow.get(result, 0) + 1
+
+
+class _Leases(Collector):
+    """permits_leases, permits_active_leases and permits_lease_duration_seconds read from the
+    registry's meters, summed by limiter name."""
+
+    def __init__(self) -> None:
+        self.meters: dict[tuple[str, int], Metered] = {}  # (name, id(clock)): never dropped, as a counter
+
+    def describe(self) -> list[Metric]:
+        return [
+            CounterMetricFamily(*_LEASES, labels=["limiter", "result"]),
+            GaugeMetricFamily(*_ACTIVE, labels=["limiter"]),
+            HistogramMetricFamily(*_DURATION, labels=["limiter"]),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        leases = CounterMetricFamily(*_LEASES, labels=["limiter", "result"])
+        active = GaugeMetricFamily(*_ACTIVE, labels=["limiter"])
+        duration = HistogramMetricFamily(*_DURATION, labels=["limiter"])
+        by_name: dict[str, list[Metered]] = {}
+        with _sets_lock:
+            for metered in self.meters.values():
+                by_name.setdefault(metered.name, []).append(metered)
+        for name in sorted(by_name):
+            found = by_name[name]
+            created = min(m.created for m in found)
+            results: dict[str, int] = {}
+            counts = [0] * (len(BOUNDS))
+            total = 0.0
+            for metered in found:
+                with _sets_lock:
+                    overflow = list(metered.overflow.items())
+                for result, n in [*metered.meter.results().items(), *overflow]:
+                    results[result] = results.get(result, 0) + n
+                buckets, seconds = metered.meter.durations()
+                counts = [a + b for a, b in zip(counts, buckets, strict=True)]
+                total += seconds
+            for result, n in sorted(results.items()):
+                leases.add_metric([name, result], n, created=created)
+            active.add_metric([name], sum(m.meter.active for m in found))
+            cumulative, running = [], 0
+            for bound, n in zip(BOUNDS, counts, strict=True):
+                running += n
+                cumulative.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
+            duration.add_metric([name], cumulative, total)
+            duration.samples.append(Sample(f"{_DURATION[0]}_created", {"limiter": name}, created))
+        yield leases
+        yield active
+        yield duration
+
+
 class PrometheusMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.leases = Counter(
-            "permits_leases", "Leases handed out, by result", ["limiter", "result"], registry=registry
-        )
-        # livesum: in multiprocess mode the sum over the live processes (a dead one holds nothing).
-        self.active = Gauge(
-            "permits_active_leases", "Granted leases not yet released", ["limiter"], registry=registry,
-            multiprocess_mode="livesum",
-        )  # fmt: skip
-        self.lease_duration = Histogram(
-            "permits_lease_duration_seconds", "Time from a lease's grant to its release", ["limiter"], registry=registry
-        )
+        self.leases: Counter | None = None
+        self.active: Gauge | None = None
+        self.lease_duration: Histogram | None = None
+        self.metered: _Leases | None = None
+        if multiprocess():
+            self.leases = Counter(*_LEASES, ["limiter", "result"], registry=registry)
+            # livesum: in multiprocess mode the sum over the live processes (a dead one holds nothing).
+            self.active = Gauge(*_ACTIVE, ["limiter"], registry=registry, multiprocess_mode="livesum")
+            self.lease_duration = Histogram(*_DURATION, ["limiter"], registry=registry)
+        else:
+            self.metered = _Leases()
+            registry.register(self.metered)
         self.queue_duration = Histogram(
             "permits_queue_duration_seconds",
             "Time requests spent queued, by outcome",
@@ -100,20 +180,38 @@ class PrometheusMetrics:
             self.queued = _Queued()
             registry.register(self.queued)
 
+    def metered_for(self, name: str, clock: Clock) -> Metered:
+        """The Meter of limiters named ``name`` on ``clock`` (durations are measured on it)."""
+        assert self.metered is not None
+        with _sets_lock:
+            meters = self.metered.meters
+            found = meters.get((name, id(clock)))
+            if found is None:
+                found = meters[(name, id(clock))] = Metered(name, clock)
+            return found
+
 
 class PrometheusSink:
-    """The instruments' children of one limiter name, made once per result."""
+    """The instruments' children of one limiter name, made once per result. ``meter``: the Meter
+    a lease can be stamped with, to end itself there (None in multiprocess mode)."""
 
     __slots__ = (
-        "__weakref__", "_active", "_duration", "_leases", "_metrics", "_name", "_queue", "_queued", "_requests",
-        "lost_key",
+        "__weakref__", "_active", "_duration", "_leases", "_metered", "_metrics", "_name", "_queue", "_queued",
+        "_requests", "lost_key", "meter",
     )  # fmt: skip
 
     def __init__(self, metrics: PrometheusMetrics, limiter: Any) -> None:
         self._metrics = metrics
         self._name = name = limiter.name
-        self._active = metrics.active.labels(name)
-        self._duration = metrics.lease_duration.labels(name)
+        self._metered: Metered | None = None
+        self.meter: Meter | None = None
+        if metrics.metered is not None:
+            self._metered = metrics.metered_for(name, limiter._rl_clock)
+            self.meter = self._metered.meter
+        else:
+            assert metrics.active is not None and metrics.lease_duration is not None
+            self._active = metrics.active.labels(name)
+            self._duration = metrics.lease_duration.labels(name)
         self._leases: dict[str, Any] = {}
         self._queue: dict[str, Any] = {}
         self._requests: dict[str, Any] = {}
@@ -125,16 +223,26 @@ class PrometheusSink:
         _lost_leases.listen(name, self)
 
     def leased(self, result: str) -> None:
+        if self._metered is not None:
+            self._metered.count(result)
+            return
         child = self._leases.get(result)
         if child is None:
+            assert self._metrics.leases is not None
             child = self._leases[result] = self._metrics.leases.labels(self._name, result)
         child.inc()
 
     def active(self, delta: int) -> None:
-        self._active.inc(delta)
+        if self.meter is not None:
+            self.meter.add_active(delta)
+        else:
+            self._active.inc(delta)
 
     def lease_duration(self, seconds: float) -> None:
-        self._duration.observe(seconds)
+        if self.meter is not None:
+            self.meter.observe(seconds)
+        else:
+            self._duration.observe(seconds)
 
     def queue_duration(self, result: str, seconds: float) -> None:
         child = self._queue.get(result)

@@ -1,0 +1,199 @@
+"""The Meter a Prometheus-instrumented limiter keeps its lease counts and durations in (atomics in
+the extension, read when the registry is collected): what a stamped lease counts, the buckets'
+bounds, what the meter cannot count itself, threads, and leases that must be observed the slow way."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import permits
+from permits._core import Meter
+from permits.metrics import instrument
+
+from _support import need, run_threads
+
+BOUNDS = (0.005, 0.01, 1.0, float("inf"))
+
+
+def sample(registry: object, name: str, **labels: str) -> float | None:
+    got: float | None = registry.get_sample_value(name, labels)  # type: ignore[attr-defined]
+    return got
+
+
+@pytest.fixture
+def registry() -> object:
+    return need("prometheus_client").CollectorRegistry()
+
+
+def test_a_stamped_lease_is_counted_and_ends_in_its_bucket() -> None:
+    clock = permits.ManualClock()
+    meter = Meter(clock, BOUNDS)
+    limiter = permits.ConcurrencyLimiter(3, clock=clock)
+    leases = [limiter.acquire() for _ in range(3)]
+    assert all(meter.stamp(lease) for lease in leases)
+    assert meter.stamp(limiter.acquire())  # a refusal, by its reason
+    assert meter.results() == {"acquired": 3, "limit_reached": 1} and meter.active == 3
+    clock.advance(0.005)
+    leases[0].release()  # on the bound: le 0.005
+    clock.advance(0.005)
+    leases[1].release()  # 0.01: le 0.01
+    leases[2]._refund()  # a refund: never used, no duration
+    assert meter.active == 0
+    assert meter.durations() == ([1, 1, 0, 0], 0.015)
+    leases[0].release()  # once is all
+    assert meter.durations() == ([1, 1, 0, 0], 0.015) and meter.active == 0
+
+
+def test_a_lease_is_stamped_once_and_never_after_its_release() -> None:
+    clock = permits.ManualClock()
+    first, second = Meter(clock, BOUNDS), Meter(clock, BOUNDS)
+    limiter = permits.ConcurrencyLimiter(2, clock=clock)
+    lease = limiter.acquire()
+    assert first.stamp(lease) and not second.stamp(lease) and not first.stamp(lease)
+    released = limiter.acquire()
+    released.release()
+    assert not first.stamp(released)
+    assert not first.stamp(permits.Lease.granted(1).__class__)  # not a lease at all
+    lease.release()
+    assert (first.active, second.active) == (0, 0) and first.results() == {"acquired": 1}
+    assert second.results() == {}
+
+
+def test_a_stamped_lease_collected_unreleased_counts_as_released() -> None:
+    clock = permits.ManualClock()
+    meter = Meter(clock, BOUNDS)
+    limiter = permits.TokenBucketLimiter(5, 5, 1.0, clock=clock)
+    lease = limiter.acquire()
+    assert meter.stamp(lease)
+    clock.advance(2.0)
+    del lease
+    assert meter.active == 0 and meter.durations() == ([0, 0, 0, 1], 2.0)
+
+
+def test_bad_arguments_name_themselves() -> None:
+    clock = permits.ManualClock()
+    with pytest.raises(TypeError, match="clock"):
+        Meter(object(), BOUNDS)
+    for bounds in ([1.0, 0.5], [float("nan")], [-1.0], [1.0, 1.0], [float("inf"), 1.0]):
+        with pytest.raises(ValueError, match="bounds"):
+            Meter(clock, bounds)
+    with pytest.raises(TypeError, match="bounds"):
+        Meter(clock, ["a"])
+    with pytest.raises(TypeError, match="result"):
+        Meter(clock, BOUNDS).count(3)  # type: ignore[arg-type]
+
+
+class Reasons(permits.RateLimiter):
+    """Refuses each acquisition with a reason of its own (made at the call: never the same str)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="reasons")
+        self.calls = 0
+
+    def _acquire(self, permit_count: int) -> permits.Lease:
+        self.calls += 1
+        return permits.Lease.denied(reason="r" + str(self.calls % 40))
+
+
+def test_more_results_than_the_meter_holds_are_all_counted(registry: object) -> None:
+    limiter = instrument(Reasons(), registry=registry)
+    for _ in range(80):
+        assert not limiter.acquire()
+    for n in range(40):
+        assert sample(registry, "permits_leases_total", limiter="reasons", result=f"r{n}") == 2
+
+
+def test_threads_count_every_lease_once(registry: object) -> None:
+    clock = permits.ManualClock()
+    inner = permits.TokenBucketLimiter(10_000, 1, 1000.0, clock=clock, name="busy")
+    limiter = instrument(inner, registry=registry)
+    granted = [0] * 8
+
+    def body(i: int) -> None:
+        for _ in range(2000):
+            lease = limiter.acquire()
+            if lease:
+                granted[i] += 1
+                lease.release()
+
+    run_threads(body, 8)
+    assert sum(granted) == 10_000
+    assert sample(registry, "permits_leases_total", limiter="busy", result="acquired") == 10_000
+    assert sample(registry, "permits_leases_total", limiter="busy", result="limit_reached") == 6_000
+    assert sample(registry, "permits_active_leases", limiter="busy") == 0
+    assert sample(registry, "permits_lease_duration_seconds_count", limiter="busy") == 10_000
+
+
+class Passing(permits.RateLimiter):
+    """Hands out the leases of another (instrumented) limiter: already stamped."""
+
+    def __init__(self, inner: permits.RateLimiter) -> None:
+        super().__init__(name="outer", clock=inner._rl_clock)
+        self.inner = inner
+
+    def _acquire(self, permit_count: int) -> permits.Lease:
+        return self.inner.acquire(permit_count)
+
+
+def test_a_lease_stamped_already_is_observed_the_slow_way(registry: object) -> None:
+    prometheus_client = need("prometheus_client")
+    clock = permits.ManualClock()
+    other = prometheus_client.CollectorRegistry()
+    inner = instrument(permits.ConcurrencyLimiter(1, clock=clock, name="inner"), registry=registry)
+    outer = instrument(Passing(inner), registry=other)
+    lease = outer.acquire()
+    assert lease and not outer.acquire()
+    clock.advance(0.5)
+    lease.release()
+    assert inner.available_permits() == 1
+    for reg, name in ((registry, "inner"), (other, "outer")):
+        assert sample(reg, "permits_leases_total", limiter=name, result="acquired") == 1
+        assert sample(reg, "permits_active_leases", limiter=name) == 0
+        assert sample(reg, "permits_lease_duration_seconds_sum", limiter=name) == 0.5
+
+
+def test_limiters_of_one_name_share_their_series(registry: object) -> None:
+    clock = permits.ManualClock()
+    first = instrument(permits.ConcurrencyLimiter(1, clock=clock, name="db"), registry=registry)
+    second = instrument(permits.ConcurrencyLimiter(1, clock=clock, name="db"), registry=registry)
+    third = instrument(permits.ConcurrencyLimiter(1, clock=permits.ManualClock(), name="db"), registry=registry)
+    held = [first.acquire(), second.acquire(), third.acquire()]
+    assert all(held)
+    assert sample(registry, "permits_leases_total", limiter="db", result="acquired") == 3
+    assert sample(registry, "permits_active_leases", limiter="db") == 3
+    del first, second, third  # the counts outlive the limiters: a counter never goes down
+    for lease in held:
+        lease.release()
+    assert sample(registry, "permits_leases_total", limiter="db", result="acquired") == 3
+    assert sample(registry, "permits_active_leases", limiter="db") == 0
+    assert sample(registry, "permits_lease_duration_seconds_count", limiter="db") == 3
+
+
+def test_a_thread_releasing_what_another_stamped() -> None:
+    clock = permits.ManualClock()
+    meter = Meter(clock, BOUNDS)
+    limiter = permits.ConcurrencyLimiter(100, clock=clock)
+    leases = [limiter.acquire() for _ in range(100)]
+    assert all(meter.stamp(lease) for lease in leases)
+    threads = [threading.Thread(target=lambda: [lease.release() for lease in leases]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert meter.active == 0 and sum(meter.durations()[0]) == 100
+
+
+def test_an_instrumented_engine_limiter_hands_out_its_own_leases(registry: object) -> None:
+    # (the engine's leases hold no Python object, so the collector never tracks them; a lease
+    # wrapped to see its release holds a callback, and is tracked)
+    clock = permits.ManualClock()
+    limiter = instrument(permits.TokenBucketLimiter(2, 2, 1.0, clock=clock, name="own"), registry=registry)
+    lease = limiter.acquire()
+    assert lease and not gc.is_tracked(lease)
+    both = instrument(limiter, meter=need("opentelemetry.sdk.metrics").MeterProvider().get_meter("t"))
+    wrapped = both.acquire()
+    assert wrapped and gc.is_tracked(wrapped)  # two exporters: each told of every event
+    assert sample(registry, "permits_leases_total", limiter="own", result="acquired") == 2
