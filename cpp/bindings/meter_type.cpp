@@ -12,6 +12,7 @@
 #include "free_threading.hpp"
 #include "lease_object.hpp"
 #include "permits/clock.hpp"
+#include "raised_error.hpp"
 
 namespace permits::py_meter {
 namespace {
@@ -43,6 +44,9 @@ struct State {
 
 struct MeterObject {
     PyObject_HEAD State* state;
+    // Called with each used lease's duration in seconds, or nullptr: an exporter that takes no
+    // counts kept for it (OpenTelemetry's API has no asynchronous histogram).
+    PyObject* record;
 };
 
 PyTypeObject MeterType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -93,11 +97,16 @@ Result* result_of(State& s, PyObject* name, bool& failed) {
 }
 
 PyObject* meter_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-    static const char* names[] = {"clock", "bounds", nullptr};
+    static const char* names[] = {"clock", "bounds", "record", nullptr};
     PyObject* clock_obj = nullptr;
     PyObject* bounds_obj = nullptr;
-    if (PyArg_ParseTupleAndKeywords(args, kwargs, "OO:Meter", const_cast<char**>(names), &clock_obj, &bounds_obj) ==
-        0) {
+    PyObject* record = Py_None;
+    if (PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$O:Meter", const_cast<char**>(names), &clock_obj, &bounds_obj,
+                                    &record) == 0) {
+        return nullptr;
+    }
+    if (record != Py_None && PyCallable_Check(record) == 0) {
+        PyErr_Format(PyExc_TypeError, "record must be callable or None, got %s", Py_TYPE(record)->tp_name);
         return nullptr;
     }
     std::shared_ptr<Clock> clock;
@@ -143,10 +152,26 @@ PyObject* meter_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     }
     s->bounds_ns = std::move(bounds);
     reinterpret_cast<MeterObject*>(self)->state = s;
+    if (record != Py_None) {
+        Py_INCREF(record);
+        reinterpret_cast<MeterObject*>(self)->record = record;
+    }
     return self;
 }
 
+int meter_traverse(PyObject* self, visitproc visit, void* arg) {
+    Py_VISIT(reinterpret_cast<MeterObject*>(self)->record);
+    return 0;
+}
+
+int meter_clear(PyObject* self) {
+    Py_CLEAR(reinterpret_cast<MeterObject*>(self)->record);
+    return 0;
+}
+
 void meter_dealloc(PyObject* self) {
+    PyObject_GC_UnTrack(self);
+    meter_clear(self);
     State* s = reinterpret_cast<MeterObject*>(self)->state;
     if (s != nullptr) {
         for (Result& r : s->results) {
@@ -313,9 +338,28 @@ PyGetSetDef meter_getset[] = {{"active", meter_active, nullptr, "Leases granted 
 void end(PyObject* meter, std::int64_t start_ns, bool used) noexcept {
     State& s = state_of(meter);
     s.active.fetch_sub(1, std::memory_order_relaxed);
-    if (used) {
-        observe_ns(s, s.clock->now() - start_ns);
+    if (!used) {
+        return;
     }
+    const std::int64_t ns = s.clock->now() - start_ns;
+    observe_ns(s, ns);
+    PyObject* record = reinterpret_cast<MeterObject*>(meter)->record;
+    if (record == nullptr) {
+        return;
+    }
+    // An exporter's failure is its own: reported, never raised from a release (nor lost from an
+    // error already set, as in a lease's deallocation).
+    bind::RaisedError kept = bind::RaisedError::take();
+    Py_INCREF(record);
+    PyObject* seconds = PyFloat_FromDouble(static_cast<double>(std::max<std::int64_t>(ns, 0)) / 1e9);
+    PyObject* r = seconds != nullptr ? PyObject_CallOneArg(record, seconds) : nullptr;
+    Py_XDECREF(seconds);
+    if (r == nullptr) {
+        PyErr_WriteUnraisable(record);
+    }
+    Py_XDECREF(r);
+    Py_DECREF(record);
+    kept.restore();
 }
 
 bool register_type(PyObject* m) {
@@ -325,11 +369,14 @@ bool register_type(PyObject* m) {
     }
     MeterType.tp_name = "permits._core.Meter";
     MeterType.tp_basicsize = sizeof(MeterObject);
-    MeterType.tp_flags = Py_TPFLAGS_DEFAULT;
-    MeterType.tp_doc = "Meter(clock, bounds)\n--\n\nAn instrumented limiter's lease counts, active leases and lease "
-                       "durations (buckets with these upper bounds, in seconds), kept as atomics.";
+    MeterType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+    MeterType.tp_doc = "Meter(clock, bounds, *, record=None)\n--\n\nAn instrumented limiter's lease counts, active "
+                       "leases and lease durations (buckets with these upper bounds, in seconds), kept as atomics; "
+                       "record(seconds), when given, is called with each used lease's duration as it ends.";
     MeterType.tp_new = meter_new;
     MeterType.tp_dealloc = meter_dealloc;
+    MeterType.tp_traverse = meter_traverse;
+    MeterType.tp_clear = meter_clear;
     MeterType.tp_methods = meter_methods;
     MeterType.tp_getset = meter_getset;
     if (PyType_Ready(&MeterType) < 0) {

@@ -1,8 +1,12 @@
 """The OpenTelemetry instruments: one set per Meter, shared by every limiter instrumented to it.
-The queue's length is an observable instrument, read at collection time."""
+Leases by result and active leases are kept in a permits Meter per limiter name (atomics in the
+extension) and observed at collection time, as is the queue's length. A lease's duration is
+recorded as the lease ends, called from the extension: OpenTelemetry's API has no asynchronous
+histogram, so that one call per lease is left (a stamped lease makes no other)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import weakref
@@ -11,8 +15,8 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from .. import _lost_leases
-from .._core import LimiterClosedError
+from .. import _core, _lost_leases
+from .._core import Clock, LimiterClosedError
 
 # Seconds: OpenTelemetry's default boundaries are meant for milliseconds.
 _BOUNDARIES = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
@@ -40,10 +44,15 @@ def _histogram(meter: Meter, name: str, description: str) -> Any:
 class OpenTelemetryMetrics:
     def __init__(self, meter: Meter) -> None:
         self.limiters: weakref.WeakSet[Any] = weakref.WeakSet()
-        self.leases = meter.create_counter("permits.leases", unit="{lease}", description="Leases handed out, by result")
-        self.active = meter.create_up_down_counter(
-            "permits.active_leases", unit="{lease}", description="Granted leases not yet released"
+        self.meters: dict[tuple[str, int], _core.Meter] = {}  # (name, id(clock)): never dropped, as a counter
+        self.overflow: dict[tuple[str, str], int] = {}  # (name, result): what the meters had no room for
+        meter.create_observable_counter(
+            "permits.leases", callbacks=[self._leases], unit="{lease}", description="Leases handed out, by result"
         )
+        meter.create_observable_up_down_counter(
+            "permits.active_leases", callbacks=[self._active], unit="{lease}",
+            description="Granted leases not yet released",
+        )  # fmt: skip
         self.lease_duration = _histogram(meter, "permits.lease.duration", "Time from a lease's grant to its release")
         self.queue_duration = _histogram(meter, "permits.queue.duration", "Time requests spent queued, by outcome")
         self.requests = meter.create_counter(
@@ -59,6 +68,38 @@ class OpenTelemetryMetrics:
             "permits.queued", callbacks=[self._queued], unit="{request}", description="Requests waiting in a queue"
         )
 
+    def meter_for(self, name: str, clock: Clock) -> _core.Meter:
+        """The permits Meter of limiters named ``name`` on ``clock``: their leases' durations are
+        recorded to ``permits.lease.duration`` as they end."""
+        with _sets_lock:
+            found = self.meters.get((name, id(clock)))
+            if found is None:
+                record = functools.partial(self.lease_duration.record, attributes={"limiter": name})
+                found = self.meters[(name, id(clock))] = _core.Meter(clock, _BOUNDARIES, record=record)
+            return found
+
+    def _by_name(self) -> dict[str, list[_core.Meter]]:
+        found: dict[str, list[_core.Meter]] = {}
+        with _sets_lock:
+            for (name, _), meter in self.meters.items():
+                found.setdefault(name, []).append(meter)
+        return found
+
+    def _leases(self, options: CallbackOptions) -> Iterable[Observation]:
+        totals: dict[tuple[str, str], int] = {}
+        with _sets_lock:
+            totals.update(self.overflow)
+        for name, meters in self._by_name().items():
+            for meter in meters:
+                for result, n in meter.results().items():
+                    totals[name, result] = totals.get((name, result), 0) + n
+        return [Observation(n, {"limiter": name, "result": result}) for (name, result), n in sorted(totals.items())]
+
+    def _active(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(sum(m.active for m in meters), {"limiter": name}) for name, meters in self._by_name().items()
+        ]
+
     def _queued(self, options: CallbackOptions) -> Iterable[Observation]:
         totals: dict[str, int] = {}
         for limiter in list(self.limiters):
@@ -71,12 +112,14 @@ class OpenTelemetryMetrics:
 
 
 class OpenTelemetrySink:
-    """The attribute sets of one limiter name, made once per result."""
+    """The attribute sets of one limiter name, made once per result. ``meter``: the permits Meter
+    a lease can be stamped with, to end itself there."""
 
-    __slots__ = ("__weakref__", "_attributes", "_by_result", "_metrics", "_name", "lost_key")
+    __slots__ = ("__weakref__", "_attributes", "_by_result", "_metrics", "_name", "lost_key", "meter")
 
     def __init__(self, metrics: OpenTelemetryMetrics, limiter: Any) -> None:
         self._metrics = metrics
+        self.meter = metrics.meter_for(limiter.name, limiter._rl_clock)
         self._name = limiter.name
         self._attributes = {"limiter": limiter.name}
         self._by_result: dict[str, dict[str, str]] = {}
@@ -91,10 +134,13 @@ class OpenTelemetrySink:
         return found
 
     def leased(self, result: str) -> None:
-        self._metrics.leases.add(1, self._with(result))
+        if not self.meter.count(result):  # (more distinct results than a Meter holds)
+            overflow = self._metrics.overflow
+            with _sets_lock:
+                overflow[self._name, result] = overflow.get((self._name, result), 0) + 1
 
     def active(self, delta: int) -> None:
-        self._metrics.active.add(delta, self._attributes)
+        self.meter.add_active(delta)
 
     def lease_duration(self, seconds: float) -> None:
         self._metrics.lease_duration.record(seconds, self._attributes)

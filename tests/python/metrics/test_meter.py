@@ -84,6 +84,8 @@ def test_bad_arguments_name_themselves() -> None:
         Meter(clock, ["a"])
     with pytest.raises(TypeError, match="result"):
         Meter(clock, BOUNDS).count(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="record"):
+        Meter(clock, BOUNDS, record=3)  # type: ignore[arg-type]
 
 
 class Reasons(permits.RateLimiter):

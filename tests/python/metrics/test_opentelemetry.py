@@ -63,3 +63,63 @@ def test_lost_leases_are_counted() -> None:
     _lost_leases.report("lost-db", 3)
     assert otel.value("permits.leases.lost", limiter="lost-db").value == 3
     assert limiter
+
+
+def test_a_stamped_lease_records_its_own_duration_as_it_ends() -> None:
+    import gc
+
+    otel = OTel()
+    clock = permits.ManualClock()
+    limiter = instrument(permits.TokenBucketLimiter(3, 3, 1.0, clock=clock, name="own"), meter=otel.meter)
+    leases = [limiter.acquire() for _ in range(3)]
+    assert all(leases) and not any(gc.is_tracked(lease) for lease in leases)  # the engine's own: not wrapped
+    clock.advance(0.5)
+    leases[0].release()
+    leases[1]._refund()  # never used: no duration
+    assert otel.value("permits.active_leases", limiter="own").value == 1
+    del leases  # the last one collected unreleased: released then
+    durations = otel.value("permits.lease.duration", limiter="own")
+    assert (durations.count, durations.sum) == (2, 1.0)
+    assert otel.value("permits.active_leases", limiter="own").value == 0
+    assert otel.value("permits.leases", limiter="own", result="acquired").value == 3
+
+
+def test_more_results_than_a_meter_holds_are_all_counted() -> None:
+    class Reasons(permits.RateLimiter):
+        def __init__(self) -> None:
+            super().__init__(name="reasons")
+            self.calls = 0
+
+        def _acquire(self, permit_count: int) -> permits.Lease:
+            self.calls += 1
+            return permits.Lease.denied(reason="r" + str(self.calls % 40))
+
+    otel = OTel()
+    limiter = instrument(Reasons(), meter=otel.meter)
+    for _ in range(80):
+        assert not limiter.acquire()
+    for n in range(40):
+        assert otel.value("permits.leases", limiter="reasons", result=f"r{n}").value == 2
+
+
+def test_an_exporter_that_raises_never_fails_a_release() -> None:
+    import sys
+
+    from permits._core import Meter
+
+    def broken(seconds: float) -> None:
+        raise RuntimeError("exporter down")
+
+    clock = permits.ManualClock()
+    meter = Meter(clock, [1.0], record=broken)
+    limiter = permits.ConcurrencyLimiter(1, clock=clock)
+    seen: list[BaseException | None] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(u.exc_value)
+    try:
+        lease = limiter.acquire()
+        assert meter.stamp(lease)
+        lease.release()  # (raises nothing)
+    finally:
+        sys.unraisablehook = hook
+    assert [str(e) for e in seen] == ["exporter down"]
+    assert meter.active == 0 and limiter.available_permits() == 1
