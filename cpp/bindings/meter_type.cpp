@@ -355,7 +355,16 @@ void end(PyObject* meter, std::int64_t start_ns, bool used) noexcept {
     PyObject* r = seconds != nullptr ? PyObject_CallOneArg(record, seconds) : nullptr;
     Py_XDECREF(seconds);
     if (r == nullptr) {
-        PyErr_WriteUnraisable(record);
+#if PY_VERSION_HEX >= 0x030D0000
+        const bool finalizing = Py_IsFinalizing() != 0;
+#else
+        const bool finalizing = _Py_IsFinalizing() != 0;
+#endif
+        if (finalizing) {
+            PyErr_Clear(); // a lease collected at exit, its exporter gone before it: nothing to tell
+        } else {
+            PyErr_WriteUnraisable(record);
+        }
     }
     Py_XDECREF(r);
     Py_DECREF(record);

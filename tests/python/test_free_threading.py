@@ -255,6 +255,46 @@ def test_threads_instrumenting_at_once_share_one_set_of_metrics():
         assert granted == [1.0] * THREADS
 
 
+def test_threads_counting_in_one_meter_while_it_is_read_lose_nothing():
+    # Stamped leases end in the meter from every thread while new results take their slots and a
+    # reader collects: each count exact once the threads are done.
+    prometheus_client = need("prometheus_client")
+    from permits.metrics import instrument
+
+    registry = prometheus_client.CollectorRegistry()
+    limiter = instrument(permits.ConcurrencyLimiter(THREADS, name="metered"), registry=registry)
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            registry.get_sample_value("permits_active_leases", {"limiter": "metered"})
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+
+        def work(i: int) -> None:
+            meter = limiter._observer.stamp.__self__  # (the meter's own: a result per thread)
+            for n in range(2000):
+                with limiter.acquire() as lease:
+                    assert lease
+                if n % 100 == 0:
+                    meter.count(f"thread-{i}")
+
+        together(work)
+    finally:
+        stop.set()
+        reader.join(10)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"limiter": "metered", **labels})
+
+    assert sample("permits_leases_total", result="acquired") == THREADS * 2000
+    assert sample("permits_active_leases") == 0
+    assert sample("permits_lease_duration_seconds_count") == THREADS * 2000
+    assert [sample("permits_leases_total", result=f"thread-{i}") for i in range(THREADS)] == [20.0] * THREADS
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="shared memory is Linux only")
 def test_threads_on_one_shared_memory_limiter_and_key_lose_nothing():
     from permits.shm import SharedMemoryStore

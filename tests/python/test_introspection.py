@@ -120,7 +120,7 @@ print("done")
 ENGINE_BACKED = [
     ("_core", t.__name__)
     for t in ENGINE_TYPES
-    if t.__name__ not in ("EngineLeaseWait",) and t not in (_core.Lease, _core.Tally)
+    if t.__name__ not in ("EngineLeaseWait",) and t not in (_core.Lease, _core.Tally, _core.Meter)
 ] + [
     ("permits", c.__name__)
     for c in PUBLIC_CLASSES
@@ -143,6 +143,14 @@ def test_a_tally_made_by_new_alone_is_ready() -> None:
     assert (tally.granted, tally.refused) == (1, 0)
     with pytest.raises(TypeError):
         _core.Tally(1)
+
+
+def test_a_meter_is_made_whole_by_new_or_not_at_all() -> None:
+    # Meter has no __init__: __new__ needs its clock and bounds, so no method meets it half made.
+    with pytest.raises(TypeError):
+        _core.Meter.__new__(_core.Meter)
+    meter = _core.Meter.__new__(_core.Meter, permits.ManualClock(), [1.0])
+    assert (meter.results(), meter.active, meter.durations()) == ({}, 0, ([0, 0], 0.0))
 
 
 def test_types_without_a_constructor_cannot_be_made_uninitialized() -> None:

@@ -123,3 +123,26 @@ def test_an_exporter_that_raises_never_fails_a_release() -> None:
         sys.unraisablehook = hook
     assert [str(e) for e in seen] == ["exporter down"]
     assert meter.active == 0 and limiter.available_permits() == 1
+
+
+def test_an_interpreter_exits_quietly_with_stamped_leases_held() -> None:
+    import subprocess
+    import sys
+
+    from _support import need
+
+    need("opentelemetry.sdk.metrics")
+    child = """
+import permits
+from opentelemetry.sdk.metrics import MeterProvider
+from permits.metrics import instrument
+meter = MeterProvider().get_meter("exit")
+limiter = instrument(permits.ConcurrencyLimiter(2, name="held"), meter=meter)
+held = [limiter.acquire(), limiter.acquire()]
+cycle = [held]
+cycle.append(cycle)  # one collected by the last collection, after the modules are gone
+print("held", len(held))
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "held 2")
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
