@@ -193,7 +193,11 @@ PyObject* meter_stamp(PyObject* self, PyObject* arg) {
     State& s = state_of(self);
     if (!lease->acquired) {
         bool failed = false;
-        Result* r = result_of(s, lease->reason != nullptr ? lease->reason : limit_reached, failed);
+        PyObject* reason = lease->reason; // (none or empty: counted as the exporters always did)
+        if (reason == nullptr || PyUnicode_GET_LENGTH(reason) == 0) {
+            reason = limit_reached;
+        }
+        Result* r = result_of(s, reason, failed);
         if (failed) {
             return nullptr;
         }

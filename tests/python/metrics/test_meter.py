@@ -47,6 +47,12 @@ def test_a_stamped_lease_is_counted_and_ends_in_its_bucket() -> None:
     assert meter.durations() == ([1, 1, 0, 0], 0.015) and meter.active == 0
 
 
+def test_a_refusal_without_a_reason_counts_as_limit_reached() -> None:
+    meter = Meter(permits.ManualClock(), BOUNDS)
+    assert meter.stamp(permits.Lease.denied(reason="")) and meter.stamp(permits.Lease.denied(reason=None))  # type: ignore[arg-type]
+    assert meter.results() == {"limit_reached": 2}
+
+
 def test_a_lease_is_stamped_once_and_never_after_its_release() -> None:
     clock = permits.ManualClock()
     first, second = Meter(clock, BOUNDS), Meter(clock, BOUNDS)
