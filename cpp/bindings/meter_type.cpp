@@ -96,6 +96,20 @@ Result* result_of(State& s, PyObject* name, bool& failed) {
     return nullptr;
 }
 
+// Counts one `name` result: True, False when every slot is taken, nullptr with an error set.
+PyObject* count_result(State& s, PyObject* name) {
+    bool failed = false;
+    Result* r = result_of(s, name, failed);
+    if (failed) {
+        return nullptr;
+    }
+    if (r == nullptr) {
+        Py_RETURN_FALSE;
+    }
+    r->count.fetch_add(1, std::memory_order_relaxed);
+    Py_RETURN_TRUE;
+}
+
 PyObject* meter_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     static const char* names[] = {"clock", "bounds", "record", nullptr};
     PyObject* clock_obj = nullptr;
@@ -192,20 +206,11 @@ PyObject* meter_stamp(PyObject* self, PyObject* arg) {
     auto* lease = reinterpret_cast<LeaseObject*>(arg);
     State& s = state_of(self);
     if (!lease->acquired) {
-        bool failed = false;
         PyObject* reason = lease->reason; // (none or empty: counted as the exporters always did)
         if (reason == nullptr || PyUnicode_GET_LENGTH(reason) == 0) {
             reason = limit_reached;
         }
-        Result* r = result_of(s, reason, failed);
-        if (failed) {
-            return nullptr;
-        }
-        if (r == nullptr) {
-            Py_RETURN_FALSE;
-        }
-        r->count.fetch_add(1, std::memory_order_relaxed);
-        Py_RETURN_TRUE;
+        return count_result(s, reason);
     }
     if (bind::load_shared(lease->released)) {
         Py_RETURN_FALSE;
@@ -232,16 +237,7 @@ PyObject* meter_count(PyObject* self, PyObject* arg) {
         s.acquired.fetch_add(1, std::memory_order_relaxed);
         Py_RETURN_TRUE;
     }
-    bool failed = false;
-    Result* r = result_of(s, arg, failed);
-    if (failed) {
-        return nullptr;
-    }
-    if (r == nullptr) {
-        Py_RETURN_FALSE;
-    }
-    r->count.fetch_add(1, std::memory_order_relaxed);
-    Py_RETURN_TRUE;
+    return count_result(s, arg);
 }
 
 PyObject* meter_add_active(PyObject* self, PyObject* arg) {

@@ -101,7 +101,7 @@ class InstrumentedLimiter(_Instrumented, RateLimiter):  # type: ignore[override]
         stamp = self._observer.stamp  # (inline: a call less on the common path)
         if stamp is not None and stamp(lease):
             return lease
-        return self._observer.outcome(lease)
+        return self._observer.told(lease)
 
     def _try_now(self, permit_count: int) -> Lease | None:
         lease = self.__wrapped__._try_now(permit_count)
@@ -174,7 +174,7 @@ class InstrumentedKeyedLimiter(_Instrumented, KeyedRateLimiter):  # type: ignore
         stamp = self._observer.stamp
         if stamp is not None and stamp(lease):
             return lease
-        return self._observer.outcome(lease)
+        return self._observer.told(lease)
 
     def _try_now(self, resource: object, permit_count: int) -> Lease | None:
         lease = self.__wrapped__._try_now(resource, permit_count)

@@ -43,6 +43,10 @@ class Observer:
         stamp = self.stamp
         if stamp is not None and stamp(lease):
             return lease
+        return self.told(lease)
+
+    def told(self, lease: Lease) -> Lease:
+        """Counts an outcome in every sink, unstamped: a granted lease comes back wrapped."""
         if not lease:
             result = lease.reason or "limit_reached"
             for sink in self.sinks:

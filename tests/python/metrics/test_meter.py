@@ -8,6 +8,7 @@ import gc
 import threading
 
 import pytest
+from _reasons import REASONS, Reasons
 
 import permits
 from permits._core import Meter
@@ -94,23 +95,11 @@ def test_bad_arguments_name_themselves() -> None:
         Meter(clock, BOUNDS, record=3)  # type: ignore[arg-type]
 
 
-class Reasons(permits.RateLimiter):
-    """Refuses each acquisition with a reason of its own (made at the call: never the same str)."""
-
-    def __init__(self) -> None:
-        super().__init__(name="reasons")
-        self.calls = 0
-
-    def _acquire(self, permit_count: int) -> permits.Lease:
-        self.calls += 1
-        return permits.Lease.denied(reason="r" + str(self.calls % 40))
-
-
 def test_more_results_than_the_meter_holds_are_all_counted(registry: object) -> None:
     limiter = instrument(Reasons(), registry=registry)
-    for _ in range(80):
+    for _ in range(2 * REASONS):
         assert not limiter.acquire()
-    for n in range(40):
+    for n in range(REASONS):
         assert sample(registry, "permits_leases_total", limiter="reasons", result=f"r{n}") == 2
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from _reasons import REASONS, Reasons
 from _scrape import OTel
 
 import permits
@@ -85,20 +86,11 @@ def test_a_stamped_lease_records_its_own_duration_as_it_ends() -> None:
 
 
 def test_more_results_than_a_meter_holds_are_all_counted() -> None:
-    class Reasons(permits.RateLimiter):
-        def __init__(self) -> None:
-            super().__init__(name="reasons")
-            self.calls = 0
-
-        def _acquire(self, permit_count: int) -> permits.Lease:
-            self.calls += 1
-            return permits.Lease.denied(reason="r" + str(self.calls % 40))
-
     otel = OTel()
     limiter = instrument(Reasons(), meter=otel.meter)
-    for _ in range(80):
+    for _ in range(2 * REASONS):
         assert not limiter.acquire()
-    for n in range(40):
+    for n in range(REASONS):
         assert otel.value("permits.leases", limiter="reasons", result=f"r{n}").value == 2
 
 
