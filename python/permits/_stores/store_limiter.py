@@ -509,7 +509,9 @@ class StoreLimiter(RateLimiter):
                         asked = clock.now_ns()
                         if self._past(deadline, asked):
                             return _polling.timed_out(n)
-                    lease, first = first or self._take_by(n, deadline), None
+                    # (the refusal it was given on its way in, else a new ask: a failed lease is falsy)
+                    lease = first if first is not None else self._take_by(n, deadline)
+                    first = None
                     if lease or not self._waitable(lease):
                         return lease
                     until, pause, poll = self._after(lease, asked, deadline, poll)
@@ -543,7 +545,8 @@ class StoreLimiter(RateLimiter):
                 if self._queue.is_head(entry):
                     if first is None:
                         asked = clock.now_ns()
-                    lease, first = first or await self._take_async(n), None
+                    lease = first if first is not None else await self._take_async(n)
+                    first = None
                     if lease or not self._waitable(lease):
                         return lease
                     until, pause, poll = self._after(lease, asked, None, poll)
