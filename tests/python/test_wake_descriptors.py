@@ -14,7 +14,7 @@ import gc
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -54,14 +54,30 @@ LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 }
 
 
+async def _queued(limiter: permits.ConcurrencyLimiter) -> None:
+    while limiter.statistics().current_queued_count < 1:
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def frozen_heap() -> Iterator[None]:
+    """The objects made before the test left out of its collections (``gc.freeze``): each round's
+    full collection then looks only at what the test made (in a long run, a second and more each)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def close_with_a_grant_undelivered(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> permits.ConcurrencyLimiter:
     """A wait queued in a loop, granted while the loop is not running, then the loop closed by hand."""
     limiter = permits.ConcurrencyLimiter(1, queue_limit=1)
     held = limiter.acquire()
     loop = new_loop()
     task = loop.create_task(limiter.wait_async().__aenter__())
-    loop.run_until_complete(asyncio.sleep(0.01))
-    assert limiter.statistics().current_queued_count == 1
+    loop.run_until_complete(_queued(limiter))
     held.release()  # granted: the grant waits in the bridge for a loop that will never run again
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Task was destroyed but it is pending": as for any such task
@@ -72,7 +88,7 @@ def close_with_a_grant_undelivered(new_loop: Callable[[], asyncio.AbstractEventL
 
 
 @pytest.mark.parametrize("loop_kind", list(LOOPS))
-def test_a_loop_closed_with_a_grant_undelivered_leaves_no_descriptor_open(loop_kind: str) -> None:
+def test_a_loop_closed_with_a_grant_undelivered_leaves_no_descriptor_open(loop_kind: str, frozen_heap: None) -> None:
     new_loop = LOOPS[loop_kind]
     close_with_a_grant_undelivered(new_loop)  # the first bridge of a kind may set up what lasts
     before = open_fds()
@@ -130,6 +146,7 @@ def test_many_rounds_fit_in_256_descriptors() -> None:
         import trio, trio.testing
         import test_wake_descriptors as t
 
+        t.gc.freeze()  # (what is imported: each round's collection looks at the round's objects)
         limiter = t.permits.ConcurrencyLimiter(1, queue_limit=1)
 
         async def rounds():

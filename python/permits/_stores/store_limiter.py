@@ -509,8 +509,7 @@ class StoreLimiter(RateLimiter):
                         asked = clock.now_ns()
                         if self._past(deadline, asked):
                             return _polling.timed_out(n)
-                    # (the refusal it was given on its way in, else a new ask: a failed lease is falsy)
-                    lease = first if first is not None else self._take_by(n, deadline)
+                    lease = first if first is not None else self._take_by(n, deadline)  # (falsy if failed)
                     first = None
                     if lease or not self._waitable(lease):
                         return lease

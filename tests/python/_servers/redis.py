@@ -244,7 +244,8 @@ def redis_replicated() -> Iterator[RedisReplicated]:
     with _directory("permits-redis-replicated-") as directory:
         (directory / "master").mkdir()
         (directory / "replica").mkdir()
-        master = RedisProcess(directory / "master", [])
+        # (no wait for more replicas before the first sync: Redis 7's master waits 5 s by default)
+        master = RedisProcess(directory / "master", ["--repl-diskless-sync-delay", "0"])
         replica: RedisProcess | None = None
         try:
             master.start()
@@ -354,7 +355,8 @@ def redis_sentinel() -> Iterator[RedisSentinel]:
     with _directory("permits-redis-sentinel-") as directory:
         (directory / "master").mkdir()
         (directory / "sentinel").mkdir()
-        master = RedisProcess(directory / "master", [])
+        # (no wait for more replicas before the first sync: Redis 7's master waits 5 s by default)
+        master = RedisProcess(directory / "master", ["--repl-diskless-sync-delay", "0"])
         sentinel: RedisProcess | None = None
         try:
             master.start()
