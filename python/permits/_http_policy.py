@@ -388,6 +388,10 @@ class Policy:
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
         fixed, style = self._fixed_quota, self.headers
+        if style == "ietf" and fixed is not None:  # (the default, on every request)
+            limiter = self.limiter
+            remaining = limiter.available_permits(key) if self.keyed else limiter.available_permits()  # type: ignore[call-arg]
+            return _quota(fixed[0], fixed[1], remaining, lease)
         if not isinstance(style, str):
             return None
         if fixed is None:

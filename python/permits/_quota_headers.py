@@ -40,6 +40,10 @@ class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a 
 
     def headers(self) -> list[tuple[str, str]]:
         # (made on every response of a sync server: the part that never changes is cached)
+        if self.style == "ietf":  # (the default: one list, no concatenation)
+            name = _sf_string(self.name)
+            state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
+            return [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
         found: list[tuple[str, str]] = []
         if self.style != "legacy":
             name = _sf_string(self.name)
@@ -115,8 +119,18 @@ def fewest_remaining(quotas: Iterable[Quota | None]) -> Quota | None:
     return min(found, key=lambda q: q.remaining) if found else None
 
 
+#: (quota, window in whole seconds or None, replenishment period in whole seconds or None)
+Figures = tuple[int, int | None, int | None]
+
+
 @functools.lru_cache(maxsize=256)  # specs are values: the figures of each are worked out once
-def _figures(spec: specs.Spec[Any]) -> tuple[int, int | None, float | None]:
+def _figures(spec: specs.Spec[Any]) -> Figures:
+    """A limit's figures, its period rounded up to whole seconds (what ``t`` says of it)."""
+    quota, window, period = _exact_figures(spec)
+    return quota, window, None if period is None else _seconds(period)
+
+
+def _exact_figures(spec: specs.Spec[Any]) -> tuple[int, int | None, float | None]:
     """(quota, window in whole seconds, replenishment period) of a limit."""
     if isinstance(spec, specs.Concurrency):
         return spec.permit_limit, None, None
@@ -138,16 +152,15 @@ def quota_of(spec: specs.Spec[Any], name: str, remaining: int, lease: Lease) -> 
     return _quota(_figures(spec), name, remaining, lease)
 
 
-def _quota(figures: tuple[int, int | None, float | None], name: str, remaining: int, lease: Lease) -> Quota:
-    remaining = max(0, remaining)
+def _quota(figures: Figures, name: str, remaining: int, lease: Lease) -> Quota:
+    if remaining < 0:
+        remaining = 0
     quota, window, period = figures
     if period is None:
         return Quota(name, quota, window, remaining, None)
-    if not lease and lease.retry_after is not None:
-        reset = _retry_seconds(lease.retry_after)
-    else:
-        reset = 0 if remaining >= quota else _seconds(period)
-    return Quota(name, quota, window, remaining, reset)
+    if lease or lease.retry_after is None:
+        return Quota(name, quota, window, remaining, 0 if remaining >= quota else period)
+    return Quota(name, quota, window, remaining, _retry_seconds(lease.retry_after))
 
 
 __all__ = [

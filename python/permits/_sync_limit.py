@@ -72,14 +72,19 @@ class SyncLimit:
         """As ``admit``, with the request's key (a cost's further permits are that key's)."""
         policy = self.policy
         key: object
-        if policy.key is None:
-            key = None
-        elif self._client_ip is not None:
+        if self._client_ip is not None:
             key = self._client_ip.from_environ(environ)
+        elif policy.key is None:
+            key = None
         else:
             key = policy.key_of_sync(request())
-        lease = self._wait(key, environ) if policy.wait else policy.acquire_sync(key)
-        return lease, policy.quota_or_release(key, lease), key
+        if policy.wait:
+            lease = self._wait(key, environ)
+        elif policy.keyed:
+            lease = policy.limiter.acquire(key, policy.permit_count)  # type: ignore[call-arg,arg-type]
+        else:
+            lease = policy.limiter.acquire(policy.permit_count)
+        return lease, policy.quota_or_release(key, lease) if policy.headers else None, key
 
     def _wait(self, key: object, environ: dict[str, Any]) -> Lease:
         """The blocking wait of ``wait=True`` (the engine's waits release the GIL: the server's

@@ -62,14 +62,37 @@ def _with_headers(message: Message, headers: list[tuple[str, str]]) -> Message:
     return _with_raw_headers(message, [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers])
 
 
+#: Every header name the middleware may add (lowercase): a response that sets none of them
+#: itself (the common case) takes all of ours without a set of its names being made.
+_OURS = frozenset(
+    {b"ratelimit", b"ratelimit-policy", b"retry-after", b"x-ratelimit-limit", b"x-ratelimit-remaining"}
+    | {b"x-ratelimit-reset"}
+)
+
+
 def _with_raw_headers(message: Message, ours: Iterable[tuple[bytes, bytes]]) -> Message:
     existing = message.get("headers") or []
-    if existing:
-        names = {bytes(n).lower() for n, _ in existing}
-        ours = [(n, v) for n, v in ours if n not in names]
+    for name, _ in existing:
+        if bytes(name).lower() in _OURS:  # the application set one itself: its own wins
+            names = {bytes(n).lower() for n, _ in existing}
+            ours = [(n, v) for n, v in ours if n not in names]
+            break
     if not ours:
         return message
     return {**message, "headers": [*existing, *ours]}
+
+
+def _connection_of(scope: Scope, receive: Receive) -> Callable[[], HTTPConnection]:
+    """The request's Starlette object (a ``Request``, a WebSocket's ``HTTPConnection``), made at
+    the first call."""
+    made: list[HTTPConnection] = []
+
+    def connection() -> HTTPConnection:
+        if not made:
+            made.append(Request(scope, receive) if scope["type"] == "http" else HTTPConnection(scope))
+        return made[0]
+
+    return connection
 
 
 def route_path(scope: Scope) -> str:
@@ -175,13 +198,8 @@ class RateLimitMiddleware:
             await _run(self.app, scope, receive, send, None)  # no global limit; a route's own still applies
             return
         policy = self.policy
-        made: list[HTTPConnection] = []
-
-        def connection() -> HTTPConnection:
-            if not made:
-                made.append(Request(scope, receive) if kind == "http" else HTTPConnection(scope))
-            return made[0]
-
+        # The request object a key function, on_rejected or cost receives: made once, when needed.
+        connection: Callable[[], HTTPConnection] | None = None
         key_function = self._key
         key: object
         if key_function is None:
@@ -189,10 +207,12 @@ class RateLimitMiddleware:
         elif isinstance(key_function, _ClientIP):
             key = key_function.from_scope(scope)
         elif isinstance(key_function, _Header):
+            connection = _connection_of(scope, receive)
             key = key_function.from_scope(scope, connection)
             if inspect.isawaitable(key):  # an async fallback
                 key = await key
         else:
+            connection = _connection_of(scope, receive)
             key = await policy.key_of(connection())
         if policy.wait:
             held: deque[Message] = deque()
@@ -210,13 +230,13 @@ class RateLimitMiddleware:
             if not lease and not policy.lets_through(lease):
                 if self._requests is not None:
                     self._requests.count("global_limiter")
-                await self._reject(scope, receive, send, connection(), lease, quota)
+                await self._reject(scope, receive, send, (connection or _connection_of(scope, receive))(), lease, quota)
                 return
             handoff = await _run(self.app, scope, receive, send, quota)
             if self._requests is not None:
                 self._requests.count(handoff.route_rejected or ("acquired" if lease else SHADOW_REJECTED))
             if policy.cost is not None:
-                policy.charge(key, lease, connection(), sent_response(handoff))
+                policy.charge(key, lease, (connection or _connection_of(scope, receive))(), sent_response(handoff))
         finally:
             lease.release()
 

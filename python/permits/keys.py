@@ -359,9 +359,11 @@ class _ClientIP:
 
     def from_environ(self, environ: Any) -> str:
         """The same key read straight from a WSGI environ (what ``permits.wsgi`` passes)."""
-        peer = environ_peer(environ)
+        peer = environ.get("REMOTE_ADDR")  # (environ_peer's reading, inline: on every request)
+        if not (peer and isinstance(peer, str)):
+            peer = None
         if not self._trusted:
-            return _UNKNOWN if not peer else _peer_key(peer, self._ipv6_prefix)
+            return _UNKNOWN if peer is None else _peer_key(peer, self._ipv6_prefix)
         return self.from_lines(peer, environ_header_values(environ, self._environ_header))
 
     def __call__(self, request: Any) -> str:

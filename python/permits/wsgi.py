@@ -169,6 +169,10 @@ class _CountedReleased(_Released):
             yield chunk
 
 
+#: Responses a server may take the length of (a tuple of types: ``list | tuple`` is made anew each time).
+_SIZED = (list, tuple)
+
+
 def release(leases: list[Lease]) -> None:
     """Releases each lease of ``leases`` once, emptying the list (a second call releases nothing)."""
     while leases:  # each once, even when close() is called again
@@ -189,15 +193,15 @@ def run(
     application raises. Before that release, the routes' costs and ``settle`` (the caller's own
     cost) are given what was sent."""
     found = environ.get(HANDOFF)
-    owner = not isinstance(found, Handoff)  # (else an outer middleware made it, and releases its leases)
-    handoff = found if isinstance(found, Handoff) else Handoff()
-    if owner:
+    if isinstance(found, Handoff):  # an outer middleware made it, and releases its leases
+        handoff, owner = found, False
+        leases = [] if lease is None else [lease]
+    else:
+        handoff, owner = Handoff(), True
         environ[HANDOFF] = handoff
         leases = handoff.route_leases  # (a route's limit adds its own while the application runs)
         if lease is not None:
             leases.append(lease)
-    else:
-        leases = [] if lease is None else [lease]
 
     def start_with_headers(status: str, headers: Headers, exc_info: ExcInfo | None = None) -> Callable[[bytes], object]:
         best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
@@ -226,7 +230,7 @@ def run(
         return counted
     if not leases and not owner:
         return result  # nothing of ours to release: the application's own iterable
-    return (_SizedReleased if isinstance(result, list | tuple) else _Released)(result, leases)
+    return (_SizedReleased if isinstance(result, _SIZED) else _Released)(result, leases)
 
 
 class Gate(SyncLimit):

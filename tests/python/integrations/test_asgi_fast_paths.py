@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
 
-from permits import keys
+from permits import asgi, keys
 from permits._http_policy import Quota, encoded_headers
+from permits._quota_headers import HEADER_STYLES
 
 _hops = st.sampled_from(
     ["10.0.0.2", "198.51.100.7", "2001:db8::1", "[2001:db8::2]:443", "unknown", "_hidden", '"for"', "", " 6.6.6.6 "]
@@ -76,3 +77,20 @@ def test_header_from_the_scope_is_header_of_the_request(value, fallback, peer) -
 def test_encoded_headers_are_the_headers_as_bytes(name, quota, window, remaining, reset) -> None:
     q = Quota(name, quota, window, remaining, reset)
     assert encoded_headers(q) == tuple((n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in q.headers())
+
+
+@given(
+    style=st.sampled_from(HEADER_STYLES),
+    reset=st.one_of(st.none(), st.integers(0, 10**6)),
+    app_sets=st.lists(st.sampled_from([b"ratelimit", b"RateLimit", b"x-ratelimit-reset", b"retry-after", b"etag"])),
+)
+def test_the_headers_an_application_sets_itself_win(style: str, reset: int | None, app_sets: list[bytes]) -> None:
+    """Every name the middleware adds is one it looks for among the application's own (which win):
+    a response setting none of them takes ours whole, without a set of its names."""
+    quota = Quota("api", 10, 60, 3, reset, style)
+    ours = [*encoded_headers(quota), (b"retry-after", b"5")]
+    assert {name for name, _ in ours} <= asgi._OURS
+    existing = [(name, b"app") for name in app_sets]
+    sent = asgi._with_raw_headers({"type": "http.response.start", "headers": existing}, ours)
+    own = {name.lower() for name in app_sets}
+    assert list(sent["headers"]) == existing + [(name, value) for name, value in ours if name not in own]
