@@ -7,7 +7,9 @@ bytecode is included). ``PYTHONHASHSEED=0`` keeps the import's own count the sam
 
     python benchmarks/count_instructions.py /path/to/old/venv/bin/python .venv/bin/python
 
-Needs valgrind (Debian: ``apt-get install valgrind``).
+The ``wsgi_*`` and ``asgi_*`` cases are whole requests (a per-IP limit, as ``bench_wsgi.py`` and
+``bench_middleware.py`` configure it): the middleware's own cost is a case's count less its bare
+app's. Needs valgrind (Debian: ``apt-get install valgrind``); the ASGI cases need starlette.
 """
 
 from __future__ import annotations
@@ -72,6 +74,47 @@ elif case == "chain_wait":
         for _ in range(calls):
             (await chained.wait_async()).release()
     asyncio.run(main())
+elif case.startswith("wsgi_"):
+    from permits.wsgi import RateLimitMiddleware
+
+    def hello(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+    app = hello if case == "wsgi_bare" else RateLimitMiddleware(hello, per_key, headers=case == "wsgi_headers")
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "SCRIPT_NAME": "", "QUERY_STRING": "",
+               "REMOTE_ADDR": "10.0.0.1", "SERVER_NAME": "x", "SERVER_PORT": "80",
+               "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http"}
+    def start_response(status, headers, exc_info=None):
+        return None
+    for _ in range(calls):
+        result = app(dict(environ), start_response)
+        for chunk in result:
+            pass
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+elif case.startswith("asgi_"):
+    from permits.asgi import RateLimitMiddleware
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def hello(request):
+        return PlainTextResponse("ok")
+    app = Starlette(routes=[Route("/", hello)])
+    if case != "asgi_bare":
+        app.add_middleware(RateLimitMiddleware, limiter=per_key, headers=case == "asgi_headers")
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": "/", "raw_path": b"/", "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"x")], "client": ("10.0.0.1", 1234), "server": ("127.0.0.1", 80)}
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+    async def send(message):
+        pass
+    async def main():
+        for _ in range(calls):
+            await app(dict(scope), receive, send)
+    asyncio.run(main())
 elif case == "custom_wait":
     class Custom(permits.RateLimiter):
         def _acquire(self, n):
@@ -94,7 +137,15 @@ CASES = {
     "trivial_await": "await of a trivial coroutine (the floor)",
     "chain_wait": "await chain(bucket, conc).wait_async() granted, released",
     "custom_wait": "await custom limiter wait_async() granted, released",
+    "wsgi_bare": "a WSGI request to a bare app",
+    "wsgi_headers": "... behind RateLimitMiddleware (per IP, headers)",
+    "wsgi_no_headers": "... behind RateLimitMiddleware (per IP, headers=False)",
+    "asgi_bare": "an ASGI request to a one-route Starlette app",
+    "asgi_headers": "... behind RateLimitMiddleware (per IP, headers)",
+    "asgi_no_headers": "... behind RateLimitMiddleware (per IP, headers=False)",
 }
+#: Cases whose calls are whole requests: that many times fewer of them (callgrind is ~50x slower).
+FEWER = {"wsgi_": 4, "asgi_": 20}
 
 
 def total(python: str, case: str, calls: int) -> int:
@@ -125,8 +176,10 @@ def main() -> None:
         if args.case and case not in args.case:
             continue
         per_call = []
+        fewer = next((n for prefix, n in FEWER.items() if case.startswith(prefix)), 1)
+        small, large = SMALL // fewer, LARGE // fewer
         for python in args.pythons:
-            per_call.append((total(python, case, LARGE) - total(python, case, SMALL)) / (LARGE - SMALL))
+            per_call.append((total(python, case, large) - total(python, case, small)) / (large - small))
             print(f"{label}: {python}: {per_call[-1]:,.0f}", file=sys.stderr)
         rows.append((label, per_call))
     print("| case | " + " | ".join(args.pythons) + " |")

@@ -17,6 +17,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from .. import _core, _lost_leases
 from .._core import Clock, LimiterClosedError
+from ._meters import MeterTable, results_of
 
 # Seconds: OpenTelemetry's default boundaries are meant for milliseconds.
 _BOUNDARIES = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
@@ -44,8 +45,7 @@ def _histogram(meter: Meter, name: str, description: str) -> Any:
 class OpenTelemetryMetrics:
     def __init__(self, meter: Meter) -> None:
         self.limiters: weakref.WeakSet[Any] = weakref.WeakSet()
-        self.meters: dict[tuple[str, int], _core.Meter] = {}  # (name, id(clock)): never dropped, as a counter
-        self.overflow: dict[tuple[str, str], int] = {}  # (name, result): what the meters had no room for
+        self.meters = MeterTable(self._meter)
         meter.create_observable_counter(
             "permits.leases", callbacks=[self._leases], unit="{lease}", description="Leases handed out, by result"
         )
@@ -68,36 +68,23 @@ class OpenTelemetryMetrics:
             "permits.queued", callbacks=[self._queued], unit="{request}", description="Requests waiting in a queue"
         )
 
-    def meter_for(self, name: str, clock: Clock) -> _core.Meter:
+    def _meter(self, name: str, clock: Clock) -> _core.Meter:
         """The permits Meter of limiters named ``name`` on ``clock``: their leases' durations are
         recorded to ``permits.lease.duration`` as they end."""
-        with _sets_lock:
-            found = self.meters.get((name, id(clock)))
-            if found is None:
-                record = functools.partial(self.lease_duration.record, attributes={"limiter": name})
-                found = self.meters[(name, id(clock))] = _core.Meter(clock, _BOUNDARIES, record=record)
-            return found
-
-    def _by_name(self) -> dict[str, list[_core.Meter]]:
-        found: dict[str, list[_core.Meter]] = {}
-        with _sets_lock:
-            for (name, _), meter in self.meters.items():
-                found.setdefault(name, []).append(meter)
-        return found
+        record = functools.partial(self.lease_duration.record, attributes={"limiter": name})
+        return _core.Meter(clock, _BOUNDARIES, record=record)
 
     def _leases(self, options: CallbackOptions) -> Iterable[Observation]:
-        totals: dict[tuple[str, str], int] = {}
-        with _sets_lock:
-            totals.update(self.overflow)
-        for name, meters in self._by_name().items():
-            for meter in meters:
-                for result, n in meter.results().items():
-                    totals[name, result] = totals.get((name, result), 0) + n
-        return [Observation(n, {"limiter": name, "result": result}) for (name, result), n in sorted(totals.items())]
+        return [
+            Observation(n, {"limiter": name, "result": result})
+            for name, found in self.meters.by_name().items()
+            for result, n in sorted(results_of(found).items())
+        ]
 
     def _active(self, options: CallbackOptions) -> Iterable[Observation]:
         return [
-            Observation(sum(m.active for m in meters), {"limiter": name}) for name, meters in self._by_name().items()
+            Observation(sum(m.meter.active for m in found), {"limiter": name})
+            for name, found in self.meters.by_name().items()
         ]
 
     def _queued(self, options: CallbackOptions) -> Iterable[Observation]:
@@ -115,11 +102,12 @@ class OpenTelemetrySink:
     """The attribute sets of one limiter name, made once per result. ``meter``: the permits Meter
     a lease can be stamped with, to end itself there."""
 
-    __slots__ = ("__weakref__", "_attributes", "_by_result", "_metrics", "_name", "lost_key", "meter")
+    __slots__ = ("__weakref__", "_attributes", "_by_result", "_metered", "_metrics", "_name", "lost_key", "meter")
 
     def __init__(self, metrics: OpenTelemetryMetrics, limiter: Any) -> None:
         self._metrics = metrics
-        self.meter = metrics.meter_for(limiter.name, limiter._rl_clock)
+        self._metered = metrics.meters.metered_for(limiter.name, limiter._rl_clock)
+        self.meter = self._metered.meter
         self._name = limiter.name
         self._attributes = {"limiter": limiter.name}
         self._by_result: dict[str, dict[str, str]] = {}
@@ -134,10 +122,7 @@ class OpenTelemetrySink:
         return found
 
     def leased(self, result: str) -> None:
-        if not self.meter.count(result):  # (more distinct results than a Meter holds)
-            overflow = self._metrics.overflow
-            with _sets_lock:
-                overflow[self._name, result] = overflow.get((self._name, result), 0) + 1
+        self._metered.count(result)
 
     def active(self, delta: int) -> None:
         self.meter.add_active(delta)

@@ -8,7 +8,6 @@ limiters count, each is an instrument of prometheus-client's that each process w
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,8 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from .. import _lost_leases
-from .._core import Clock, LimiterClosedError, Meter
+from .._core import LimiterClosedError, Meter
+from ._meters import Metered, MeterTable, results_of
 
 _sets: weakref.WeakKeyDictionary[CollectorRegistry, PrometheusMetrics] = weakref.WeakKeyDictionary()
 
@@ -71,30 +71,12 @@ _DURATION = ("permits_lease_duration_seconds", "Time from a lease's grant to its
 BOUNDS = Histogram.DEFAULT_BUCKETS
 
 
-class Metered:
-    """A limiter name's Meter on one clock, and what it could not count itself (more distinct
-    results than it has room for)."""
-
-    __slots__ = ("created", "meter", "name", "overflow")
-
-    def __init__(self, name: str, clock: Clock) -> None:
-        self.name = name
-        self.meter = Meter(clock, BOUNDS)
-        self.created = time.time()
-        self.overflow: dict[str, int] = {}
-
-    def count(self, result: str) -> None:
-        if not self.meter.count(result):
-            with _sets_lock:
-                self.overflow[result] = self.overflow.get(result, 0) + 1
-
-
 class _Leases(Collector):
     """permits_leases, permits_active_leases and permits_lease_duration_seconds read from the
     registry's meters, summed by limiter name."""
 
     def __init__(self) -> None:
-        self.meters: dict[tuple[str, int], Metered] = {}  # (name, id(clock)): never dropped, as a counter
+        self.meters = MeterTable(lambda name, clock: Meter(clock, BOUNDS))
 
     def describe(self) -> list[Metric]:
         return [
@@ -107,25 +89,15 @@ class _Leases(Collector):
         leases = CounterMetricFamily(*_LEASES, labels=["limiter", "result"])
         active = GaugeMetricFamily(*_ACTIVE, labels=["limiter"])
         duration = HistogramMetricFamily(*_DURATION, labels=["limiter"])
-        by_name: dict[str, list[Metered]] = {}
-        with _sets_lock:
-            for metered in self.meters.values():
-                by_name.setdefault(metered.name, []).append(metered)
-        for name in sorted(by_name):
-            found = by_name[name]
+        for name, found in self.meters.by_name().items():
             created = min(m.created for m in found)
-            results: dict[str, int] = {}
             counts = [0] * (len(BOUNDS))
             total = 0.0
             for metered in found:
-                with _sets_lock:
-                    overflow = list(metered.overflow.items())
-                for result, n in [*metered.meter.results().items(), *overflow]:
-                    results[result] = results.get(result, 0) + n
                 buckets, seconds = metered.meter.durations()
                 counts = [a + b for a, b in zip(counts, buckets, strict=True)]
                 total += seconds
-            for result, n in sorted(results.items()):
+            for result, n in sorted(results_of(found).items()):
                 leases.add_metric([name, result], n, created=created)
             active.add_metric([name], sum(m.meter.active for m in found))
             cumulative, running = [], 0
@@ -180,16 +152,6 @@ class PrometheusMetrics:
             self.queued = _Queued()
             registry.register(self.queued)
 
-    def metered_for(self, name: str, clock: Clock) -> Metered:
-        """The Meter of limiters named ``name`` on ``clock`` (durations are measured on it)."""
-        assert self.metered is not None
-        with _sets_lock:
-            meters = self.metered.meters
-            found = meters.get((name, id(clock)))
-            if found is None:
-                found = meters[(name, id(clock))] = Metered(name, clock)
-            return found
-
 
 class PrometheusSink:
     """The instruments' children of one limiter name, made once per result. ``meter``: the Meter
@@ -206,7 +168,7 @@ class PrometheusSink:
         self._metered: Metered | None = None
         self.meter: Meter | None = None
         if metrics.metered is not None:
-            self._metered = metrics.metered_for(name, limiter._rl_clock)
+            self._metered = metrics.metered.meters.metered_for(name, limiter._rl_clock)
             self.meter = self._metered.meter
         else:
             assert metrics.active is not None and metrics.lease_duration is not None
