@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, MutableMapping
 from typing import Any
 
 from starlette.requests import HTTPConnection, Request
@@ -263,6 +263,18 @@ class RateLimitMiddleware:
             await WebSocket(scope, receive, send).close(WEBSOCKET_CLOSE_CODE, "rate limited")
 
 
+class _Sent:
+    """An awaitable that is done at once: what a message the middleware drops is sent with."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]
+
+
+_SENT = _Sent()
+
+
 async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: Quota | None) -> Handoff:
     """Runs the application with the handoff a route's limit finds in the scope: the route's
     leases are released once the application has returned (the response sent), its headers are
@@ -274,10 +286,11 @@ async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: 
         handoff = scope[HANDOFF] = Handoff()
     replaced = False
 
-    async def send_with_headers(message: Message) -> None:
+    # (a plain function returning what the application awaits: no coroutine of its own per message)
+    def send_with_headers(message: Message) -> Awaitable[None]:
         nonlocal replaced
         if replaced:
-            return  # the framework's answer to a route's rejection, replaced by on_rejected's
+            return _SENT  # the framework's answer to a route's rejection, replaced by on_rejected's
         kind = message["type"]
         if kind == "http.response.body":
             handoff.body_size += len(message.get("body", b""))
@@ -285,15 +298,14 @@ async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: 
             if handoff.rejection is not None:
                 (response, headers), handoff.rejection = handoff.rejection, None
                 replaced = True
-                await send_response(response, scope, receive, send, headers)
-                return
+                return send_response(response, scope, receive, send, headers)
             best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
             if best is not None:
                 message = _with_raw_headers(message, encoded_headers(best))
             handoff.started = message
         elif handoff.started is None:  # a WebSocket's answer: accepted, denied or closed
             handoff.started = message
-        await send(message)
+        return send(message)
 
     try:
         await app(scope, receive, send_with_headers)
