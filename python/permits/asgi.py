@@ -224,7 +224,8 @@ class RateLimitMiddleware:
             lease = found
             receive = replaying(held, receive)
         else:
-            lease = await policy.acquire(key)
+            limiter, n = policy.limiter, policy.permit_count  # (policy.acquire(key), inline)
+            lease = await (limiter.acquire_async(key, n) if policy.keyed else limiter.acquire_async(n))  # type: ignore[call-arg,arg-type]
         try:
             quota = policy.quota(key, lease)
             if not lease and not policy.lets_through(lease):

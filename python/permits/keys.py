@@ -352,9 +352,12 @@ class _ClientIP:
     def from_scope(self, scope: Any) -> str:
         """The same key read straight from an ASGI scope: the middleware's path, which builds no
         request object for it."""
-        peer = scope_peer(scope)
+        client = scope.get("client")  # (scope_peer's reading, inline: on every request)
+        peer = client[0] if client else None
+        if not (peer and isinstance(peer, str)):
+            peer = None
         if not self._trusted:
-            return _UNKNOWN if not peer else _peer_key(peer, self._ipv6_prefix)
+            return _UNKNOWN if peer is None else _peer_key(peer, self._ipv6_prefix)
         return self.from_lines(peer, scope_header_values(scope, self._raw_header))
 
     def from_environ(self, environ: Any) -> str:
