@@ -25,6 +25,8 @@ KINDS = {
 }
 #: The store's timeout: a paused replica fails a grant within it (WAIT waits half of it).
 TIMEOUT = 1.0
+#: The test's own reads of a healthy server: a loaded host's first steps on a Cluster take a while.
+READER_TIMEOUT = 10.0
 #: The store's timeout where a live replica must acknowledge: long enough for a loaded machine.
 ACKED = 10.0
 
@@ -52,7 +54,7 @@ def state_on(process: Any, store: RedisStore, name: str) -> dict[bytes, bytes]:
 def available(process: Any, store: RedisStore, name: str, spec: Any) -> int:
     """The permits the master has for ``name``, asked by a store that does not wait."""
     with process.client(socket_timeout=5.0) as client:
-        reader = RedisStore(client, prefix=store.prefix)
+        reader = RedisStore(client, prefix=store.prefix, timeout=READER_TIMEOUT)
         try:
             return reader.limiter(name, spec).available_permits()
         finally:
@@ -191,7 +193,7 @@ def test_a_cluster_waits_on_the_node_of_the_keys(redis_cluster: Any) -> None:
         for i in range(6):  # names on every node
             lease = store.fixed_window(f"l{i}", 3, 100.0).acquire(2)
             assert not lease and "only 0 of 1 replicas acknowledged" in lease.metadata["error"]
-        reader = RedisStore(client, prefix=store.prefix)
+        reader = RedisStore(client, prefix=store.prefix, timeout=READER_TIMEOUT)
         assert [reader.fixed_window(f"l{i}", 3, 100.0).available_permits() for i in range(6)] == [3] * 6
         store.close()
     finally:
@@ -206,7 +208,7 @@ async def test_an_asyncio_cluster_waits_on_the_node_of_the_keys(redis_cluster: A
                 with pytest.raises(BackendError, match="only 0 of 1 replicas acknowledged"):
                     await store.fixed_window(f"l{i}", 3, 100.0).acquire_async(2)
         with redis_cluster.client() as sync_client:
-            reader = RedisStore(sync_client, prefix=store.prefix)
+            reader = RedisStore(sync_client, prefix=store.prefix, timeout=READER_TIMEOUT)
             assert [reader.fixed_window(f"l{i}", 3, 100.0).available_permits() for i in range(6)] == [3] * 6
     finally:
         await client.aclose()
