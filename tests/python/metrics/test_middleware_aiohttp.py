@@ -66,7 +66,11 @@ async def test_requests_by_result() -> None:
                 async with session.get(base + path) as response:
                     statuses.append(response.status)
             assert statuses == [200, 200, 429]
+        # (a request's permit comes back once its handler has returned, which may be after its
+        # client has read the response)
+        await eventually(lambda: queue.available_permits() == 1)
         held = queue.acquire()
+        assert held
         leaving_session = aiohttp.ClientSession()
         leaving = asyncio.create_task(leaving_session.get(base + "/hello"))
         await eventually(lambda: queue.statistics().current_queued_count == 1)

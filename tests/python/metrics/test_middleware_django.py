@@ -35,7 +35,11 @@ def test_requests_by_result() -> None:
         # The route's limit refuses the third; /health skips the middleware (not counted), not the route's limit.
         statuses = [client.get(path).status_code for path in ("/hello", "/hello", "/hello", "/health")]
         assert statuses == [200, 200, 429, 429]
+        # (a request's permit comes back when the server closes its response, which may be after
+        # its client has read it)
+        until(lambda: queue.available_permits() == 1)
         held = queue.acquire()
+        assert held
         leaving = raw_request(url, "/hello")
         until(lambda: queue.statistics().current_queued_count == 1)
         assert client.get("/hello").status_code == 429  # the queue is full: the global limiter refuses
