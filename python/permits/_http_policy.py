@@ -378,29 +378,18 @@ class Policy:
             raise TypeError(f"key {self.key!r} returned an awaitable: a WSGI server cannot await it")
         return found
 
-    def acquire_sync(self, key: object) -> Lease:
-        """The attempt of a request to a sync server without ``wait``."""
-        limiter = self.limiter
-        if isinstance(limiter, KeyedRateLimiter):
-            return limiter.acquire(key, self.permit_count)
-        return limiter.acquire(self.permit_count)
-
     def quota(self, key: object, lease: Lease) -> Quota | None:
         """The IETF headers' figures, when the limiter can tell them; None when it cannot."""
         fixed, style = self._fixed_quota, self.headers
-        if style == "ietf" and fixed is not None:  # (the default, on every request)
-            limiter = self.limiter
-            remaining = limiter.available_permits(key) if self.keyed else limiter.available_permits()  # type: ignore[call-arg]
-            return _quota(fixed[0], fixed[1], remaining, lease)
         if not isinstance(style, str):
             return None
-        if fixed is None:
-            found = limiter_quota(self.limiter, key, lease)
-        else:
+        if fixed is not None:
             limiter = self.limiter
             remaining = limiter.available_permits(key) if self.keyed else limiter.available_permits()  # type: ignore[call-arg]
-            found = _quota(fixed[0], fixed[1], remaining, lease)
-        return found if found is None or style == "ietf" else found._replace(style=style)
+            found: Quota | None = _quota(fixed[0], fixed[1], remaining, lease)
+        else:
+            found = limiter_quota(self.limiter, key, lease)
+        return found if style == "ietf" or found is None else found._replace(style=style)
 
     def quota_or_release(self, key: object, lease: Lease) -> Quota | None:
         """``quota``, with the lease released should it raise (a limiter's ``available_permits``

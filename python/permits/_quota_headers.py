@@ -40,15 +40,13 @@ class Quota(NamedTuple):  # (a tuple: made on every request, and cheaper than a 
 
     def headers(self) -> list[tuple[str, str]]:
         # (made on every response of a sync server: the part that never changes is cached)
-        if self.style == "ietf":  # (the default: one list, no concatenation)
-            name = _sf_string(self.name)
-            state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
-            return [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
         found: list[tuple[str, str]] = []
         if self.style != "legacy":
             name = _sf_string(self.name)
             state = f"{name};r={self.remaining}" if self.reset is None else f"{name};r={self.remaining};t={self.reset}"
-            found += [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
+            found = [_policy_text(self.name, self.quota, self.window), ("RateLimit", state)]
+            if self.style == "ietf":  # (the default: no more fields)
+                return found
         if self.style != "ietf":
             found += [("X-RateLimit-Limit", str(self.quota)), ("X-RateLimit-Remaining", str(self.remaining))]
             if self.reset is not None:
