@@ -7,6 +7,7 @@ the driver's bookkeeping (ModelRun: waiters, leases, the run of a scenario).
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -37,9 +38,14 @@ KEYS: list[Hashable] = ["7", 7, b"7", ("a", 7), ("a", (b"b", -1))]
 DRAIN_ROUNDS = 4
 
 
+#: The share of each property test's examples to run: scripts/test runs them all on the main
+#: interpreter and a quarter (the same first ones: derandomized) on each other CPython it checks.
+EXAMPLES_SCALE = float(os.environ.get("PERMITS_TEST_EXAMPLES_SCALE", "1"))
+
+
 def property_settings(max_examples: int) -> Any:
     return settings(
-        max_examples=max_examples,
+        max_examples=max(10, round(max_examples * EXAMPLES_SCALE)),
         database=None,
         deadline=None,
         derandomize=True,

@@ -15,6 +15,9 @@ import pytest
 import permits
 from permits import Lease
 
+#: gc.collect() here looks only at what each test makes (conftest.frozen_heap).
+pytestmark = pytest.mark.usefixtures("frozen_heap")
+
 
 class Custom(permits.RateLimiter):
     def _acquire(self, permit_count: int) -> Lease:

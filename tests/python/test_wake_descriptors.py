@@ -14,7 +14,7 @@ import gc
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -57,18 +57,6 @@ LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 async def _queued(limiter: permits.ConcurrencyLimiter) -> None:
     while limiter.statistics().current_queued_count < 1:
         await asyncio.sleep(0)
-
-
-@pytest.fixture
-def frozen_heap() -> Iterator[None]:
-    """The objects made before the test left out of its collections (``gc.freeze``): each round's
-    full collection then looks only at what the test made (in a long run, a second and more each)."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def close_with_a_grant_undelivered(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> permits.ConcurrencyLimiter:
