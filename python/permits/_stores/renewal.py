@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._forking import AfterFork, renewed_event
 from ..errors import BackendError
+from . import reasserting
 
 if TYPE_CHECKING:
     from .store_limiter import StoreLimiter
@@ -184,7 +185,7 @@ class Renewal:
                 with attempt.quiet("renewing leases"):
                     forgotten = self._backend.renew(limiter._state, limiter._rule, ids, self._now())
                     if forgotten:
-                        limiter._reassert(forgotten)
+                        reasserting.reassert(limiter, forgotten)
             interval = self._interval()
             if attempt.failed:  # again soon: the server may answer again any moment
                 next_round, retry = time.monotonic() + min(retry, interval), min(retry * 2, interval)
@@ -213,7 +214,7 @@ class Renewal:
                 with attempt.quiet("renewing leases"):
                     forgotten = await self._backend.renew_async(limiter._state, limiter._rule, ids, self._now())
                     if forgotten:
-                        await limiter._reassert_async(forgotten)
+                        await reasserting.reassert_async(limiter, forgotten)
             interval = self._interval()
             if attempt.failed:
                 pause, retry = min(retry, interval), min(retry * 2, interval)
@@ -225,14 +226,14 @@ class Renewal:
         for limiter, ids in self._due():
             forgotten = self._backend.renew(limiter._state, limiter._rule, ids, self._now())
             if forgotten:
-                limiter._reassert(forgotten)
+                reasserting.reassert(limiter, forgotten)
 
     async def renew_now_async(self) -> None:
         """One round at once, with an asyncio client (tests)."""
         for limiter, ids in self._due():
             forgotten = await self._backend.renew_async(limiter._state, limiter._rule, ids, self._now())
             if forgotten:
-                await limiter._reassert_async(forgotten)
+                await reasserting.reassert_async(limiter, forgotten)
 
     def stop(self) -> None:
         self._stop.set()

@@ -20,7 +20,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from .. import _lost_leases, _pausing, _polling
+from .. import _pausing, _polling
 from .._core import Clock, Lease
 from .._durations import timeout_ns
 from .._loop_check import blocks_the_loop
@@ -375,49 +375,6 @@ class StoreLimiter(RateLimiter):
         out = step.result()
         if isinstance(out, Outcome) and out.granted and n:
             self._give_back(n, out.stamp, lid)
-
-    # ---- leases the server forgot (the renewal found them gone) ----
-    def _reassert(self, forgotten: list[str]) -> None:
-        """Takes each forgotten lease again under its own id, as a new grant would take it (never
-        beyond the limit); one the limit no longer allows is lost. A failure to reach the server
-        leaves the rest for the next round."""
-        lost = 0
-        for lid in forgotten:
-            n = self.held.get(lid)
-            if n is None:
-                continue  # released meanwhile
-            rule = self._rule
-            if n > rule.limit:  # (a lease of more than a lowered limit: never taken again)
-                lost += self._reasserted(lid, n, Outcome(False, 0, -1, 0))
-                continue
-            out = self._backend.take(self._state, rule, n, lid, self._now())
-            lost += self._reasserted(lid, n, out)
-        _lost_leases.report(self.name, lost)
-
-    async def _reassert_async(self, forgotten: list[str]) -> None:
-        lost = 0
-        for lid in forgotten:
-            n = self.held.get(lid)
-            if n is None:
-                continue
-            rule = self._rule
-            if n > rule.limit:
-                lost += self._reasserted(lid, n, Outcome(False, 0, -1, 0))
-                continue
-            out = await self._backend.take_async(self._state, rule, n, lid, self._now())
-            lost += self._reasserted(lid, n, out)
-        _lost_leases.report(self.name, lost)
-
-    def _reasserted(self, lid: str, n: int, out: Outcome) -> int:
-        """1 if the lease is lost now, else 0 (taken back; given back at once if released meanwhile)."""
-        if out.granted:
-            if lid not in self.held:
-                self.store._give_back(self, n, 0, lid)  # released while it was taken back
-            return 0
-        if self.held.pop(lid, None) is None:
-            return 0
-        self._lost.add(lid)
-        return 1
 
     def _give_back(self, n: int, stamp: int, lid: str | None) -> None:
         """A release or a refund: the server gets the permits back; this process's queue asks."""
