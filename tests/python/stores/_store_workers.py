@@ -208,3 +208,17 @@ def hold(target: Target, use_async: bool, lease_ttl: float, ready: Any, done: An
         results.put(("ok", os.getpid()))
 
     _report(results, (lambda: asyncio.run(asynchronous())) if use_async else sync)
+
+
+def serve(jobs: Any, start: Any, finish: Any, results: Any) -> None:
+    """A worker kept for many tests (test_store_processes.WorkerPool): runs each job it gets, a
+    function of this module by name with its arguments (``start``, ``finish`` and ``results``
+    are the worker's own, the same for every job), and says ``("done", pid)`` after each, until it
+    gets None. Each job makes a store and a client of its own, as a new process would."""
+    while (job := jobs.get()) is not None:
+        name, args = job
+        try:
+            globals()[name](*args, start, finish, results)
+        except Exception:  # (a job's own are reported by _report already: the test fails at the first)
+            results.put(("error", f"process {os.getpid()}:\n{traceback.format_exc()}"))
+        results.put(("done", os.getpid()))

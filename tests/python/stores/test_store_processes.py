@@ -7,6 +7,7 @@ taken from it."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing
 import os
@@ -63,6 +64,69 @@ def single_target(request: pytest.FixtureRequest) -> Target:
     return target_of(request, request.param)
 
 
+class WorkerPool:
+    """PROCESSES spawned workers (``workers.serve``) kept for the tests of this module that race
+    them: spawning four interpreters for each of those tests took most of its time. A job's
+    ``start`` and ``finish`` are the pool's two events, cleared before each job; a test that
+    does not end its job cleanly (``finish``) leaves the pool to be replaced."""
+
+    def __init__(self) -> None:
+        self.start, self.finish, self.results = ctx.Event(), ctx.Event(), ctx.Queue()
+        self._jobs = [ctx.Queue() for _ in range(PROCESSES)]
+        self._processes = [
+            ctx.Process(target=workers.serve, args=(jobs, self.start, self.finish, self.results)) for jobs in self._jobs
+        ]
+        for process in self._processes:
+            process.start()
+        self.clean = True
+
+    def run(self, name: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """Each worker runs ``name(*args, start, finish, results)``, started at once: their reports."""
+        assert self.clean and all(process.is_alive() for process in self._processes)
+        self.clean = False
+        self.start.clear()
+        self.finish.clear()
+        for jobs in self._jobs:
+            jobs.put((name, args))
+        self.start.set()  # the workers block on it once their store and limiter are made: they race
+        return [message(self.results) for _ in self._processes]
+
+    def end(self) -> None:
+        """``finish`` set; back once every worker has finished its job (its leases released)."""
+        self.finish.set()
+        done = [self.results.get(timeout=SAFETY) for _ in self._processes]
+        assert [kind for kind, *_ in done] == ["done"] * PROCESSES, done
+        self.clean = True
+
+    def close(self) -> None:
+        for jobs in self._jobs:
+            with contextlib.suppress(Exception):
+                jobs.put(None)
+        for process in self._processes:
+            process.join(5 if self.clean else 0)
+            if process.is_alive():
+                process.kill()
+                process.join(SAFETY)
+
+
+@pytest.fixture(scope="module")
+def _pools() -> Iterator[list[WorkerPool]]:
+    pools: list[WorkerPool] = []
+    yield pools
+    for pool in pools:
+        pool.close()
+
+
+@pytest.fixture
+def pool(_pools: list[WorkerPool]) -> Iterator[WorkerPool]:
+    """The module's worker pool; a new one when a test left the last one in the middle of a job."""
+    if _pools and not _pools[-1].clean:
+        _pools.pop().close()
+    if not _pools:
+        _pools.append(WorkerPool())
+    yield _pools[-1]
+
+
 @pytest.fixture
 def children() -> Iterator[list[Any]]:
     """The test's child processes: any still running at its end is killed (a hang, a failure)."""
@@ -99,22 +163,13 @@ def server_limiter(target: Target, kind: str, keyed: bool) -> tuple[Any, Any]:
 @pytest.mark.parametrize("mode", ["sync", "asyncio"])
 @pytest.mark.parametrize("keyed", [False, True], ids=["named", "per_key"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_processes_share_one_exact_limit(
-    target: Target, kind: str, keyed: bool, mode: str, children: list[Any]
-) -> None:
-    start, finish, results = ctx.Event(), ctx.Event(), ctx.Queue()
+def test_processes_share_one_exact_limit(target: Target, kind: str, keyed: bool, mode: str, pool: WorkerPool) -> None:
     if mode == "sync":
         per_process = ATTEMPTS
-        args: tuple[Any, ...] = (target, kind, LIMIT, keyed, ATTEMPTS, start, finish, results)
-        children += [ctx.Process(target=workers.hammer, args=args) for _ in range(PROCESSES)]
+        reports = pool.run("hammer", (target, kind, LIMIT, keyed, ATTEMPTS))
     else:
         per_process = TASKS * TASK_ATTEMPTS
-        args = (target, kind, LIMIT, keyed, TASKS, TASK_ATTEMPTS, start, finish, results)
-        children += [ctx.Process(target=workers.hammer_async, args=args) for _ in range(PROCESSES)]
-    for child in children:
-        child.start()
-    start.set()  # the workers block on it once their store and limiter are made: they race
-    reports = [message(results) for _ in children]
+        reports = pool.run("hammer_async", (target, kind, LIMIT, keyed, TASKS, TASK_ATTEMPTS))
 
     granted = [report[0] for report in reports]
     refused: Counter[str] = sum((Counter(report[1]) for report in reports), Counter())
@@ -129,9 +184,7 @@ def test_processes_share_one_exact_limit(
             assert limiter.available_permits("another-key") == LIMIT  # each key has a state of its own
         else:
             assert limiter.available_permits() == 0
-        finish.set()
-        for child in children:
-            joined(child)
+        pool.end()
         left = limiter.available_permits(KEY) if keyed else limiter.available_permits()
     # The workers released their leases before they exited: concurrency permits are all back (the
     # rates' are spent for the hour).
