@@ -49,8 +49,9 @@ def pytest_asyncio_loop_factories(
 def frozen_heap() -> Iterator[None]:
     """The objects made before the test left out of its collections (``gc.freeze``): a test's
     ``gc.collect()`` then looks only at what it made, not at the whole run's heap (late in a run a
-    second and more each), and never finds an earlier test's garbage (a dropped lease, logged when
-    collected) in the middle of it."""
+    second and more each). Earlier garbage is collected first: freezing it would put off its
+    finalizers (a socket's close) to a later test's time."""
+    gc.collect()
     gc.freeze()
     try:
         yield

@@ -18,9 +18,6 @@ from permits import _core
 
 from _support import KINDS, LimiterKit
 
-#: gc.collect() here looks only at what each test makes (conftest.frozen_heap).
-pytestmark = pytest.mark.usefixtures("frozen_heap")
-
 
 def make(kind: str, limit: int = 2) -> Any:
     return LimiterKit(kind, permits.ManualClock()).make(limit)

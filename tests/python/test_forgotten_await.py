@@ -15,9 +15,6 @@ import pytest
 import permits
 from permits import Lease
 
-#: gc.collect() here looks only at what each test makes (conftest.frozen_heap).
-pytestmark = pytest.mark.usefixtures("frozen_heap")
-
 
 class Custom(permits.RateLimiter):
     def _acquire(self, permit_count: int) -> Lease:
@@ -108,7 +105,9 @@ def collected(awaitable: object) -> list[warnings.WarningMessage]:
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("make", MAKERS, ids=lambda m: m.__name__)
-async def test_an_awaitable_collected_unawaited_warns_once(make: Callable[[], Any], method: str) -> None:
+async def test_an_awaitable_collected_unawaited_warns_once(
+    make: Callable[[], Any], method: str, frozen_heap: None
+) -> None:
     limiter = make()
     found = collected(getattr(limiter, method)())
     assert len(found) == 1, [str(w.message) for w in found]
@@ -117,7 +116,9 @@ async def test_an_awaitable_collected_unawaited_warns_once(make: Callable[[], An
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("make", MAKERS, ids=lambda m: m.__name__)
-async def test_awaited_entered_cancelled_or_tasked_awaitables_do_not_warn(make: Callable[[], Any], method: str) -> None:
+async def test_awaited_entered_cancelled_or_tasked_awaitables_do_not_warn(
+    make: Callable[[], Any], method: str, frozen_heap: None
+) -> None:
     limiter = make()
     awaited = getattr(limiter, method)()
     (await awaited).release()

@@ -13,9 +13,6 @@ import permits
 
 from _support import FREE_THREADED
 
-#: gc.collect() here looks only at what each test makes (conftest.frozen_heap).
-pytestmark = pytest.mark.usefixtures("frozen_heap")
-
 
 def test_successful_lease_fields(clock):
     lim = permits.TokenBucketLimiter(3, 1, 1.0, clock=clock)

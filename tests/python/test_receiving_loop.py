@@ -23,9 +23,6 @@ from permits import _asyncio
 
 from _support import ReceivingLoop
 
-#: gc.collect() here looks only at what each test makes (conftest.frozen_heap).
-pytestmark = pytest.mark.usefixtures("frozen_heap")
-
 _FDS = "/proc/self/fd"
 linux_fds = pytest.mark.skipif(not os.path.isdir(_FDS), reason="counts open descriptors in /proc/self/fd (Linux)")
 

@@ -69,7 +69,7 @@ def test_release_gives_the_permits_back_once(make: Make) -> None:
 
 
 @needs("releases", "releases_dropped_leases")
-def test_a_dropped_lease_is_released_when_collected_with_a_resource_warning(make: Make, frozen_heap: None) -> None:
+def test_a_dropped_lease_is_released_when_collected_with_a_resource_warning(make: Make) -> None:
     subject = make(2)
     lease = subject.acquire(2)
     assert subject.available_permits() == 0

@@ -15,9 +15,6 @@ import permits
 
 from _integration import require, serve_wsgi
 
-#: gc.collect() here looks only at what each test makes (conftest.frozen_heap).
-pytestmark = pytest.mark.usefixtures("frozen_heap")
-
 
 def test_store_degrading_to_on_error_warns_once(caplog: pytest.LogCaptureFixture) -> None:
     redis = require("redis")
