@@ -189,6 +189,8 @@ def test_a_cluster_waits_on_the_node_of_the_keys(redis_cluster: Any) -> None:
     """The test Cluster has no replicas: WAIT, sent to each key's node, answers 0."""
     client = redis_cluster.client()
     try:
+        warm = RedisStore(client, prefix=prefix(), timeout=READER_TIMEOUT)  # each node loads the scripts
+        assert all(warm.fixed_window(f"l{i}", 3, 100.0).acquire() for i in range(6))
         store = RedisStore(client, prefix=prefix(), wait_replicas=1, timeout=TIMEOUT, on_error="deny")
         for i in range(6):  # names on every node
             lease = store.fixed_window(f"l{i}", 3, 100.0).acquire(2)
@@ -203,6 +205,12 @@ def test_a_cluster_waits_on_the_node_of_the_keys(redis_cluster: Any) -> None:
 async def test_an_asyncio_cluster_waits_on_the_node_of_the_keys(redis_cluster: Any) -> None:
     client = redis_cluster.async_client()
     try:
+        # An asyncio Cluster client learns the slots on its first command, and each node loads the
+        # scripts on its first take: done first, with time to spare (the same names under another
+        # prefix hash to the same nodes), so the store's 1 s covers only the take and its WAIT.
+        async with RedisStore(client, prefix=prefix(), timeout=READER_TIMEOUT) as warm:
+            for i in range(6):
+                assert await warm.fixed_window(f"l{i}", 3, 100.0).acquire_async(1)
         async with RedisStore(client, prefix=prefix(), wait_replicas=1, timeout=TIMEOUT) as store:
             for i in range(6):
                 with pytest.raises(BackendError, match="only 0 of 1 replicas acknowledged"):
