@@ -74,9 +74,12 @@ def serve_wsgi(app: Any, server: str = "werkzeug") -> Iterator[str]:
         try:
             yield f"http://127.0.0.1:{httpd.server_port}"
         finally:
+            # werkzeug's serve_forever closes the server itself as it ends: closing it here before
+            # the thread has ended would close one socket from two threads at once, which on a
+            # free-threaded CPython may close its descriptor twice (EBADF, or another's descriptor).
             httpd.shutdown()
-            httpd.server_close()
             thread.join(10)
+            httpd.server_close()
         return
     waitress = require("waitress")
     tcp = waitress.create_server(app, host="127.0.0.1", port=0, threads=8, clear_untrusted_proxy_headers=False)
