@@ -30,6 +30,7 @@ from psycopg.types.numeric import Int8
 from .._forking import AfterFork
 from ..errors import BackendError
 from . import postgres_arith as arith
+from . import postgres_direct
 from . import postgres_log_sql as log_q
 from . import postgres_sql as q
 from .backend import Outcome
@@ -163,6 +164,8 @@ class PostgresBackend:
         self._statements_lock = threading.Lock()
         #: The parameters of a name and rule's one-statement takes that never change (_take_params).
         self._made_params: dict[tuple[str | bytes, Rule], dict[str, Any]] = {}
+        #: The same for the sync takes, as postgres_direct sends them (_bound).
+        self._bound_takes: dict[tuple[str | bytes, Rule], postgres_direct.Bound] = {}
         _BACKENDS.add(self)
 
     # -- the schema ----------------------------------------------------------------------------
@@ -270,6 +273,23 @@ class PostgresBackend:
                 raise TypeError(f"now_ns must be an int or None, not {type(now_ns).__name__}")
             params["now"] = Int8(now_ns)
         return params
+
+    def _bound(
+        self, name: str | bytes, rule: Rule, n: int, now_ns: int | None, statement: bytes
+    ) -> postgres_direct.Bound:
+        """A sync one-statement take's statement and the parameters of its name and rule (made once:
+        a bounded cache), checked as _take_params checks them."""
+        if not 0 <= n <= rule.limit:
+            raise ValueError(f"permit count {n} is not between 0 and the limit {rule.limit}")
+        if now_ns is not None and not isinstance(now_ns, int):
+            raise TypeError(f"now_ns must be an int or None, not {type(now_ns).__name__}")
+        bound = self._bound_takes.get((name, rule))
+        if bound is None or bound.direct.statement is not statement:
+            bound = postgres_direct.Bound(postgres_direct.direct(statement), self._params(name, rule, None))
+            if len(self._bound_takes) >= _MADE_PARAMS:
+                self._bound_takes.clear()
+            self._bound_takes[(name, rule)] = bound
+        return bound
 
     @staticmethod
     def _mismatch(name: str | bytes, rule: Rule, recorded: object) -> ValueError:
@@ -448,8 +468,8 @@ class PostgresBackend:
             # The short way of the kinds whose take is one statement: its parameters mostly made
             # once, no plan; a row-less answer (another signature) goes the plan's way, which
             # steps again and tells why (the row-less step wrote nothing).
-            params = self._take_params(name, rule, n, now_ns)
-            work = partial(_first_row, _one_statement(statements, rule), params)
+            bound = self._bound(name, rule, n, now_ns, _one_statement(statements, rule))
+            work = partial(postgres_direct.first_row, bound, n, now_ns)
             try:
                 row = self._sync_source().run(work, time.monotonic() + self._timeout)
             except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as e:
@@ -577,10 +597,6 @@ def _one_statement_outcome(rule: Rule, n: int, row: Row) -> Outcome:
     if rule.kind == "fixed_window":
         return arith.fixed_window(rule, ok, anchor, a, b, now)
     return arith.counter(rule, n, ok, anchor, a, b, c, now)
-
-
-def _first_row(statement: bytes, params: dict[str, Any], conn: Conn) -> Row | None:
-    return conn.execute(statement, params).fetchone()
 
 
 async def _first_row_async(statement: bytes, params: dict[str, Any], conn: AConn) -> Row | None:

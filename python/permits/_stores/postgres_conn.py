@@ -46,6 +46,9 @@ MAX_IDLE = 8
 _OWN_SOURCES: AfterFork[Any] = AfterFork(lambda source: source._forget_after_fork())
 
 
+_IDLE = int(pq.TransactionStatus.IDLE)
+
+
 def _remaining(deadline: float, timeout: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -104,7 +107,7 @@ def _use(
     alarm = WATCHDOG.arm(deadline, conn.fileno())
     try:
         result = work(conn)
-        if not conn.autocommit:
+        if not conn.autocommit and conn.pgconn.transaction_status != _IDLE:  # (else commit() has nothing to do)
             conn.commit()
     except BaseException as e:  # the caller re-raises it
         fired = WATCHDOG.disarm(alarm)

@@ -10,8 +10,7 @@ one watchdog thread per process; asyncio ones use their loop's timer.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
+import math
 import os
 import socket
 import threading
@@ -46,50 +45,62 @@ class Alarm:
 
 
 class _Watchdog:
-    """One thread that shuts down the sockets whose deadline (time.monotonic()) has passed."""
+    """One thread that shuts down the sockets whose deadline (time.monotonic()) has passed.
+
+    Armed alarms are a set of the calls in flight (a few: one per connection in use), not a heap
+    of every call of the last timeout: arming and disarming are a set's add and remove under a
+    lock, and the thread wakes at the earliest deadline it knows of, which is rarely earlier than
+    one it saw before (deadlines are mostly now + the same timeout), so it is seldom woken early."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, Alarm]] = []
-        self._order = itertools.count()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._armed: set[Alarm] = set()
+        self._wake = math.inf  # when the thread wakes next (inf: when told)
         self._thread: threading.Thread | None = None
 
     def arm(self, deadline: float, fd: int) -> Alarm:
         alarm = Alarm(deadline, fd)
-        with self._cond:
-            earliest = self._heap[0][0] if self._heap else None
-            heapq.heappush(self._heap, (deadline, next(self._order), alarm))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="permits-postgres-watchdog", daemon=True)
-                self._thread.start()
-            elif earliest is None or deadline < earliest:
-                self._cond.notify()
+        with self._lock:
+            self._armed.add(alarm)
+            if deadline < self._wake:
+                self._wake = deadline
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="permits-postgres-watchdog", daemon=True)
+                    self._thread.start()
+                else:
+                    self._cond.notify()
         return alarm
 
     def disarm(self, alarm: Alarm) -> bool:
         """Whether the alarm went off (the connection must be discarded). Under the lock: once this
         returns, the watchdog never touches the socket again."""
-        with self._cond:
+        with self._lock:
+            self._armed.discard(alarm)
             alarm.done = True
             return alarm.fired
 
     def _run(self) -> None:
-        with self._cond:
+        with self._lock:
             while True:
-                # Alarms disarmed in the meantime are dropped as their deadline comes (the heap holds
-                # at most the calls of one timeout's span).
-                while self._heap and (self._heap[0][2].done or self._heap[0][0] <= time.monotonic()):
-                    _, _, alarm = heapq.heappop(self._heap)
-                    if not alarm.done:
-                        alarm.fired = True
-                        alarm.done = True
-                        shut_down(alarm.fd)
-                self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                now = time.monotonic()
+                wake = math.inf
+                for alarm in [a for a in self._armed if a.deadline <= now]:
+                    self._armed.discard(alarm)
+                    alarm.fired = True
+                    alarm.done = True
+                    shut_down(alarm.fd)
+                for alarm in self._armed:
+                    wake = min(wake, alarm.deadline)
+                self._wake = wake
+                self._cond.wait(None if wake == math.inf else wake - now)
 
     def _after_fork(self) -> None:
         # The thread does not exist in a forked child (and the lock may have been held).
-        self._cond = threading.Condition(threading.Lock())
-        self._heap = []
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._armed = set()
+        self._wake = math.inf
         self._thread = None
 
 
