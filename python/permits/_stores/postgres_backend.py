@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -58,6 +59,8 @@ _MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
 #: Lifetimes and lease ttls beyond 2**60 ns (36 years) count as that: now + 2 * it stays a bigint.
 _MAX_LIFETIME = 2**60
 #: The kinds whose take is one INSERT ... ON CONFLICT DO UPDATE ... RETURNING.
+#: A one-statement take's row: (ok, anchor, a, b, c, seen) packed into one bytea (postgres_sql._RETURNING).
+RESULT = struct.Struct(">?5q")
 _ONE_STATEMENT = frozenset(("token_bucket", "fixed_window", "sliding_window_counter"))
 #: Names and rules whose take parameters are kept (past it the cache starts again).
 _MADE_PARAMS = 1024
@@ -591,7 +594,7 @@ def _one_statement(statements: _Statements, rule: Rule) -> bytes:
 
 
 def _one_statement_outcome(rule: Rule, n: int, row: Row) -> Outcome:
-    ok, anchor, a, b, c, now = row
+    ok, anchor, a, b, c, now = RESULT.unpack(row[0])  # (the one-statement takes' RETURNING)
     if rule.kind == "token_bucket":
         return arith.token_bucket(rule, n, ok, anchor, a, b, now)
     if rule.kind == "fixed_window":

@@ -37,7 +37,6 @@ _BINARY = 1
 _NO_SUCH_STATEMENT = b"26000"
 _ALREADY_PREPARED = b"42P05"
 _pack = struct.Struct(">q").pack
-_unpack = struct.Struct(">q").unpack
 # (ints: compared on every take, where an enum's lookup costs more)
 _IDLE = int(pq.TransactionStatus.IDLE)
 _PIPELINE_OFF = int(pq.PipelineStatus.OFF)
@@ -131,13 +130,4 @@ def first_row(bound: Bound, n: int, now_ns: int | None, conn: psycopg.Connection
         raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     if result.ntuples == 0:
         return None
-    value = result.get_value
-    # (ok, anchor, a, b, c, seen): the takes' RETURNING, a boolean and five bigints, none NULL
-    return (
-        value(0, 0) == b"\x01",
-        _unpack(value(0, 1))[0],  # type: ignore[arg-type]
-        _unpack(value(0, 2))[0],  # type: ignore[arg-type]
-        _unpack(value(0, 3))[0],  # type: ignore[arg-type]
-        _unpack(value(0, 4))[0],  # type: ignore[arg-type]
-        _unpack(value(0, 5))[0],  # type: ignore[arg-type]
-    )
+    return (result.get_value(0, 0),)  # (the takes' RETURNING: one bytea)
