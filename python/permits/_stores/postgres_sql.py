@@ -247,59 +247,51 @@ _EXPIRES: LiteralString = "CASE WHEN t.expires < excluded.seen + %(lifetime)s TH
 # runs a sub-select there as a sub-plan of its own, which cost a take about 15 us on the server.
 _TOKENS: LiteralString = "least(%(limit)s, t.b + least(" + _INDEX + " - t.a, %(limit)s) * %(amount)s)"
 
-TB_TAKE: LiteralString = (
-    _WITH_NOW
-    + """
+
+def _upsert_take(inserted_b: LiteralString, b: LiteralString, ok: LiteralString) -> LiteralString:
+    """A timed kind's take whose state is a period or window index (``a``) and a count (``b``): a new
+    state inserted with ``inserted_b``, an existing one brought to the step's index with ``b`` and
+    ``ok`` computed from the row as it was."""
+    return (
+        _WITH_NOW
+        + """
 INSERT INTO {table} AS t (key, lease, sig, anchor, a, b, ok, seen, expires)
-SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(limit)s - %(n)s, true, v.now, v.now + 2 * %(lifetime)s FROM v
+SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, """
+        + inserted_b
+        + """, true, v.now, v.now + 2 * %(lifetime)s FROM v
 ON CONFLICT (key, lease) DO UPDATE SET
     a = """
-    + _INDEX
-    + """,
+        + _INDEX
+        + """,
     b = """
-    + _TOKENS
-    + " - CASE WHEN "
-    + _TOKENS
-    + """ >= %(need)s THEN %(n)s ELSE 0 END,
+        + b
+        + """,
     ok = """
-    + _TOKENS
-    + """ >= %(need)s,
+        + ok
+        + """,
     seen = excluded.seen,
     expires = """
-    + _EXPIRES
-    + """
+        + _EXPIRES
+        + """
 WHERE t.sig = excluded.sig
 """
-    + _RETURNING
+        + _RETURNING
+    )
+
+
+TB_TAKE: LiteralString = _upsert_take(
+    "%(limit)s - %(n)s",
+    _TOKENS + " - CASE WHEN " + _TOKENS + " >= %(need)s THEN %(n)s ELSE 0 END",
+    _TOKENS + " >= %(need)s",
 )
 
 # The permits used in the step's window: the state's when it is that window, else none.
 _USED: LiteralString = "(CASE WHEN " + _INDEX + " = t.a THEN t.b ELSE 0 END)"
 
-FW_TAKE: LiteralString = (
-    _WITH_NOW
-    + """
-INSERT INTO {table} AS t (key, lease, sig, anchor, a, b, ok, seen, expires)
-SELECT %(key)s, ''::bytea, %(sig)s, v.now, 0, %(n)s, true, v.now, v.now + 2 * %(lifetime)s FROM v
-ON CONFLICT (key, lease) DO UPDATE SET
-    a = """
-    + _INDEX
-    + """,
-    b = """
-    + _USED
-    + " + CASE WHEN %(limit)s - "
-    + _USED
-    + """ >= %(need)s THEN %(n)s ELSE 0 END,
-    ok = %(limit)s - """
-    + _USED
-    + """ >= %(need)s,
-    seen = excluded.seen,
-    expires = """
-    + _EXPIRES
-    + """
-WHERE t.sig = excluded.sig
-"""
-    + _RETURNING
+FW_TAKE: LiteralString = _upsert_take(
+    "%(n)s",
+    _USED + " + CASE WHEN %(limit)s - " + _USED + " >= %(need)s THEN %(n)s ELSE 0 END",
+    "%(limit)s - " + _USED + " >= %(need)s",
 )
 
 # The counter: counts as seen from window wi (previous and current; 0 after a gap), e the time
