@@ -165,10 +165,8 @@ class PostgresBackend:
             )
         self._statements: _Statements | None = None
         self._statements_lock = threading.Lock()
-        #: The parameters of a name and rule's one-statement takes that never change (_take_params).
-        self._made_params: dict[tuple[str | bytes, Rule], dict[str, Any]] = {}
-        #: The same for the sync takes, as postgres_direct sends them (_bound).
-        self._bound_takes: dict[tuple[str | bytes, Rule], postgres_direct.Bound] = {}
+        #: The statement and parameters of a name and rule's one-statement takes that never change (_bound).
+        self._made_params: dict[tuple[str | bytes, Rule], postgres_direct.Bound] = {}
         _BACKENDS.add(self)
 
     # -- the schema ----------------------------------------------------------------------------
@@ -257,42 +255,34 @@ class PostgresBackend:
             params["ttl"] = Int8(min(params["ttl"], _MAX_LIFETIME))
         return params
 
-    def _take_params(self, name: str | bytes, rule: Rule, n: int, now_ns: int | None) -> dict[str, Any]:
-        """A one-statement take's parameters: those of its name and rule made once (a bounded
-        cache), the count and the time added."""
-        if not 0 <= n <= rule.limit:
-            raise ValueError(f"permit count {n} is not between 0 and the limit {rule.limit}")
-        made = self._made_params.get((name, rule))
-        if made is None:
-            made = self._params(name, rule, None)
-            if len(self._made_params) >= _MADE_PARAMS:
-                self._made_params.clear()
-            self._made_params[(name, rule)] = made
-        params = made.copy()
-        params["n"] = Int8(n)
-        params["need"] = Int8(max(n, 1))
-        if now_ns is not None:
-            if not isinstance(now_ns, int):
-                raise TypeError(f"now_ns must be an int or None, not {type(now_ns).__name__}")
-            params["now"] = Int8(now_ns)
-        return params
-
     def _bound(
         self, name: str | bytes, rule: Rule, n: int, now_ns: int | None, statement: bytes
     ) -> postgres_direct.Bound:
-        """A sync one-statement take's statement and the parameters of its name and rule (made once:
-        a bounded cache), checked as _take_params checks them."""
+        """A one-statement take's statement and the parameters of its name and rule, made once (a
+        bounded cache); the count and the time checked."""
         if not 0 <= n <= rule.limit:
             raise ValueError(f"permit count {n} is not between 0 and the limit {rule.limit}")
         if now_ns is not None and not isinstance(now_ns, int):
             raise TypeError(f"now_ns must be an int or None, not {type(now_ns).__name__}")
-        bound = self._bound_takes.get((name, rule))
+        bound = self._made_params.get((name, rule))
         if bound is None or bound.direct.statement is not statement:
             bound = postgres_direct.Bound(postgres_direct.direct(statement), self._params(name, rule, None))
-            if len(self._bound_takes) >= _MADE_PARAMS:
-                self._bound_takes.clear()
-            self._bound_takes[(name, rule)] = bound
+            if len(self._made_params) >= _MADE_PARAMS:
+                self._made_params.clear()
+            self._made_params[(name, rule)] = bound
         return bound
+
+    def _take_params(
+        self, name: str | bytes, rule: Rule, n: int, now_ns: int | None, statement: bytes
+    ) -> dict[str, Any]:
+        """A one-statement take's parameters as psycopg takes them: its name's and rule's made once
+        (_bound), the count and the time added."""
+        params = self._bound(name, rule, n, now_ns, statement).params.copy()
+        params["n"] = Int8(n)
+        params["need"] = Int8(max(n, 1))
+        if now_ns is not None:
+            params["now"] = Int8(now_ns)
+        return params
 
     @staticmethod
     def _mismatch(name: str | bytes, rule: Rule, recorded: object) -> ValueError:
@@ -503,8 +493,8 @@ class PostgresBackend:
     ) -> Outcome:
         statements = self._statements
         if statements is not None and rule.kind in _ONE_STATEMENT:  # (as take)
-            params = self._take_params(name, rule, n, now_ns)
-            work = partial(_first_row_async, _one_statement(statements, rule), params)
+            statement = _one_statement(statements, rule)
+            work = partial(_first_row_async, statement, self._take_params(name, rule, n, now_ns, statement))
             try:
                 row = await self._async_source().run(work, time.monotonic() + self._timeout)
             except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as e:
