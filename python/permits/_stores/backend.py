@@ -50,6 +50,8 @@ and a refund of its predecessor's grant, whose stamp is before its anchor, chang
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from .rules import Rule
@@ -100,6 +102,19 @@ class Backend(Protocol):
     async def take_async(
         self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None
     ) -> Outcome: ...
+
+    def take_soon(
+        self,
+        name: str | bytes,
+        rule: Rule,
+        n: int,
+        lease_id: str | None,
+        now_ns: int | None,
+        undo: Callable[[Outcome, int, str | None], None],
+    ) -> asyncio.Future[Outcome]:
+        """``take_async``'s outcome as a future (called on the running loop): cancelling it never
+        loses a grant, which the server may make all the same; such a grant is handed to ``undo``
+        (with ``n`` and ``lease_id``), which gives it back."""
 
     async def refund_async(
         self, name: str | bytes, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None

@@ -13,6 +13,7 @@ longer than 63 bytes, so longer ones are refused.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import struct
@@ -31,7 +32,7 @@ from psycopg.types.numeric import Int8
 from .._forking import AfterFork
 from ..errors import BackendError
 from . import postgres_arith as arith
-from . import postgres_direct
+from . import postgres_direct, soon
 from . import postgres_log_sql as log_q
 from . import postgres_sql as q
 from .backend import Outcome
@@ -487,6 +488,11 @@ class PostgresBackend:
 
     def reset(self, name: str | bytes, rule: Rule) -> None:
         self._run(lambda: self._reset(name, rule))
+
+    def take_soon(
+        self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None, undo: soon.Undo
+    ) -> asyncio.Future[Outcome]:
+        return soon.by_task(self.take_async(name, rule, n, lease_id, now_ns), n, lease_id, undo)
 
     async def take_async(
         self, name: str | bytes, rule: Rule, n: int, lease_id: str | None, now_ns: int | None

@@ -33,11 +33,18 @@ import redis.exceptions
 
 from .._forking import AfterFork, keep_inherited
 from ..errors import BackendError
-from . import redis_eviction, redis_replicas, redis_rules, redis_scripts
+from . import redis_eviction, redis_replicas, redis_rules, redis_scripts, redis_soon
 from .backend import Backend, Outcome
 from .batch import Batch, Batching
 from .deadlines import Deadlines
-from .redis_clients import UNAVAILABLE, Bounded, bounded_sync_client, is_async_client, unavailable_reason
+from .redis_clients import (
+    UNAVAILABLE,
+    Bounded,
+    bounded_sync_client,
+    discover_slots,
+    is_async_client,
+    unavailable_reason,
+)
 from .redis_steps import (
     AVAILABLE,
     FW_TAKE,
@@ -60,6 +67,7 @@ from .redis_steps import (
 )
 from .redis_wire import execute, execute_async
 from .rules import KINDS, Record, Rule
+from .soon import Undo
 
 Name = str | bytes
 
@@ -87,6 +95,7 @@ def _forked(backend: RedisBackend) -> None:
     after-fork reset of the pool takes that lock (the child's first command would hang). The child
     builds clients of its own instead (the copy is kept unused), and a lock of its own to build them under."""
     backend._lock = threading.Lock()
+    backend._pipelines = redis_soon.pipelines()  # (the parent's loops' steps are not the child's)
     if backend._bounded is not None:
         keep_inherited(backend._bounded)
         backend._bounded = None
@@ -150,6 +159,7 @@ class RedisBackend:
         self._replicas = redis_replicas.check_wait_replicas(wait_replicas)
         self._wait_ms = redis_replicas.wait_ms(self._timeout)
         self._waiting_ready: set[str] = set()  # the scripts whose function or script was loaded
+        self._pipelines = redis_soon.pipelines()  # (asyncio takes of a plain client, per loop)
         _BACKENDS.add(self)
 
     # ---- the steps ----
@@ -168,7 +178,7 @@ class RedisBackend:
             if n:
                 with contextlib.suppress(BackendError):  # (then the master keeps it: never counted twice)
                     self.refund(name, rule, n, out.stamp, lease_id, now_ns)
-            raise self._unreplicated(acked)
+            raise redis_replicas.unreplicated(acked, self._replicas, self._wait_ms)
         return out
 
     def take_batch(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
@@ -183,7 +193,7 @@ class RedisBackend:
             if batch.taken:
                 with contextlib.suppress(BackendError):
                     self.refund(name, rule, batch.taken, batch.stamp, None, now_ns)
-            raise self._unreplicated(acked)
+            raise redis_replicas.unreplicated(acked, self._replicas, self._wait_ms)
         return batch
 
     def refund(self, name: Name, rule: Rule, n: int, stamp: int, lease_id: str | None, now_ns: int | None) -> None:
@@ -242,8 +252,14 @@ class RedisBackend:
             if n:
                 with contextlib.suppress(BackendError):
                     await self.refund_async(name, rule, n, out.stamp, lease_id, now_ns)
-            raise self._unreplicated(acked)
+            raise redis_replicas.unreplicated(acked, self._replicas, self._wait_ms)
         return out
+
+    def take_soon(
+        self, name: Name, rule: Rule, n: int, lease_id: str | None, now_ns: int | None, undo: Undo
+    ) -> asyncio.Future[Outcome]:
+        self._async_only("take_soon")
+        return redis_soon.take_soon(self, name, rule, n, lease_id, now_ns, undo)
 
     async def take_batch_async(self, name: Name, rule: Rule, n: int, most: int, now_ns: int | None) -> Batch:
         self._async_only("take_batch_async")
@@ -256,7 +272,7 @@ class RedisBackend:
             if batch.taken:
                 with contextlib.suppress(BackendError):
                     await self.refund_async(name, rule, batch.taken, batch.stamp, None, now_ns)
-            raise self._unreplicated(acked)
+            raise redis_replicas.unreplicated(acked, self._replicas, self._wait_ms)
         return batch
 
     async def refund_async(
@@ -513,17 +529,6 @@ class RedisBackend:
             return True
         return False
 
-    async def _discover_slots(self, client: Any) -> None:
-        """An asyncio Cluster client that has not learnt the slots yet learns them in one task
-        first: when many tasks' first commands start it at once, redis-py (8.1) sends them to one
-        node and, at the MOVED replies, closes connections other tasks are writing on
-        (AttributeError: 'NoneType' object has no attribute 'writelines')."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lock = self._discovery.setdefault(loop, asyncio.Lock())
-        async with lock:
-            await client.initialize()  # a no-op once it knows the slots
-
     async def _run_async(self, script: Script, keys: Keys, args: Sequence[bytes | str], call: Any = None) -> Any:
         call = call or self._call_async
         client = self._client
@@ -533,7 +538,7 @@ class RedisBackend:
         try:
             with self._deadlines.start():
                 if getattr(client, "_initialize", False) and isinstance(client, redis.asyncio.cluster.RedisCluster):
-                    await self._discover_slots(client)
+                    await discover_slots(client, self._discovery, self._lock)
                 while True:
                     try:
                         return await call(client, script, keys, args)
@@ -633,12 +638,6 @@ class RedisBackend:
             self._waiting_ready.discard(script.sha)
             return True
         raise reply
-
-    def _unreplicated(self, acked: int) -> BackendError:
-        return BackendError(
-            f"only {acked} of {self._replicas} replicas acknowledged the grant within {self._wait_ms} ms "
-            "(WAIT): not trusted, its permits were given back"
-        )
 
 
 if TYPE_CHECKING:  # mypy checks that the class is a Backend

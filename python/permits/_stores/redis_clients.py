@@ -10,7 +10,10 @@ are used as given, each step under ``asyncio.timeout`` (a cancelled read closes 
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -162,3 +165,18 @@ def _bounded_cluster(client: redis.cluster.RedisCluster, timeout: float) -> Boun
         startup_nodes=nodes, retry=_no_retry(), address_remap=manager.address_remap, **kwargs
     )
     return Bounded(copy, copy.close)
+
+
+async def discover_slots(
+    client: Any, locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock], lock: threading.Lock
+) -> None:
+    """An asyncio Cluster client that has not learnt the slots yet learns them in one task
+    first: when many tasks' first commands start it at once, redis-py (8.1) sends them to one
+    node and, at the MOVED replies, closes connections other tasks are writing on
+    (AttributeError: 'NoneType' object has no attribute 'writelines'). ``locks``: one per loop,
+    made under ``lock``."""
+    loop = asyncio.get_running_loop()
+    with lock:
+        found = locks.setdefault(loop, asyncio.Lock())
+    async with found:
+        await client.initialize()  # a no-op once it knows the slots

@@ -14,8 +14,17 @@ from typing import Any
 import redis.asyncio.cluster
 import redis.cluster
 
+from ..errors import BackendError
+
 # redis-py's asyncio Cluster pipeline command (untyped there): called through Any.
 _PipelineCommand: Any = redis.asyncio.cluster.PipelineCommand
+
+
+def unreplicated(acked: int, replicas: int, wait_ms: int) -> BackendError:
+    return BackendError(
+        f"only {acked} of {replicas} replicas acknowledged the grant within {wait_ms} ms "
+        "(WAIT): not trusted, its permits were given back"
+    )
 
 
 def check_wait_replicas(wait_replicas: object) -> int:

@@ -34,7 +34,8 @@ def _needs_command_name(pool_class: Any) -> bool:
 _NAMED: dict[type, bool] = {}
 
 
-def _get(pool: Any) -> Any:
+def get_connection(pool: Any) -> Any:
+    """A connection of ``pool`` (a coroutine's for an asyncio pool), asked as its redis-py wants."""
     named = _NAMED.get(type(pool))
     if named is None:
         named = _NAMED[type(pool)] = _needs_command_name(type(pool))
@@ -68,7 +69,7 @@ def execute(client: Any, *command: Any) -> Any:
     kept = getattr(pool, _KEPT, None)
     conn = _kept_connection(kept) if kept else None
     if conn is None:
-        conn = _get(pool)
+        conn = get_connection(pool)
     try:
         conn.send_packed_command(packed(command, conn.encoder))
         return conn.read_response()
@@ -114,16 +115,22 @@ def _kept_connection(kept: list[Any]) -> Any:
     return conn
 
 
+def pipelined(client: Any) -> bool:
+    """Whether steps are written straight onto the pooled connections of ``client``, an asyncio
+    client: redis-py's plain one, not instrumented, not on a single connection."""
+    return (
+        client.__class__ is redis.asyncio.Redis
+        and not client.single_connection_client
+        and not hasattr(redis.asyncio.Redis.execute_command, "__wrapped__")
+    )
+
+
 async def execute_async(client: Any, *command: Any) -> Any:
     """As ``execute``, for redis-py's plain asyncio client (its retry policy kept)."""
-    if (
-        client.__class__ is not redis.asyncio.Redis
-        or client.single_connection_client
-        or hasattr(redis.asyncio.Redis.execute_command, "__wrapped__")
-    ):
+    if not pipelined(client):
         return await client.execute_command(*command)
     pool = client.connection_pool
-    conn = await _get(pool)
+    conn = await get_connection(pool)
     try:
         return await conn.retry.call_with_retry(lambda: _send_read(conn, command), lambda _error: conn.disconnect())
     except redis.exceptions.ResponseError:

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import time
-from collections.abc import Coroutine
 from typing import Any
 
 from .. import _pausing, _polling
@@ -50,23 +49,6 @@ def _step_threads() -> concurrent.futures.ThreadPoolExecutor:
     if _steps is None or _steps[0] != os.getpid():
         _steps = (os.getpid(), concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="permits-store-step"))
     return _steps[1]
-
-
-async def _answering(step: Coroutine[Any, Any, Outcome], answer: asyncio.Future[Outcome]) -> Outcome | None:
-    """Runs a step and hands its outcome, or its error, to ``answer`` (unless cancelled). Returns the
-    outcome (None after an error: the error is the answer's, and nobody else's to report)."""
-    try:
-        out = await step
-    except asyncio.CancelledError:
-        answer.cancel()
-        raise
-    except Exception as exc:
-        if not answer.done():
-            answer.set_exception(exc)
-        return None
-    if not answer.done():
-        answer.set_result(out)
-    return out
 
 
 class StoreLimiter(RateLimiter):
@@ -148,7 +130,6 @@ class StoreLimiter(RateLimiter):
         queue = self._queue
         if queue._entries and not queue.newest:
             return self._rl_counted(self._behind_queue(n), n, "_acquire_async")
-        loop = asyncio.get_running_loop()
         self.store._housekeep()
         if self._gen < 0:
             try:
@@ -159,16 +140,14 @@ class StoreLimiter(RateLimiter):
         if n > rule.limit:
             return self._rl_counted(self._over_limit(n), n, "_acquire_async")
         clock = self._time
-        answer: asyncio.Future[Outcome] = loop.create_future()
-        take = self._backend.take_async(self._state, rule, n, None, None if clock is None else clock.now_ns())
-        step = loop.create_task(_answering(take, answer))
+        # (cancelled while the server decides: a grant made meanwhile goes back, as in _take_async)
+        answer = self._backend.take_soon(
+            self._state, rule, n, None, None if clock is None else clock.now_ns(), self._undone
+        )
         try:
             out = await answer
         except BackendError as error:
             return self._rl_counted(self._failed(error, n), n, "_acquire_async")
-        except asyncio.CancelledError:
-            step.add_done_callback(lambda done: self._undo(done, n, None))  # (as _take_async)
-            raise
         lease = self._lease_of(out, n, None)
         if not out.granted:
             return self._rl_counted(lease, n, "_acquire_async")
@@ -350,18 +329,12 @@ class StoreLimiter(RateLimiter):
         if n > rule.limit:
             return self._over_limit(n)
         lid = lease_id() if rule.kind == "concurrency" and n else None
-        # The step runs in a task of its own, which hands its outcome to `answer`: a cancellation of
-        # this task cancels the answer, never the step (asyncio.shield's guarantee, one hop shorter).
-        answer: asyncio.Future[Outcome] = loop.create_future()
-        step = loop.create_task(_answering(backend.take_async(self._state, rule, n, lid, self._now()), answer))
+        # Cancelled while the server decides: a grant made meanwhile goes back (_undone), never leaks.
+        answer = backend.take_soon(self._state, rule, n, lid, self._now(), self._undone)
         try:
             out = await answer
         except BackendError as error:
             return self._failed(error, n)
-        except asyncio.CancelledError:
-            # Cancelled while the server decides: a grant made meanwhile goes back, never leaks.
-            step.add_done_callback(lambda done: self._undo(done, n, lid))
-            raise
         return self._lease_of(out, n, lid)
 
     def _undo(
@@ -375,6 +348,10 @@ class StoreLimiter(RateLimiter):
         out = step.result()
         if isinstance(out, Outcome) and out.granted and n:
             self._give_back(n, out.stamp, lid)
+
+    def _undone(self, out: Outcome, n: int, lid: str | None) -> None:
+        """A grant whose caller had gone (soon.Undo)."""
+        self._give_back(n, out.stamp, lid)
 
     def _give_back(self, n: int, stamp: int, lid: str | None) -> None:
         """A release or a refund: the server gets the permits back; this process's queue asks."""

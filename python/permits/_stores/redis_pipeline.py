@@ -1,0 +1,121 @@
+"""The steps of many tasks on one loop, written onto a connection together and their replies read in
+order: one write and one wake-up of the loop for a batch instead of a round trip, a task, a pool's
+get and release and a timer for each step. Measured on a loopback server with 64 tasks, an EVALSHA of
+`return 1` ran 7,000 times a second through redis-py's `evalsha()` and 50,000-60,000 times pipelined so.
+
+Each step is an ``Entry``: its command (RESP, packed once) and what is done with its reply. A step
+whose caller gave up before it was written is not sent (``Entry.dropped``); one given up while on the
+wire gets its reply all the same (``Entry.reply``: a grant made meanwhile goes back). At most ``MOST``
+batches are on the wire at once, each on a connection of the client's pool, kept while steps queue.
+
+A batch's deadline is its oldest step's start plus the store's timeout: past it, the connection is
+dropped (its replies could not be told apart any more) and the batch's steps that have no reply fail
+with ``TimeoutError``; a connection error fails them with that error (``Entry.fail``: the step decides
+whether to try again). Server errors (``ResponseError``) are read as replies of their own: the
+connection stays in step with its commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+from typing import Any, Protocol
+
+import redis.exceptions
+
+from .redis_wire import get_connection
+
+#: Batches on the wire at once (one connection each): two let the loop read one batch's replies
+#: while the server runs the other (measured: 1 batch 51,000 steps/s, 2 62,000, 4 54,000).
+MOST = 2
+
+
+class Entry(Protocol):
+    def dropped(self) -> bool:
+        """The caller gave up before the step was written: it is not sent."""
+
+    def reply(self, reply: Any) -> None:
+        """The server's reply (a ``ResponseError`` instance for an error reply). Never raises."""
+
+    def fail(self, exc: BaseException) -> None:
+        """No reply will come: the connection failed (``TimeoutError`` at the deadline,
+        ``CancelledError`` when the loop's tasks are cancelled). Never raises."""
+
+
+class Pipeline:
+    """The steps of one loop on one client's pool."""
+
+    __slots__ = ("_flushers", "_loop", "_pending", "_pool", "_timeout", "encoder", "loop")
+
+    def __init__(self, pool: Any, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        self._pool = pool
+        self._loop = self.loop = loop
+        self.encoder = pool.get_encoder()  # (the commands' str arguments, as the connections encode them)
+        self._timeout = timeout
+        self._pending: list[tuple[bytes, Entry, float]] = []
+        self._flushers: set[asyncio.Task[None]] = set()  # (kept: a task only the loop holds may be collected)
+
+    def send(self, data: bytes, entry: Entry) -> None:
+        """Queues a step (called on the pipeline's loop)."""
+        self._pending.append((data, entry, self._loop.time() + self._timeout))
+        if len(self._flushers) < MOST:
+            self._start()
+
+    def _start(self) -> None:
+        task = self._loop.create_task(self._flush())
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+
+    async def _flush(self) -> None:
+        pool = self._pool
+        conn = None
+        unanswered: collections.deque[Entry] = collections.deque()
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                parts = []
+                for data, entry, _ in batch:
+                    if not entry.dropped():
+                        parts.append(data)
+                        unanswered.append(entry)
+                if not parts:
+                    continue
+                async with asyncio.timeout_at(batch[0][2]):
+                    if conn is None:
+                        conn = await get_connection(pool)
+                    await _write(conn, b"".join(parts))
+                    while unanswered:
+                        try:
+                            reply = await conn.read_response(timeout=math.inf)
+                        except redis.exceptions.ResponseError as exc:
+                            reply = exc  # (read whole: the connection stays in step)
+                        unanswered.popleft().reply(reply)
+        except BaseException as exc:
+            if conn is not None:
+                await conn.disconnect(nowait=True)  # (replies may be left half read)
+            for entry in unanswered:
+                entry.fail(exc)
+            if not isinstance(exc, Exception):  # the loop's tasks cancelled: so are the steps queued
+                pending, self._pending = self._pending, []
+                for _, entry, _ in pending:
+                    entry.fail(exc)
+                raise
+        finally:
+            if conn is not None:
+                await pool.release(conn)
+            self._flushers.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
+            if self._pending and len(self._flushers) < MOST:
+                self._start()  # (steps queued as this one failed: another flusher takes them)
+
+
+async def _write(conn: Any, data: bytes) -> None:
+    writer = getattr(conn, "_writer", None)
+    if writer is None or conn.health_check_interval:
+        await conn.send_packed_command([data])  # (connects, or checks the connection's health first)
+        return
+    try:
+        writer.write(data)
+        await writer.drain()
+    except OSError as exc:
+        raise redis.exceptions.ConnectionError(f"Error while writing to the socket: {exc}") from exc
