@@ -19,6 +19,7 @@ import redis.asyncio
 from permits.errors import BackendError
 from permits.redis import RedisStore
 
+from _child import run_ok
 from _store_support import BOUND
 
 TASKS = 64
@@ -168,3 +169,73 @@ async def test_connections_killed_mid_batch_hang_no_caller_and_grant_no_more_tha
     assert granted + reader.available_permits() <= limit  # (a take retried after a kill counts at most once more)
     admin.close()
     await client.aclose()
+
+
+THREADS_SCENARIO = """
+import asyncio, os, threading
+import redis, redis.asyncio
+from permits.redis import RedisStore
+HOST, PORT, PREFIX = os.environ["HOST"], int(os.environ["PORT"]), os.environ["PREFIX"]
+granted = []
+
+def one_thread():
+    async def main():
+        client = redis.asyncio.Redis(host=HOST, port=PORT)
+        limiter = RedisStore(client, prefix=PREFIX).fixed_window("fw", 300, 3600.0)
+        async def task():
+            return sum([bool(await limiter.acquire_async()) for _ in range(10)])
+        got = sum(await asyncio.gather(*(task() for _ in range(32))))
+        await client.aclose()
+        return got
+    granted.append(asyncio.run(main()))
+
+threads = [threading.Thread(target=one_thread) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+assert len(granted) == 4 and sum(granted) == 300, granted  # 1,280 asked of 300
+reader = RedisStore(redis.Redis(host=HOST, port=PORT), prefix=PREFIX).fixed_window("fw", 300, 3600.0)
+assert reader.available_permits() == 0
+print("ok")
+"""
+
+
+def test_threads_each_running_a_loop_share_one_exact_limit(redis_server: Any) -> None:
+    env = {"HOST": redis_server.host, "PORT": str(redis_server.port), "PREFIX": f"pipe:{uuid.uuid4().hex[:8]}:"}
+    assert run_ok(THREADS_SCENARIO, env=env).lines()[-1] == "ok"
+
+
+ENDED_SCENARIO = """
+import asyncio, os
+import redis, redis.asyncio
+from permits.redis import RedisStore
+HOST, PORT, PREFIX = os.environ["HOST"], int(os.environ["PORT"]), os.environ["PREFIX"]
+
+async def main():
+    client = redis.asyncio.Redis(host=HOST, port=PORT)
+    limiter = RedisStore(client, prefix=PREFIX).fixed_window("fw", 1000, 3600.0)
+    assert await limiter.acquire_async()
+    for _ in range(200):  # in flight as the loop ends: asyncio.run cancels them
+        asyncio.ensure_future(limiter.acquire_async())
+    await asyncio.sleep(0)
+
+asyncio.run(main())
+
+async def again():
+    client = redis.asyncio.Redis(host=HOST, port=PORT)
+    limiter = RedisStore(client, prefix=PREFIX).fixed_window("fw", 1000, 3600.0)
+    leases = await asyncio.gather(*(limiter.acquire_async() for _ in range(50)))
+    await client.aclose()
+    return sum(1 for lease in leases if lease)
+
+assert asyncio.run(again()) == 50
+print("ok")
+"""
+
+
+def test_a_loop_ended_with_takes_in_flight_hangs_nothing_and_leaves_no_task_behind(redis_server: Any) -> None:
+    env = {"HOST": redis_server.host, "PORT": str(redis_server.port), "PREFIX": f"pipe:{uuid.uuid4().hex[:8]}:"}
+    child = run_ok(ENDED_SCENARIO, env=env)
+    assert child.lines()[-1] == "ok"
+    assert "Task was destroyed" not in child.stderr and "never retrieved" not in child.stderr, child.stderr
