@@ -65,7 +65,7 @@ class _Take:
 
     def fail(self, exc: BaseException) -> None:
         answer = self.answer
-        if isinstance(exc, asyncio.CancelledError):
+        if not isinstance(exc, Exception):  # (the loop's tasks cancelled, or the process ending)
             answer.cancel()
         elif isinstance(exc, TimeoutError):
             if not answer.done():
@@ -73,23 +73,11 @@ class _Take:
                 error.__cause__ = exc  # (as raise ... from exc)
                 answer.set_exception(error)
         elif not answer.cancelled():
-            # Taken again by the backend's own step, settling the same answer: it loads a lost
-            # function or script, retries a failed connection, and says what else the server said.
-            backend = self.backend
-            step = backend.take_async(self.name, self.rule, self.n, self.lid, self.now_ns)
-            again = soon.by_task(step, self.n, self.lid, self.undo)
-            again.add_done_callback(self._settled)
-
-    def _settled(self, again: asyncio.Future[Outcome]) -> None:
-        answer = self.answer
-        if answer.done():
-            return  # (a grant made for a caller that had gone was given back by the step's task)
-        if again.cancelled():
-            answer.cancel()
-        elif (exc := again.exception()) is not None:
-            answer.set_exception(exc)
-        else:
-            answer.set_result(again.result())
+            # Taken again by the backend's own step, into the same answer (a grant for a caller gone
+            # meanwhile is given back): it loads a lost function or script, retries a failed
+            # connection, and says what else the server said.
+            step = self.backend.take_async(self.name, self.rule, self.n, self.lid, self.now_ns)
+            soon.by_task(step, self.n, self.lid, self.undo, answer)
 
 
 def take_soon(

@@ -27,11 +27,19 @@ def settle(answer: asyncio.Future[Outcome], out: Outcome, n: int, lid: str | Non
             )
 
 
-def by_task(step: Coroutine[Any, Any, Outcome], n: int, lid: str | None, undo: Undo) -> asyncio.Future[Outcome]:
-    """The outcome of ``step``, run in a task of its own: a cancellation of the caller cancels the
-    answer, never the step (asyncio.shield's guarantee, one hop shorter)."""
+def by_task(
+    step: Coroutine[Any, Any, Outcome],
+    n: int,
+    lid: str | None,
+    undo: Undo,
+    answer: asyncio.Future[Outcome] | None = None,
+) -> asyncio.Future[Outcome]:
+    """The outcome of ``step``, run in a task of its own, as ``answer`` (a new future by default): a
+    cancellation of the caller cancels the answer, never the step (asyncio.shield's guarantee, one
+    hop shorter)."""
     loop = asyncio.get_running_loop()
-    answer: asyncio.Future[Outcome] = loop.create_future()
+    if answer is None:
+        answer = loop.create_future()
     task = loop.create_task(_answering(step, answer, n, lid, undo))
     _running.add(task)
     task.add_done_callback(_running.discard)

@@ -118,6 +118,44 @@ async def test_a_lost_function_is_loaded_again_for_the_takes_in_flight(
     assert reader.available_permits() == 0
 
 
+async def test_a_take_given_up_while_taken_again_is_given_back(
+    redis_server: Any, admin: Any, named_client: tuple[Any, str]
+) -> None:
+    """The pipeline's FCALL finds the function gone; the backend's own step takes it again (and
+    loads the library); the caller gives up meanwhile: that step's grant goes back."""
+    client, _ = named_client
+    limiter, reader = limiters(redis_server, client, 3)
+    assert await limiter.acquire_async()
+    backend = limiter._backend
+    again, taken = asyncio.Event(), asyncio.Event()
+    take_async = backend.take_async
+
+    async def slow_take_async(*args: Any) -> Any:
+        again.set()
+        await asyncio.sleep(0.2)  # (a slow server: the caller gives up meanwhile)
+        try:
+            return await take_async(*args)
+        finally:
+            taken.set()
+
+    backend.take_async = slow_take_async
+    admin.function_flush()
+    attempt = asyncio.ensure_future(limiter.acquire_async())
+    async with asyncio.timeout(BOUND):
+        await again.wait()
+    attempt.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await attempt
+    async with asyncio.timeout(BOUND):
+        await taken.wait()
+        while await asyncio.to_thread(reader.available_permits) != 2:  # (granted, then given back)
+            await asyncio.sleep(0.02)
+    backend.take_async = take_async
+    assert await limiter.acquire_async()
+    assert await limiter.acquire_async()
+    assert not await limiter.acquire_async()
+
+
 async def test_a_hung_server_fails_the_batch_in_time_and_leaves_no_reply_for_the_next(
     redis_server: Any, admin: Any, named_client: tuple[Any, str]
 ) -> None:
