@@ -174,6 +174,34 @@ async def test_a_hung_server_fails_the_batch_in_time_and_leaves_no_reply_for_the
         assert not await limiter.acquire_async()
 
 
+async def test_takes_still_queued_at_their_deadline_fail_in_time_unsent(
+    redis_server: Any, admin: Any, named_client: tuple[Any, str]
+) -> None:
+    client, _ = named_client
+    limiter, reader = limiters(redis_server, client, 10, timeout=0.3)
+    assert await limiter.acquire_async()
+    before = fcalls(admin)
+    attempts = [asyncio.ensure_future(limiter.acquire_async()) for _ in range(5)]
+    await asyncio.sleep(0)  # (each queued its take; the pipeline writes them at the loop's next turn)
+    time.sleep(0.4)  # the loop's thread busy past the store's timeout
+    outcomes = await asyncio.gather(*attempts, return_exceptions=True)
+    assert all(isinstance(outcome, BackendError) for outcome in outcomes), outcomes
+    assert fcalls(admin) == before  # (none was sent: nothing counted for them)
+    assert reader.available_permits() == 9
+    assert await limiter.acquire_async()
+
+
+async def test_a_burst_of_takes_from_one_loop_is_decided_exactly(
+    redis_server: Any, named_client: tuple[Any, str]
+) -> None:
+    client, _ = named_client
+    limiter, reader = limiters(redis_server, client, 15_000, timeout=5.0)
+    assert await limiter.acquire_async()
+    leases = await asyncio.gather(*(limiter.acquire_async() for _ in range(20_000)))
+    assert sum(1 for lease in leases if lease) == 14_999
+    assert reader.available_permits() == 0
+
+
 async def test_connections_killed_mid_batch_hang_no_caller_and_grant_no_more_than_the_limit(own_redis: Any) -> None:
     limit = 2_000
     client = redis.asyncio.Redis(host=own_redis.host, port=own_redis.port)
