@@ -80,7 +80,7 @@ class Pipeline:
         try:
             pending = self._pending
             while pending:
-                parts = []
+                parts: list[bytes] = []
                 now = self._loop.time()
                 deadline = math.inf
                 while pending and len(parts) < BATCH:
