@@ -20,10 +20,12 @@ class Numbered(permits.RateLimiter):
         super().__init__(name="numbered")
         self.granted = 0
         self.released: list[int] = []
+        self._numbering = threading.Lock()  # (free-threaded: two threads' += could give one number twice)
 
     def _acquire(self, permit_count: int) -> Lease:
-        self.granted += 1
-        number = self.granted
+        with self._numbering:
+            self.granted += 1
+            number = self.granted
         return Lease.granted(permit_count, on_release=lambda: self.released.append(number))
 
 
