@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import redis.exceptions
 
-from .redis_wire import get_connection
+from .redis_wire import get_connection, write
 
 #: Steps in one batch at most: a burst queued in one turn of the loop (thousands of tasks) goes out
 #: in batches the server and this process answer well within the timeout, and the steps whose
@@ -52,11 +52,11 @@ class Entry(Protocol):
 class Pipeline:
     """The steps of one loop on one client's pool."""
 
-    __slots__ = ("_flushers", "_loop", "_pending", "_pool", "_timeout", "encoder", "loop")
+    __slots__ = ("_flushers", "_pending", "_pool", "_timeout", "encoder", "loop")
 
     def __init__(self, pool: Any, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         self._pool = pool
-        self._loop = self.loop = loop
+        self.loop = loop
         self.encoder = pool.get_encoder()  # (the commands' str arguments, as the connections encode them)
         self._timeout = timeout
         self._pending: collections.deque[tuple[bytes, Entry, float]] = collections.deque()
@@ -64,12 +64,12 @@ class Pipeline:
 
     def send(self, data: bytes, entry: Entry) -> None:
         """Queues a step (called on the pipeline's loop)."""
-        self._pending.append((data, entry, self._loop.time() + self._timeout))
+        self._pending.append((data, entry, self.loop.time() + self._timeout))
         if len(self._flushers) < MOST:
             self._start()
 
     def _start(self) -> None:
-        task = self._loop.create_task(self._flush())
+        task = self.loop.create_task(self._flush())
         self._flushers.add(task)
         task.add_done_callback(self._flushers.discard)
 
@@ -81,7 +81,7 @@ class Pipeline:
             pending = self._pending
             while pending:
                 parts: list[bytes] = []
-                now = self._loop.time()
+                now = self.loop.time()
                 deadline = math.inf
                 while pending and len(parts) < BATCH:
                     data, entry, until = pending.popleft()
@@ -96,7 +96,7 @@ class Pipeline:
                 async with asyncio.timeout_at(deadline):
                     if conn is None:
                         conn = await get_connection(pool)
-                    await _write(conn, b"".join(parts))
+                    await write(conn, [b"".join(parts)])
                     while unanswered:
                         try:
                             reply = await conn.read_response(timeout=math.inf)
@@ -119,15 +119,3 @@ class Pipeline:
             self._flushers.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
             if self._pending and len(self._flushers) < MOST:
                 self._start()  # (steps queued as this one failed: another flusher takes them)
-
-
-async def _write(conn: Any, data: bytes) -> None:
-    writer = getattr(conn, "_writer", None)
-    if writer is None or conn.health_check_interval:
-        await conn.send_packed_command([data])  # (connects, or checks the connection's health first)
-        return
-    try:
-        writer.write(data)
-        await writer.drain()
-    except OSError as exc:
-        raise redis.exceptions.ConnectionError(f"Error while writing to the socket: {exc}") from exc

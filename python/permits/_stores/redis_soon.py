@@ -92,10 +92,7 @@ def take_soon(
     else:
         script = TAKE
         keys, args = backend._take_args(name, rule, n, lid, now_ns)
-    if backend._functions:
-        command: tuple[Any, ...] = ("FCALL", script.function, len(keys), *keys, *args)
-    else:
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    command = backend._waiting_command(script, keys, args)  # (FCALL, or EVALSHA without functions)
     answer: asyncio.Future[Outcome] = pipeline.loop.create_future()
     pipeline.send(packed(command, pipeline.encoder)[0], _Take(backend, name, rule, n, lid, now_ns, undo, answer))
     return answer

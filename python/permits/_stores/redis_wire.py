@@ -143,7 +143,14 @@ async def execute_async(client: Any, *command: Any) -> Any:
 
 
 async def _send_read(conn: Any, command: tuple[Any, ...]) -> Any:
-    data = packed(command, conn.encoder)
+    await write(conn, packed(command, conn.encoder))
+    # Read without a timer of its own (the socket timeout's asyncio.timeout per read): the step's
+    # deadline bounds it.
+    return await conn.read_response(timeout=math.inf)
+
+
+async def write(conn: Any, data: list[bytes]) -> None:
+    """Writes packed commands onto an asyncio connection."""
     writer = getattr(conn, "_writer", None)
     if writer is None or conn.health_check_interval:
         await conn.send_packed_command(data)
@@ -157,6 +164,3 @@ async def _send_read(conn: Any, command: tuple[Any, ...]) -> Any:
         except OSError as exc:
             await conn.disconnect(nowait=True)
             raise redis.exceptions.ConnectionError(f"Error while writing to the socket: {exc}") from exc
-    # Read without a timer of its own (the socket timeout's asyncio.timeout per read): the step's
-    # deadline bounds it.
-    return await conn.read_response(timeout=math.inf)

@@ -33,6 +33,12 @@ def connections(admin: Any, name: str) -> int:
     return sum(1 for entry in admin.client_list() if entry.get("name") == name)
 
 
+async def shows(reader: Any, available: int) -> None:
+    """Until ``reader`` (a sync limiter) finds ``available`` permits (the caller bounds the wait)."""
+    while await asyncio.to_thread(reader.available_permits) != available:
+        await asyncio.sleep(0.02)
+
+
 @pytest.fixture
 def admin(redis_server: Any) -> Any:
     with redis_server.client(socket_timeout=5.0) as made:
@@ -100,8 +106,7 @@ async def test_a_take_given_up_on_the_wire_is_given_back(
     for attempt in attempts:
         attempt.cancel()
     async with asyncio.timeout(BOUND):
-        while await asyncio.to_thread(reader.available_permits) != 1:  # (the one late grant, given back)
-            await asyncio.sleep(0.02)
+        await shows(reader, 1)  # (the one late grant, given back)
     assert await limiter.acquire_async()
     assert not await limiter.acquire_async()
 
@@ -148,8 +153,7 @@ async def test_a_take_given_up_while_taken_again_is_given_back(
         await attempt
     async with asyncio.timeout(BOUND):
         await taken.wait()
-        while await asyncio.to_thread(reader.available_permits) != 2:  # (granted, then given back)
-            await asyncio.sleep(0.02)
+        await shows(reader, 2)  # (granted, then given back)
     backend.take_async = take_async
     assert await limiter.acquire_async()
     assert await limiter.acquire_async()
