@@ -7,7 +7,8 @@ One GET called directly as a WSGI application (no sockets, no server): a fresh e
 limit is a per-IP token bucket that never rejects.
 
 (a) A trivial WSGI app, bare and behind ``permits.wsgi.RateLimitMiddleware`` (with and without the
-``RateLimit`` headers, and with ``wait=True``: every request finds a permit free).
+``RateLimit`` headers, with ``wait=True``: every request finds a permit free, and keyed by an
+``X-Api-Key`` header, ``keys.header``, in place of the client's address).
 
 (b) A one-view Flask app, bare, with ``permits.flask.RateLimit`` (``init_app``: the global
 limit), and, when it is installed, with flask-limiter configured alike (memory storage, a per-IP
@@ -40,6 +41,7 @@ ENVIRON: dict[str, Any] = {
     "SERVER_PROTOCOL": "HTTP/1.1",
     "REMOTE_ADDR": "203.0.113.7",
     "HTTP_HOST": "bench",
+    "HTTP_X_API_KEY": "key-1234",
     "wsgi.version": (1, 0),
     "wsgi.url_scheme": "http",
     "wsgi.errors": sys.stderr,
@@ -81,10 +83,16 @@ def bucket() -> Any:
     return permits.PartitionedLimiter.per_key(permits.Partition.of(None, spec, queue_limit=100))
 
 
-def with_middleware(headers: bool, wait: bool = False) -> Any:
+def with_middleware(headers: bool, wait: bool = False, key: Any = None) -> Any:
     from permits.wsgi import RateLimitMiddleware
 
-    return RateLimitMiddleware(trivial_app(), bucket(), headers=headers, wait=wait)
+    return RateLimitMiddleware(trivial_app(), bucket(), headers=headers, wait=wait, key=key)
+
+
+def api_key() -> Any:
+    from permits import keys
+
+    return keys.header("x-api-key")
 
 
 def with_extension(headers: bool, wait: bool = False) -> Any:
@@ -119,6 +127,8 @@ def cases() -> list[tuple[str, str, Callable[[], Any]]]:
         ("wsgi", "permits RateLimitMiddleware, headers", lambda: with_middleware(True)),
         ("wsgi", "permits RateLimitMiddleware, no headers", lambda: with_middleware(False)),
         ("wsgi", "permits RateLimitMiddleware, wait=True, headers", lambda: with_middleware(True, wait=True)),
+        ("wsgi", "permits RateLimitMiddleware, header key, headers", lambda: with_middleware(True, key=api_key())),
+        ("wsgi", "permits RateLimitMiddleware, header key, no headers", lambda: with_middleware(False, key=api_key())),
         ("flask", "bare Flask app", flask_app),
         ("flask", "permits.flask RateLimit, headers", lambda: with_extension(True)),
         ("flask", "permits.flask RateLimit, no headers", lambda: with_extension(False)),

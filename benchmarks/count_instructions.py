@@ -80,9 +80,12 @@ elif case.startswith("wsgi_"):
     def hello(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
         return [b"ok"]
-    app = hello if case == "wsgi_bare" else RateLimitMiddleware(hello, per_key, headers=case == "wsgi_headers")
+    from permits import keys
+    key = keys.header("x-api-key") if case == "wsgi_header_key" else None
+    headers = case in ("wsgi_headers", "wsgi_header_key")
+    app = hello if case == "wsgi_bare" else RateLimitMiddleware(hello, per_key, headers=headers, key=key)
     environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "SCRIPT_NAME": "", "QUERY_STRING": "",
-               "REMOTE_ADDR": "10.0.0.1", "SERVER_NAME": "x", "SERVER_PORT": "80",
+               "REMOTE_ADDR": "10.0.0.1", "HTTP_X_API_KEY": "key-1234", "SERVER_NAME": "x", "SERVER_PORT": "80",
                "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http"}
     def start_response(status, headers, exc_info=None):
         return None
@@ -140,6 +143,7 @@ CASES = {
     "wsgi_bare": "a WSGI request to a bare app",
     "wsgi_headers": "... behind RateLimitMiddleware (per IP, headers)",
     "wsgi_no_headers": "... behind RateLimitMiddleware (per IP, headers=False)",
+    "wsgi_header_key": "... behind RateLimitMiddleware (per X-Api-Key header, headers)",
     "asgi_bare": "an ASGI request to a one-route Starlette app",
     "asgi_headers": "... behind RateLimitMiddleware (per IP, headers)",
     "asgi_no_headers": "... behind RateLimitMiddleware (per IP, headers=False)",

@@ -111,6 +111,27 @@ PyObject* per_key_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
     });
 }
 
+// _available(resource): the key's available permits (0 at the partition bound), as an int: what a
+// response's RateLimit headers read on every request (without the statistics tuple).
+PyObject* per_key_available(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "_available() takes one key");
+        return nullptr;
+    }
+    return guarded([&]() -> PyObject* {
+        KeyBuffer key;
+        if (!encode_key(args[0], key)) {
+            return nullptr;
+        }
+        const auto* per_key = holder_of<PerKeyLimiter>(self);
+        if (per_key == nullptr) {
+            return nullptr;
+        }
+        const auto s = (*per_key)->statistics(key.view());
+        return PyLong_FromLongLong(s ? s->current_available_permits : 0);
+    });
+}
+
 template <FastCall kind> void install(py::handle cls, const char* name, const char* doc) {
     static PyMethodDef def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&per_key_call<kind>)),
                               METH_FASTCALL | METH_KEYWORDS, doc};
@@ -204,6 +225,10 @@ void bind_per_key(py::module_& m) {
                 "close", [](py::handle self) { self_of<PerKeyLimiter>(self).close(); },
                 "close(self, /)\n--\n\nFails every key's queued requests with reason 'closed'; later calls raise.")
             .def_property_readonly("closed", [](py::handle self) { return self_of<PerKeyLimiter>(self).closed(); });
+    static PyMethodDef available_def = {
+        "_available", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&per_key_available)), METH_FASTCALL,
+        "_available($self, resource, /)\n--\n\nThe resource's available permits now (0 at the partition bound)."};
+    install_method(cls, available_def);
     install<FastCall::Acquire>(cls, "acquire",
                                "acquire($self, resource, /, permit_count=1)\n--\n\nTakes permits of the "
                                "resource's partition now or returns a failed lease; never blocks or queues.");

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "args.hpp"
+#include "handoff_type.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
 #include "meter_type.hpp"
@@ -9,6 +10,7 @@
 #include "permits/outcome.hpp"
 #include "permits/scheduler.hpp"
 #include "tally_type.hpp"
+#include "wsgi_gate.hpp"
 
 namespace py = pybind11;
 
@@ -31,7 +33,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
     py::options options;
     options.disable_function_signatures();
     m.doc() = "permits' engine (private: use the names exported by the permits package).";
-    if (!permits::py_lease::register_type(m.ptr()) || !permits::py_tally::register_type(m.ptr())) {
+    if (!permits::py_lease::register_type(m.ptr()) || !permits::py_tally::register_type(m.ptr()) ||
+        !permits::py_handoff::register_type(m.ptr()) || !permits::py_wsgi_gate::register_type(m.ptr())) {
         throw py::error_already_set();
     }
     m.def("_lease_allocations", &permits::py_lease::allocations,

@@ -154,6 +154,49 @@ class Tally:
     def refused(self) -> int: ...
 
 @final
+class Handoff:
+    """What a server's middleware and a route's limit share for one request."""
+
+    started: Any
+    body_size: int
+    route_rejected: str | None
+    rejection: tuple[Any, list[tuple[str, str]]] | None
+    @property
+    def charges(self) -> list[Callable[[Any], None]]: ...
+    @property
+    def route_leases(self) -> list[Lease]: ...
+    @property
+    def quotas(self) -> list[Any]: ...
+
+class WsgiGate:
+    """The WSGI middleware's path for a request, called as gate(app, environ, start_response)."""
+
+    def __init__(
+        self,
+        *,
+        acquire: Callable[..., Lease],
+        available: Callable[..., int] | None,
+        permit_count: int,
+        keyed: bool,
+        key_kind: int,
+        key_env: str | None,
+        key_name: str | None,
+        key_slow: Callable[[Any], object],
+        style: int,
+        policy_pair: tuple[str, str] | None,
+        state_prefix: str | None,
+        limit_pair: tuple[str, str] | None,
+        quota: int,
+        period: int,
+        fallback: Callable[[Any, Any, Any], Any],
+        refused: Callable[[Any, Any, Any, Lease, object], Any],
+        merge: Callable[..., Any],
+        costs: Callable[[Any, Handoff], Any],
+    ) -> None: ...
+    def _bind(self, app: Any, source: Callable[..., Any], /) -> None: ...
+    def __call__(self, *args: Any) -> Any: ...
+
+@final
 class Meter:
     """An instrumented limiter's lease counts, active leases and lease durations (buckets with
     these upper bounds, in seconds), kept as atomics; ``record(seconds)``, when given, is called
@@ -593,6 +636,7 @@ class PerKey:
     @property
     def _queue(self) -> tuple[int | None, bool]: ...
     def _statistics(self, resource: object, /) -> tuple[int, int, int, int] | None: ...
+    def _available(self, resource: object, /) -> int: ...
     @property
     def partition_count(self) -> int:
         """Keys that have state in the table now (evicted keys are not counted)."""

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _pausing, specs
+from . import _core, _pausing, specs
 from ._core import Clock, Lease, MonotonicClock
 from ._cost import SentResponse, charge, check_cost
 from ._durations import timeout_ns
@@ -391,6 +391,15 @@ class Policy:
             found = limiter_quota(self.limiter, key, lease)
         return found if style == "ietf" or found is None else found._replace(style=style)
 
+    def fixed_quota(self, remaining: int, lease: Lease) -> Quota | None:
+        """The headers' figures from ``remaining`` permits (read by the extension's WSGI gate),
+        for a limit whose figures are fixed (``_fixed_quota``); None without headers."""
+        fixed, style = self._fixed_quota, self.headers
+        if fixed is None or not isinstance(style, str) or remaining < 0:
+            return None
+        found = _quota(fixed[0], fixed[1], remaining, lease)
+        return found if style == "ietf" else found._replace(style=style)
+
     def quota_or_release(self, key: object, lease: Lease) -> Quota | None:
         """``quota``, with the lease released should it raise (a limiter's ``available_permits``
         may): a request that never gets its answer never keeps its permit."""
@@ -457,33 +466,13 @@ def route_shadowed(handoff: object) -> None:
         handoff.route_rejected = SHADOW_REJECTED
 
 
-class Handoff:
-    """What a server's middleware and a route's limit share for one request: the route's leases
-    (released by the middleware once the response is sent), the route's quotas (for the
-    headers) and its on_rejected response."""
-
-    __slots__ = ("body_size", "charges", "quotas", "rejection", "route_leases", "route_rejected", "started")
-
-    def __init__(self) -> None:
-        self.charges: list[Callable[[SentResponse], None]] = []
-        """The routes' ``cost`` settlements, called with the response once it has been sent, before
-        the middleware releases the route leases."""
-        self.started: Any = None  # what a middleware saw of the response's start (its status, headers)
-        self.body_size = 0  # the body's bytes sent so far
-        self.route_leases: list[Lease] = []
-        """The leases the route's limits granted, released by the middleware once the response has
-        been sent."""
-        self.route_rejected: str | None = None
-        """What ``metrics=`` counts for a request a route's limit did not admit: ``"route_limiter"``
-        (refused), ``"client_left"`` (its client left while queued) or ``"global_limiter"`` (aiohttp:
-        the global limit, given back while the request queued on the route, refused it once the
-        route granted); None while admitted."""
-        self.quotas: list[Quota | None] = []
-        """The route's limits' figures for the ``RateLimit`` headers: the response carries those of
-        the limit with the fewest permits left."""
-        self.rejection: tuple[Any, list[tuple[str, str]]] | None = None
-        """A route's ``on_rejected`` response and its headers, which the middleware sends in place of
-        the framework's answer to the route's rejection; None when there is none."""
+Handoff = _core.Handoff
+"""What a server's middleware and a route's limit share for one request: the route's leases
+(``route_leases``, released by the middleware once the response is sent), the route's quotas
+(``quotas``, for the headers), its ``on_rejected`` response (``rejection``), its costs
+(``charges``), what ``metrics=`` counts for a route's refusal (``route_rejected``), and what the
+middleware saw of the response (``started``, ``body_size``). A type of the extension: the WSGI
+middleware makes one per request."""
 
 
 def refund_before_rejection(granted: list[Lease], handoff: object, lease: Lease) -> None:

@@ -76,6 +76,12 @@ class _FlaskGate(Gate):
         except Exception as error:  # the key function's: the application answers it (below)
             raise _KeyFailed(error) from error
 
+    def _key_of(self, environ: Environ) -> object:
+        try:
+            return super()._key_of(environ)
+        except Exception as error:  # (the C path's key, read in Python): answered as below
+            raise _KeyFailed(error) from error
+
     def __call__(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
         try:
             return super().__call__(app, environ, start_response)

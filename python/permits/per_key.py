@@ -88,8 +88,7 @@ class PerKeyLimiter(_core.PerKey, KeyedRateLimiter):  # type: ignore[misc]
         """The permits a request for ``resource`` could take now (a new key is added with its full
         limit; 0 when ``max_partitions`` leaves no room for it). Raises ``LimiterClosedError`` after
         ``close()``."""
-        stats = _core.PerKey._statistics(self, resource)  # (as _core_self(): a request's headers ask it)
-        return 0 if stats is None else stats[0]
+        return _core.PerKey._available(self, resource)  # (as _core_self(): a request's headers ask it)
 
     def statistics(self, resource: object = None) -> Statistics:
         """``resource``'s counters (a new key is added, as in ``available_permits``), or with no

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import _core
 from ._core import Lease
 from ._cost import SentResponse, headers_of
 from ._http_policy import (
@@ -40,6 +41,7 @@ from ._http_policy import (
 from ._rates import LimiterLike
 from ._shadow import SHADOW_REJECTED
 from ._sync_limit import SyncLimit
+from ._wsgi_gate import fast_gate
 
 if TYPE_CHECKING:
     from .metrics._requests import RequestCounter
@@ -216,34 +218,49 @@ def run(
         release(leases)
         raise
     if settle is not None or (owner and handoff.charges):  # (the views have run: their costs are known)
-        counted: _CountedReleased
-
-        def finish() -> None:
-            status, headers = handoff.started or ("500 Internal Server Error", [])
-            sent = SentResponse(int(status.split(None, 1)[0]), headers_of(headers), counted.size)
-            if owner:
-                settle_routes(handoff, sent)
-            if settle is not None:
-                settle(sent)
-
-        counted = _CountedReleased(result, leases, finish)
-        return counted
+        return settled_on_close(result, leases, handoff, owner, settle)
     if not leases and not owner:
         return result  # nothing of ours to release: the application's own iterable
     return (_SizedReleased if isinstance(result, _SIZED) else _Released)(result, leases)
 
 
+def settled_on_close(
+    result: Iterable[bytes],
+    leases: list[Lease],
+    handoff: Handoff,
+    owner: bool,
+    settle: Callable[[SentResponse], None] | None,
+) -> _CountedReleased:
+    """The response whose close() gives what was sent to the routes' costs (when ``owner``) and to
+    ``settle``, then releases ``leases``."""
+    counted: _CountedReleased
+
+    def finish() -> None:
+        status, headers = handoff.started or ("500 Internal Server Error", [])
+        sent = SentResponse(int(status.split(None, 1)[0]), headers_of(headers), counted.size)
+        if owner:
+            settle_routes(handoff, sent)
+        if settle is not None:
+            settle(sent)
+
+    counted = _CountedReleased(result, leases, finish)
+    return counted
+
+
 class Gate(SyncLimit):
     """What the WSGI middleware and the Flask extension share: the key, the acquisition, the
-    rejection, the run. ``request(environ)`` is what a key function and ``on_rejected`` receive."""
+    rejection, the run. ``request(environ)`` is what a key function and ``on_rejected`` receive.
+    A request admitted at once takes the extension's C path (``_wsgi_gate``) when the options
+    allow it; it calls back here for everything else."""
 
-    __slots__ = ("requests",)
+    __slots__ = ("_fast", "requests")
 
     def __init__(self, limiter: object, *, metrics: object = False, **options: Any) -> None:
         limiter, requests = counted(metrics, limiter)
         super().__init__(limiter, **options)
         self.requests: RequestCounter | None = requests
         """The counter of requests by result when ``metrics`` is given, else None."""
+        self._fast = fast_gate(self)
 
     def request(self, environ: Environ) -> Any:
         """What a key function and ``on_rejected`` receive for a request: here the environ itself."""
@@ -257,7 +274,62 @@ class Gate(SyncLimit):
     def __call__(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
         if self.exempt and is_exempt(environ.get("PATH_INFO") or "/", self.exempt, environ_raw_path(environ)):
             return run(app, environ, start_response, None, None)  # a route's own limit still applies
+        fast = self._fast
+        if fast is not None:
+            return fast(app, environ, start_response)
+        return self._gated(app, environ, start_response)
+
+    def _key_of(self, environ: Environ) -> object:
+        """The request's key, read in Python (the C path's reading of the built-in keys aside)."""
+        if self._client_ip is not None:
+            return self._client_ip.from_environ(environ)
+        return self.policy.key_of_sync(self.request(environ))
+
+    def _gated(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
+        """The Python path of a request: its key, decision, headers and run."""
         lease, quota, key = self.admit_keyed(environ, lambda: self.request(environ))
+        return self._decided(app, environ, start_response, lease, quota, key)
+
+    def _refused(self, app: WSGIApp, environ: Environ, start_response: StartResponse, lease: Lease, key: object) -> Any:
+        """The C path's lease was refused: the rejection (or shadow mode's run), here."""
+        quota = self.policy.quota_or_release(key, lease) if self.policy.headers else None
+        return self._decided(app, environ, start_response, lease, quota, key)
+
+    def _merge(
+        self,
+        handoff: Handoff,
+        ours: list[tuple[str, str]] | None,
+        remaining: int,
+        lease: Lease,
+        status: str,
+        headers: Headers,
+        exc_info: ExcInfo | None,
+        start_response: StartResponse,
+    ) -> Callable[[bytes], object]:
+        """The C path's start_response when a route's limit left its figures, or the application
+        set a header of ours: the headers of the limit with the fewest permits left, an
+        application's own winning."""
+        if handoff.quotas:
+            best = fewest_remaining([self.policy.fixed_quota(remaining, lease), *handoff.quotas])
+            ours = None if best is None else best.headers()
+        if ours:
+            headers = with_headers(list(headers), ours)
+        handoff.started = (status, headers)
+        return start_response(status, headers, exc_info)
+
+    def _costs(self, result: Iterable[bytes], handoff: Handoff) -> Any:
+        """The C path's response when the views left costs: settled when the server closes it."""
+        return settled_on_close(result, handoff.route_leases, handoff, True, None)
+
+    def _decided(
+        self,
+        app: WSGIApp,
+        environ: Environ,
+        start_response: StartResponse,
+        lease: Lease,
+        quota: Quota | None,
+        key: object,
+    ) -> Any:
         if not lease and not self.policy.lets_through(lease):
             if self.requests is not None:
                 self.requests.count(refusal(lease))
@@ -306,7 +378,7 @@ class Gate(SyncLimit):
             return default(environ, start_again)
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(_core.WsgiGate):
     """The global limiter of a WSGI application: one acquisition per request, before the
     application runs.
 
@@ -364,9 +436,14 @@ class RateLimitMiddleware:
         ``policy.key`` (the key function; ``client_ip()`` by default for a keyed limiter, None for a
         plain one), ``permit_count``, ``wait``, ``timeout``, ``max_queued``, ``status_code``,
         ``on_rejected``, ``headers``; ``policy.waiting``, the requests waiting now."""
+        # Called by the server, a request runs in the extension (no Python frame of ours) when the
+        # gate has a C path and no exempt paths; else it goes through the gate's Python __call__.
+        fast = self.gate._fast
+        self._bind(app, fast if fast is not None and not self.gate.exempt else self.gate)
 
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        return self.gate(self.app, environ, start_response)  # type: ignore[no-any-return]
+    if TYPE_CHECKING:
+
+        def __call__(self, environ: Environ, start_response: StartResponse, /) -> Iterable[bytes]: ...
 
 
 __all__ = ["GRANTED", "HANDOFF", "RateLimitMiddleware"]

@@ -325,3 +325,47 @@ def test_threads_on_one_shared_memory_limiter_and_key_lose_nothing():
     finally:
         store.close()
         store.unlink()
+
+
+def test_threads_through_one_wsgi_middleware_hold_exactly_its_limit():
+    """The WSGI middleware's C path (permits.wsgi): each request holds its lease until its response
+    is closed, and one response closed by several threads at once gives its lease back once."""
+    from permits.wsgi import RateLimitMiddleware
+
+    limit, rounds = 3, 300
+    limiter = PartitionedLimiter.per_key(permits.specs.Concurrency(limit))
+
+    def hello(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    middleware = RateLimitMiddleware(hello, limiter)
+    assert middleware.gate._fast is not None
+    statuses: list[str] = []
+
+    def start_response(status, headers, exc_info=None):
+        statuses.append(status)
+
+    def environ():
+        return {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "203.0.113.7"}
+
+    for _ in range(rounds):
+        held = [middleware(environ(), start_response) for _ in range(limit)]
+        assert middleware(environ(), start_response) == [b"Too Many Requests (limiter: default)"]
+        # Every thread closes every response: each lease must come back once, or the limit grows.
+        together(lambda _i, held=held: [response.close() for response in held], n=4)
+        assert limiter.available_permits("203.0.113.7") == limit
+    assert statuses == (["200 OK"] * limit + ["429 Too Many Requests"]) * rounds
+
+    def requests(_i):
+        for _ in range(200):
+            response = middleware(environ(), start_response)
+            for _chunk in response:
+                pass
+            if hasattr(response, "close"):  # (a rejection is a plain list)
+                response.close()
+
+    statuses.clear()
+    together(requests)
+    assert limiter.available_permits("203.0.113.7") == limit  # nothing kept, nothing lost
+    assert statuses.count("200 OK") + statuses.count("429 Too Many Requests") == THREADS * 200

@@ -120,7 +120,8 @@ print("done")
 ENGINE_BACKED = [
     ("_core", t.__name__)
     for t in ENGINE_TYPES
-    if t.__name__ not in ("EngineLeaseWait",) and t not in (_core.Lease, _core.Tally, _core.Meter)
+    if t.__name__ not in ("EngineLeaseWait",)
+    and t not in (_core.Lease, _core.Tally, _core.Meter, _core.Handoff, _core.WsgiGate)
 ] + [
     ("permits", c.__name__)
     for c in PUBLIC_CLASSES
@@ -143,6 +144,34 @@ def test_a_tally_made_by_new_alone_is_ready() -> None:
     assert (tally.granted, tally.refused) == (1, 0)
     with pytest.raises(TypeError):
         _core.Tally(1)
+
+
+def test_a_handoff_made_by_new_alone_is_ready() -> None:
+    # Handoff has no __init__ either: __new__ makes it whole (empty lists, None), as the WSGI gate does.
+    handoff = _core.Handoff.__new__(_core.Handoff)
+    assert (handoff.route_leases, handoff.quotas, handoff.charges, handoff.started, handoff.body_size) == (
+        [],
+        [],
+        [],
+        None,
+        0,
+    )
+    handoff.body_size += 5
+    assert handoff.body_size == 5
+    with pytest.raises(AttributeError):
+        handoff.route_leases = []  # type: ignore[misc]  # (a list kept, mutated in place)
+    with pytest.raises(TypeError):
+        _core.Handoff(1)  # type: ignore[call-arg]
+
+
+def test_a_wsgi_gate_made_by_new_alone_refuses_requests_until_bound() -> None:
+    gate = _core.WsgiGate.__new__(_core.WsgiGate)
+    with pytest.raises(TypeError, match="not initialized"):
+        gate(lambda environ, start_response: [], {}, lambda *a: None)
+    gate._bind(lambda environ, start_response: [b"x"], lambda app, environ, respond: app(environ, respond))
+    assert gate({}, lambda *a: None) == [b"x"]
+    with pytest.raises(TypeError, match="bound already"):
+        gate._bind(lambda *a: None, lambda *a: None)
 
 
 def test_a_meter_is_made_whole_by_new_or_not_at_all() -> None:
