@@ -9,7 +9,9 @@ bytecode is included). ``PYTHONHASHSEED=0`` keeps the import's own count the sam
 
 The ``wsgi_*`` and ``asgi_*`` cases are whole requests (a per-IP limit, as ``bench_wsgi.py`` and
 ``bench_middleware.py`` configure it): the middleware's own cost is a case's count less its bare
-app's. Needs valgrind (Debian: ``apt-get install valgrind``); the ASGI cases need starlette.
+app's; the ``flask_*`` cases the same for a one-view Flask app (flask-limiter's when it is installed:
+its figure beside permits.flask's is the ratio of what each adds). Needs valgrind (Debian:
+``apt-get install valgrind``); the ASGI cases need starlette, the Flask ones flask.
 """
 
 from __future__ import annotations
@@ -118,6 +120,37 @@ elif case.startswith("asgi_"):
         for _ in range(calls):
             await app(dict(scope), receive, send)
     asyncio.run(main())
+elif case.startswith("flask_"):
+    import io
+    import flask
+
+    app = flask.Flask("bench")
+
+    @app.get("/")
+    def hello():
+        return "ok"
+    if case == "flask_permits":
+        from permits.flask import RateLimit
+        RateLimit(per_key).init_app(app)
+    elif case == "flask_limiter":
+        from flask_limiter import Limiter
+        from flask_limiter.util import get_remote_address
+        Limiter(get_remote_address, app=app, default_limits=["1000000000/second"], storage_uri="memory://",
+                headers_enabled=True)
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "SCRIPT_NAME": "", "QUERY_STRING": "",
+               "REMOTE_ADDR": "10.0.0.1", "SERVER_NAME": "x", "SERVER_PORT": "80", "HTTP_HOST": "x",
+               "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr}
+    def start_response(status, headers, exc_info=None):
+        return None
+    for _ in range(calls):
+        request = dict(environ)
+        request["wsgi.input"] = io.BytesIO(b"")
+        result = app(request, start_response)
+        for chunk in result:
+            pass
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
 elif case == "custom_wait":
     class Custom(permits.RateLimiter):
         def _acquire(self, n):
@@ -147,9 +180,12 @@ CASES = {
     "asgi_bare": "an ASGI request to a one-route Starlette app",
     "asgi_headers": "... behind RateLimitMiddleware (per IP, headers)",
     "asgi_no_headers": "... behind RateLimitMiddleware (per IP, headers=False)",
+    "flask_bare": "a request to a one-view Flask app",
+    "flask_permits": "... with permits.flask's RateLimit (per IP, headers)",
+    "flask_limiter": "... with flask-limiter (memory, per IP, headers; when installed)",
 }
 #: Cases whose calls are whole requests: that many times fewer of them (callgrind is ~50x slower).
-FEWER = {"wsgi_": 4, "asgi_": 20}
+FEWER = {"wsgi_": 4, "asgi_": 20, "flask_": 80}
 
 
 def total(python: str, case: str, calls: int) -> int:
