@@ -224,16 +224,14 @@ bool release_all(PyObject* handoff) {
 PyObject* start_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     StartObject* s = as_start(self);
     const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject* exc_info = Py_None;
     const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-    if (nkw == 1 && nargs == 2 && PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), g_names.exc_info) == 0) {
-        exc_info = args[2];
-    } else if (nkw != 0 || nargs < 2 || nargs > 3) {
+    const bool by_keyword =
+        nkw == 1 && nargs == 2 && PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), g_names.exc_info) == 0;
+    if (!by_keyword && (nkw != 0 || nargs < 2 || nargs > 3)) {
         PyErr_SetString(PyExc_TypeError, "start_response(status, headers, exc_info=None)");
         return nullptr;
-    } else if (nargs == 3) {
-        exc_info = args[2];
     }
+    PyObject* exc_info = nargs + nkw == 3 ? args[2] : Py_None; // (a keyword's value follows the positionals)
     PyObject* status = args[0];
     PyObject* headers = args[1];
     auto* handoff = reinterpret_cast<py_handoff::HandoffObject*>(s->handoff);

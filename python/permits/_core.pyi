@@ -171,8 +171,8 @@ class Handoff:
 class WsgiGate:
     """The WSGI middleware's path for a request, called as gate(app, environ, start_response)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         acquire: Callable[..., Lease],
         available: Callable[..., int] | None,
@@ -192,7 +192,7 @@ class WsgiGate:
         refused: Callable[[Any, Any, Any, Lease, object], Any],
         merge: Callable[..., Any],
         costs: Callable[[Any, Handoff], Any],
-    ) -> None: ...
+    ) -> WsgiGate: ...
     def _bind(self, app: Any, source: Callable[..., Any], /) -> None: ...
     def __call__(self, *args: Any) -> Any: ...
 
