@@ -86,6 +86,11 @@ PyObject* serve(GateObject* g, PyObject* app, PyObject* environ, PyObject* start
     if (PyList_GET_SIZE(h->charges) > 0) { // the views have run: their costs are settled on close
         PyObject* args[] = {result, handoff};
         PyObject* r = PyObject_Vectorcall(g->costs, args, 2, nullptr);
+        if (r == nullptr) { // (no response to close: the leases go back now)
+            RaisedError error = RaisedError::take();
+            release_all(handoff);
+            error.restore();
+        }
         Py_DECREF(result);
         Py_DECREF(handoff);
         return r;

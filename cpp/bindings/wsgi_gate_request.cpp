@@ -9,14 +9,11 @@ Names g_names{};
 
 namespace {
 
-// environ.get(name) as a new reference; nullptr when absent (no error) or on an error (set).
-
 bool is_space(Py_UCS4 ch) {
     return Py_UNICODE_ISSPACE(ch) != 0;
 }
 
-// The request's key (a new reference), or nullptr with an error set.
-
+// The header (name, value); `value` a new reference, taken (nullptr: an error is set).
 PyObject* pair(PyObject* name, PyObject* value) {
     if (value == nullptr) {
         return nullptr;
@@ -27,7 +24,6 @@ PyObject* pair(PyObject* name, PyObject* value) {
 }
 
 // Appends `value` in decimal at `out`; returns the end.
-
 char* decimal(char* out, std::int64_t value) {
     char digits[24];
     int n = 0;
@@ -55,7 +51,6 @@ PyObject* decimal_text(std::int64_t value) {
 }
 
 // The RateLimit field's value: `"name";r=<remaining>;t=<reset>` (no t when time frees nothing).
-
 PyObject* state_text(GateObject* g, std::int64_t remaining, std::int64_t reset) {
     Py_ssize_t size = 0;
     const char* prefix = PyUnicode_AsUTF8AndSize(g->state_prefix, &size); // (an RFC 8941 string: ASCII)
@@ -78,8 +73,6 @@ PyObject* state_text(GateObject* g, std::int64_t remaining, std::int64_t reset) 
     }
     return ascii_text(buffer, out);
 }
-
-// The RateLimit headers' list for a granted lease, `remaining` permits left.
 
 } // namespace
 

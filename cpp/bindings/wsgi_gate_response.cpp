@@ -18,14 +18,8 @@ namespace {
 
 using bind::RaisedError;
 
-// Releases every lease of `handoff`'s route_leases, emptying it (a second call releases nothing).
-
-// Returns false with the first error set when a release raised (the others still go back).
-
 // getattr(obj, name, None) as a new reference; nullptr with no error when absent.
-
 // (Without the AttributeError a plain getattr would make and drop: a list has no close().)
-
 PyObject* optional_attr(PyObject* obj, PyObject* name) {
     PyObject* found = nullptr;
 #if PY_VERSION_HEX >= 0x030D0000
@@ -39,7 +33,6 @@ PyObject* optional_attr(PyObject* obj, PyObject* name) {
 // Whether a response header's name is one the gate adds (the application's own wins): then the
 
 // merge is Python's. ASCII names compared without case.
-
 bool ours_named(PyObject* name) {
     static const char* const kOurs[] = {"ratelimit", "ratelimit-policy", "retry-after"};
     if (!PyUnicode_Check(name) || !PyUnicode_IS_ASCII(name)) {
@@ -64,7 +57,6 @@ bool ours_named(PyObject* name) {
 }
 
 // ---- the start_response wrapper ----
-
 int start_traverse(PyObject* self, visitproc visit, void* arg) {
     StartObject* s = as_start(self);
     Py_VISIT(reinterpret_cast<PyObject*>(s->gate));
@@ -92,7 +84,6 @@ void start_dealloc(PyObject* self) {
 }
 
 // ---- the response ----
-
 PyObject* response_iter(PyObject* self) {
     return PyObject_GetIter(as_response(self)->result);
 }

@@ -301,3 +301,35 @@ def test_threads_share_one_exact_limit_through_the_c_path() -> None:
         t.join()
     assert sum(counts) == 1000
     gc.collect()
+
+
+def test_a_failure_settling_the_views_costs_gives_the_leases_back() -> None:
+    """A view left a cost (its handoff's charges) and the response that settles it cannot be made:
+    the request's lease and the view's go back at once, and the error is raised."""
+    from permits.wsgi import Gate
+
+    class Failing(Gate):
+        __slots__ = ()
+
+        def _costs(self, result: Any, handoff: Any) -> Any:
+            raise RuntimeError("settling failed")
+
+    clock = permits.ManualClock()
+    limiter = permits.PartitionedLimiter.per_key(specs.Concurrency(1), clock=clock)
+    route = permits.ConcurrencyLimiter(1, clock=clock)
+
+    def view(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        handoff = environ[HANDOFF]
+        handoff.route_leases.append(route.acquire())
+        handoff.charges.append(lambda sent: None)
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    gate = Failing(limiter)
+    assert gate._fast is not None
+    environ = environ_of()  # (kept: a lease only collected would come back as a forgotten one)
+    with pytest.raises(RuntimeError, match="settling failed"):
+        gate(view, environ, lambda *a: None)
+    assert environ[HANDOFF].route_leases == []
+    assert limiter.available_permits("203.0.113.7") == 1
+    assert route.available_permits() == 1
