@@ -68,16 +68,17 @@ class SyncLimit:
         lease, quota, _ = self.admit_keyed(environ, request)
         return lease, quota
 
+    def key_of(self, environ: dict[str, Any], request: Callable[[], Any]) -> object:
+        """The request's key: the built-in client_ip read from the environ, else the key function's
+        (``request()`` makes what it receives); None without one."""
+        if self._client_ip is not None:
+            return self._client_ip.from_environ(environ)
+        return self.policy.key_of_sync(request()) if self.policy.key is not None else None
+
     def admit_keyed(self, environ: dict[str, Any], request: Callable[[], Any]) -> tuple[Lease, Quota | None, object]:
         """As ``admit``, with the request's key (a cost's further permits are that key's)."""
         policy = self.policy
-        key: object
-        if self._client_ip is not None:
-            key = self._client_ip.from_environ(environ)
-        elif policy.key is None:
-            key = None
-        else:
-            key = policy.key_of_sync(request())
+        key = self.key_of(environ, request)
         if policy.wait:
             lease = self._wait(key, environ)
         elif policy.keyed:

@@ -281,9 +281,7 @@ class Gate(SyncLimit):
 
     def _key_of(self, environ: Environ) -> object:
         """The request's key, read in Python (the C path's reading of the built-in keys aside)."""
-        if self._client_ip is not None:
-            return self._client_ip.from_environ(environ)
-        return self.policy.key_of_sync(self.request(environ))
+        return self.key_of(environ, lambda: self.request(environ))
 
     def _gated(self, app: WSGIApp, environ: Environ, start_response: StartResponse) -> Any:
         """The Python path of a request: its key, decision, headers and run."""
