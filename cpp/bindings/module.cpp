@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "args.hpp"
+#include "asgi_gate.hpp"
 #include "handoff_type.hpp"
 #include "key_encoding.hpp"
 #include "lease_type.hpp"
@@ -34,7 +35,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
     options.disable_function_signatures();
     m.doc() = "permits' engine (private: use the names exported by the permits package).";
     if (!permits::py_lease::register_type(m.ptr()) || !permits::py_tally::register_type(m.ptr()) ||
-        !permits::py_handoff::register_type(m.ptr()) || !permits::py_wsgi_gate::register_type(m.ptr())) {
+        !permits::py_handoff::register_type(m.ptr()) || !permits::py_wsgi_gate::register_type(m.ptr()) ||
+        !permits::py_asgi_gate::register_types(m.ptr())) {
         throw py::error_already_set();
     }
     m.def("_lease_allocations", &permits::py_lease::allocations,

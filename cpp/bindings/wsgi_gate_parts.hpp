@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "handoff_type.hpp"
+
 namespace permits::py_wsgi_gate {
 
 // Header styles, as the Python side numbers them (headers=False, True/"ietf", "legacy", "both").
@@ -84,6 +86,16 @@ extern PyTypeObject StartType;
 extern PyTypeObject ResponseType;
 extern PyTypeObject SizedResponseType;
 
+/// Whether `text` (a str) is a dotted-quad IPv4 address as Python's ipaddress reads it.
+bool plain_ipv4(PyObject* text);
+/// Whether `ch` is whitespace as str.strip() sees it.
+bool is_space(Py_UCS4 ch);
+/// Writes `value` in decimal at `out`; returns the end.
+char* decimal(char* out, std::int64_t value);
+/// The header (name, value); `value` a new reference, taken (nullptr: an error is set, or was).
+PyObject* pair(PyObject* name, PyObject* value);
+/// handoff.started = started (a new reference, taken), as a Python attribute assignment does it.
+void set_started(py_handoff::HandoffObject* h, PyObject* started);
 /// environ.get(name) as a new reference; nullptr when absent (no error) or on an error (set).
 PyObject* dict_get(PyObject* dict, PyObject* name);
 /// The request's key (a new reference), or nullptr with an error set.

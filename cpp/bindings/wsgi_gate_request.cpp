@@ -7,23 +7,6 @@ namespace permits::py_wsgi_gate {
 
 Names g_names{};
 
-namespace {
-
-bool is_space(Py_UCS4 ch) {
-    return Py_UNICODE_ISSPACE(ch) != 0;
-}
-
-// The header (name, value); `value` a new reference, taken (nullptr: an error is set).
-PyObject* pair(PyObject* name, PyObject* value) {
-    if (value == nullptr) {
-        return nullptr;
-    }
-    PyObject* p = PyTuple_Pack(2, name, value);
-    Py_DECREF(value);
-    return p;
-}
-
-// Appends `value` in decimal at `out`; returns the end.
 char* decimal(char* out, std::int64_t value) {
     char digits[24];
     int n = 0;
@@ -40,6 +23,12 @@ char* decimal(char* out, std::int64_t value) {
     }
     return out;
 }
+
+bool is_space(Py_UCS4 ch) {
+    return Py_UNICODE_ISSPACE(ch) != 0;
+}
+
+namespace {
 
 PyObject* ascii_text(const char* begin, const char* end) {
     return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, begin, end - begin);
@@ -75,6 +64,16 @@ PyObject* state_text(GateObject* g, std::int64_t remaining, std::int64_t reset) 
 }
 
 } // namespace
+
+// The header (name, value); `value` a new reference, taken (nullptr: an error is set).
+PyObject* pair(PyObject* name, PyObject* value) {
+    if (value == nullptr) {
+        return nullptr;
+    }
+    PyObject* p = PyTuple_Pack(2, name, value);
+    Py_DECREF(value);
+    return p;
+}
 
 PyObject* dict_get(PyObject* dict, PyObject* name) {
 #if PY_VERSION_HEX >= 0x030D0000

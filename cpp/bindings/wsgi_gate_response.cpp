@@ -167,6 +167,8 @@ PyObject* pop_last(PyObject* list) {
     return item;
 }
 
+} // namespace
+
 // handoff.started = started (a new reference taken), as a Python attribute assignment does it:
 // free-threaded, under the object's critical section, so that the old value is dropped once.
 void set_started(py_handoff::HandoffObject* h, PyObject* started) {
@@ -182,8 +184,6 @@ void set_started(py_handoff::HandoffObject* h, PyObject* started) {
 #endif
     Py_XDECREF(was);
 }
-
-} // namespace
 
 // (Each lease once: a second close() releases nothing; a release that raises does not keep the others.)
 bool release_all(PyObject* handoff) {

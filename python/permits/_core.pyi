@@ -197,6 +197,62 @@ class WsgiGate:
     def __call__(self, *args: Any) -> Any: ...
 
 @final
+class AsgiGate:
+    """The ASGI middleware's key, decision and headers for a request."""
+
+    def __new__(
+        cls,
+        *,
+        acquire: Callable[..., Lease],
+        available: Callable[..., int] | None,
+        permit_count: int,
+        keyed: bool,
+        key_kind: int,
+        key_raw: bytes | None,
+        key_name: str | None,
+        key_slow: Callable[[Any], object] | None,
+        style: int,
+        policy_pair: tuple[bytes, bytes] | None,
+        state_prefix: bytes | None,
+        limit_pair: tuple[bytes, bytes] | None,
+        quota: int,
+        period: int,
+    ) -> AsgiGate: ...
+    def admit(self, scope: Any, /) -> tuple[Lease, object, tuple[tuple[bytes, bytes], ...] | None, int] | None: ...
+
+@final
+class AsgiSend:
+    """The send a gated ASGI application is given: the RateLimit headers added to the response's start."""
+
+    def __new__(
+        cls,
+        send: Callable[[Any], Awaitable[None]],
+        handoff: Handoff,
+        ours: tuple[tuple[bytes, bytes], ...] | None,
+        slow: Callable[[AsgiSend, Any], Awaitable[None]],
+        sent: Awaitable[None],
+        lease: Lease,
+        scope: Any,
+        receive: Callable[[], Awaitable[Any]],
+        remaining: int,
+        /,
+    ) -> AsgiSend: ...
+    def __call__(self, message: Any, /) -> Awaitable[None]: ...
+    @property
+    def send(self) -> Callable[[Any], Awaitable[None]]: ...
+    @property
+    def handoff(self) -> Handoff: ...
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def scope(self) -> Any: ...
+    @property
+    def receive(self) -> Callable[[], Awaitable[Any]]: ...
+    @property
+    def remaining(self) -> int: ...
+    replaced: bool
+
+@final
 class Meter:
     """An instrumented limiter's lease counts, active leases and lease durations (buckets with
     these upper bounds, in seconds), kept as atomics; ``record(seconds)``, when given, is called

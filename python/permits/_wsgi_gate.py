@@ -6,16 +6,16 @@ methods, so the behaviour is the Python path's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import _core
+from ._gate_limit import gate_limit
 from ._quota_headers import _policy_text, _sf_string
 from .keys import _ClientIP, _Header, environ_name
 
 if TYPE_CHECKING:
     from .wsgi import Gate
 
-_STYLES = {None: 0, "ietf": 1, "legacy": 2, "both": 3}
 _NO_KEY, _CLIENT_IP, _HEADER, _PYTHON_KEY = 0, 1, 2, 3
 
 
@@ -25,11 +25,9 @@ def fast_gate(gate: Gate) -> _core.WsgiGate | None:
     policy = gate.policy
     if policy.wait or policy.cost is not None or gate.requests is not None:
         return None
-    style = policy.headers if isinstance(policy.headers, str) else None
-    fixed = policy._fixed_quota
-    if style is not None and fixed is None:
+    limit = gate_limit(policy)
+    if limit is None:
         return None  # (a chain, a custom limiter: its figures are asked per request in Python)
-    limiter: Any = policy.limiter
     key = policy.key
     key_env = key_name = None
     if key is None:
@@ -40,32 +38,22 @@ def fast_gate(gate: Gate) -> _core.WsgiGate | None:
         kind, key_env, key_name = _HEADER, environ_name(key._name), key._name
     else:
         kind = _PYTHON_KEY
-    available = None
-    policy_pair = state_prefix = limit_pair = None
-    quota, period = 0, -1
-    if style is not None and fixed is not None:
-        (quota, window, seconds), name = fixed
-        period = -1 if seconds is None else seconds
-        policy_pair = _policy_text(name, quota, window)
-        state_prefix = _sf_string(name)
-        limit_pair = ("X-RateLimit-Limit", str(quota))
-        # (a per-key table's own count, without the statistics tuple)
-        available = limiter._available if isinstance(limiter, _core.PerKey) else limiter.available_permits
+    headers = limit.style != 0
     return _core.WsgiGate(
-        acquire=limiter.acquire,
-        available=available,
-        permit_count=policy.permit_count,
-        keyed=policy.keyed,
+        acquire=limit.acquire,
+        available=limit.available,
+        permit_count=limit.permit_count,
+        keyed=limit.keyed,
         key_kind=kind,
         key_env=key_env,
         key_name=key_name,
         key_slow=gate._key_of,
-        style=_STYLES[style],
-        policy_pair=policy_pair,
-        state_prefix=state_prefix,
-        limit_pair=limit_pair,
-        quota=quota,
-        period=period,
+        style=limit.style,
+        policy_pair=_policy_text(limit.name, limit.quota, limit.window) if headers else None,
+        state_prefix=_sf_string(limit.name) if headers else None,
+        limit_pair=("X-RateLimit-Limit", str(limit.quota)) if headers else None,
+        quota=limit.quota,
+        period=limit.period,
         fallback=gate._gated,
         refused=gate._refused,
         merge=gate._merge,

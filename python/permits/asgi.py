@@ -17,6 +17,8 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
+from . import _core
+from ._asgi_gate import asgi_gate
 from ._core import Lease
 from ._cost import SentResponse, headers_of
 from ._http_policy import (
@@ -188,6 +190,9 @@ class RateLimitMiddleware:
         below it, skips this limiter."""
         # The built-in keys read the scope itself: no request object is made for them.
         self._key = self.policy.key
+        # A request's key, decision and headers in one call into the extension, when the options allow it.
+        gate = asgi_gate(self.policy)
+        self._admit = None if gate is None else gate.admit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -198,10 +203,25 @@ class RateLimitMiddleware:
             await _run(self.app, scope, receive, send, None)  # no global limit; a route's own still applies
             return
         policy = self.policy
+        key: object
+        admit = self._admit
+        admitted = None if admit is None else admit(scope)
+        if admitted is not None:
+            lease, key, ours, remaining = admitted
+            if lease and policy.cost is None:
+                try:
+                    handoff = await self._gated(scope, receive, send, lease, ours, remaining)
+                    if self._requests is not None:
+                        self._requests.count(handoff.route_rejected or "acquired")
+                finally:
+                    lease.release()
+                return
+            quota = policy.fixed_quota(remaining, lease) if lease else policy.quota_or_release(key, lease)
+            await self._decided(scope, receive, send, None, key, lease, quota)
+            return
         # The request object a key function, on_rejected or cost receives: made once, when needed.
         connection: Callable[[], HTTPConnection] | None = None
         key_function = self._key
-        key: object
         if key_function is None:
             key = None
         elif isinstance(key_function, _ClientIP):
@@ -226,8 +246,25 @@ class RateLimitMiddleware:
         else:
             limiter, n = policy.limiter, policy.permit_count  # (policy.acquire(key), inline)
             lease = await (limiter.acquire_async(key, n) if policy.keyed else limiter.acquire_async(n))  # type: ignore[call-arg,arg-type]
+        await self._decided(scope, receive, send, connection, key, lease, None, asked=False)
+
+    async def _decided(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        connection: Callable[[], HTTPConnection] | None,
+        key: object,
+        lease: Lease,
+        quota: Quota | None,
+        asked: bool = True,
+    ) -> None:
+        """The rest of a request once its lease is known: the rejection, or the application run
+        with the headers (``quota``, asked here unless ``asked``); the lease released at the end."""
+        policy = self.policy
         try:
-            quota = policy.quota(key, lease)
+            if not asked:
+                quota = policy.quota(key, lease)
             if not lease and not policy.lets_through(lease):
                 if self._requests is not None:
                     self._requests.count("global_limiter")
@@ -240,6 +277,43 @@ class RateLimitMiddleware:
                 policy.charge(key, lease, (connection or _connection_of(scope, receive))(), sent_response(handoff))
         finally:
             lease.release()
+
+    async def _gated(
+        self, scope: Scope, receive: Receive, send: Send, lease: Lease, ours: Any, remaining: int
+    ) -> Handoff:
+        """The application run behind the extension's send (the headers added in C); the route's
+        leases released once it has returned."""
+        handoff = scope[HANDOFF] = Handoff()
+        sender = _core.AsgiSend(send, handoff, ours, self._started, _SENT, lease, scope, receive, remaining)
+        try:
+            await self.app(scope, receive, sender)
+            if handoff.charges:  # (an application that raised: its requests keep what they took)
+                settle_routes(handoff, sent_response(handoff))
+        finally:
+            for route_lease in handoff.route_leases:
+                route_lease.release()
+        return handoff
+
+    def _started(self, sender: _core.AsgiSend, message: Message) -> Awaitable[None]:
+        """A message the extension's send hands back: a route's rejection or figures, an
+        application's own header of ours, a message that is no dict."""
+        handoff = sender.handoff
+        kind = message["type"]
+        if kind == "http.response.body":
+            handoff.body_size += len(message.get("body", b""))
+        elif kind == "http.response.start":
+            if handoff.rejection is not None:
+                (response, headers), handoff.rejection = handoff.rejection, None
+                sender.replaced = True
+                return send_response(response, sender.scope, sender.receive, sender.send, headers)
+            quota = self.policy.fixed_quota(sender.remaining, sender.lease)
+            best = fewest_remaining([quota, *handoff.quotas]) if handoff.quotas else quota
+            if best is not None:
+                message = _with_raw_headers(message, encoded_headers(best))
+            handoff.started = message
+        elif handoff.started is None:
+            handoff.started = message
+        return sender.send(message)
 
     async def _reject(
         self, scope: Scope, receive: Receive, send: Send, connection: HTTPConnection, lease: Lease, quota: Quota | None

@@ -121,7 +121,7 @@ ENGINE_BACKED = [
     ("_core", t.__name__)
     for t in ENGINE_TYPES
     if t.__name__ not in ("EngineLeaseWait",)
-    and t not in (_core.Lease, _core.Tally, _core.Meter, _core.Handoff, _core.WsgiGate)
+    and t not in (_core.Lease, _core.Tally, _core.Meter, _core.Handoff, _core.WsgiGate, _core.AsgiGate, _core.AsgiSend)
 ] + [
     ("permits", c.__name__)
     for c in PUBLIC_CLASSES
@@ -183,7 +183,7 @@ def test_a_meter_is_made_whole_by_new_or_not_at_all() -> None:
 
 
 def test_types_without_a_constructor_cannot_be_made_uninitialized() -> None:
-    for cls in (_core.Lease, _core.EngineLeaseWait):
+    for cls in (_core.Lease, _core.EngineLeaseWait, _core.AsgiGate, _core.AsgiSend):
         with pytest.raises(TypeError):
             cls.__new__(cls)
 
