@@ -5,7 +5,8 @@
 (a) In process: one GET through a one-route Starlette app, called directly as an ASGI app
 (no sockets, no server), bare and behind a per-IP token bucket that never rejects:
 ``permits.asgi.RateLimitMiddleware`` with and without the ``RateLimit`` headers (and each with
-``wait=True``, every request finding a permit free), and, when it is
+``wait=True``, every request finding a permit free; and keyed by an ``X-Api-Key`` header,
+``keys.header``, in place of the client's address), and, when it is
 installed, slowapi configured the same way (a per-IP ``1000000000/second`` default limit,
 ``SlowAPIASGIMiddleware``, headers on and off). Each case runs ``--inner`` requests in a loop on
 one event loop; the table shows the best and the median of the repeats, in ns per request, and
@@ -62,7 +63,7 @@ def fastapi_app() -> Any:
     return app
 
 
-def with_permits(app: Any, headers: bool, wait: bool = False) -> Any:
+def with_permits(app: Any, headers: bool, wait: bool = False, key: Any = None) -> Any:
     import permits
     from permits.asgi import RateLimitMiddleware
     from permits.specs import TokenBucket
@@ -70,8 +71,15 @@ def with_permits(app: Any, headers: bool, wait: bool = False) -> Any:
     # (with a queue for wait=True, which stays empty: every request finds a permit free)
     bucket = TokenBucket(1_000_000_000, 1_000_000_000, 1.0)
     per_ip = permits.PartitionedLimiter.per_key(permits.Partition.of(None, bucket, queue_limit=100))
-    app.add_middleware(RateLimitMiddleware, limiter=per_ip, headers=headers, wait=wait)
+    options = {} if key is None else {"key": key}
+    app.add_middleware(RateLimitMiddleware, limiter=per_ip, headers=headers, wait=wait, **options)
     return app
+
+
+def api_key() -> Any:
+    from permits import keys
+
+    return keys.header("x-api-key")
 
 
 def with_slowapi(app: Any, headers: bool) -> Any:
@@ -99,6 +107,7 @@ def cases(make: Callable[[], Any]) -> list[tuple[str, Callable[[], Any]]]:
         ("bare", make),
         ("permits RateLimitMiddleware, headers", lambda: with_permits(make(), True)),
         ("permits RateLimitMiddleware, no headers", lambda: with_permits(make(), False)),
+        ("permits RateLimitMiddleware, X-Api-Key key, headers", lambda: with_permits(make(), True, key=api_key())),
         ("permits RateLimitMiddleware, wait=True, headers", lambda: with_permits(make(), True, wait=True)),
         ("permits RateLimitMiddleware, wait=True, no headers", lambda: with_permits(make(), False, wait=True)),
     ]
@@ -121,7 +130,7 @@ SCOPE: dict[str, Any] = {
     "raw_path": b"/",
     "root_path": "",
     "query_string": b"",
-    "headers": [(b"host", b"bench")],
+    "headers": [(b"host", b"bench"), (b"x-api-key", b"key-7")],
     "client": ("203.0.113.7", 50000),
     "server": ("127.0.0.1", 8000),
 }
@@ -195,7 +204,7 @@ def serve(case: str, port: int) -> None:
 
 async def _one_connection(port: int, count: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
+    request = b"GET / HTTP/1.1\r\nHost: bench\r\nX-Api-Key: key-7\r\n\r\n"
     for _ in range(count):
         writer.write(request)
         head = await reader.readuntil(b"\r\n\r\n")
