@@ -5,7 +5,8 @@
 // the body's bytes. What they do not settle (a key read in Python, a route's figures or rejection,
 // an application's own header of ours) goes back to Python (permits/asgi.py).
 #include "asgi_gate.hpp"
-#include "asgi_send.hpp"
+
+#include "asgi_gate_parts.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -26,9 +27,6 @@ using py_wsgi_gate::is_space;
 using py_wsgi_gate::pair;
 using py_wsgi_gate::plain_ipv4;
 
-enum Style : int { kNoHeaders = 0, kIetf = 1, kLegacy = 2, kBoth = 3 };
-enum KeyKind : int { kNoKey = 0, kClientIp = 1, kHeader = 2 };
-
 struct Names {
     PyObject* client;    // "client"
     PyObject* headers;   // "headers"
@@ -39,28 +37,7 @@ struct Names {
 };
 Names g_names{};
 
-struct AsgiGateObject {
-    PyObject_HEAD PyObject* acquire; // limiter.acquire: (key, n) when keyed, else (n); never blocks
-    PyObject* available;             // (key) or () -> int; nullptr without headers
-    PyObject* count;                 // permit_count
-    int keyed;
-    int key_kind;
-    PyObject* key_raw;      // kHeader: the header's name as the scope has it (lowercase bytes)
-    PyObject* key_name;     // kHeader: the key's first item (str)
-    PyObject* key_slow;     // kClientIp: (scope) -> key, what the C reading does not settle
-    int style;              // Style
-    PyObject* policy_pair;  // (b"ratelimit-policy", value)
-    PyObject* state_prefix; // the limiter's name as an RFC 8941 string (bytes)
-    PyObject* limit_pair;   // (b"x-ratelimit-limit", quota)
-    std::int64_t quota;
-    std::int64_t period; // whole seconds until more permits; -1: time frees nothing
-};
-
 PyTypeObject AsgiGateType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-
-AsgiGateObject* as_gate(PyObject* o) {
-    return reinterpret_cast<AsgiGateObject*>(o);
-}
 
 // ---- the key ----
 
@@ -199,81 +176,30 @@ PyObject* headers_of(AsgiGateObject* g, std::int64_t remaining) {
 // middleware); else (lease, key, ours, remaining): ours the headers' tuple for a granted lease
 // (None without headers or for a refusal, whose headers Python writes), remaining -1 then.
 PyObject* gate_admit(PyObject* self, PyObject* scope) {
-    AsgiGateObject* g = as_gate(self);
-    if (!PyDict_CheckExact(scope)) {
+    Decision d;
+    const Admitted found = admit(as_gate(self), scope, d);
+    if (found == Admitted::kError) {
+        return nullptr;
+    }
+    if (found == Admitted::kPython) {
         Py_RETURN_NONE;
     }
-    PyObject* outer = dict_get(scope, g_names.handoff);
-    if (outer != nullptr || PyErr_Occurred()) {
-        Py_XDECREF(outer);
-        if (PyErr_Occurred()) {
-            return nullptr;
-        }
-        Py_RETURN_NONE;
-    }
-    PyObject* key = nullptr;
-    if (g->key_kind == kClientIp) {
-        key = client_key(g, scope);
-    } else if (g->key_kind == kHeader) {
-        key = header_key(g, scope);
-        if (key == nullptr && !PyErr_Occurred()) {
-            Py_RETURN_NONE;
-        }
-    } else {
-        key = Py_NewRef(Py_None);
-    }
-    if (key == nullptr) {
-        return nullptr;
-    }
-    PyObject* lease = nullptr;
-    if (g->keyed) {
-        PyObject* call[] = {key, g->count};
-        lease = PyObject_Vectorcall(g->acquire, call, 2, nullptr);
-    } else {
-        lease = PyObject_CallOneArg(g->acquire, g->count);
-    }
-    if (lease == nullptr) {
-        Py_DECREF(key);
-        return nullptr;
-    }
-    const int granted = PyObject_IsTrue(lease);
-    std::int64_t remaining = -1;
-    PyObject* ours = nullptr;
-    if (granted > 0 && g->style != kNoHeaders) {
-        PyObject* n = g->keyed ? PyObject_CallOneArg(g->available, key) : PyObject_CallNoArgs(g->available);
-        const long long got = n == nullptr ? -1 : PyLong_AsLongLong(n);
-        Py_XDECREF(n);
-        if (!(got == -1 && PyErr_Occurred())) {
-            remaining = got < 0 ? 0 : got;
-            ours = headers_of(g, remaining);
-        }
-    }
-    if (granted < 0 || (granted > 0 && g->style != kNoHeaders && ours == nullptr)) {
-        bind::RaisedError error = bind::RaisedError::take(); // the request never runs: its permits go back
-        PyObject* r = PyObject_CallMethod(lease, "release", nullptr);
-        Py_XDECREF(r);
-        error.restore();
-        Py_DECREF(lease);
-        Py_DECREF(key);
-        return nullptr;
-    }
-    PyObject* found = PyTuple_New(4);
-    PyObject* left = PyLong_FromLongLong(remaining);
-    if (found == nullptr || left == nullptr) {
-        Py_XDECREF(found);
+    PyObject* left = PyLong_FromLongLong(d.remaining);
+    PyObject* tuple = left == nullptr ? nullptr : PyTuple_New(4);
+    if (tuple == nullptr) {
         Py_XDECREF(left);
-        Py_XDECREF(ours);
-        PyObject* r = PyObject_CallMethod(lease, "release", nullptr);
+        Py_XDECREF(d.ours);
+        PyObject* r = PyObject_CallMethod(d.lease, "release", nullptr);
         Py_XDECREF(r);
-        Py_DECREF(lease);
-        Py_DECREF(key);
+        Py_DECREF(d.lease);
+        Py_DECREF(d.key);
         return nullptr;
     }
-    PyTuple_SET_ITEM(found, 0, lease);
-    PyTuple_SET_ITEM(found, 1, key);
-    PyTuple_SET_ITEM(found, 2, ours != nullptr ? ours : Py_NewRef(Py_None));
-    PyTuple_SET_ITEM(found, 3, left);
-    return found;
+    PyTuple_SET_ITEM(tuple, 0, d.lease);
+    PyTuple_SET_ITEM(tuple, 1, d.key);
+    PyTuple_SET_ITEM(tuple, 2, d.ours != nullptr ? d.ours : Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(tuple, 3, left);
+    return tuple;
 }
 
 PyObject* gate_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
@@ -315,13 +241,14 @@ PyObject* gate_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     g->limit_pair = Py_NewRef(limit_pair);
     g->quota = quota;
     g->period = period;
+    g->vectorcall = gate_call;
     return reinterpret_cast<PyObject*>(g);
 }
 
 int gate_traverse(PyObject* self, visitproc visit, void* arg) {
     AsgiGateObject* g = as_gate(self);
     for (PyObject* o : {g->acquire, g->available, g->count, g->key_raw, g->key_name, g->key_slow, g->policy_pair,
-                        g->state_prefix, g->limit_pair}) {
+                        g->state_prefix, g->limit_pair, g->app, g->fallback, g->decided, g->slow, g->sent, g->settle}) {
         Py_VISIT(o);
     }
     return 0;
@@ -329,8 +256,9 @@ int gate_traverse(PyObject* self, visitproc visit, void* arg) {
 
 int gate_clear(PyObject* self) {
     AsgiGateObject* g = as_gate(self);
-    for (PyObject** o : {&g->acquire, &g->available, &g->count, &g->key_raw, &g->key_name, &g->key_slow,
-                         &g->policy_pair, &g->state_prefix, &g->limit_pair}) {
+    for (PyObject** o :
+         {&g->acquire, &g->available, &g->count, &g->key_raw, &g->key_name, &g->key_slow, &g->policy_pair,
+          &g->state_prefix, &g->limit_pair, &g->app, &g->fallback, &g->decided, &g->slow, &g->sent, &g->settle}) {
         Py_CLEAR(*o);
     }
     return 0;
@@ -342,9 +270,37 @@ void gate_dealloc(PyObject* self) {
     Py_TYPE(self)->tp_free(self);
 }
 
+// bind(app, fallback, decided, slow, sent, settle): what calling the gate needs of its middleware
+// (asgi_call.cpp). Once: a gate's request never sees it change.
+PyObject* gate_bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    AsgiGateObject* g = as_gate(self);
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "bind(app, fallback, decided, slow, sent, settle)");
+        return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+        if (i != 4 && !PyCallable_Check(args[i])) {
+            PyErr_Format(PyExc_TypeError, "bind: argument %zd must be callable", i + 1);
+            return nullptr;
+        }
+    }
+    if (g->app != nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "AsgiGate.bind: bound already");
+        return nullptr;
+    }
+    PyObject** fields[] = {&g->app, &g->fallback, &g->decided, &g->slow, &g->sent, &g->settle};
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+        *fields[i] = Py_NewRef(args[i]);
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef gate_methods[] = {
     {"admit", gate_admit, METH_O,
      "admit($self, scope, /)\n--\n\nNone (Python serves the request), or (lease, key, headers or None, remaining)."},
+    {"bind", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(gate_bind)), METH_FASTCALL,
+     "bind($self, app, fallback, decided, slow, sent, settle, /)\n--\n\nWhat calling the gate needs of its "
+     "middleware: its application and Python paths. Once."},
     {nullptr, nullptr, 0, nullptr}};
 
 bool intern_names() {
@@ -382,23 +338,89 @@ bool add_type(PyObject* m, PyTypeObject& type, const char* name) {
 
 } // namespace
 
+Admitted admit(AsgiGateObject* g, PyObject* scope, Decision& d) {
+    if (!PyDict_CheckExact(scope)) {
+        return Admitted::kPython;
+    }
+    PyObject* outer = dict_get(scope, g_names.handoff);
+    if (outer != nullptr || PyErr_Occurred()) {
+        Py_XDECREF(outer);
+        return PyErr_Occurred() ? Admitted::kError : Admitted::kPython;
+    }
+    PyObject* key = nullptr;
+    if (g->key_kind == kClientIp) {
+        key = client_key(g, scope);
+    } else if (g->key_kind == kHeader) {
+        key = header_key(g, scope);
+        if (key == nullptr && !PyErr_Occurred()) {
+            return Admitted::kPython;
+        }
+    } else {
+        key = Py_NewRef(Py_None);
+    }
+    if (key == nullptr) {
+        return Admitted::kError;
+    }
+    PyObject* lease = nullptr;
+    if (g->keyed) {
+        PyObject* call[] = {key, g->count};
+        lease = PyObject_Vectorcall(g->acquire, call, 2, nullptr);
+    } else {
+        lease = PyObject_CallOneArg(g->acquire, g->count);
+    }
+    if (lease == nullptr) {
+        Py_DECREF(key);
+        return Admitted::kError;
+    }
+    const int granted = PyObject_IsTrue(lease);
+    std::int64_t remaining = -1;
+    PyObject* ours = nullptr;
+    if (granted > 0 && g->style != kNoHeaders) {
+        PyObject* n = g->keyed ? PyObject_CallOneArg(g->available, key) : PyObject_CallNoArgs(g->available);
+        const long long got = n == nullptr ? -1 : PyLong_AsLongLong(n);
+        Py_XDECREF(n);
+        if (!(got == -1 && PyErr_Occurred())) {
+            remaining = got < 0 ? 0 : got;
+            ours = headers_of(g, remaining);
+        }
+    }
+    if (granted < 0 || (granted > 0 && g->style != kNoHeaders && ours == nullptr)) {
+        bind::RaisedError error = bind::RaisedError::take(); // the request never runs: its permits go back
+        PyObject* r = PyObject_CallMethod(lease, "release", nullptr);
+        Py_XDECREF(r);
+        error.restore();
+        Py_DECREF(lease);
+        Py_DECREF(key);
+        return Admitted::kError;
+    }
+    d.lease = lease;
+    d.key = key;
+    d.ours = ours;
+    d.remaining = remaining;
+    d.granted = granted > 0;
+    return Admitted::kDecided;
+}
+
 bool register_types(PyObject* m) {
     if (!intern_names()) {
         return false;
     }
     AsgiGateType.tp_name = "permits._core.AsgiGate";
     AsgiGateType.tp_basicsize = sizeof(AsgiGateObject);
-    AsgiGateType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+    AsgiGateType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
     AsgiGateType.tp_doc = "AsgiGate(*, acquire, available, permit_count, keyed, key_kind, key_raw, key_name, "
                           "key_slow, style, policy_pair, state_prefix, limit_pair, quota, period)\n--\n\nThe ASGI "
-                          "middleware's key, decision and headers for a request (permits.asgi builds it).";
+                          "middleware's key, decision and headers for a request (permits.asgi builds it); once bound, "
+                          "calling it with (scope, receive, send) serves a request.";
     AsgiGateType.tp_new = gate_new;
     AsgiGateType.tp_dealloc = gate_dealloc;
     AsgiGateType.tp_traverse = gate_traverse;
     AsgiGateType.tp_clear = gate_clear;
     AsgiGateType.tp_methods = gate_methods;
+    AsgiGateType.tp_vectorcall_offset = offsetof(AsgiGateObject, vectorcall);
+    AsgiGateType.tp_call = PyVectorcall_Call;
 
-    return add_type(m, AsgiGateType, "AsgiGate") && register_send(m);
+    return add_type(m, AsgiGateType, "AsgiGate") && register_send(m) && register_call(m);
 }
 
 } // namespace permits::py_asgi_gate

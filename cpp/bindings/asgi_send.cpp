@@ -2,12 +2,13 @@
 // RateLimit headers the gate wrote to the response's start and counts the body's bytes; a route's
 // rejection or figures, an application's own header of ours and a message that is no dict go back to
 // Python (its `slow` callable).
-#include "asgi_send.hpp"
+#include "asgi_gate_parts.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <string_view>
 
 #include "free_threading.hpp"
 #include "handoff_type.hpp"
@@ -68,10 +69,35 @@ bool intern_names() {
     return true;
 }
 
+// Whether a header's name (bytes, any case) is one of ours.
+bool is_ours(const char* name, Py_ssize_t size) {
+    static constexpr std::string_view kOurs[] = {"ratelimit",         "ratelimit-policy",      "retry-after",
+                                                 "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"};
+    if (size < 9 || size > 21) { // (their lengths: none is read further)
+        return false;
+    }
+    const char first = static_cast<char>(name[0] | 0x20);
+    if (first != 'r' && first != 'x') {
+        return false;
+    }
+    for (std::string_view ours : kOurs) {
+        if (static_cast<Py_ssize_t>(ours.size()) != size) {
+            continue;
+        }
+        bool same = true;
+        for (Py_ssize_t j = 0; j < size && same; ++j) {
+            const char ch = (name[j] >= 'A' && name[j] <= 'Z') ? static_cast<char>(name[j] - 'A' + 'a') : name[j];
+            same = ch == ours[static_cast<std::size_t>(j)];
+        }
+        if (same) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // Whether an application's response start sets a header of ours (then Python merges: its own wins).
 bool sets_ours(PyObject* headers) {
-    static const char* const kOurs[] = {"ratelimit",         "ratelimit-policy",      "retry-after",
-                                        "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"};
     if (!(PyList_CheckExact(headers) || PyTuple_CheckExact(headers))) {
         return true;
     }
@@ -82,23 +108,8 @@ bool sets_ours(PyObject* headers) {
             return true;
         }
         PyObject* name = PySequence_Fast_GET_ITEM(item, 0);
-        if (!PyBytes_CheckExact(name)) {
+        if (!PyBytes_CheckExact(name) || is_ours(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name))) {
             return true;
-        }
-        const Py_ssize_t size = PyBytes_GET_SIZE(name);
-        const char* c = PyBytes_AS_STRING(name);
-        for (const char* ours : kOurs) {
-            if (static_cast<Py_ssize_t>(std::strlen(ours)) != size) {
-                continue;
-            }
-            bool same = true;
-            for (Py_ssize_t j = 0; j < size && same; ++j) {
-                const char ch = (c[j] >= 'A' && c[j] <= 'Z') ? static_cast<char>(c[j] - 'A' + 'a') : c[j];
-                same = ch == ours[j];
-            }
-            if (same) {
-                return true;
-            }
         }
     }
     return false;
@@ -151,8 +162,7 @@ PyObject* send_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
         return nullptr;
     }
     PyObject* out = Py_NewRef(message);
-    int is = PyUnicode_Check(kind) ? PyUnicode_Compare(kind, g_names.body_type) : 1;
-    if (is == 0) {
+    if (same_text(kind, g_names.body_type)) {
         PyObject* body = dict_get(message, g_names.body);
         if (body != nullptr) {
             const Py_ssize_t size = PyObject_Length(body);
@@ -168,7 +178,7 @@ PyObject* send_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
             Py_DECREF(out);
             return nullptr;
         }
-    } else if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, g_names.start) == 0) {
+    } else if (same_text(kind, g_names.start)) {
         if (h->rejection != Py_None || PyList_GET_SIZE(h->quotas) > 0) {
             Py_DECREF(kind);
             Py_DECREF(out);
@@ -208,7 +218,7 @@ PyObject* send_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
     return r;
 }
 
-PyObject* send_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+PyObject* send_new(PyTypeObject*, PyObject* args, PyObject* kwargs) {
     PyObject *send, *handoff, *ours, *slow, *sent, *lease, *scope, *receive;
     long long remaining = -1;
     if ((kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) ||
@@ -223,21 +233,7 @@ PyObject* send_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         PyErr_SetString(PyExc_TypeError, "AsgiSend: handoff must be a Handoff, ours a tuple or None");
         return nullptr;
     }
-    auto* s = reinterpret_cast<SendObject*>(type->tp_alloc(type, 0));
-    if (s == nullptr) {
-        return nullptr;
-    }
-    s->send = Py_NewRef(send);
-    s->handoff = Py_NewRef(handoff);
-    s->ours = ours == Py_None ? nullptr : Py_NewRef(ours);
-    s->slow = Py_NewRef(slow);
-    s->sent = Py_NewRef(sent);
-    s->lease = Py_NewRef(lease);
-    s->scope = Py_NewRef(scope);
-    s->receive = Py_NewRef(receive);
-    s->remaining = remaining;
-    s->vectorcall = send_call;
-    return reinterpret_cast<PyObject*>(s);
+    return new_send(send, handoff, ours == Py_None ? nullptr : ours, slow, sent, lease, scope, receive, remaining);
 }
 
 int send_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -298,6 +294,27 @@ PyGetSetDef send_getset[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 } // namespace
+
+PyObject* new_send(PyObject* send, PyObject* handoff, PyObject* ours, PyObject* slow, PyObject* sent, PyObject* lease,
+                   PyObject* scope, PyObject* receive, std::int64_t remaining) {
+    auto* s = PyObject_GC_New(SendObject, &SendType);
+    if (s == nullptr) {
+        return nullptr;
+    }
+    s->send = Py_NewRef(send);
+    s->handoff = Py_NewRef(handoff);
+    s->ours = Py_XNewRef(ours);
+    s->slow = Py_NewRef(slow);
+    s->sent = Py_NewRef(sent);
+    s->lease = Py_NewRef(lease);
+    s->scope = Py_NewRef(scope);
+    s->receive = Py_NewRef(receive);
+    s->remaining = remaining;
+    s->replaced = 0;
+    s->vectorcall = send_call;
+    PyObject_GC_Track(s);
+    return reinterpret_cast<PyObject*>(s);
+}
 
 bool register_send(PyObject* m) {
     if (!intern_names()) {

@@ -48,6 +48,15 @@ public:
 #endif
     }
 
+    /// Sets `exc`, an exception instance, as the error (stealing the reference).
+    static void raise(PyObject* exc) noexcept {
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(exc);
+#else
+        PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(exc))), exc, PyException_GetTraceback(exc));
+#endif
+    }
+
 private:
     RaisedError() = default;
     PyObject* exc_ = nullptr; // the exception (3.12+), or the value as fetched

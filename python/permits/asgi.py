@@ -8,6 +8,7 @@ away releases it too.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, MutableMapping
@@ -193,8 +194,23 @@ class RateLimitMiddleware:
         # A request's key, decision and headers in one call into the extension, when the options allow it.
         gate = asgi_gate(self.policy)
         self._admit = None if gate is None else gate.admit
+        # The whole request in the extension (its awaitable in C) when nothing of it needs Python
+        # on every request; else this class's coroutine.
+        self._enter: ASGIApp = self._call
+        if gate is not None and not self.exempt and self._requests is None and self.policy.cost is None:
+            gate.bind(app, self._call, self._admitted, self._started, _SENT, _settle)
+            self._enter = gate
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # (a plain function: what it returns is awaited as a coroutine; marked as one below, for
+        # the servers that ask, such as uvicorn choosing between ASGI 2 and 3)
+        return self._enter(scope, receive, send)
+
+    if hasattr(inspect, "markcoroutinefunction"):  # 3.12+: inspect.iscoroutinefunction
+        __call__ = inspect.markcoroutinefunction(__call__)
+    __call__._is_coroutine = getattr(asyncio.coroutines, "_is_coroutine", None)  # type: ignore[attr-defined]  # 3.11's asyncio.iscoroutinefunction
+
+    async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
@@ -216,8 +232,7 @@ class RateLimitMiddleware:
                 finally:
                     lease.release()
                 return
-            quota = policy.fixed_quota(remaining, lease) if lease else policy.quota_or_release(key, lease)
-            await self._decided(scope, receive, send, None, key, lease, quota)
+            await self._admitted(scope, receive, send, lease, key, remaining)
             return
         # The request object a key function, on_rejected or cost receives: made once, when needed.
         connection: Callable[[], HTTPConnection] | None = None
@@ -247,6 +262,14 @@ class RateLimitMiddleware:
             limiter, n = policy.limiter, policy.permit_count  # (policy.acquire(key), inline)
             lease = await (limiter.acquire_async(key, n) if policy.keyed else limiter.acquire_async(n))  # type: ignore[call-arg,arg-type]
         await self._decided(scope, receive, send, connection, key, lease, None, asked=False)
+
+    async def _admitted(
+        self, scope: Scope, receive: Receive, send: Send, lease: Lease, key: object, remaining: int
+    ) -> None:
+        """A request the extension decided that Python serves: a refusal, or a cost to settle."""
+        policy = self.policy
+        quota = policy.fixed_quota(remaining, lease) if lease else policy.quota_or_release(key, lease)
+        await self._decided(scope, receive, send, None, key, lease, quota)
 
     async def _decided(
         self,
@@ -348,6 +371,11 @@ class _Sent:
 
 
 _SENT = _Sent()
+
+
+def _settle(handoff: Handoff) -> None:
+    """The routes' cost settlements, once the response has been sent."""
+    settle_routes(handoff, sent_response(handoff))
 
 
 async def _run(app: ASGIApp, scope: Scope, receive: Receive, send: Send, quota: Quota | None) -> Handoff:

@@ -4,6 +4,7 @@ whose every engine method raises TypeError instead of crashing the process."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import subprocess
 import sys
@@ -121,7 +122,17 @@ ENGINE_BACKED = [
     ("_core", t.__name__)
     for t in ENGINE_TYPES
     if t.__name__ not in ("EngineLeaseWait",)
-    and t not in (_core.Lease, _core.Tally, _core.Meter, _core.Handoff, _core.WsgiGate, _core.AsgiGate, _core.AsgiSend)
+    and t
+    not in (
+        _core.Lease,
+        _core.Tally,
+        _core.Meter,
+        _core.Handoff,
+        _core.WsgiGate,
+        _core.AsgiGate,
+        _core.AsgiSend,
+        _core.AsgiCall,
+    )
 ] + [
     ("permits", c.__name__)
     for c in PUBLIC_CLASSES
@@ -174,6 +185,29 @@ def test_a_wsgi_gate_made_by_new_alone_refuses_requests_until_bound() -> None:
         gate._bind(lambda *a: None, lambda *a: None)
 
 
+def test_an_asgi_gate_serves_requests_once_bound_and_is_bound_once() -> None:
+    from permits._asgi_gate import asgi_gate
+    from permits.asgi import RateLimitMiddleware
+
+    async def app(scope: object, receive: object, send: object) -> str:
+        return "served"
+
+    async def python_path(*args: object) -> str:
+        return "python"
+
+    policy = RateLimitMiddleware(app, permits.PartitionedLimiter.per_key("5/minute")).policy
+    gate = asgi_gate(policy)
+    assert gate is not None
+    with pytest.raises(TypeError, match="not bound"):
+        gate({"type": "http"}, None, None)
+    with pytest.raises(TypeError, match="callable"):
+        gate.bind(app, 1, app, app, None, app)  # type: ignore[arg-type]
+    gate.bind(app, python_path, python_path, python_path, None, lambda handoff: None)
+    assert asyncio.run(gate({"type": "lifespan"}, None, None)) == "python"  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="bound already"):
+        gate.bind(app, python_path, python_path, python_path, None, lambda handoff: None)
+
+
 def test_a_meter_is_made_whole_by_new_or_not_at_all() -> None:
     # Meter has no __init__: __new__ needs its clock and bounds, so no method meets it half made.
     with pytest.raises(TypeError):
@@ -183,7 +217,7 @@ def test_a_meter_is_made_whole_by_new_or_not_at_all() -> None:
 
 
 def test_types_without_a_constructor_cannot_be_made_uninitialized() -> None:
-    for cls in (_core.Lease, _core.EngineLeaseWait, _core.AsgiGate, _core.AsgiSend):
+    for cls in (_core.Lease, _core.EngineLeaseWait, _core.AsgiGate, _core.AsgiSend, _core.AsgiCall):
         with pytest.raises(TypeError):
             cls.__new__(cls)
 

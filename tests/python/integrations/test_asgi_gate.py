@@ -45,6 +45,12 @@ def app_of(limiter: Any, **options: Any) -> RateLimitMiddleware:
     return RateLimitMiddleware(Starlette(routes=[Route("/", hello)]), limiter, **options)
 
 
+def python_path(app: RateLimitMiddleware) -> None:
+    """Every request of ``app`` served by its Python coroutine, the extension's admission unused."""
+    app._admit = None
+    app._enter = app._call
+
+
 async def call(app: Any, scope: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     sent: list[dict[str, Any]] = []
 
@@ -80,8 +86,9 @@ def test_the_c_path_answers_as_the_python_path(limit: str, headers: bool | str) 
         app = app_of(LIMITS[limit](clock), headers=headers)
         if fast:
             assert app._admit is not None
+            assert app._enter is not app._call
         else:
-            app._admit = None
+            python_path(app)
         seen = []
         for step in range(12):
             client = ["203.0.113.7", "198.51.100.2", "2001:db8::1", None][step % 4]
@@ -105,7 +112,7 @@ def test_the_header_key_is_the_python_key(value: bytes | None) -> None:
         limiter = permits.PartitionedLimiter.per_key(specs.FixedWindow(1, 60), clock=clock)
         app = app_of(limiter, key=keys.header("X-Api-Key"))
         if not fast:
-            app._admit = None
+            python_path(app)
         headers = [] if value is None else [(b"x-api-key", value)]
         statuses = [asyncio.run(call(app, scope_of(headers=headers)))[0] for _ in range(2)]
         expected = keys.header("X-Api-Key")(Request(scope_of(headers=headers)))
@@ -166,6 +173,9 @@ def test_options_the_c_path_cannot_serve_keep_the_python_path() -> None:
         return permits.PartitionedLimiter.per_key(specs.FixedWindow(5, 60), clock=clock)
 
     assert app_of(limiter(), wait=True)._admit is None
+    for options in ({"cost": lambda request, sent: 1}, {"exempt": ["/health"]}, {"metrics": True}, {"wait": True}):
+        app = app_of(limiter(), **options)
+        assert app._enter == app._call, options  # (a request's coroutine in Python)
     assert app_of(limiter(), key=lambda request: "k")._admit is None
     assert app_of(permits.chain(limiter(), limiter()))._admit is None
     assert app_of(limiter(), cost=lambda request, sent: 1)._admit is not None  # (admitted in C, run in Python)
