@@ -12,6 +12,7 @@
 #include <initializer_list>
 
 #include "asgi_gate_parts.hpp"
+#include "free_threading.hpp"
 #include "handoff_type.hpp"
 #include "raised_error.hpp"
 #include "wsgi_gate_parts.hpp"
@@ -34,6 +35,7 @@ struct CallObject {
     PyObject* lease;   // the request's lease while this call owns it
     PyObject* handoff; // the request's handoff while this call owns it
     int state;
+    bool busy; // a send, throw or close is under way
 };
 
 PyTypeObject CallType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -41,6 +43,29 @@ PyTypeObject CallType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 CallObject* as_call(PyObject* o) {
     return reinterpret_cast<CallObject*>(o);
 }
+
+// One caller at a time, as a coroutine allows: another (a second thread, or the request re-entering
+// itself) gets the coroutine's error instead of a request started twice.
+class Busy {
+public:
+    explicit Busy(CallObject* c) : c_(c), ok_(bind::claim(c->busy)) {
+        if (!ok_) {
+            PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        }
+    }
+    ~Busy() {
+        if (ok_) {
+            bind::store_shared(c_->busy, false);
+        }
+    }
+    Busy(const Busy&) = delete;
+    Busy& operator=(const Busy&) = delete;
+    [[nodiscard]] bool ok() const { return ok_; }
+
+private:
+    CallObject* c_;
+    bool ok_;
+};
 
 struct Names {
     PyObject* type;    // "type"
@@ -95,7 +120,7 @@ bool finish(CallObject* c, Ended ended) {
     PyObject* pending = ended == Ended::kRaised ? RaisedError::take_exception() : nullptr;
     if (handoff != nullptr) {
         auto* h = reinterpret_cast<py_handoff::HandoffObject*>(handoff);
-        if (ended == Ended::kReturned && PyList_GET_SIZE(h->charges) > 0) {
+        if (ended == Ended::kReturned && py_handoff::size(h, &py_handoff::HandoffObject::charges) > 0) {
             PyObject* r = PyObject_CallOneArg(as_gate(c->gate)->settle, handoff);
             if (r == nullptr) {
                 chain(pending);
@@ -197,6 +222,10 @@ bool start(CallObject* c) {
 PySendResult step(PyObject* self, PyObject* value, PyObject** result) {
     CallObject* c = as_call(self);
     *result = nullptr;
+    const Busy busy(c);
+    if (!busy.ok()) {
+        return PYGEN_ERROR;
+    }
     if (c->state == kDone) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
         return PYGEN_ERROR;
@@ -272,6 +301,10 @@ PyObject* call_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
         return nullptr;
     }
+    const Busy busy(c);
+    if (!busy.ok()) {
+        return nullptr;
+    }
     if (c->state != kRunning) { // (before it started nothing is held: it ends, raising)
         c->state = kDone;
         Py_CLEAR(c->scope);
@@ -312,6 +345,10 @@ PyObject* call_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject* call_close(PyObject* self, PyObject*) {
     CallObject* c = as_call(self);
+    const Busy busy(c);
+    if (!busy.ok()) {
+        return nullptr;
+    }
     if (c->state != kRunning) {
         c->state = kDone;
         Py_RETURN_NONE;
@@ -405,6 +442,7 @@ PyObject* gate_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
     c->lease = nullptr;
     c->handoff = nullptr;
     c->state = kFresh;
+    c->busy = false;
     PyObject_GC_Track(c);
     return reinterpret_cast<PyObject*>(c);
 }

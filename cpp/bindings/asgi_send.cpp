@@ -179,7 +179,7 @@ PyObject* send_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
             return nullptr;
         }
     } else if (same_text(kind, g_names.start)) {
-        if (h->rejection != Py_None || PyList_GET_SIZE(h->quotas) > 0) {
+        if (h->rejection != Py_None || py_handoff::size(h, &py_handoff::HandoffObject::quotas) > 0) {
             Py_DECREF(kind);
             Py_DECREF(out);
             PyObject* call[] = {self, message};

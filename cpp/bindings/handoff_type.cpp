@@ -2,7 +2,9 @@
 
 #include <structmember.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 namespace permits::py_handoff {
 namespace {
@@ -19,17 +21,10 @@ PyObject* alloc(PyTypeObject* type) {
         return nullptr;
     }
     auto* h = as_handoff(self);
-    h->charges = PyList_New(0);
-    h->route_leases = PyList_New(0);
-    h->quotas = PyList_New(0);
     h->started = Py_NewRef(Py_None);
     h->route_rejected = Py_NewRef(Py_None);
     h->rejection = Py_NewRef(Py_None);
     h->body_size = 0;
-    if (h->charges == nullptr || h->route_leases == nullptr || h->quotas == nullptr) {
-        Py_DECREF(self);
-        return nullptr;
-    }
     return self;
 }
 
@@ -70,27 +65,61 @@ void handoff_dealloc(PyObject* self) {
     type->tp_free(self);
 }
 
-// (The lists are read and mutated in place, never replaced: read-only attributes. The rest may be
-// set; a deleted one reads as an AttributeError, as a Python class's slot would.)
-PyMemberDef handoff_members[] = {
-    {"charges", T_OBJECT_EX, offsetof(HandoffObject, charges), READONLY,
+// The lists, by the closure of their getters.
+PyObject* HandoffObject::*const kLists[] = {&HandoffObject::charges, &HandoffObject::route_leases,
+                                            &HandoffObject::quotas};
+
+PyObject* get_list(PyObject* self, void* which) {
+    return Py_XNewRef(list(as_handoff(self), kLists[reinterpret_cast<std::intptr_t>(which)]));
+}
+
+// (The lists are read and mutated in place, never replaced: read-only attributes, made when first
+// read. The rest may be set; a deleted one reads as an AttributeError, as a Python class's slot would.)
+PyGetSetDef handoff_getset[] = {
+    {"charges", get_list, nullptr,
      "The routes' cost settlements, called with the response once it has been sent, before the middleware "
-     "releases the route leases."},
+     "releases the route leases.",
+     reinterpret_cast<void*>(0)},
+    {"route_leases", get_list, nullptr,
+     "The leases the route's limits granted, released by the middleware once the response has been sent.",
+     reinterpret_cast<void*>(1)},
+    {"quotas", get_list, nullptr, "The route's limits' figures for the RateLimit headers.", reinterpret_cast<void*>(2)},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyMemberDef handoff_members[] = {
     {"started", T_OBJECT_EX, offsetof(HandoffObject, started), 0,
      "What a middleware saw of the response's start (its status, headers); None before."},
     {"body_size", T_PYSSIZET, offsetof(HandoffObject, body_size), 0, "The body's bytes sent so far."},
-    {"route_leases", T_OBJECT_EX, offsetof(HandoffObject, route_leases), READONLY,
-     "The leases the route's limits granted, released by the middleware once the response has been sent."},
     {"route_rejected", T_OBJECT_EX, offsetof(HandoffObject, route_rejected), 0,
      "What metrics= counts for a request a route's limit did not admit; None while admitted."},
-    {"quotas", T_OBJECT_EX, offsetof(HandoffObject, quotas), READONLY,
-     "The route's limits' figures for the RateLimit headers."},
     {"rejection", T_OBJECT_EX, offsetof(HandoffObject, rejection), 0,
      "A route's on_rejected response and its headers, sent in place of the framework's answer; None when "
      "there is none."},
     {nullptr, 0, 0, 0, nullptr}};
 
 } // namespace
+
+PyObject* list(HandoffObject* h, PyObject* HandoffObject::*field) {
+    PyObject* made = bind::load_shared(h->*field);
+    if (made != nullptr) {
+        return made;
+    }
+    PyObject* fresh = PyList_New(0);
+    if (fresh == nullptr) {
+        return nullptr;
+    }
+    if constexpr (bind::kFreeThreaded) { // two threads' first reads: one list wins, the other is dropped
+        PyObject* expected = nullptr;
+        if (!std::atomic_ref<PyObject*>(h->*field).compare_exchange_strong(expected, fresh,
+                                                                           std::memory_order_acq_rel)) {
+            Py_DECREF(fresh);
+            return expected;
+        }
+        return fresh;
+    }
+    h->*field = fresh;
+    return fresh;
+}
 
 PyObject* make() {
     return alloc(&HandoffType);
@@ -112,6 +141,7 @@ bool register_type(PyObject* m) {
     HandoffType.tp_traverse = handoff_traverse;
     HandoffType.tp_clear = handoff_clear;
     HandoffType.tp_members = handoff_members;
+    HandoffType.tp_getset = handoff_getset;
     if (PyType_Ready(&HandoffType) < 0) {
         return false;
     }

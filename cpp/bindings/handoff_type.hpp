@@ -5,9 +5,12 @@
 
 #include <Python.h>
 
+#include "free_threading.hpp"
+
 namespace permits::py_handoff {
 
 /// The fields, readable and writable from Python as attributes of the same names.
+// The three lists are made on first use (most requests have no route limit): nullptr until then.
 struct HandoffObject {
     PyObject_HEAD PyObject* charges; // list: the routes' cost settlements
     PyObject* started;               // what the middleware saw of the response's start
@@ -24,5 +27,13 @@ bool register_type(PyObject* m);
 PyObject* make();
 /// Whether `obj` is a Handoff.
 bool check(PyObject* obj);
+/// The list in `field` (charges, route_leases or quotas), made if it was not: a borrowed reference, or
+/// nullptr with an error set.
+PyObject* list(HandoffObject* h, PyObject* HandoffObject::*field);
+/// The length of the list in `field`: 0 while it was never made.
+inline Py_ssize_t size(HandoffObject* h, PyObject* HandoffObject::*field) {
+    PyObject* made = bind::load_shared(h->*field);
+    return made == nullptr ? 0 : PyList_GET_SIZE(made);
+}
 
 } // namespace permits::py_handoff

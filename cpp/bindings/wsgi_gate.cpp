@@ -21,8 +21,10 @@ PyObject* serve(GateObject* g, PyObject* app, PyObject* environ, PyObject* start
     std::int64_t remaining = -1;
     PyObject* ours = nullptr;
     PyObject* handoff = py_handoff::make();
-    if (handoff == nullptr ||
-        PyList_Append(reinterpret_cast<py_handoff::HandoffObject*>(handoff)->route_leases, lease) < 0) {
+    PyObject* leases = handoff == nullptr ? nullptr
+                                          : py_handoff::list(reinterpret_cast<py_handoff::HandoffObject*>(handoff),
+                                                             &py_handoff::HandoffObject::route_leases);
+    if (leases == nullptr || PyList_Append(leases, lease) < 0) {
         Py_XDECREF(handoff);
         PyObject* r = PyObject_CallMethodNoArgs(lease, g_names.release);
         Py_XDECREF(r);
@@ -82,7 +84,8 @@ PyObject* serve(GateObject* g, PyObject* app, PyObject* environ, PyObject* start
     }
     Py_DECREF(lease);
     auto* h = reinterpret_cast<py_handoff::HandoffObject*>(handoff);
-    if (PyList_GET_SIZE(h->charges) > 0) { // the views have run: their costs are settled on close
+    if (py_handoff::size(h, &py_handoff::HandoffObject::charges) >
+        0) { // the views have run: their costs are settled on close
         PyObject* args[] = {result, handoff};
         PyObject* r = PyObject_Vectorcall(g->costs, args, 2, nullptr);
         if (r == nullptr) { // (no response to close: the leases go back now)

@@ -187,7 +187,7 @@ void set_started(py_handoff::HandoffObject* h, PyObject* started) {
 
 // (Each lease once: a second close() releases nothing; a release that raises does not keep the others.)
 bool release_all(PyObject* handoff) {
-    PyObject* leases = reinterpret_cast<py_handoff::HandoffObject*>(handoff)->route_leases;
+    PyObject* leases = bind::load_shared(reinterpret_cast<py_handoff::HandoffObject*>(handoff)->route_leases);
     std::optional<RaisedError> first;
     while (leases != nullptr) {
         PyObject* lease = pop_last(leases);
@@ -226,7 +226,7 @@ PyObject* start_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObj
     PyObject* status = args[0];
     PyObject* headers = args[1];
     auto* handoff = reinterpret_cast<py_handoff::HandoffObject*>(s->handoff);
-    bool simple = PyList_CheckExact(headers) && PyList_GET_SIZE(handoff->quotas) == 0;
+    bool simple = PyList_CheckExact(headers) && py_handoff::size(handoff, &py_handoff::HandoffObject::quotas) == 0;
     if (simple && s->ours != nullptr) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers) && simple; ++i) {
             PyObject* item = PyList_GET_ITEM(headers, i);

@@ -369,3 +369,60 @@ def test_threads_through_one_wsgi_middleware_hold_exactly_its_limit():
     together(requests)
     assert limiter.available_permits("203.0.113.7") == limit  # nothing kept, nothing lost
     assert statuses.count("200 OK") + statuses.count("429 Too Many Requests") == THREADS * 200
+
+
+def test_threads_each_running_asyncio_through_one_asgi_middleware_hold_its_limit():
+    """The ASGI middleware's C path (permits.asgi, its requests the extension's awaitables): threads
+    each running their own event loop through one middleware grant exactly its window, and one
+    request sent to by several threads at once starts once (the others get a coroutine's errors)."""
+    from permits.asgi import RateLimitMiddleware
+
+    clock = permits.ManualClock()
+    limiter = PartitionedLimiter.per_key(permits.specs.FixedWindow(500, 60), clock=clock)
+    holding = PartitionedLimiter.per_key(permits.specs.Concurrency(1))
+
+    async def hello(scope, receive, send):
+        await asyncio.sleep(0)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    middleware = RateLimitMiddleware(hello, limiter)
+    assert middleware._enter is not middleware._call
+    statuses: list[int] = []
+
+    def scope():
+        return {"type": "http", "path": "/", "headers": [], "client": ("203.0.113.7", 1)}
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def requests():
+        for _ in range(100):
+            await middleware(scope(), receive, send)
+
+    together(lambda _i: asyncio.run(requests()))
+    assert sorted(set(statuses)) == [200, 429]
+    assert statuses.count(200) == 500 and len(statuses) == THREADS * 100
+
+    one = RateLimitMiddleware(hello, holding)
+    for _ in range(200):
+        request = one(scope(), receive, send)
+        outcomes: list[str] = []
+
+        def poke(_i, request=request, outcomes=outcomes):
+            try:
+                request.send(None)
+                outcomes.append("started")
+            except StopIteration:
+                outcomes.append("done")
+            except (ValueError, RuntimeError) as exc:
+                outcomes.append(type(exc).__name__)
+
+        together(poke, n=4)
+        assert outcomes.count("started") <= 1 and len(outcomes) == 4, outcomes
+        request.close()
+        assert holding.available_permits("203.0.113.7") == 1

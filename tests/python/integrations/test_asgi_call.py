@@ -251,3 +251,24 @@ def test_a_route_cost_settles_after_the_response() -> None:
     status, _, body = asyncio.run(call(app, scope_of()))
     assert (status, body) == (200, b"four")
     assert route_limit.policy.limiter.available_permits() == 6  # (one taken, settled to the body's 4 bytes)
+
+
+def test_a_request_sent_to_while_it_runs_refuses_as_a_coroutine_does() -> None:
+    limiter = one_at_a_time()
+    holder: list[Any] = []
+    errors: list[BaseException] = []
+
+    async def reentering(scope: Any, receive: Any, send: Any) -> None:
+        for again in (lambda: holder[0].send(None), lambda: holder[0].throw(KeyError("x")), holder[0].close):
+            try:
+                again()
+            except ValueError as exc:
+                errors.append(exc)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    holder.append(RateLimitMiddleware(reentering, limiter)(scope_of(), receive, discard))
+    with pytest.raises(StopIteration):
+        holder[0].send(None)
+    assert [str(e) for e in errors] == ["coroutine already executing"] * 3
+    assert limiter.available_permits(CLIENT) == 1
