@@ -38,22 +38,30 @@ PyObject* handoff_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 
 int handoff_traverse(PyObject* self, visitproc visit, void* arg) {
     auto* h = as_handoff(self);
-    Py_VISIT(h->charges);
-    Py_VISIT(h->started);
-    Py_VISIT(h->route_leases);
+    Py_VISIT(bind::load_shared(h->charges));
+    Py_VISIT(bind::load_shared(h->started));
+    Py_VISIT(bind::load_shared(h->route_leases));
     Py_VISIT(h->route_rejected);
-    Py_VISIT(h->quotas);
+    Py_VISIT(bind::load_shared(h->quotas));
     Py_VISIT(h->rejection);
     return 0;
 }
 
+// Empties a field that other threads write atomically (started; a list made on first use) with an
+// atomic read: the thread that wrote it last may not be the one that frees the handoff.
+void clear_shared(PyObject*& field) {
+    PyObject* was = bind::load_shared(field);
+    bind::store_shared<PyObject*>(field, nullptr);
+    Py_XDECREF(was);
+}
+
 int handoff_clear(PyObject* self) {
     auto* h = as_handoff(self);
-    Py_CLEAR(h->charges);
-    Py_CLEAR(h->started);
-    Py_CLEAR(h->route_leases);
+    clear_shared(h->charges);
+    clear_shared(h->started);
+    clear_shared(h->route_leases);
     Py_CLEAR(h->route_rejected);
-    Py_CLEAR(h->quotas);
+    clear_shared(h->quotas);
     Py_CLEAR(h->rejection);
     return 0;
 }
