@@ -412,10 +412,10 @@ void call_dealloc(PyObject* self) {
 PyAsyncMethods call_async = {call_await, nullptr, nullptr, step};
 
 PyMethodDef call_methods[] = {
-    {"send", call_send, METH_O, "send(value)\n--\n\nSends a value into the request; the next it yields."},
+    {"send", call_send, METH_O, "send($self, value, /)\n--\n\nSends a value into the request; the next it yields."},
     {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(call_throw)), METH_FASTCALL,
-     "throw(exc)\n--\n\nRaises an exception in the request."},
-    {"close", call_close, METH_NOARGS, "close()\n--\n\nCloses the request: its leases go back."},
+     "throw($self, exc, value=None, traceback=None, /)\n--\n\nRaises an exception in the request."},
+    {"close", call_close, METH_NOARGS, "close($self, /)\n--\n\nCloses the request: its leases go back."},
     {nullptr, nullptr, 0, nullptr}};
 
 } // namespace
