@@ -86,12 +86,16 @@ class _FlaskGate(Gate):
         try:
             return super().__call__(app, environ, start_response)
         except _KeyFailed as failed:
-            if self.app is None:
-                raise failed.error from None
-            # As an error in a view: Flask logs it and answers with its errorhandler(500) page.
-            with self.app.request_context(environ):
-                response = self.app.handle_exception(failed.error)
-            return response(environ, start_response)
+            return self.key_failed(failed, environ, start_response)
+
+    def key_failed(self, failed: _KeyFailed, environ: Environ, start_response: StartResponse) -> Any:
+        """The answer to a request whose key function raised: as an error in a view, Flask logs it
+        and answers with its errorhandler(500) page."""
+        if self.app is None:
+            raise failed.error from None
+        with self.app.request_context(environ):
+            response = self.app.handle_exception(failed.error)
+        return response(environ, start_response)
 
 
 class _KeyFailed(Exception):
@@ -105,11 +109,20 @@ class _KeyFailed(Exception):
 class _Middleware:
     """What ``init_app`` puts in place of ``app.wsgi_app``."""
 
-    def __init__(self, wsgi_app: WSGIApp, gate: Gate | None) -> None:
+    def __init__(self, wsgi_app: WSGIApp, gate: _FlaskGate | None) -> None:
         self.wsgi_app = wsgi_app
         self.gate = gate
+        # The gate's C path, called from here (one Python frame a request) when it has one and no
+        # exempt paths.
+        self._fast = None if gate is None or gate.exempt else gate._fast
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Any:
+        fast = self._fast
+        if fast is not None:
+            try:
+                return fast(self.wsgi_app, environ, start_response)
+            except _KeyFailed as failed:
+                return self.gate.key_failed(failed, environ, start_response)  # type: ignore[union-attr]
         if self.gate is None:  # no global limit: the views' leases and headers only
             return run(self.wsgi_app, environ, start_response, None, None)
         return self.gate(self.wsgi_app, environ, start_response)
