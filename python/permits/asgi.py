@@ -311,7 +311,7 @@ class RateLimitMiddleware:
         try:
             await self.app(scope, receive, sender)
             if handoff.charges:  # (an application that raised: its requests keep what they took)
-                settle_routes(handoff, sent_response(handoff))
+                _settle(handoff)
         finally:
             for route_lease in handoff.route_leases:
                 route_lease.release()
