@@ -40,6 +40,12 @@ struct State {
     std::atomic<std::int64_t> active{0};
     Result results[kResults];
     std::mutex adding;
+    // Durations (ns) held for `record` until flush(), at most pending_limit of them: an exporter
+    // whose histogram takes one value per call (OpenTelemetry's) is fed when it collects, not on
+    // the lease's release. A lease that finds them full records its own at once.
+    std::size_t pending_limit = 0;
+    std::mutex pending_lock;
+    std::vector<std::int64_t> pending;
 };
 
 struct MeterObject {
@@ -111,17 +117,38 @@ PyObject* count_result(State& s, PyObject* name) {
 }
 
 PyObject* meter_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-    static const char* names[] = {"clock", "bounds", "record", nullptr};
+    static const char* names[] = {"clock", "bounds", "record", "pending_limit", nullptr};
     PyObject* clock_obj = nullptr;
     PyObject* bounds_obj = nullptr;
     PyObject* record = Py_None;
-    if (PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$O:Meter", const_cast<char**>(names), &clock_obj, &bounds_obj,
-                                    &record) == 0) {
+    PyObject* limit_obj = nullptr;
+    if (PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OO:Meter", const_cast<char**>(names), &clock_obj, &bounds_obj,
+                                    &record, &limit_obj) == 0) {
         return nullptr;
     }
     if (record != Py_None && PyCallable_Check(record) == 0) {
         PyErr_Format(PyExc_TypeError, "record must be callable or None, got %s", Py_TYPE(record)->tp_name);
         return nullptr;
+    }
+    long long pending_limit = 0;
+    if (limit_obj != nullptr) {
+        if (!PyLong_Check(limit_obj) || PyBool_Check(limit_obj)) {
+            PyErr_Format(PyExc_TypeError, "pending_limit must be an int, got %s", Py_TYPE(limit_obj)->tp_name);
+            return nullptr;
+        }
+        pending_limit = PyLong_AsLongLong(limit_obj);
+        if (pending_limit == -1 && PyErr_Occurred() != nullptr) {
+            PyErr_Clear();
+            pending_limit = -1; // (too large: refused below)
+        }
+        if (pending_limit < 0 || pending_limit > (1LL << 24)) {
+            PyErr_SetString(PyExc_ValueError, "pending_limit must be between 0 and 16777216");
+            return nullptr;
+        }
+        if (pending_limit > 0 && record == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "pending_limit needs record: the durations it holds are for record");
+            return nullptr;
+        }
     }
     std::shared_ptr<Clock> clock;
     try {
@@ -165,6 +192,7 @@ PyObject* meter_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         s->buckets[i].store(0, std::memory_order_relaxed);
     }
     s->bounds_ns = std::move(bounds);
+    s->pending_limit = static_cast<std::size_t>(pending_limit);
     reinterpret_cast<MeterObject*>(self)->state = s;
     if (record != Py_None) {
         Py_INCREF(record);
@@ -313,42 +341,9 @@ PyObject* meter_durations(PyObject* self, PyObject*) {
     return Py_BuildValue("(Nd)", counts, sum);
 }
 
-PyObject* meter_active(PyObject* self, void*) {
-    return PyLong_FromLongLong(state_of(self).active.load(std::memory_order_relaxed));
-}
-
-PyMethodDef meter_methods[] = {
-    {"stamp", meter_stamp, METH_O,
-     "stamp($self, lease, /)\n--\n\nCounts a lease's outcome; a granted one is stamped and ends itself here "
-     "when released. False: not done (the caller observes the lease itself)."},
-    {"count", meter_count, METH_O,
-     "count($self, result, /)\n--\n\nCounts one outcome. False: too many distinct results."},
-    {"add_active", meter_add_active, METH_O, "add_active($self, delta, /)\n--\n\nAdds to the active leases."},
-    {"observe", meter_observe, METH_O, "observe($self, seconds, /)\n--\n\nObserves one lease's duration."},
-    {"results", meter_results, METH_NOARGS, "results($self, /)\n--\n\nEach result's count so far."},
-    {"durations", meter_durations, METH_NOARGS,
-     "durations($self, /)\n--\n\n(Each bucket's count, +Inf last, not cumulative; their sum in seconds)."},
-    {nullptr, nullptr, 0, nullptr}};
-
-PyGetSetDef meter_getset[] = {{"active", meter_active, nullptr, "Leases granted and not yet ended.", nullptr},
-                              {nullptr, nullptr, nullptr, nullptr, nullptr}};
-
-} // namespace
-
-void end(PyObject* meter, std::int64_t start_ns, bool used) noexcept {
-    State& s = state_of(meter);
-    s.active.fetch_sub(1, std::memory_order_relaxed);
-    if (!used) {
-        return;
-    }
-    const std::int64_t ns = s.clock->now() - start_ns;
-    observe_ns(s, ns);
-    PyObject* record = reinterpret_cast<MeterObject*>(meter)->record;
-    if (record == nullptr) {
-        return;
-    }
-    // An exporter's failure is its own: reported, never raised from a release (nor lost from an
-    // error already set, as in a lease's deallocation).
+// Calls `record` with one duration in ns; its failure is reported, never raised (nor lost from an
+// error already set, as in a lease's deallocation).
+void record_ns(PyObject* record, std::int64_t ns) noexcept {
     bind::RaisedError kept = bind::RaisedError::take();
     Py_INCREF(record);
     PyObject* seconds = PyFloat_FromDouble(static_cast<double>(std::max<std::int64_t>(ns, 0)) / 1e9);
@@ -371,6 +366,90 @@ void end(PyObject* meter, std::int64_t start_ns, bool used) noexcept {
     kept.restore();
 }
 
+// True when the duration is held for flush(); false: the caller records it itself.
+bool hold(State& s, std::int64_t ns) noexcept {
+    if (s.pending_limit == 0) {
+        return false;
+    }
+    const std::lock_guard<std::mutex> lock(s.pending_lock);
+    if (s.pending.size() >= s.pending_limit) {
+        return false;
+    }
+    try {
+        s.pending.push_back(ns);
+    } catch (const std::bad_alloc&) {
+        return false;
+    }
+    return true;
+}
+
+// flush(): calls record with every duration held, in the order held; returns how many. Taken out
+// under the lock and recorded outside it: a release on another thread is never kept waiting on
+// Python, and a record that releases a lease of this meter cannot deadlock.
+PyObject* meter_flush(PyObject* self, PyObject*) {
+    State& s = state_of(self);
+    PyObject* record = reinterpret_cast<MeterObject*>(self)->record;
+    std::vector<std::int64_t> taken;
+    {
+        const std::lock_guard<std::mutex> lock(s.pending_lock);
+        taken.swap(s.pending);
+    }
+    if (record != nullptr) {
+        Py_INCREF(record); // (a record that clears this meter keeps its callable to the end)
+        for (const std::int64_t ns : taken) {
+            record_ns(record, ns);
+        }
+        Py_DECREF(record);
+    }
+    return PyLong_FromSize_t(taken.size());
+}
+
+PyObject* meter_pending(PyObject* self, void*) {
+    State& s = state_of(self);
+    const std::lock_guard<std::mutex> lock(s.pending_lock);
+    return PyLong_FromSize_t(s.pending.size());
+}
+
+PyObject* meter_active(PyObject* self, void*) {
+    return PyLong_FromLongLong(state_of(self).active.load(std::memory_order_relaxed));
+}
+
+PyMethodDef meter_methods[] = {
+    {"stamp", meter_stamp, METH_O,
+     "stamp($self, lease, /)\n--\n\nCounts a lease's outcome; a granted one is stamped and ends itself here "
+     "when released. False: not done (the caller observes the lease itself)."},
+    {"count", meter_count, METH_O,
+     "count($self, result, /)\n--\n\nCounts one outcome. False: too many distinct results."},
+    {"add_active", meter_add_active, METH_O, "add_active($self, delta, /)\n--\n\nAdds to the active leases."},
+    {"observe", meter_observe, METH_O, "observe($self, seconds, /)\n--\n\nObserves one lease's duration."},
+    {"results", meter_results, METH_NOARGS, "results($self, /)\n--\n\nEach result's count so far."},
+    {"flush", meter_flush, METH_NOARGS,
+     "flush($self, /)\n--\n\nCalls record with each duration held for it; returns how many."},
+    {"durations", meter_durations, METH_NOARGS,
+     "durations($self, /)\n--\n\n(Each bucket's count, +Inf last, not cumulative; their sum in seconds)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef meter_getset[] = {{"active", meter_active, nullptr, "Leases granted and not yet ended.", nullptr},
+                              {"pending", meter_pending, nullptr, "Durations held for record until flush().", nullptr},
+                              {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+} // namespace
+
+void end(PyObject* meter, std::int64_t start_ns, bool used) noexcept {
+    State& s = state_of(meter);
+    s.active.fetch_sub(1, std::memory_order_relaxed);
+    if (!used) {
+        return;
+    }
+    const std::int64_t ns = s.clock->now() - start_ns;
+    observe_ns(s, ns);
+    PyObject* record = reinterpret_cast<MeterObject*>(meter)->record;
+    if (record == nullptr || hold(s, ns)) {
+        return;
+    }
+    record_ns(record, ns);
+}
+
 bool register_type(PyObject* m) {
     limit_reached = PyUnicode_InternFromString("limit_reached");
     if (limit_reached == nullptr) {
@@ -379,9 +458,11 @@ bool register_type(PyObject* m) {
     MeterType.tp_name = "permits._core.Meter";
     MeterType.tp_basicsize = sizeof(MeterObject);
     MeterType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
-    MeterType.tp_doc = "Meter(clock, bounds, *, record=None)\n--\n\nAn instrumented limiter's lease counts, active "
-                       "leases and lease durations (buckets with these upper bounds, in seconds), kept as atomics; "
-                       "record(seconds), when given, is called with each used lease's duration as it ends.";
+    MeterType.tp_doc =
+        "Meter(clock, bounds, *, record=None, pending_limit=0)\n--\n\nAn instrumented limiter's lease counts, active "
+        "leases and lease durations (buckets with these upper bounds, in seconds), kept as atomics; "
+        "record(seconds), when given, is called with each used lease's duration as it ends, or "
+        "when flush() is called for up to pending_limit durations held until then.";
     MeterType.tp_new = meter_new;
     MeterType.tp_dealloc = meter_dealloc;
     MeterType.tp_traverse = meter_traverse;

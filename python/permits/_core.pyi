@@ -277,11 +277,18 @@ class AsgiSend:
 class Meter:
     """An instrumented limiter's lease counts, active leases and lease durations (buckets with
     these upper bounds, in seconds), kept as atomics; ``record(seconds)``, when given, is called
-    with each used lease's duration as it ends."""
+    with each used lease's duration as it ends, or by ``flush()`` for up to ``pending_limit``
+    durations held until then."""
 
     def __new__(
-        cls, clock: Clock, bounds: Sequence[float], *, record: Callable[[float], object] | None = None
+        cls,
+        clock: Clock,
+        bounds: Sequence[float],
+        *,
+        record: Callable[[float], object] | None = None,
+        pending_limit: int = 0,
     ) -> Meter: ...
+    def flush(self) -> int: ...
     def stamp(self, lease: Lease, /) -> bool: ...
     def count(self, result: str, /) -> bool: ...
     def add_active(self, delta: int, /) -> None: ...
@@ -290,6 +297,8 @@ class Meter:
     def durations(self) -> tuple[list[int], float]: ...
     @property
     def active(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
 
 def _engine_pending_timers() -> int: ...
 

@@ -295,6 +295,48 @@ def test_threads_counting_in_one_meter_while_it_is_read_lose_nothing():
     assert [sample("permits_leases_total", result=f"thread-{i}") for i in range(THREADS)] == [20.0] * THREADS
 
 
+def test_threads_ending_leases_while_opentelemetry_collects_record_each_duration_once():
+    # Each release holds its duration in the meter while a reader collects, taking them out from
+    # under the releasing threads: every duration recorded once, none lost, once the threads are done.
+    need("opentelemetry.sdk.metrics")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from permits.metrics import instrument
+
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("ft")
+    limiter = instrument(permits.ConcurrencyLimiter(THREADS, name="otel-ft"), meter=meter)
+    stop = threading.Event()
+
+    def collect() -> None:
+        while not stop.is_set():
+            reader.collect()
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    try:
+
+        def work(i: int) -> None:
+            for _ in range(1000):
+                with limiter.acquire() as lease:
+                    assert lease
+
+        together(work)
+    finally:
+        stop.set()
+        collector.join(30)
+    points = [
+        point
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == "permits.lease.duration"
+        for point in metric.data.data_points
+    ]
+    assert [point.count for point in points] == [THREADS * 1000]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="shared memory is Linux only")
 def test_threads_on_one_shared_memory_limiter_and_key_lose_nothing():
     from permits.shm import SharedMemoryStore

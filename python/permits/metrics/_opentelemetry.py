@@ -1,8 +1,9 @@
 """The OpenTelemetry instruments: one set per Meter, shared by every limiter instrumented to it.
 Leases by result and active leases are kept in a permits Meter per limiter name (atomics in the
-extension) and observed at collection time, as is the queue's length. A lease's duration is
-recorded as the lease ends, called from the extension: OpenTelemetry's API has no asynchronous
-histogram, so that one call per lease is left (a stamped lease makes no other)."""
+extension) and observed at collection time, as is the queue's length. OpenTelemetry's API has no
+asynchronous histogram: a stamped lease's duration is held in its Meter as it ends and recorded to
+the histogram when the SDK collects (the leases' callback flushes them first), so the release makes
+no Python call; a Meter holding _PENDING durations already has the next recorded at once."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from ._meters import MeterTable, results_of
 
 # Seconds: OpenTelemetry's default boundaries are meant for milliseconds.
 _BOUNDARIES = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
+
+# Durations a limiter name holds between two collections (8 bytes each, 1 MiB at most); past
+# them, a release records its own at once. The SDK takes several microseconds a value: this many
+# keep a collection's flush near a second, far inside its callbacks' timeout.
+_PENDING = 1 << 17
 
 _sets: dict[int, tuple[Meter, OpenTelemetryMetrics]] = {}  # (the meter kept: its id stays its own)
 
@@ -70,11 +76,16 @@ class OpenTelemetryMetrics:
 
     def _meter(self, name: str, clock: Clock) -> _core.Meter:
         """The permits Meter of limiters named ``name`` on ``clock``: their leases' durations are
-        recorded to ``permits.lease.duration`` as they end."""
+        recorded to ``permits.lease.duration`` when the SDK collects."""
         record = functools.partial(self.lease_duration.record, attributes={"limiter": name})
-        return _core.Meter(clock, _BOUNDARIES, record=record)
+        return _core.Meter(clock, _BOUNDARIES, record=record, pending_limit=_PENDING)
 
     def _leases(self, options: CallbackOptions) -> Iterable[Observation]:
+        # (Called before the SDK reads its synchronous instruments: the durations recorded here are
+        # in this collection.)
+        for found in self.meters.by_name().values():
+            for metered in found:
+                metered.meter.flush()
         return [
             Observation(n, {"limiter": name, "result": result})
             for name, found in self.meters.by_name().items()

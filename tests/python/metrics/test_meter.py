@@ -194,3 +194,116 @@ def test_an_instrumented_engine_limiter_hands_out_its_own_leases(registry: objec
     wrapped = both.acquire()
     assert wrapped and gc.is_tracked(wrapped)  # two exporters: each told of every event
     assert sample(registry, "permits_leases_total", limiter="own", result="acquired") == 2
+
+
+def test_durations_held_for_record_until_flushed() -> None:
+    clock = permits.ManualClock()
+    recorded: list[float] = []
+    meter = Meter(clock, BOUNDS, record=recorded.append, pending_limit=2)
+    limiter = permits.ConcurrencyLimiter(3, clock=clock)
+    leases = [limiter.acquire() for _ in range(3)]
+    assert all(meter.stamp(lease) for lease in leases)
+    clock.advance(0.25)
+    leases[0].release()
+    clock.advance(0.25)
+    leases[1].release()
+    assert (recorded, meter.pending) == ([], 2)  # held: no call on the release
+    leases[2].release()  # none left to hold it: recorded at once
+    assert (recorded, meter.pending) == ([0.5], 2)
+    assert meter.flush() == 2 and recorded == [0.5, 0.25, 0.5] and meter.pending == 0
+    assert meter.flush() == 0 and recorded == [0.5, 0.25, 0.5]
+    assert meter.durations() == ([0, 0, 3, 0], 1.25)  # the buckets count at the release, held or not
+
+
+def test_bad_pending_limits_name_themselves() -> None:
+    clock = permits.ManualClock()
+    for limit in (-1, 2**24 + 1, 2**70):
+        with pytest.raises(ValueError, match="pending_limit"):
+            Meter(clock, BOUNDS, record=print, pending_limit=limit)
+    for bad in ("3", 2.0, True):
+        with pytest.raises(TypeError, match="pending_limit"):
+            Meter(clock, BOUNDS, record=print, pending_limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pending_limit needs record"):
+        Meter(clock, BOUNDS, pending_limit=1)
+    assert Meter(clock, BOUNDS, pending_limit=0).flush() == 0
+
+
+def test_a_record_that_raises_in_flush_loses_no_other_duration() -> None:
+    import sys
+
+    clock = permits.ManualClock()
+    recorded: list[float] = []
+
+    def record(seconds: float) -> None:
+        recorded.append(seconds)
+        if len(recorded) == 2:
+            raise RuntimeError("exporter down")
+
+    meter = Meter(clock, BOUNDS, record=record, pending_limit=10)
+    limiter = permits.ConcurrencyLimiter(3, clock=clock)
+    for _ in range(3):
+        lease = limiter.acquire()
+        assert meter.stamp(lease)
+        clock.advance(1.0)
+        lease.release()
+        assert limiter.available_permits() == 3
+    seen: list[BaseException | None] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(u.exc_value)
+    try:
+        assert meter.flush() == 3
+    finally:
+        sys.unraisablehook = hook
+    assert recorded == [1.0, 1.0, 1.0] and [str(e) for e in seen] == ["exporter down"]
+
+
+def test_a_record_that_releases_a_lease_of_its_meter_while_flushing() -> None:
+    clock = permits.ManualClock()
+    limiter = permits.ConcurrencyLimiter(2, clock=clock)
+    recorded: list[float] = []
+    later: list[permits.Lease] = []
+
+    def record(seconds: float) -> None:
+        recorded.append(seconds)
+        while later:
+            later.pop().release()  # held again while the flush runs: no deadlock, kept for the next
+
+    meter = Meter(clock, BOUNDS, record=record, pending_limit=4)
+    first, second = limiter.acquire(), limiter.acquire()
+    assert meter.stamp(first) and meter.stamp(second)
+    clock.advance(1.0)
+    first.release()
+    later.append(second)
+    clock.advance(1.0)
+    assert meter.flush() == 1 and recorded == [1.0] and meter.pending == 1
+    assert meter.flush() == 1 and recorded == [1.0, 2.0] and meter.pending == 0
+
+
+def test_threads_releasing_while_another_flushes_record_each_duration_once() -> None:
+    clock = permits.ManualClock()
+    recorded: list[float] = []
+    meter = Meter(clock, BOUNDS, record=recorded.append, pending_limit=64)
+    limiter = permits.ConcurrencyLimiter(10_000, clock=clock)
+    leases = [limiter.acquire() for _ in range(4 * 2000)]
+    assert all(meter.stamp(lease) for lease in leases)
+    done = threading.Event()
+    flushed = [0]
+
+    def body(i: int) -> None:
+        if i == 4:  # the collector
+            while not done.is_set():
+                flushed[0] += meter.flush()
+            return
+        for lease in leases[i * 2000 : (i + 1) * 2000]:
+            lease.release()
+
+    def workers(i: int) -> None:
+        try:
+            body(i)
+        finally:
+            if i != 4 and meter.active == 0:
+                done.set()
+
+    run_threads(workers, 5)
+    flushed[0] += meter.flush()
+    assert meter.active == 0 and meter.pending == 0 and len(recorded) == 8000
+    assert sum(meter.durations()[0]) == 8000 and flushed[0] <= 8000

@@ -138,3 +138,45 @@ print("held", len(held))
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "held 2")
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_durations_are_recorded_when_the_sdk_collects_to_every_reader() -> None:
+    from _support import need
+
+    export = need("opentelemetry.sdk.metrics.export")
+    otel = OTel()
+    otel.reader, other = export.InMemoryMetricReader(), export.InMemoryMetricReader()
+    provider = need("opentelemetry.sdk.metrics").MeterProvider(metric_readers=[otel.reader, other])
+    otel.provider, otel.meter = provider, provider.get_meter("two-readers")
+    clock = permits.ManualClock()
+    limiter = instrument(permits.TokenBucketLimiter(5, 5, 1.0, clock=clock, name="two"), meter=otel.meter)
+    for seconds in (0.5, 0.25):
+        lease = limiter.acquire()
+        clock.advance(seconds)
+        lease.release()
+    durations = otel.value("permits.lease.duration", limiter="two")  # the first reader's collection
+    assert (durations.count, durations.sum) == (2, 0.75)
+    points = [
+        point
+        for rm in other.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == "permits.lease.duration"
+        for point in metric.data.data_points
+    ]
+    assert [(p.count, p.sum) for p in points] == [(2, 0.75)]  # the second's, recorded by the first's
+
+
+def test_a_meter_nobody_collects_holds_a_bounded_number_of_durations(monkeypatch: object) -> None:
+    from permits.metrics import _opentelemetry
+
+    from _support import need
+
+    monkeypatch.setattr(_opentelemetry, "_PENDING", 3)  # type: ignore[attr-defined]
+    meter = need("opentelemetry.sdk.metrics").MeterProvider().get_meter("unread")  # no reader
+    limiter = instrument(permits.ConcurrencyLimiter(1, name="unread"), meter=meter)
+    for _ in range(10):
+        with limiter.acquire():
+            pass
+    (metered,) = _opentelemetry.metrics_of(meter).meters.by_name()["unread"]
+    assert metered.meter.pending == 3  # the seven past them were recorded at once
