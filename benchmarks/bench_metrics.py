@@ -4,7 +4,8 @@
 
 Four cases, each in a fresh interpreter (so that "not imported" means it): the metrics module not
 imported; imported but not used (goal: at most 1.02x the first); the limiter instrumented to a
-Prometheus registry; instrumented to an OpenTelemetry SDK meter read by an in-memory reader.
+Prometheus registry; instrumented to an OpenTelemetry SDK meter read by an in-memory reader; the
+same with each duration recorded to the SDK as its lease ends (none held for the collection).
 Nanoseconds per acquire+release, best of the repeats, and what instrumenting adds; then the same with
 the exporter's collection after each N leases (a scrape, or the SDK's collect) counted in, per lease:
 an OpenTelemetry histogram takes one value per call, so the durations a release holds are recorded
@@ -56,6 +57,11 @@ CASES = {
         "instrument(" + BUCKET + ", meter=meter)",
     ),
 }
+# The same, each duration recorded as its lease ends (as before durations were held for collection).
+CASES["OpenTelemetry, at release"] = (
+    CASES["OpenTelemetry"][0] + "\nfrom permits.metrics import _opentelemetry\n_opentelemetry._PENDING = 0",
+    CASES["OpenTelemetry"][1],
+)
 
 
 def run(setup: str, limiter: str, number: int, repeats: int) -> tuple[float, float]:
