@@ -13,8 +13,10 @@ one event loop; the table shows the best and the median of the repeats, in ns pe
 each case's ratio to the bare app.
 
 (b) End to end: the same trivial endpoint as a FastAPI app under uvicorn (one worker, in a
-subprocess), and ``--requests`` GETs from a second process over ``--connections`` keep-alive
-connections (a minimal HTTP/1.1 client on asyncio streams, so that the client costs little).
+subprocess), loaded over ``--connections`` keep-alive connections by wrk for ``--duration``
+seconds (one thread: the server, not the client, is what runs out of CPU first), or, when wrk is
+not installed, ``--requests`` GETs from a minimal HTTP/1.1 client on asyncio streams (which on a
+small host saturates before uvicorn does, hiding much of the server's cost).
 Requests per second, bare / with the middleware / with slowapi, the best of ``--rounds`` rounds in
 which the cases alternate. Both processes share the host's cores: the figures compare the cases
 with each other, not with other hosts.
@@ -24,6 +26,8 @@ import argparse
 import asyncio
 import gc
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -195,12 +199,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve(case: str, port: int) -> None:
-    """The server process: one case's FastAPI app under uvicorn."""
+def serve(case: str, port: int, http: str = "auto") -> None:
+    """The server process: one case's FastAPI app under uvicorn (``http``: its HTTP/1.1 parser)."""
     import uvicorn
 
     make = dict(cases(fastapi_app))[case]
-    uvicorn.run(make(), host="127.0.0.1", port=port, log_level="error", access_log=False, lifespan="off")
+    uvicorn.run(make(), host="127.0.0.1", port=port, http=http, log_level="error", access_log=False, lifespan="off")
 
 
 async def _one_connection(port: int, count: int) -> None:
@@ -232,7 +236,21 @@ def client(port: int, requests: int, connections: int) -> None:
     print(asyncio.run(_load(port, requests, connections)))
 
 
-def serve_and_load(name: str, requests: int, connections: int) -> float:
+def wrk(port: int, connections: int, seconds: int) -> float:
+    """Requests per second wrk gets from the server at ``port`` (every answer a 200)."""
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-H", "X-Api-Key: key-7", f"http://127.0.0.1:{port}/"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError("wrk saw failed requests: " + out[-300:])
+    found = re.search(r"Requests/sec:\s+([0-9.]+)", out)
+    if found is None:
+        raise RuntimeError("no result from wrk: " + out[-300:])
+    return float(found.group(1))
+
+
+def serve_and_load(name: str, requests: int, connections: int, seconds: int) -> float:
     """One case's server started, warmed up and loaded: its requests per second."""
     port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", name, "--port", str(port)])
@@ -246,6 +264,9 @@ def serve_and_load(name: str, requests: int, connections: int) -> float:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError(f"the {name} server did not start") from None
                 time.sleep(0.05)
+        if shutil.which("wrk") is not None:
+            wrk(port, connections, 1)  # (warm-up)
+            return wrk(port, connections, seconds)
         load = [sys.executable, __file__, "--client", "--port", str(port), "--connections", str(connections)]
         warm_up = max(connections, requests // 10)
         subprocess.run([*load, "--requests", str(warm_up)], check=True, capture_output=True)
@@ -256,14 +277,14 @@ def serve_and_load(name: str, requests: int, connections: int) -> float:
         server.wait()
 
 
-def end_to_end(requests: int, connections: int, rounds: int) -> list[tuple[str, float]]:
+def end_to_end(requests: int, connections: int, rounds: int, seconds: int) -> list[tuple[str, float]]:
     """The best of ``rounds`` for each case, the cases alternating within each round (the host's
     drift hits them alike)."""
     names = [name for name, _ in cases(fastapi_app)]
     best = dict.fromkeys(names, 0.0)
     for _ in range(rounds):
         for name in names:
-            best[name] = max(best[name], serve_and_load(name, requests, connections))
+            best[name] = max(best[name], serve_and_load(name, requests, connections, seconds))
     return list(best.items())
 
 
@@ -275,13 +296,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--requests", type=int, default=None, help="end-to-end requests per case")
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--duration", type=int, default=None, help="seconds of wrk's load per case and round")
     parser.add_argument("--rounds", type=int, default=None, help="end-to-end rounds (the best of each case)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--http", default="auto", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.port)
+        serve(args.serve, args.port, args.http)
         return
     if args.client:
         client(args.port, args.requests, args.connections)
@@ -290,6 +313,7 @@ def main() -> None:
     repeats = args.repeats or (3 if args.quick else 7)
     requests = args.requests or (4_000 if args.quick else 20_000)
     rounds = args.rounds or (1 if args.quick else 3)
+    seconds = args.duration or (2 if args.quick else 5)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; slowapi installed: {slowapi_installed()}\n")
     print(f"(a) in process: one GET through a one-route Starlette app ({inner} per repeat, {repeats} repeats)\n")
     rows = in_process(inner, repeats)
@@ -300,11 +324,13 @@ def main() -> None:
         print(f"| {name} | {best:,.0f} | {median:,.0f} | {best / bare:.2f} |")
     if args.no_e2e:
         return
-    print(
-        f"\n(b) end to end: FastAPI under uvicorn, {requests} GETs over {args.connections} connections, "
-        f"best of {rounds} rounds\n"
+    load = (
+        f"wrk -t1 -c{args.connections} -d{seconds}s"
+        if shutil.which("wrk")
+        else f"{requests} GETs over {args.connections} connections from a Python client"
     )
-    e2e = end_to_end(requests, args.connections, rounds)
+    print(f"\n(b) end to end: FastAPI under uvicorn, {load}, best of {rounds} rounds\n")
+    e2e = end_to_end(requests, args.connections, rounds, seconds)
     base = e2e[0][1]
     print("| case | requests/s | / bare |")
     print("|---|---:|---:|")
