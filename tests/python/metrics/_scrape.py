@@ -49,17 +49,19 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
 
 
 class OTel:
-    """A meter of an SDK MeterProvider read by an InMemoryMetricReader."""
+    """A meter of an SDK MeterProvider read by an InMemoryMetricReader (and ``others`` beside it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, others: int = 0) -> None:
         sdk_metrics = need("opentelemetry.sdk.metrics")
         export = need("opentelemetry.sdk.metrics.export")
         self.reader = export.InMemoryMetricReader()
-        self.provider = sdk_metrics.MeterProvider(metric_readers=[self.reader])
+        self.others = [export.InMemoryMetricReader() for _ in range(others)]
+        self.provider = sdk_metrics.MeterProvider(metric_readers=[self.reader, *self.others])
         self.meter = self.provider.get_meter("permits-tests")
 
-    def points(self) -> dict[str, list[Any]]:
-        data = self.reader.get_metrics_data()
+    def points(self, reader: Any = None) -> dict[str, list[Any]]:
+        """Every data point ``reader`` (the first reader by default) collects now, by metric name."""
+        data = (reader or self.reader).get_metrics_data()
         found: dict[str, list[Any]] = {}
         for resource in data.resource_metrics if data else ():
             for scope in resource.scope_metrics:
