@@ -167,3 +167,36 @@ def test_a_meter_nobody_collects_holds_a_bounded_number_of_durations(monkeypatch
             pass
     (metered,) = _opentelemetry.metrics_of(meter).meters.by_name()["unread"]
     assert metered.meter.pending == 3  # the seven past them were recorded at once
+
+
+def test_durations_held_at_exit_are_in_the_sdks_last_export() -> None:
+    import subprocess
+    import sys
+
+    from _support import need
+
+    need("opentelemetry.sdk.metrics")
+    child = """
+import sys
+import permits
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+from permits.metrics import instrument
+
+def counts(data):
+    found = [p.count for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+             if m.name == "permits.lease.duration" for p in m.data.data_points]
+    return f"durations {found}\\n"
+
+exporter = ConsoleMetricExporter(out=sys.stdout, formatter=counts)
+reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)  # none before the exit's
+meter = MeterProvider(metric_readers=[reader]).get_meter("exit")
+limiter = instrument(permits.TokenBucketLimiter(10, 10, 1.0, name="exiting"), meter=meter)
+for _ in range(7):
+    with limiter.acquire():
+        pass
+print("released 7")
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.split("\n")[:2]) == (0, ["released 7", "durations [7]"]), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
